@@ -1,0 +1,133 @@
+# Spillway build.
+#
+# Conventions (so adding a file never needs a Makefile edit):
+#   DIR/*.c                 library code of that directory -> build/lib/libsw_DIR.a
+#   DIR/spillway-NAME.c     a program                      -> build/bin/spillway-NAME
+#   sdk/spillway.c          the CLI                        -> build/bin/spillway
+#   worker-gpu/*.cu         CUDA code, only when nvcc is found
+#   tests/unit/test_*.c     unit test programs             -> build/tests/test_*
+#
+# make SANITIZE=1 builds everything with ASan+UBSan into build-san/.
+
+SANITIZE ?= 0
+ifeq ($(SANITIZE),1)
+B ?= build-san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+B ?= build
+SANFLAGS :=
+endif
+
+CC      ?= cc
+OPT     ?= -O2
+CFLAGS  := $(OPT) -g -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
+           -fopenmp -pthread -I. -I$(B)/gen -MMD -MP $(SANFLAGS) $(EXTRA_CFLAGS)
+LDFLAGS := -fopenmp -pthread $(SANFLAGS)
+SYSLIBS := -lzmq -lprotobuf-c -lyaml -lmicrohttpd -lcjson -lm
+
+# CUDA: located through nvcc on PATH, never a hard-coded path.
+NVCC := $(shell command -v nvcc 2>/dev/null)
+ifneq ($(NVCC),)
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
+CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcudart
+NVCCFLAGS := -O3 -std=c++17 -I. -I$(B)/gen -Xcompiler -fPIC,-Wall \
+             -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_89,code=sm_89 \
+             -gencode=arch=compute_90a,code=compute_90a
+CFLAGS_GPU := -DSW_HAVE_CUDA=1
+else
+CUDA_LIBS :=
+CFLAGS_GPU :=
+endif
+
+PROTO_GEN := $(B)/gen/spillway.pb-c.c $(B)/gen/spillway.pb-c.h
+
+DIRS := llm proto worker-cpu worker-gpu gateway sdk
+libsrc = $(filter-out $(1)/spillway-%.c $(1)/spillway.c,$(wildcard $(1)/*.c))
+libobj = $(patsubst %.c,$(B)/obj/%.o,$(call libsrc,$(1)))
+
+LIB_llm        := $(B)/lib/libsw_llm.a
+LIB_proto      := $(B)/lib/libsw_proto.a
+LIB_worker-cpu := $(B)/lib/libsw_cpu.a
+LIB_worker-gpu := $(B)/lib/libsw_gpu.a
+LIB_gateway    := $(B)/lib/libsw_gateway.a
+LIB_sdk        := $(B)/lib/libsw_sdk.a
+# Link order: users before what they use.
+LIBS := $(LIB_gateway) $(LIB_sdk) $(LIB_worker-gpu) $(LIB_worker-cpu) $(LIB_proto) $(LIB_llm)
+
+CU_SRC := $(if $(NVCC),$(wildcard worker-gpu/*.cu))
+CU_OBJ := $(patsubst %.cu,$(B)/obj/%.cu.o,$(CU_SRC))
+
+PROG_SRC := $(foreach d,$(DIRS),$(wildcard $(d)/spillway-*.c)) $(wildcard sdk/spillway.c)
+PROGS    := $(foreach s,$(PROG_SRC),$(B)/bin/$(basename $(notdir $(s))))
+TEST_SRC := $(wildcard tests/unit/test_*.c) $(wildcard tests/fuzz/fuzz_*.c)
+TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
+
+# Programs and tests that need the CUDA runtime when it is compiled in.
+NEEDS_CUDA = $(if $(findstring gpu,$(notdir $@)),$(CUDA_LIBS))
+
+.PHONY: all deps run test unit-tests bench bench-gateway clean check-cuda
+all: $(PROGS) $(TESTS)
+	@[ -n "$(NVCC)" ] || echo "note: nvcc not found: worker-gpu built with the emulation backend only"
+
+deps:
+	@bash ops/deps.sh
+
+$(B)/gen/spillway.pb-c.c $(B)/gen/spillway.pb-c.h: proto/spillway.proto
+	@mkdir -p $(B)/gen
+	protoc-c --c_out=$(B)/gen -Iproto proto/spillway.proto
+
+# Every object may include the generated header.
+$(B)/obj/%.o: %.c $(B)/gen/spillway.pb-c.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(if $(findstring worker-gpu,$<),$(CFLAGS_GPU)) -c $< -o $@
+
+$(B)/obj/gen/spillway.pb-c.o: $(B)/gen/spillway.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/obj/%.cu.o: %.cu $(B)/gen/spillway.pb-c.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+define LIBRULE
+$(LIB_$(1)): $(call libobj,$(1)) $(if $(filter proto,$(1)),$(B)/obj/gen/spillway.pb-c.o) $(if $(filter worker-gpu,$(1)),$(CU_OBJ))
+	@mkdir -p $$(dir $$@)
+	@rm -f $$@
+	ar rcs $$@ $$^
+endef
+$(foreach d,$(DIRS),$(eval $(call LIBRULE,$(d))))
+
+define PROGRULE
+$(B)/bin/$(basename $(notdir $(1))): $(patsubst %.c,$(B)/obj/%.o,$(1)) $(LIBS)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) $$< $$(LIBS) $$(SYSLIBS) $$(NEEDS_CUDA) -o $$@
+endef
+$(foreach s,$(PROG_SRC),$(eval $(call PROGRULE,$(s))))
+
+$(B)/tests/%: $(B)/obj/tests/%.o $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(LIBS) $(SYSLIBS) $(NEEDS_CUDA) -o $@
+
+# ---- user-facing targets -------------------------------------------------
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@bash ops/run.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@SPILLWAY_BUILD=$(B) bash tests/run.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@bash ops/bench.sh
+
+bench-gateway: deps
+	@$(MAKE) --no-print-directory all
+	@bash ops/bench-gateway.sh
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,100 @@
+/* Tensor element types and quantized block formats.
+ *
+ * Type ids are GGML's, because GGUF files store them. Each block format is a
+ * plain struct whose size is asserted at compile time (quant.c). Each format
+ * has ONE scalar reference implementation (dequantize, quantize, dot product
+ * against the activation format) here in llm/; every SIMD kernel in
+ * worker-cpu/ is tested against these.
+ */
+#ifndef SW_QUANT_H
+#define SW_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+typedef enum {
+    SW_TYPE_F32 = 0, SW_TYPE_F16 = 1, SW_TYPE_Q4_0 = 2, SW_TYPE_Q4_1 = 3,
+    SW_TYPE_Q5_0 = 6, SW_TYPE_Q5_1 = 7, SW_TYPE_Q8_0 = 8, SW_TYPE_Q8_1 = 9,
+    SW_TYPE_Q2_K = 10, SW_TYPE_Q3_K = 11, SW_TYPE_Q4_K = 12, SW_TYPE_Q5_K = 13,
+    SW_TYPE_Q6_K = 14, SW_TYPE_Q8_K = 15, SW_TYPE_BF16 = 30,
+    SW_TYPE_COUNT = 40
+} sw_type;
+
+typedef uint16_t sw_f16;   /* IEEE half, raw bits */
+typedef uint16_t sw_bf16;  /* bfloat16, raw bits */
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef struct { sw_f16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;            /* 18 B */
+typedef struct { sw_f16 d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;         /* 20 B */
+typedef struct { sw_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0; /* 22 B */
+typedef struct { sw_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1; /* 24 B */
+typedef struct { sw_f16 d; int8_t qs[QK8_0]; } block_q8_0;                 /* 34 B */
+
+/* Q4_K: 8 sub-blocks of 32; weight = d*scale_j*q - dmin*min_j, 6-bit scales/mins packed in 12 bytes. */
+typedef struct {
+    sw_f16 d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qs[QK_K / 2];
+} block_q4_k;                                                              /* 144 B */
+
+/* Q5_K: as Q4_K plus one high bit per weight. */
+typedef struct {
+    sw_f16 d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_k;                                                              /* 176 B */
+
+/* Q6_K: 16 sub-blocks of 16; weight = d*scale_j*(q-32). */
+typedef struct {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    sw_f16 d;
+} block_q6_k;                                                              /* 210 B */
+
+/* Q8_K: activation format. bsums[j] = sum of qs[16j..16j+15]. */
+typedef struct {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} block_q8_k;                                                              /* 292 B */
+
+typedef struct {
+    const char *name;     /* "q4_K", "f32", ... as GGML spells them */
+    uint32_t block_size;  /* elements per block (1 for float types) */
+    uint32_t type_size;   /* bytes per block */
+    bool quantized;
+    sw_type vec_dot_type; /* activation format its dot product takes */
+} sw_type_traits;
+
+/* NULL for unknown or unsupported ids: callers must check. */
+const sw_type_traits *sw_type_info(uint32_t type);
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block size
+ * or the type is unknown. */
+size_t sw_row_size(sw_type type, uint64_t n);
+
+/* fp16 / bf16 conversions (exact round-to-nearest-even). */
+float sw_f16_to_f32(sw_f16 h);
+sw_f16 sw_f32_to_f16(float f);
+float sw_bf16_to_f32(sw_bf16 h);
+sw_bf16 sw_f32_to_bf16(float f);
+
+/* Reference (scalar) row routines; n is a multiple of the block size.
+ * dequantize: any supported type (float types too) -> float.
+ * quantize:   float -> type, for every type we write (F16, BF16, Q8_0, Q4_0,
+ *             Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_K); returns false for others.
+ * vec_dot:    dot of a row of `type` with a row of sw_type_info(type)->vec_dot_type. */
+bool sw_dequantize_row(sw_type type, const void *src, float *dst, int64_t n);
+bool sw_quantize_row(sw_type type, const float *src, void *dst, int64_t n);
+float sw_vec_dot_ref(sw_type type, int64_t n, const void *w, const void *act);
+
+#endif

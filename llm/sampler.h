@@ -1,0 +1,38 @@
+/* Token sampling: repetition penalty, temperature, top-k, top-p, min-p, with a
+ * seeded generator so a (seed, logits) sequence always gives the same tokens.
+ * temperature <= 0 is greedy (argmax, lowest id on ties). */
+#ifndef SW_SAMPLER_H
+#define SW_SAMPLER_H
+
+#include <stdint.h>
+#include <stdbool.h>
+
+typedef struct {
+    float temperature;        /* 0 = greedy */
+    int32_t top_k;            /* 0 = off */
+    float top_p;              /* 0 or >= 1 = off */
+    float min_p;              /* 0 = off */
+    float repetition_penalty; /* 0 or 1 = off */
+    int32_t repeat_last_n;    /* window for the penalty; 0 = default 64 */
+    uint64_t seed;
+} sw_sampling_params;
+
+typedef struct {
+    sw_sampling_params p;
+    uint64_t rng[2];          /* xoroshiro128+ state */
+    int32_t *recent;          /* ring of recent tokens for the penalty */
+    int32_t n_recent, recent_cap, recent_head;
+    /* scratch, sized to the vocab on first use */
+    struct sw_cand *cand;
+    int32_t cand_cap;
+} sw_sampler;
+
+void sw_sampler_init(sw_sampler *s, const sw_sampling_params *p);
+void sw_sampler_free(sw_sampler *s);
+/* Records a token (prompt or generated) for the repetition penalty. */
+void sw_sampler_accept(sw_sampler *s, int32_t token);
+/* Picks the next token. `logits` may be modified (penalty, temperature). */
+int32_t sw_sampler_sample(sw_sampler *s, float *logits, int32_t n_vocab);
+int32_t sw_argmax(const float *x, int32_t n);
+
+#endif

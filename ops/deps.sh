@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what Spillway needs to build and test, and nothing that is already there.
+# Idempotent: a second run on a ready machine does no network work.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBS=(build-essential pkg-config libzmq3-dev libyaml-dev libprotobuf-c-dev protobuf-c-compiler
+      libmicrohttpd-dev libcjson-dev python3 python3-venv curl)
+
+missing=()
+for p in "${DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "deps: installing ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python test tools live in .venv so the system Python stays untouched.
+PY=${PYTHON:-python3}
+stamp=.venv/.requirements.sha
+want=$(sha256sum tests/requirements.txt | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat $stamp 2>/dev/null)" != "$want" ]; then
+  echo "deps: creating .venv with tests/requirements.txt"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+  echo "$want" > $stamp
+fi

@@ -1,0 +1,41 @@
+/* Framing helpers for the Spillway protocol (proto/spillway.proto).
+ *
+ * One ZeroMQ frame = one Envelope. sw_wire_decode validates everything a peer
+ * could get wrong (version, missing body, missing ids, absurd sizes) so the
+ * code that consumes a message can trust it. It never crashes on garbage: it
+ * returns NULL and describes the problem in err.
+ */
+#ifndef SW_WIRE_H
+#define SW_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "spillway.pb-c.h"
+
+#define SW_PROTOCOL_VERSION 1
+#define SW_MAX_FRAME (16u << 20)     /* no legitimate message comes near this */
+#define SW_MAX_ID_LEN 128
+#define SW_MAX_TOKENS_PER_REQUEST (1u << 20)
+
+/* Heartbeats (Paranoid Pirate): send after HEARTBEAT_MS of silence; the peer
+ * is dead after HEARTBEAT_LIVENESS intervals without hearing anything. */
+#define SW_HEARTBEAT_MS 1000
+#define SW_HEARTBEAT_LIVENESS 3
+#define SW_RECONNECT_MIN_MS 250
+#define SW_RECONNECT_MAX_MS 8000
+
+typedef Spillway__Envelope sw_env;
+
+/* Encodes env (setting its version) into a malloc'd buffer; returns its size. */
+size_t sw_wire_encode(sw_env *env, uint8_t **out);
+/* Decodes and validates one frame. Free with sw_wire_free. */
+sw_env *sw_wire_decode(const void *buf, size_t len, char *err, size_t errlen);
+void sw_wire_free(sw_env *env);
+/* Short name of the body kind, for logs ("register", "chunk", ...). */
+const char *sw_wire_kind(const sw_env *env);
+
+/* Sends env as one frame on a ZeroMQ socket. If `identity` is non-NULL
+ * (ROUTER side) the identity frame goes first. Returns 0 or -1 (errno set). */
+int sw_wire_send(void *zsock, const void *identity, size_t idlen, sw_env *env, int flags);
+
+#endif

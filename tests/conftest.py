@@ -1,0 +1,171 @@
+"""Shared pytest fixtures: where things are, and real processes to test against.
+
+Integration tests start the real binaries (gateway, workers) on loopback ports
+and talk to them over real sockets. Nothing here mocks our own components.
+"""
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / os.environ.get("SPILLWAY_BUILD", "build")
+BIN = BUILD / "bin"
+SHARED = Path(os.environ.get("SPILLWAY_SHARED", ROOT.parent / "shared")).resolve()
+SANITIZED = BUILD.name == "build-san"
+
+
+def shared_file(rel):
+    """Path of a file in $SPILLWAY_SHARED, or skip the test if it is missing."""
+    p = SHARED / rel
+    if not p.exists():
+        pytest.skip(f"test data missing: {p}")
+    return p
+
+
+def bin_path(name):
+    p = BIN / name
+    if not p.exists():
+        pytest.fail(f"binary not built: {p}")
+    return str(p)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A child process whose output goes to a log file we can show on failure."""
+
+    def __init__(self, args, log_path, env=None):
+        self.args = [str(a) for a in args]
+        self.log_path = Path(log_path)
+        self.log = open(self.log_path, "wb")
+        e = dict(os.environ)
+        e.update(env or {})
+        self.p = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=e)
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def output(self):
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def kill9(self):
+        if self.alive():
+            self.p.kill()
+        self.p.wait(10)
+
+    def stop(self, timeout=10):
+        if self.alive():
+            self.p.terminate()
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(5)
+        self.log.close()
+        return self.p.returncode
+
+
+def http_get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read()
+
+
+def http_post(url, body, headers=None, timeout=60):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def wait_until(cond, timeout=10.0, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            v = cond()
+            if v:
+                return v
+        except Exception:
+            pass
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Cluster:
+    """A gateway plus workers on free loopback ports, torn down at the end."""
+
+    def __init__(self, tmp_path):
+        self.tmp = Path(tmp_path)
+        self.procs = []
+        self.http_port = free_port()
+        self.zmq_port = free_port()
+        self.base = f"http://127.0.0.1:{self.http_port}"
+        self.worker_ep = f"tcp://127.0.0.1:{self.zmq_port}"
+        self.gateway = None
+
+    def start_gateway(self, config_text, extra_args=(), wait=True):
+        cfg = self.tmp / "routes.yaml"
+        cfg.write_text(config_text)
+        self.config_path = cfg
+        self.gateway = Proc([bin_path("spillway-gateway"), "--config", cfg,
+                             "--http", f"127.0.0.1:{self.http_port}",
+                             "--workers", f"tcp://127.0.0.1:{self.zmq_port}", *extra_args],
+                            self.tmp / "gateway.log")
+        self.procs.append(self.gateway)
+        if wait:
+            wait_until(lambda: http_get(self.base + "/healthz")[0] == 200, 15,
+                       what="gateway /healthz")
+        return self.gateway
+
+    def start_worker(self, pool, model_name, model_path, extra_args=(), name="worker", env=None,
+                     binary="spillway-worker-cpu"):
+        w = Proc([bin_path(binary), "--gateway", self.worker_ep, "--pool", pool,
+                  "--model", f"{model_name}={model_path}", *extra_args],
+                 self.tmp / f"{name}-{len(self.procs)}.log", env=env)
+        self.procs.append(w)
+        return w
+
+    def models(self):
+        return json.loads(http_get(self.base + "/v1/models")[1])
+
+    def wait_model(self, model_name, timeout=30):
+        wait_until(lambda: any(m["id"] == model_name for m in self.models()["data"]),
+                   timeout, what=f"model {model_name} registered")
+
+    def logs(self):
+        return "\n".join(f"==== {p.log_path.name}\n{p.output()[-4000:]}" for p in self.procs)
+
+    def close(self):
+        for p in reversed(self.procs):
+            p.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    c = Cluster(tmp_path)
+    yield c
+    failed = getattr(request.node, "rep_call", None)
+    c.close()
+    if failed is not None and failed.failed:
+        print(c.logs())
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)

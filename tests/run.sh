@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs the whole suite with pytest: C unit-test programs are wrapped as pytest
+# cases (tests/test_unit_c.py), integration tests start real processes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export SPILLWAY_BUILD=${SPILLWAY_BUILD:-build}
+export SPILLWAY_SHARED=${SPILLWAY_SHARED:-$(cd .. && pwd)/shared}
+if [ "$SPILLWAY_BUILD" = build-san ]; then
+  # Leak checking stays on; abort on the first error so pytest sees a failure.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:protect_shadow_gap=0}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+fi
+.venv/bin/python -m pytest -q -rs tests "$@"
+rc=$?
+# pytest exit 5 = no tests collected: that is a failure for us.
+exit $rc

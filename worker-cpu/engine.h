@@ -1,0 +1,24 @@
+/* The CPU engine: a loaded model plus N sequence slots, driven one scheduler
+ * iteration at a time through sw_engine_ops (proto/worker_link.h). Used by the
+ * worker daemon; spillway-run drives the same model code directly. */
+#ifndef SW_CPU_ENGINE_H
+#define SW_CPU_ENGINE_H
+
+#include "proto/worker_link.h"
+#include "worker-cpu/model.h"
+
+typedef struct sw_cpu_engine sw_cpu_engine;
+
+/* n_slots: concurrent sequences (--parallel); n_ctx: per-slot context (0 = model's, capped). */
+sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err, size_t errlen);
+void sw_cpu_engine_free(sw_cpu_engine *e);
+extern const sw_engine_ops sw_cpu_engine_ops;
+
+/* Test mode (--test-echo): no compute; emits max_tokens tokens per request at
+ * `tokens_per_s` per sequence, so the gateway can be tested at scale. */
+typedef struct sw_echo_engine sw_echo_engine;
+sw_echo_engine *sw_echo_engine_new(double tokens_per_s, int n_slots);
+void sw_echo_engine_free(sw_echo_engine *e);
+extern const sw_engine_ops sw_echo_engine_ops;
+
+#endif

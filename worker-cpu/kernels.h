@@ -1,0 +1,46 @@
+/* CPU compute kernels: activation quantization, quantized dot products and the
+ * matrix x many-tokens product the forward pass is built on.
+ *
+ * Each kernel has scalar, AVX2 and AVX-512 (VNNI where present) variants,
+ * chosen once at run time with cpuid; SPILLWAY_ISA=scalar|avx2|avx512 forces
+ * one. Every variant is tested against the scalar reference in llm/quant.c.
+ */
+#ifndef SW_KERNELS_H
+#define SW_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "llm/quant.h"
+#include "llm/gguf.h"
+
+typedef enum { SW_ISA_SCALAR = 0, SW_ISA_AVX2 = 1, SW_ISA_AVX512 = 2 } sw_isa;
+
+/* The ISA in use (detected, or forced via SPILLWAY_ISA / sw_isa_set). */
+sw_isa sw_isa_active(void);
+/* Forces an ISA (clamped to what the CPU supports); returns what is now active. */
+sw_isa sw_isa_set(sw_isa isa);
+const char *sw_isa_name(sw_isa isa);
+
+/* Bytes one activation row of n floats takes in the format that weights of
+ * type wtype are multiplied with (Q8_K for K-quants, Q8_0 for Q4_0..Q8_0,
+ * F32 for float types). */
+size_t sw_act_row_size(sw_type wtype, int64_t n);
+/* Converts one activation row into that format. */
+void sw_quantize_act(sw_type wtype, const float *x, void *dst, int64_t n);
+/* Dot of one weight row with one activation row already in act format. */
+float sw_vec_dot(sw_type wtype, int64_t n, const void *w, const void *act);
+
+/* Y = W * X for n_tok tokens:
+ *   W: rows x cols in `type` (row-major, row r at w + r*row_size),
+ *   X: n_tok x cols floats, Y: n_tok x rows floats (y[t*rows + r]).
+ * Parallel over output rows with OpenMP (call from outside a parallel region);
+ * activations are quantized once per call. */
+void sw_matmul(sw_type type, const void *w, int64_t rows, int64_t cols,
+               const float *x, int n_tok, float *y);
+/* Convenience for a 2-D GGUF tensor (ne[0] = cols, ne[1] = rows). */
+void sw_matmul_tensor(const gguf_tensor *w, const float *x, int n_tok, float *y);
+
+/* Row r of a tensor as floats (embedding lookup). */
+void sw_get_row(const gguf_tensor *w, int64_t r, float *out);
+
+#endif
