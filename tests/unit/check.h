@@ -9,7 +9,7 @@
 static int sw_checks_failed, sw_checks_run;
 #define CHECK(cond, ...) do { sw_checks_run++; if (!(cond)) { sw_checks_failed++; \
     fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-    fprintf(stderr, "" __VA_ARGS__); fputc('\n', stderr); } } while (0)
+    fprintf(stderr, " " __VA_ARGS__); fputc('\n', stderr); } } while (0)
 #define CHECK_DONE() do { printf("%d checks, %d failed\n", sw_checks_run, sw_checks_failed); \
     return sw_checks_failed ? 1 : 0; } while (0)
 #define SKIP_TEST(...) do { printf("skipped: " __VA_ARGS__); printf("\n"); exit(77); } while (0)

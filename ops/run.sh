@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `make run`: serve the default setup until Ctrl-C.
+#   - makes the demo model with spillway-synth if it is absent (RANDOM WEIGHTS:
+#     it exercises the whole system at realistic speed but writes gibberish);
+#   - MODEL=path/to/model.gguf serves your own model instead, named after the file;
+#   - starts the gateway and one CPU worker, plus a GPU worker when nvidia-smi
+#     finds a GPU; stops them all cleanly on Ctrl-C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${SPILLWAY_BIN:-build/bin}
+HTTP=${HTTP:-0.0.0.0:8080}
+WORKERS=${WORKERS:-tcp://127.0.0.1:5555}
+THREADS=${THREADS:-$(nproc)}
+
+if [ -n "${MODEL:-}" ]; then
+  [ -f "$MODEL" ] || { echo "run: MODEL=$MODEL: no such file" >&2; exit 1; }
+  NAME=$(basename "$MODEL" .gguf)
+  CONFIG=build/run-routes.yaml
+  # Same shape as routes.yaml, for the user's model name.
+  sed "s/\"demo\"/\"$NAME\"/g" routes.yaml > "$CONFIG"
+else
+  MODEL=models/demo-125m-q4_k_m.gguf
+  NAME=demo
+  CONFIG=routes.yaml
+  if [ ! -f "$MODEL" ]; then
+    mkdir -p models
+    echo "run: making the demo model $MODEL (random weights, for demonstration only)"
+    "$BIN/spillway-synth" --shape 125m --type q4_k_m "$MODEL"
+  fi
+fi
+
+pids=()
+stop() {
+  trap - INT TERM EXIT
+  echo; echo "run: stopping"
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  exit 0
+}
+trap stop INT TERM EXIT
+
+"$BIN/spillway-gateway" --config "$CONFIG" --http "$HTTP" --workers "tcp://*:${WORKERS##*:}" & pids+=($!)
+"$BIN/spillway-worker-cpu" --gateway "$WORKERS" --pool cpu-pool --model "$NAME=$MODEL" --threads "$THREADS" & pids+=($!)
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  "$BIN/spillway-worker-gpu" --gateway "$WORKERS" --pool gpu-pool --model "$NAME=$MODEL" & pids+=($!)
+else
+  echo "run: no GPU found: the gpu-pool route is degraded, so requests spill over to cpu-pool"
+fi
+
+port=${HTTP##*:}
+cat <<MSG
+
+Spillway is serving model "$NAME" at http://localhost:$port/v1
+  curl http://localhost:$port/v1/completions -H 'Content-Type: application/json' \\
+       -d '{"model": "$NAME", "prompt": "Once upon a time", "max_tokens": 32}'
+  dashboard metrics: http://localhost:$port/metrics     Ctrl-C stops everything.
+
+MSG
+wait -n "${pids[@]}" || true
+echo "run: a process exited; stopping the rest" >&2
+stop

@@ -1,0 +1,250 @@
+/* libspillway client: a DEALER socket to the gateway's SDK ROUTER. */
+#include "sdk/spillway.h"
+#include "proto/wire.h"
+
+#include <zmq.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct spillway_client {
+    void *ctx;
+    void *sock;
+    uint64_t next_id;
+    unsigned pid;
+};
+
+static void set_err(char *err, size_t n, const char *fmt, const char *detail) {
+    if (err && n) snprintf(err, n, fmt, detail);
+}
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen) {
+    spillway_client *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->ctx = zmq_ctx_new();
+    c->sock = c->ctx ? zmq_socket(c->ctx, ZMQ_DEALER) : NULL;
+    int zero = 0;
+    if (!c->sock || zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_connect(c->sock, endpoint ? endpoint : SPILLWAY_DEFAULT_ENDPOINT) != 0) {
+        set_err(err, errlen, "spillway: cannot connect: %s", zmq_strerror(zmq_errno()));
+        spillway_close(c);
+        return NULL;
+    }
+    c->pid = (unsigned)getpid();
+    return c;
+}
+
+void spillway_close(spillway_client *c) {
+    if (!c) return;
+    if (c->sock) zmq_close(c->sock);
+    if (c->ctx) zmq_ctx_term(c->ctx);
+    free(c);
+}
+
+spillway_request spillway_request_default(const char *model) {
+    spillway_request r;
+    memset(&r, 0, sizeof r);
+    r.model = model;
+    r.max_tokens = 256;
+    r.temperature = 1.0f;
+    return r;
+}
+
+const char *spillway_finish_name(spillway_finish f) {
+    switch (f) {
+    case SPILLWAY_FINISH_STOP: return "stop";
+    case SPILLWAY_FINISH_LENGTH: return "length";
+    case SPILLWAY_FINISH_CANCELLED: return "cancelled";
+    case SPILLWAY_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+void spillway_result_free(spillway_result *r) {
+    if (!r) return;
+    free(r->text);
+    r->text = NULL;
+    r->len = 0;
+}
+
+static int append_text(spillway_result *r, const char *s, size_t n) {
+    char *t = realloc(r->text, r->len + n + 1);
+    if (!t) return -1;
+    memcpy(t + r->len, s, n);
+    r->len += n;
+    t[r->len] = 0;
+    r->text = t;
+    return 0;
+}
+
+/* Sends a GenerateRequest built from the public request struct. */
+static int send_request(spillway_client *c, const spillway_request *req, char *id, size_t idlen) {
+    Spillway__GenerateRequest g = SPILLWAY__GENERATE_REQUEST__INIT;
+    Spillway__SamplingParams sp = SPILLWAY__SAMPLING_PARAMS__INIT;
+    snprintf(id, idlen, "sdk-%u-%llu", c->pid, (unsigned long long)++c->next_id);
+    g.request_id = id;
+    g.model = (char *)req->model;
+    g.max_tokens = req->max_tokens;
+    sp.temperature = req->temperature;
+    sp.top_p = req->top_p;
+    sp.top_k = req->top_k;
+    sp.has_seed = req->has_seed;
+    sp.seed = req->seed;
+    g.sampling = &sp;
+    g.n_stop = req->n_stop;
+    g.stop = (char **)req->stop;
+
+    Spillway__ChatMessage *msgs = NULL, **mptrs = NULL;
+    if (req->n_messages) {
+        msgs = calloc(req->n_messages, sizeof *msgs);
+        mptrs = calloc(req->n_messages, sizeof *mptrs);
+        if (!msgs || !mptrs) { free(msgs); free(mptrs); return -1; }
+        for (size_t i = 0; i < req->n_messages; i++) {
+            spillway__chat_message__init(&msgs[i]);
+            msgs[i].role = (char *)req->messages[i].role;
+            msgs[i].content = (char *)req->messages[i].content;
+            mptrs[i] = &msgs[i];
+        }
+        g.n_messages = req->n_messages;
+        g.messages = mptrs;
+    } else {
+        g.prompt = (char *)(req->prompt ? req->prompt : "");
+    }
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE;
+    env.generate = &g;
+    int rc = sw_wire_send(c->sock, NULL, 0, &env, 0);
+    free(msgs);
+    free(mptrs);
+    return rc;
+}
+
+static void send_cancel(spillway_client *c, const char *id) {
+    Spillway__Cancel cn = SPILLWAY__CANCEL__INIT;
+    cn.request_id = (char *)id;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_CANCEL;
+    env.cancel = &cn;
+    sw_wire_send(c->sock, NULL, 0, &env, ZMQ_DONTWAIT);
+}
+
+/* Receives the next envelope within the deadline; NULL on timeout or garbage
+ * (err says which). Replies to other (abandoned) requests are skipped by the caller. */
+static sw_env *recv_env(spillway_client *c, int64_t deadline, char *err, size_t errlen) {
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0) { set_err(err, errlen, "spillway: %s", "timed out waiting for the gateway"); return NULL; }
+        zmq_pollitem_t it = { c->sock, 0, ZMQ_POLLIN, 0 };
+        int n = zmq_poll(&it, 1, (long)left);
+        if (n < 0) {
+            if (zmq_errno() == EINTR) continue;
+            set_err(err, errlen, "spillway: poll: %s", zmq_strerror(zmq_errno()));
+            return NULL;
+        }
+        if (n == 0) continue;
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, c->sock, 0) < 0) { zmq_msg_close(&m); continue; }
+        char derr[160];
+        sw_env *e = sw_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), derr, sizeof derr);
+        zmq_msg_close(&m);
+        if (e) return e;
+        fprintf(stderr, "spillway: ignoring invalid frame from gateway: %s\n", derr);
+    }
+}
+
+static int run_request(spillway_client *c, const spillway_request *req, spillway_stream_fn fn,
+                       void *user, spillway_result *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!req || !req->model || !*req->model) {
+        set_err(err, errlen, "spillway: %s", "request needs a model");
+        return -1;
+    }
+    char id[64];
+    if (send_request(c, req, id, sizeof id) != 0) {
+        set_err(err, errlen, "spillway: send: %s", zmq_strerror(zmq_errno()));
+        return -1;
+    }
+    int64_t deadline = now_ms() + (req->timeout_ms > 0 ? req->timeout_ms : 600000);
+    for (;;) {
+        sw_env *e = recv_env(c, deadline, err, errlen);
+        if (!e) { send_cancel(c, id); return -1; }
+        int done = 0, rc = 0;
+        if (e->body_case == SPILLWAY__ENVELOPE__BODY_CHUNK && strcmp(e->chunk->request_id, id) == 0) {
+            Spillway__TokenChunk *ch = e->chunk;
+            if (ch->pool && *ch->pool) snprintf(out->pool, sizeof out->pool, "%s", ch->pool);
+            if (ch->worker_id && *ch->worker_id) snprintf(out->worker, sizeof out->worker, "%s", ch->worker_id);
+            size_t n = strlen(ch->text);
+            if (n && append_text(out, ch->text, n) != 0) { rc = -1; done = 1; }
+            if (!done && n && fn && fn(user, ch->text, n) != 0) {
+                send_cancel(c, id);
+                out->finish = SPILLWAY_FINISH_CANCELLED;
+                done = 1;
+            }
+            if (!done && ch->finish_reason != SPILLWAY__FINISH_REASON__FINISH_NONE) {
+                out->finish = (spillway_finish)ch->finish_reason;
+                if (ch->usage) {
+                    out->prompt_tokens = ch->usage->prompt_tokens;
+                    out->completion_tokens = ch->usage->completion_tokens;
+                }
+                if (out->finish == SPILLWAY_FINISH_ERROR) {
+                    set_err(err, errlen, "spillway: %s", "the worker failed mid-stream");
+                    rc = -1;
+                }
+                done = 1;
+            }
+        } else if (e->body_case == SPILLWAY__ENVELOPE__BODY_ERROR && strcmp(e->error->request_id, id) == 0) {
+            out->error_code = (int)e->error->code;
+            out->finish = SPILLWAY_FINISH_ERROR;
+            if (err && errlen) snprintf(err, errlen, "spillway: gateway error %u: %s", e->error->code, e->error->message);
+            rc = -1;
+            done = 1;
+        }
+        sw_wire_free(e);
+        if (done) return rc;
+    }
+}
+
+int spillway_complete(spillway_client *c, const spillway_request *req,
+                      spillway_result *out, char *err, size_t errlen) {
+    return run_request(c, req, NULL, NULL, out, err, errlen);
+}
+
+int spillway_complete_stream(spillway_client *c, const spillway_request *req,
+                             spillway_stream_fn fn, void *user,
+                             spillway_result *out, char *err, size_t errlen) {
+    return run_request(c, req, fn, user, out, err, errlen);
+}
+
+char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errlen) {
+    char id[64];
+    snprintf(id, sizeof id, "sdk-%u-%llu", c->pid, (unsigned long long)++c->next_id);
+    Spillway__StatusRequest sr = SPILLWAY__STATUS_REQUEST__INIT;
+    sr.request_id = id;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST;
+    env.status_request = &sr;
+    if (sw_wire_send(c->sock, NULL, 0, &env, 0) != 0) {
+        set_err(err, errlen, "spillway: send: %s", zmq_strerror(zmq_errno()));
+        return NULL;
+    }
+    int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 5000);
+    for (;;) {
+        sw_env *e = recv_env(c, deadline, err, errlen);
+        if (!e) return NULL;
+        char *json = NULL;
+        if (e->body_case == SPILLWAY__ENVELOPE__BODY_STATUS_REPLY && strcmp(e->status_reply->request_id, id) == 0)
+            json = strdup(e->status_reply->json);
+        sw_wire_free(e);
+        if (json) return json;
+    }
+}

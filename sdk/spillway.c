@@ -1,0 +1,127 @@
+/* spillway: command-line client for a Spillway gateway, over the native SDK.
+ *
+ *   spillway complete -m MODEL [-n N] [--temp T] [--seed S] [--stop S] PROMPT
+ *   spillway chat     -m MODEL [--system TEXT] [-n N] [--temp T] MESSAGE
+ *   spillway status
+ * Common: -e ENDPOINT (default tcp://127.0.0.1:5556 or $SPILLWAY_ENDPOINT),
+ *         --timeout MS. Text streams to stdout; the summary goes to stderr.
+ */
+#include "sdk/spillway.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: spillway complete -m MODEL [options] PROMPT\n"
+        "       spillway chat -m MODEL [--system TEXT] [options] MESSAGE\n"
+        "       spillway status\n"
+        "options: -e ENDPOINT  -n MAX_TOKENS  --temp T  --top-p P  --top-k K  --seed S\n"
+        "         --stop TEXT (repeatable)  --timeout MS  -q (no summary)\n");
+}
+
+static int parse_num(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "spillway: %s: '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int print_delta(void *user, const char *delta, size_t len) {
+    (void)user;
+    fwrite(delta, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    const char *endpoint = getenv("SPILLWAY_ENDPOINT");
+    if (!endpoint || !*endpoint) endpoint = SPILLWAY_DEFAULT_ENDPOINT;
+    const char *system_msg = NULL;
+    const char *stops[16];
+    int quiet = 0;
+    spillway_request req = spillway_request_default(NULL);
+
+    static const struct option opts[] = {
+        {"endpoint", required_argument, 0, 'e'}, {"model", required_argument, 0, 'm'},
+        {"max-tokens", required_argument, 0, 'n'}, {"temp", required_argument, 0, 't'},
+        {"top-p", required_argument, 0, 'p'}, {"top-k", required_argument, 0, 'k'},
+        {"seed", required_argument, 0, 's'}, {"stop", required_argument, 0, 'S'},
+        {"system", required_argument, 0, 'y'}, {"timeout", required_argument, 0, 'T'},
+        {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
+    optind = 2;
+    int c;
+    double v;
+    while ((c = getopt_long(argc, argv, "e:m:n:q", opts, NULL)) != -1) {
+        switch (c) {
+        case 'e': endpoint = optarg; break;
+        case 'm': req.model = optarg; break;
+        case 'n': if (parse_num("-n", optarg, 1, 1 << 20, &v)) return 2; req.max_tokens = (uint32_t)v; break;
+        case 't': if (parse_num("--temp", optarg, 0, 100, &v)) return 2; req.temperature = (float)v; break;
+        case 'p': if (parse_num("--top-p", optarg, 0, 1, &v)) return 2; req.top_p = (float)v; break;
+        case 'k': if (parse_num("--top-k", optarg, 0, 1 << 20, &v)) return 2; req.top_k = (uint32_t)v; break;
+        case 's': if (parse_num("--seed", optarg, 0, 1.8e19, &v)) return 2; req.seed = (uint64_t)v; req.has_seed = true; break;
+        case 'S':
+            if (req.n_stop >= 16) { fprintf(stderr, "spillway: at most 16 --stop strings\n"); return 2; }
+            stops[req.n_stop++] = optarg; req.stop = stops; break;
+        case 'y': system_msg = optarg; break;
+        case 'T': if (parse_num("--timeout", optarg, 1, 86400000, &v)) return 2; req.timeout_ms = (int)v; break;
+        case 'q': quiet = 1; break;
+        default: usage(stderr); return 2;
+        }
+    }
+
+    char err[512];
+    spillway_client *cl = spillway_connect(endpoint, err, sizeof err);
+    if (!cl) { fprintf(stderr, "%s\n", err); return 1; }
+    int rc = 0;
+    if (!strcmp(cmd, "status")) {
+        char *json = spillway_status(cl, req.timeout_ms, err, sizeof err);
+        if (json) { printf("%s\n", json); free(json); }
+        else { fprintf(stderr, "%s\n", err); rc = 1; }
+    } else if (!strcmp(cmd, "complete") || !strcmp(cmd, "chat")) {
+        if (!req.model || optind != argc - 1) {
+            fprintf(stderr, "spillway %s: needs -m MODEL and exactly one text argument\n", cmd);
+            spillway_close(cl);
+            return 2;
+        }
+        spillway_message msgs[2];
+        if (!strcmp(cmd, "chat")) {
+            size_t n = 0;
+            if (system_msg) msgs[n++] = (spillway_message){"system", system_msg};
+            msgs[n++] = (spillway_message){"user", argv[optind]};
+            req.messages = msgs;
+            req.n_messages = n;
+        } else {
+            req.prompt = argv[optind];
+        }
+        spillway_result res;
+        rc = spillway_complete_stream(cl, &req, print_delta, NULL, &res, err, sizeof err) ? 1 : 0;
+        printf("\n");
+        if (rc) fprintf(stderr, "%s\n", err);
+        if (!quiet)
+            fprintf(stderr, "[finish=%s prompt_tokens=%u completion_tokens=%u pool=%s worker=%s]\n",
+                    spillway_finish_name(res.finish), res.prompt_tokens, res.completion_tokens,
+                    res.pool, res.worker);
+        spillway_result_free(&res);
+    } else {
+        fprintf(stderr, "spillway: unknown command '%s'\n", cmd);
+        usage(stderr);
+        rc = 2;
+    }
+    spillway_close(cl);
+    return rc;
+}

@@ -1,0 +1,94 @@
+/* libspillway: the native C client for a Spillway gateway.
+ *
+ * It speaks the same ZeroMQ/protobuf protocol as the workers (one Envelope per
+ * frame, proto/spillway.proto) to the gateway's SDK endpoint (spillway-gateway
+ * --sdk, default tcp://127.0.0.1:5556), so requests skip HTTP and JSON
+ * entirely and go through the same routing, overflow and metrics.
+ *
+ * A client owns one ZeroMQ socket, so use one client per thread.
+ *
+ *   spillway_client *c = spillway_connect("tcp://127.0.0.1:5556", err, sizeof err);
+ *   spillway_request r = spillway_request_default("demo");
+ *   r.prompt = "Once upon a time"; r.max_tokens = 32;
+ *   spillway_result res;
+ *   if (spillway_complete(c, &r, &res, err, sizeof err) == 0) puts(res.text);
+ *   spillway_result_free(&res); spillway_close(c);
+ */
+#ifndef SPILLWAY_SDK_H
+#define SPILLWAY_SDK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPILLWAY_DEFAULT_ENDPOINT "tcp://127.0.0.1:5556"
+
+typedef struct spillway_client spillway_client;
+
+typedef struct {
+    const char *role;      /* "system", "user", "assistant" */
+    const char *content;
+} spillway_message;
+
+typedef struct {
+    const char *model;
+    const char *prompt;                 /* a completion, or ... */
+    const spillway_message *messages;   /* ... a chat (n_messages > 0) */
+    size_t n_messages;
+    uint32_t max_tokens;
+    float temperature;                  /* 0 = greedy */
+    float top_p;
+    uint32_t top_k;
+    bool has_seed;
+    uint64_t seed;
+    const char *const *stop;
+    size_t n_stop;
+    int timeout_ms;                     /* whole request; 0 = 10 minutes */
+} spillway_request;
+
+typedef enum {
+    SPILLWAY_FINISH_NONE = 0, SPILLWAY_FINISH_STOP = 1, SPILLWAY_FINISH_LENGTH = 2,
+    SPILLWAY_FINISH_CANCELLED = 3, SPILLWAY_FINISH_ERROR = 4
+} spillway_finish;
+
+typedef struct {
+    char *text;                 /* malloc'd, NUL-terminated: the whole continuation */
+    size_t len;
+    spillway_finish finish;
+    uint32_t prompt_tokens, completion_tokens;
+    char pool[64];              /* which pool and worker served it */
+    char worker[128];
+    int error_code;             /* HTTP-like status when the gateway refused it, else 0 */
+} spillway_result;
+
+/* Called for each text delta; return non-zero to cancel the request. */
+typedef int (*spillway_stream_fn)(void *user, const char *delta, size_t len);
+
+spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen);
+void spillway_close(spillway_client *c);
+
+spillway_request spillway_request_default(const char *model);
+
+/* Blocking call: returns 0 when the request finished (any finish reason but
+ * ERROR), -1 with err filled otherwise (result still describes what came). */
+int spillway_complete(spillway_client *c, const spillway_request *req,
+                      spillway_result *out, char *err, size_t errlen);
+/* Streaming call: `fn` sees each delta as it arrives; out gets the total. */
+int spillway_complete_stream(spillway_client *c, const spillway_request *req,
+                             spillway_stream_fn fn, void *user,
+                             spillway_result *out, char *err, size_t errlen);
+void spillway_result_free(spillway_result *r);
+
+/* The gateway's status document (pools, workers, load) as JSON; caller frees. */
+char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errlen);
+
+const char *spillway_finish_name(spillway_finish f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
