@@ -1,0 +1,958 @@
+/* Tokenizers built from GGUF metadata.
+ *
+ * SPM ("llama"): spaces become U+2581 "▁", a dummy "▁" is put in front, the
+ * text is split into UTF-8 characters, and adjacent symbols are merged,
+ * always taking the pair whose merged text is the vocabulary piece with the
+ * highest score (ties: leftmost). Characters that end up outside the vocab
+ * fall back to <0xNN> byte tokens.
+ *
+ * BPE ("gpt2"): the text is split into words by the pre-tokenizer (a hand
+ * written equivalent of the GPT-2 or Llama-3 regex), each word's bytes are
+ * mapped to printable code points (GPT-2's byte<->unicode table), and
+ * adjacent symbols are merged by merge rank (lowest first, ties: leftmost).
+ *
+ * Both merge loops share one engine: symbols in a linked list over a buffer,
+ * candidate pairs in a binary heap, stale pairs discarded when popped. That
+ * keeps long inputs at O(n log n).
+ */
+#include "llm/tokenizer.h"
+
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Generated range tables (llm/unicode_tables.c, by llm/gen_unicode_tables.py). */
+extern const uint32_t sw_uni_letter[][2];
+extern const int sw_uni_letter_n;
+extern const uint32_t sw_uni_number[][2];
+extern const int sw_uni_number_n;
+extern const uint32_t sw_uni_space[][2];
+extern const int sw_uni_space_n;
+
+/* Token types as GGUF stores them (tokenizer.ggml.token_type). */
+enum { TT_UNDEFINED = 0, TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3,
+       TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+
+enum { PRE_GPT2 = 0, PRE_LLAMA3 = 1 };
+
+#define MAX_VOCAB (1 << 24)
+#define MAX_TEXT_LEN ((size_t)1 << 28)   /* keeps symbol indices within int */
+
+/* ---- string -> int map (open addressing, keys point into an arena) ---- */
+
+typedef struct { const char *s; uint32_t len, hash; int32_t val; } map_slot;
+typedef struct { map_slot *slot; uint32_t cap; } strmap;
+
+static uint32_t hash_bytes(const char *s, size_t n) {
+    uint32_t h = 2166136261u;                       /* FNV-1a */
+    for (size_t i = 0; i < n; i++) { h ^= (uint8_t)s[i]; h *= 16777619u; }
+    return h;
+}
+
+static bool map_init(strmap *m, uint64_t n) {
+    uint32_t cap = 16;
+    while (cap < n * 2) cap <<= 1;                  /* load factor <= 0.5 */
+    m->slot = calloc(cap, sizeof *m->slot);
+    m->cap = cap;
+    return m->slot != NULL;
+}
+
+/* Inserts unless present (the first occurrence of a duplicate text wins). */
+static void map_put(strmap *m, const char *s, uint32_t len, int32_t val) {
+    uint32_t h = hash_bytes(s, len), i = h & (m->cap - 1);
+    while (m->slot[i].s) {
+        if (m->slot[i].hash == h && m->slot[i].len == len && memcmp(m->slot[i].s, s, len) == 0) return;
+        i = (i + 1) & (m->cap - 1);
+    }
+    m->slot[i] = (map_slot){ s, len, h, val };
+}
+
+static int32_t map_get(const strmap *m, const char *s, size_t len) {
+    if (!m->slot) return -1;
+    uint32_t h = hash_bytes(s, len), i = h & (m->cap - 1);
+    while (m->slot[i].s) {
+        if (m->slot[i].hash == h && m->slot[i].len == len && memcmp(m->slot[i].s, s, len) == 0)
+            return m->slot[i].val;
+        i = (i + 1) & (m->cap - 1);
+    }
+    return -1;
+}
+
+/* ---- the tokenizer ---- */
+
+struct sw_tokenizer {
+    sw_tok_kind kind;
+    int32_t n_vocab;
+    char *arena;             /* every token text, NUL-terminated */
+    uint32_t *off, *len;     /* token i's text is arena + off[i], len[i] bytes */
+    float *score;
+    uint8_t *type;
+    uint8_t *eog;            /* per id: ends generation */
+    strmap vocab;            /* text -> id */
+    strmap merges;           /* "left right" -> rank (BPE) */
+    char *merge_arena;
+    int32_t byte_tok[256];   /* SPM: <0xNN>; BPE: the token of that byte's mapped char */
+    int32_t bos, eos, unk;
+    bool add_bos, add_space_prefix, has_byte_tokens;
+    int pre;
+    uint32_t max_len;        /* longest token text */
+    int32_t *special;        /* control / user-defined ids, longest text first */
+    int n_special, n_user;     /* n_user: how many of them are user-defined */
+    uint8_t special_first[32]; /* bitmap of the first bytes of special texts */
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, const char *a) {
+    if (err && errlen) snprintf(err, errlen, fmt, a);
+}
+
+/* An id from metadata, or -1 when absent or out of range (files use
+ * 0xFFFFFFFF and negative values for "none"). */
+static int32_t meta_id(const gguf_file *f, const char *key, int32_t dflt, int32_t n_vocab) {
+    int64_t v;
+    if (!gguf_get_i64(f, key, &v)) v = dflt;
+    return v >= 0 && v < n_vocab ? (int32_t)v : -1;
+}
+
+static bool gguf_str_eq(gguf_str s, const char *lit) {
+    size_t n = strlen(lit);
+    return s.len == n && memcmp(s.ptr, lit, n) == 0;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* "<0xNN>" -> NN, else -1. */
+static int byte_token_value(const char *s, uint32_t n) {
+    if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
+    int h = hexval(s[3]), l = hexval(s[4]);
+    return h < 0 || l < 0 ? -1 : h * 16 + l;
+}
+
+/* GPT-2's byte -> code point table: printable Latin-1 bytes map to
+ * themselves, the rest to 256, 257, ... in byte order. */
+static uint32_t byte_to_cp[256];
+static int16_t cp_to_byte[512];  /* -1 for code points that are no byte's image */
+
+static void build_byte_map(void) {
+    int n = 0;
+    for (int i = 0; i < 512; i++) cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        bool keep = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        byte_to_cp[b] = keep ? (uint32_t)b : 256u + (uint32_t)n++;
+        cp_to_byte[byte_to_cp[b]] = (int16_t)b;
+    }
+}
+
+static void init_byte_map(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;   /* tokenizers may load on several threads */
+    pthread_once(&once, build_byte_map);
+}
+
+static int utf8_put(uint32_t cp, char *out) {
+    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F)); return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18)); out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F)); return 4;
+}
+
+/* Decodes one code point at s[0..n); *cp gets it. Invalid or truncated
+ * sequences consume one byte and give SW_INVALID_CP + byte, which no
+ * character class contains, so the byte still reaches the tokenizer. */
+#define SW_INVALID_CP 0x110000u
+static int utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
+    uint8_t b = s[0];
+    if (b < 0x80) { *cp = b; return 1; }
+    int need; uint32_t c; uint8_t lo = 0x80, hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) { need = 1; c = b & 0x1F; }
+    else if (b >= 0xE0 && b <= 0xEF) { need = 2; c = b & 0x0F; if (b == 0xE0) lo = 0xA0; if (b == 0xED) hi = 0x9F; }
+    else if (b >= 0xF0 && b <= 0xF4) { need = 3; c = b & 0x07; if (b == 0xF0) lo = 0x90; if (b == 0xF4) hi = 0x8F; }
+    else { *cp = SW_INVALID_CP + b; return 1; }
+    if ((size_t)need >= n) { *cp = SW_INVALID_CP + b; return 1; }
+    for (int k = 1; k <= need; k++) {
+        uint8_t x = s[k];
+        if (x < lo || x > hi) { *cp = SW_INVALID_CP + b; return 1; }
+        lo = 0x80; hi = 0xBF;
+        c = (c << 6) | (x & 0x3F);
+    }
+    *cp = c;
+    return need + 1;
+}
+
+static bool in_ranges(const uint32_t (*r)[2], int n, uint32_t cp) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < r[mid][0]) hi = mid - 1;
+        else if (cp > r[mid][1]) lo = mid + 1;
+        else return true;
+    }
+    return false;
+}
+
+enum { CL_OTHER = 0, CL_LETTER = 1, CL_NUMBER = 2, CL_SPACE = 3 };
+
+static int cp_class(uint32_t cp) {
+    if (cp < 0x80) {
+        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return CL_LETTER;
+        if (cp >= '0' && cp <= '9') return CL_NUMBER;
+        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return CL_SPACE;
+        return CL_OTHER;
+    }
+    if (cp >= SW_INVALID_CP) return CL_OTHER;
+    if (in_ranges(sw_uni_letter, sw_uni_letter_n, cp)) return CL_LETTER;
+    if (in_ranges(sw_uni_number, sw_uni_number_n, cp)) return CL_NUMBER;
+    if (in_ranges(sw_uni_space, sw_uni_space_n, cp)) return CL_SPACE;
+    return CL_OTHER;
+}
+
+/* ---- loading ---- */
+
+static int cmp_special_len(const void *a, const void *b, void *ctx) {
+    const sw_tokenizer *t = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (t->len[x] != t->len[y]) return t->len[x] > t->len[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static bool load_tokens(sw_tokenizer *t, const gguf_kv *kv, char *err, size_t errlen) {
+    uint64_t n = kv->v.arr.n, total = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        gguf_str s = gguf_arr_str(kv, i);
+        if (s.len > UINT32_MAX / 2) { set_err(err, errlen, "tokenizer.ggml.tokens: %s", "token text too long"); return false; }
+        total += s.len + 1;
+    }
+    if (total > UINT32_MAX) { set_err(err, errlen, "tokenizer.ggml.tokens: %s", "texts too large"); return false; }
+    t->arena = malloc(total ? total : 1);
+    t->off = malloc(n * sizeof *t->off);
+    t->len = malloc(n * sizeof *t->len);
+    if (!t->arena || !t->off || !t->len || !map_init(&t->vocab, n)) {
+        set_err(err, errlen, "%s", "out of memory loading the vocabulary");
+        return false;
+    }
+    uint64_t pos = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        gguf_str s = gguf_arr_str(kv, i);
+        if (s.len) memcpy(t->arena + pos, s.ptr, s.len);
+        t->arena[pos + s.len] = 0;
+        t->off[i] = (uint32_t)pos;
+        t->len[i] = (uint32_t)s.len;
+        if (s.len > t->max_len) t->max_len = (uint32_t)s.len;
+        pos += s.len + 1;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        map_put(&t->vocab, t->arena + t->off[i], t->len[i], (int32_t)i);
+    return true;
+}
+
+static bool load_merges(sw_tokenizer *t, const gguf_file *f, char *err, size_t errlen) {
+    const gguf_kv *kv = gguf_find(f, "tokenizer.ggml.merges");
+    if (!kv || kv->type != GGUF_VT_ARRAY || kv->v.arr.type != GGUF_VT_STRING) {
+        set_err(err, errlen, "%s", "tokenizer.ggml.merges: missing or not a string array (needed by gpt2 tokenizers)");
+        return false;
+    }
+    uint64_t n = kv->v.arr.n, total = 0;
+    if (n > MAX_VOCAB * 4ull) { set_err(err, errlen, "%s", "tokenizer.ggml.merges: too many merges"); return false; }
+    for (uint64_t i = 0; i < n; i++) total += gguf_arr_str(kv, i).len + 1;
+    if (total > UINT32_MAX) { set_err(err, errlen, "%s", "tokenizer.ggml.merges: texts too large"); return false; }
+    t->merge_arena = malloc(total ? total : 1);
+    if (!t->merge_arena || !map_init(&t->merges, n)) {
+        set_err(err, errlen, "%s", "out of memory loading merges");
+        return false;
+    }
+    uint64_t pos = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        gguf_str s = gguf_arr_str(kv, i);
+        if (s.len > UINT32_MAX / 2) { set_err(err, errlen, "%s", "tokenizer.ggml.merges: entry too long"); return false; }
+        if (s.len) memcpy(t->merge_arena + pos, s.ptr, s.len);
+        t->merge_arena[pos + s.len] = 0;
+        /* A merge is "left right"; entries without the separator can never match. */
+        map_put(&t->merges, t->merge_arena + pos, (uint32_t)s.len, (int32_t)i);
+        pos += s.len + 1;
+    }
+    return true;
+}
+
+/* Texts of control tokens that end a turn in the common chat formats. */
+static const char *const eog_texts[] = {
+    "</s>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+    "<|endoftext|>", "<|end_of_text|>", "<eos>", NULL
+};
+
+static bool finish_load(sw_tokenizer *t, const gguf_file *f, char *err, size_t errlen) {
+    int32_t n = t->n_vocab;
+    for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
+    if (t->kind == SW_TOK_SPM) {
+        for (int32_t i = 0; i < n; i++) {
+            if (t->type[i] != TT_BYTE && t->type[i] != TT_UNDEFINED) continue;
+            int v = byte_token_value(t->arena + t->off[i], t->len[i]);
+            if (v >= 0 && t->byte_tok[v] < 0) { t->byte_tok[v] = i; t->has_byte_tokens = true; }
+        }
+    } else {
+        init_byte_map();
+        for (int b = 0; b < 256; b++) {
+            char u[4];
+            int k = utf8_put(byte_to_cp[b], u);
+            t->byte_tok[b] = map_get(&t->vocab, u, (size_t)k);
+        }
+    }
+
+    t->special = malloc((size_t)n * sizeof *t->special);
+    t->eog = calloc((size_t)n, 1);
+    if (!t->special || !t->eog) { set_err(err, errlen, "%s", "out of memory"); return false; }
+    for (int32_t i = 0; i < n; i++) {
+        if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER) && t->len[i] > 0) {
+            t->special[t->n_special++] = i;
+            t->n_user += t->type[i] == TT_USER;
+            uint8_t c = (uint8_t)t->arena[t->off[i]];
+            t->special_first[c >> 3] |= (uint8_t)(1u << (c & 7));
+        }
+    }
+    qsort_r(t->special, (size_t)t->n_special, sizeof *t->special, cmp_special_len, t);
+
+    if (t->eos >= 0) t->eog[t->eos] = 1;
+    const char *eog_keys[] = { "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id" };
+    for (int k = 0; k < 2; k++) {
+        int32_t id = meta_id(f, eog_keys[k], -1, n);
+        if (id >= 0) t->eog[id] = 1;
+    }
+    for (int k = 0; eog_texts[k]; k++) {
+        int32_t id = map_get(&t->vocab, eog_texts[k], strlen(eog_texts[k]));
+        if (id >= 0 && t->type[id] == TT_CONTROL) t->eog[id] = 1;
+    }
+    return true;
+}
+
+sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
+    gguf_str model;
+    if (!f) { set_err(err, errlen, "%s", "no file"); return NULL; }
+    if (!gguf_get_str(f, "tokenizer.ggml.model", &model)) {
+        set_err(err, errlen, "%s", "tokenizer.ggml.model: missing (the file has no tokenizer)");
+        return NULL;
+    }
+    sw_tok_kind kind;
+    if (gguf_str_eq(model, "llama")) kind = SW_TOK_SPM;
+    else if (gguf_str_eq(model, "gpt2")) kind = SW_TOK_BPE;
+    else {
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(model.len < 60 ? model.len : 60), model.ptr);
+        set_err(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%s' (want llama or gpt2)", name);
+        return NULL;
+    }
+    const gguf_kv *tokens = gguf_find(f, "tokenizer.ggml.tokens");
+    if (!tokens || tokens->type != GGUF_VT_ARRAY || tokens->v.arr.type != GGUF_VT_STRING) {
+        set_err(err, errlen, "%s", "tokenizer.ggml.tokens: missing or not a string array");
+        return NULL;
+    }
+    uint64_t n = tokens->v.arr.n;
+    if (n == 0 || n > MAX_VOCAB) {
+        set_err(err, errlen, "%s", "tokenizer.ggml.tokens: vocabulary size out of range");
+        return NULL;
+    }
+    const gguf_kv *scores = gguf_find(f, "tokenizer.ggml.scores");
+    if (scores && (scores->type != GGUF_VT_ARRAY || scores->v.arr.type != GGUF_VT_FLOAT32 || scores->v.arr.n != n)) {
+        set_err(err, errlen, "%s", "tokenizer.ggml.scores: not a float32 array as long as tokenizer.ggml.tokens");
+        return NULL;
+    }
+    const gguf_kv *types = gguf_find(f, "tokenizer.ggml.token_type");
+    if (types) {
+        bool int_arr = types->type == GGUF_VT_ARRAY && types->v.arr.type != GGUF_VT_STRING &&
+                       types->v.arr.type != GGUF_VT_FLOAT32 && types->v.arr.type != GGUF_VT_FLOAT64 &&
+                       types->v.arr.type != GGUF_VT_BOOL;
+        if (!int_arr || types->v.arr.n != n) {
+            set_err(err, errlen, "%s", "tokenizer.ggml.token_type: not an integer array as long as tokenizer.ggml.tokens");
+            return NULL;
+        }
+    }
+
+    sw_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) { set_err(err, errlen, "%s", "out of memory"); return NULL; }
+    t->kind = kind;
+    t->n_vocab = (int32_t)n;
+    t->score = calloc(n, sizeof *t->score);
+    t->type = malloc(n);
+    if (!t->score || !t->type) { set_err(err, errlen, "%s", "out of memory"); goto fail; }
+    if (!load_tokens(t, tokens, err, errlen)) goto fail;
+    for (uint64_t i = 0; i < n; i++) {
+        if (scores) t->score[i] = gguf_arr_f32(scores, i);
+        if (isnan(t->score[i])) t->score[i] = -INFINITY;   /* keeps the heap order total */
+        int64_t ty = types ? gguf_arr_int(types, i) : TT_NORMAL;
+        t->type[i] = (uint8_t)(ty >= 0 && ty <= TT_BYTE ? ty : TT_UNDEFINED);
+        /* Without a type array, SPM byte tokens are known by their text. */
+        if (!types && kind == SW_TOK_SPM && byte_token_value(t->arena + t->off[i], t->len[i]) >= 0)
+            t->type[i] = TT_BYTE;
+    }
+    if (kind == SW_TOK_BPE && !load_merges(t, f, err, errlen)) goto fail;
+
+    int32_t nv = t->n_vocab;
+    t->bos = meta_id(f, "tokenizer.ggml.bos_token_id", kind == SW_TOK_SPM ? 1 : -1, nv);
+    t->eos = meta_id(f, "tokenizer.ggml.eos_token_id", kind == SW_TOK_SPM ? 2 : -1, nv);
+    t->unk = meta_id(f, "tokenizer.ggml.unknown_token_id", kind == SW_TOK_SPM ? 0 : -1, nv);
+    if (!gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos)) t->add_bos = kind == SW_TOK_SPM;
+    if (!gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix))
+        t->add_space_prefix = kind == SW_TOK_SPM;
+
+    t->pre = PRE_GPT2;
+    gguf_str pre;
+    if (kind == SW_TOK_BPE && gguf_get_str(f, "tokenizer.ggml.pre", &pre)) {
+        if (gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3") || gguf_str_eq(pre, "llama-v3"))
+            t->pre = PRE_LLAMA3;
+        else if (!gguf_str_eq(pre, "gpt-2") && !gguf_str_eq(pre, "gpt2") && !gguf_str_eq(pre, "default"))
+            /* Not fatal: the GPT-2 split is the closest general rule, but the
+             * ids may differ from the model's own tokenizer. */
+            fprintf(stderr, "tokenizer: pre-tokenizer '%.*s' not implemented, using gpt2's split\n",
+                    (int)(pre.len < 60 ? pre.len : 60), pre.ptr);
+    }
+    if (!types) {   /* ... and BOS/EOS/UNK by their ids */
+        if (t->bos >= 0) t->type[t->bos] = TT_CONTROL;
+        if (t->eos >= 0) t->type[t->eos] = TT_CONTROL;
+        if (t->unk >= 0) t->type[t->unk] = TT_UNKNOWN;
+    }
+    if (!finish_load(t, f, err, errlen)) goto fail;
+    return t;
+fail:
+    sw_tok_free(t);
+    return NULL;
+}
+
+void sw_tok_free(sw_tokenizer *t) {
+    if (!t) return;
+    free(t->arena); free(t->off); free(t->len); free(t->score); free(t->type);
+    free(t->eog); free(t->vocab.slot); free(t->merges.slot); free(t->merge_arena);
+    free(t->special);
+    free(t);
+}
+
+sw_tok_kind sw_tok_kind_of(const sw_tokenizer *t) { return t->kind; }
+int32_t sw_tok_n_vocab(const sw_tokenizer *t) { return t->n_vocab; }
+int32_t sw_tok_bos(const sw_tokenizer *t) { return t->bos; }
+int32_t sw_tok_eos(const sw_tokenizer *t) { return t->eos; }
+bool sw_tok_add_bos(const sw_tokenizer *t) { return t->add_bos && t->bos >= 0; }
+
+bool sw_tok_is_eog(const sw_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && t->eog[id];
+}
+
+int32_t sw_tok_lookup(const sw_tokenizer *t, const char *text) {
+    return text ? map_get(&t->vocab, text, strlen(text)) : -1;
+}
+
+/* ---- growable outputs ---- */
+
+typedef struct { int32_t *v; size_t n, cap; bool oom; } idvec;
+
+static void idvec_push(idvec *a, int32_t id) {
+    if (a->oom) return;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        int32_t *v = realloc(a->v, cap * sizeof *v);
+        if (!v) { a->oom = true; return; }
+        a->v = v; a->cap = cap;
+    }
+    a->v[a->n++] = id;
+}
+
+/* ---- the shared merge engine ---- */
+
+typedef struct { int prev, next; uint32_t off, len; } sym;
+typedef struct { float prio; int left, right; uint32_t len; } pair;
+
+typedef struct {
+    const sw_tokenizer *t;
+    const char *buf;         /* the text the symbols cover */
+    sym *syms;
+    pair *heap;
+    size_t n_heap, cap_heap;
+    char *scratch;           /* BPE: "left right" key */
+    size_t cap_scratch;
+    bool oom;
+} merger;
+
+/* Higher priority first; equal priority: leftmost first. */
+static bool pair_before(const pair *a, const pair *b) {
+    if (a->prio != b->prio) return a->prio > b->prio;
+    return a->left < b->left;
+}
+
+static void heap_push(merger *m, pair p) {
+    if (m->n_heap == m->cap_heap) {
+        size_t cap = m->cap_heap ? m->cap_heap * 2 : 64;
+        pair *h = realloc(m->heap, cap * sizeof *h);
+        if (!h) { m->oom = true; return; }
+        m->heap = h; m->cap_heap = cap;
+    }
+    size_t i = m->n_heap++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!pair_before(&p, &m->heap[parent])) break;
+        m->heap[i] = m->heap[parent];
+        i = parent;
+    }
+    m->heap[i] = p;
+}
+
+static pair heap_pop(merger *m) {
+    pair top = m->heap[0], last = m->heap[--m->n_heap];
+    size_t i = 0, n = m->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && pair_before(&m->heap[c + 1], &m->heap[c])) c++;
+        if (!pair_before(&m->heap[c], &last)) break;
+        m->heap[i] = m->heap[c];
+        i = c;
+    }
+    if (n) m->heap[i] = last;
+    return top;
+}
+
+/* SPM pieces that the merge may produce: not control, byte, unknown or unused. */
+static int32_t spm_piece(const sw_tokenizer *t, const char *s, size_t n) {
+    int32_t id = map_get(&t->vocab, s, n);
+    if (id < 0) return -1;
+    uint8_t ty = t->type[id];
+    return ty == TT_NORMAL || ty == TT_USER || ty == TT_UNDEFINED ? id : -1;
+}
+
+static void try_pair(merger *m, int l, int r) {
+    if (l < 0 || r < 0) return;
+    const sym *a = &m->syms[l], *b = &m->syms[r];
+    uint32_t len = a->len + b->len;
+    pair p = { 0, l, r, len };
+    if (m->t->kind == SW_TOK_SPM) {
+        int32_t id = spm_piece(m->t, m->buf + a->off, len);   /* symbols are adjacent in buf */
+        if (id < 0) return;
+        p.prio = m->t->score[id];
+    } else {
+        size_t need = (size_t)len + 1;
+        if (need > m->cap_scratch) {
+            char *s = realloc(m->scratch, need * 2);
+            if (!s) { m->oom = true; return; }
+            m->scratch = s; m->cap_scratch = need * 2;
+        }
+        memcpy(m->scratch, m->buf + a->off, a->len);
+        m->scratch[a->len] = ' ';
+        memcpy(m->scratch + a->len + 1, m->buf + b->off, b->len);
+        int32_t rank = map_get(&m->t->merges, m->scratch, need);
+        if (rank < 0) return;
+        p.prio = -(float)rank;
+    }
+    heap_push(m, p);
+}
+
+/* Merges the n symbols (already linked) until no candidate pair remains. */
+static void run_merges(merger *m, int n) {
+    m->n_heap = 0;
+    for (int i = 0; i + 1 < n; i++) try_pair(m, i, i + 1);
+    while (m->n_heap > 0 && !m->oom) {
+        pair p = heap_pop(m);
+        sym *a = &m->syms[p.left], *b = &m->syms[p.right];
+        /* Stale: a side was merged away or grew since the pair was queued. */
+        if (a->len == 0 || b->len == 0 || a->next != p.right || a->len + b->len != p.len) continue;
+        a->len += b->len;
+        a->next = b->next;
+        if (b->next >= 0) m->syms[b->next].prev = p.left;
+        b->len = 0;
+        try_pair(m, a->prev, p.left);
+        try_pair(m, p.left, a->next);
+    }
+}
+
+static bool ensure_syms(merger *m, size_t n) {
+    sym *s = realloc(m->syms, (n ? n : 1) * sizeof *s);
+    if (!s) { m->oom = true; return false; }
+    m->syms = s;
+    return true;
+}
+
+/* ---- SPM ---- */
+
+static void spm_encode(const sw_tokenizer *t, merger *m, const char *text, size_t len,
+                       bool dummy_prefix, idvec *out) {
+    if (len == 0) return;
+    /* Escape: each ' ' becomes "▁" (3 bytes), plus the optional prefix. */
+    size_t spaces = 0;
+    for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
+    size_t blen = len + spaces * 2 + (dummy_prefix ? 3 : 0);
+    char *buf = malloc(blen);
+    if (!buf) { m->oom = true; return; }
+    size_t p = 0;
+    if (dummy_prefix) { memcpy(buf, "\xE2\x96\x81", 3); p = 3; }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') { memcpy(buf + p, "\xE2\x96\x81", 3); p += 3; }
+        else buf[p++] = text[i];
+    }
+    if (!ensure_syms(m, blen)) { free(buf); return; }
+    int n = 0;
+    for (size_t i = 0; i < blen; n++) {
+        /* Invalid UTF-8 bytes stay single symbols (and become byte tokens). */
+        uint32_t c;
+        size_t cl = (size_t)utf8_next((const uint8_t *)buf + i, blen - i, &c);
+        m->syms[n] = (sym){ n - 1, -1, (uint32_t)i, (uint32_t)cl };
+        if (n > 0) m->syms[n - 1].next = n;
+        i += cl;
+    }
+    m->buf = buf;
+    run_merges(m, n);
+    for (int i = 0; i >= 0 && n > 0; i = m->syms[i].next) {
+        const sym *s = &m->syms[i];
+        int32_t id = spm_piece(t, buf + s->off, s->len);
+        if (id >= 0) { idvec_push(out, id); continue; }
+        if (!t->has_byte_tokens) {            /* no byte fallback: one <unk> per piece */
+            if (t->unk >= 0) idvec_push(out, t->unk);
+            continue;
+        }
+        for (uint32_t k = 0; k < s->len; k++) {
+            int32_t b = t->byte_tok[(uint8_t)buf[s->off + k]];
+            if (b < 0) b = t->unk;
+            if (b >= 0) idvec_push(out, b);
+        }
+    }
+    free(buf);
+    m->buf = NULL;
+}
+
+/* ---- BPE pre-tokenizers ---- */
+
+static bool is_nl(uint32_t c) { return c == '\r' || c == '\n'; }
+
+/* Returns the end of the word that starts at i, following
+ * 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static size_t split_gpt2(const uint32_t *cp, const uint8_t *cl, size_t n, size_t i) {
+    uint32_t c = cp[i];
+    if (c == '\'' && i + 1 < n) {
+        uint32_t d = cp[i + 1];
+        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
+        if (i + 2 < n) {
+            uint32_t e = cp[i + 2];
+            if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) return i + 3;
+        }
+    }
+    size_t j = i + (c == ' ');
+    if (j < n && cl[j] != CL_SPACE) {       /* ' ?' then a run of one class */
+        uint8_t k = cl[j];
+        while (j < n && cl[j] == k) j++;
+        return j;
+    }
+    if (cl[i] == CL_SPACE) {
+        j = i;
+        while (j < n && cl[j] == CL_SPACE) j++;
+        /* \s+(?!\S): leave the last space to prefix the next word. */
+        return (j < n && j - i > 1) ? j - 1 : j;
+    }
+    return i + 1;
+}
+
+static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static size_t split_llama3(const uint32_t *cp, const uint8_t *cl, size_t n, size_t i) {
+    uint32_t c = cp[i];
+    if (c == '\'' && i + 1 < n) {
+        uint32_t d = ascii_lower(cp[i + 1]);
+        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
+        if (i + 2 < n) {
+            uint32_t e = ascii_lower(cp[i + 2]);
+            if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) return i + 3;
+        }
+    }
+    size_t j = i;
+    if (cl[i] != CL_LETTER && cl[i] != CL_NUMBER && !is_nl(c)) j = i + 1;
+    if (j < n && cl[j] == CL_LETTER) {
+        while (j < n && cl[j] == CL_LETTER) j++;
+        return j;
+    }
+    if (cl[i] == CL_NUMBER) {
+        j = i;
+        while (j < n && j - i < 3 && cl[j] == CL_NUMBER) j++;
+        return j;
+    }
+    j = i + (c == ' ');
+    if (j < n && cl[j] == CL_OTHER) {
+        while (j < n && cl[j] == CL_OTHER) j++;
+        while (j < n && is_nl(cp[j])) j++;
+        return j;
+    }
+    if (cl[i] == CL_SPACE) {
+        size_t last_nl = SIZE_MAX;
+        j = i;
+        while (j < n && cl[j] == CL_SPACE) { if (is_nl(cp[j])) last_nl = j; j++; }
+        if (last_nl != SIZE_MAX) return last_nl + 1;          /* \s*[\r\n]+ */
+        return (j < n && j - i > 1) ? j - 1 : j;               /* \s+(?!\S) | \s+ */
+    }
+    return i + 1;
+}
+
+/* Encodes one pre-token (bytes) with byte-level BPE. */
+static void bpe_word(const sw_tokenizer *t, merger *m, const uint8_t *w, size_t len, idvec *out) {
+    char small[256];
+    size_t blen = len * 2;                  /* mapped code points are < 0x800: <= 2 bytes each */
+    char *buf = blen <= sizeof small ? small : malloc(blen);
+    if (!buf) { m->oom = true; return; }
+    if (!ensure_syms(m, len)) { if (buf != small) free(buf); return; }
+    size_t p = 0;
+    for (size_t i = 0; i < len; i++) {
+        int k = utf8_put(byte_to_cp[w[i]], buf + p);
+        m->syms[i] = (sym){ (int)i - 1, i + 1 < len ? (int)i + 1 : -1, (uint32_t)p, (uint32_t)k };
+        p += (size_t)k;
+    }
+    /* Llama 3's tokenizer takes a word that is itself a token as is. */
+    int32_t whole = t->pre == PRE_LLAMA3 ? map_get(&t->vocab, buf, p) : -1;
+    if (whole >= 0) {
+        idvec_push(out, whole);
+    } else {
+        m->buf = buf;
+        run_merges(m, (int)len);
+        for (int i = 0; i >= 0; i = m->syms[i].next) {
+            const sym *s = &m->syms[i];
+            int32_t id = map_get(&t->vocab, buf + s->off, s->len);
+            if (id >= 0) { idvec_push(out, id); continue; }
+            /* Merges made a piece the vocab lacks: fall back to one token per byte. */
+            for (uint32_t k = 0; k < s->len; ) {
+                uint32_t c;
+                int cl = utf8_next((const uint8_t *)buf + s->off + k, s->len - k, &c);
+                int32_t b = c < 512 && cp_to_byte[c] >= 0 ? t->byte_tok[cp_to_byte[c]] : -1;
+                if (b < 0) b = t->unk;
+                if (b >= 0) idvec_push(out, b);
+                k += (uint32_t)cl;
+            }
+        }
+        m->buf = NULL;
+    }
+    if (buf != small) free(buf);
+}
+
+static void bpe_encode(const sw_tokenizer *t, merger *m, const char *text, size_t len, idvec *out) {
+    if (len == 0) return;
+    uint32_t *cp = malloc(len * sizeof *cp);
+    uint32_t *off = malloc((len + 1) * sizeof *off);
+    uint8_t *cl = malloc(len);
+    if (!cp || !off || !cl) { m->oom = true; goto done; }
+    size_t n = 0;
+    for (size_t i = 0; i < len; n++) {
+        off[n] = (uint32_t)i;
+        i += (size_t)utf8_next((const uint8_t *)text + i, len - i, &cp[n]);
+        cl[n] = (uint8_t)cp_class(cp[n]);
+    }
+    off[n] = (uint32_t)len;
+    for (size_t i = 0; i < n && !m->oom; ) {
+        size_t e = t->pre == PRE_LLAMA3 ? split_llama3(cp, cl, n, i) : split_gpt2(cp, cl, n, i);
+        bpe_word(t, m, (const uint8_t *)text + off[i], off[e] - off[i], out);
+        i = e;
+    }
+done:
+    free(cp); free(off); free(cl);
+}
+
+/* ---- encode ---- */
+
+/* The special token whose text starts at s (longest first), or -1.
+ * Control tokens only count when parse_special is set. */
+static int32_t match_special(const sw_tokenizer *t, const char *s, size_t n, bool parse_special) {
+    uint8_t c = (uint8_t)s[0];
+    if (!(t->special_first[c >> 3] & (1u << (c & 7)))) return -1;
+    for (int k = 0; k < t->n_special; k++) {
+        int32_t id = t->special[k];
+        if (!parse_special && t->type[id] != TT_USER) continue;
+        if (t->len[id] <= n && memcmp(t->arena + t->off[id], s, t->len[id]) == 0) return id;
+    }
+    return -1;
+}
+
+/* Every plain-text fragment starts the text or follows a special token; like
+ * SentencePiece encoding each segment separately, each gets the dummy prefix. */
+static void encode_text(const sw_tokenizer *t, merger *m, const char *s, size_t n, idvec *out) {
+    if (t->kind == SW_TOK_SPM) spm_encode(t, m, s, n, t->add_space_prefix, out);
+    else bpe_encode(t, m, s, n, out);
+}
+
+int sw_tok_encode(const sw_tokenizer *t, const char *text, size_t len,
+                  bool add_bos, bool parse_special, int32_t *out, int max) {
+    if (!t || (!text && len) || len > MAX_TEXT_LEN) return 0;
+    idvec v = { 0 };
+    merger m = { .t = t };
+    if (add_bos && t->bos >= 0) idvec_push(&v, t->bos);
+    size_t start = 0;
+    /* User-defined tokens are always matched whole (as SentencePiece does);
+     * control tokens only on request. */
+    if ((parse_special && t->n_special > 0) || t->n_user > 0) {
+        for (size_t i = 0; i < len; ) {
+            int32_t id = match_special(t, text + i, len - i, parse_special);
+            if (id < 0) { i++; continue; }
+            encode_text(t, &m, text + start, i - start, &v);
+            idvec_push(&v, id);
+            i += t->len[id];
+            start = i;
+        }
+    }
+    encode_text(t, &m, text + start, len - start, &v);
+
+    free(m.syms); free(m.heap); free(m.scratch);
+    if (v.oom || m.oom) {
+        fprintf(stderr, "tokenizer: out of memory encoding %zu bytes\n", len);
+        free(v.v);
+        return 0;
+    }
+    int needed = v.n > INT_MAX ? INT_MAX : (int)v.n;
+    if (needed > max) { free(v.v); return -needed; }
+    if (needed) memcpy(out, v.v, (size_t)needed * sizeof *out);
+    free(v.v);
+    return needed;
+}
+
+/* ---- decode ---- */
+
+/* Writes the piece into buf, which must hold at least max_len + 8 bytes. */
+static size_t piece_raw(const sw_tokenizer *t, int32_t id, char *buf) {
+    if (id < 0 || id >= t->n_vocab) return 0;
+    const char *s = t->arena + t->off[id];
+    uint32_t n = t->len[id];
+    switch (t->type[id]) {
+    case TT_CONTROL: case TT_UNUSED: return 0;
+    case TT_UNKNOWN: memcpy(buf, " \xE2\x81\x87 ", 5); return 5;   /* " ⁇ " as SentencePiece shows <unk> */
+    case TT_USER: memcpy(buf, s, n); return n;
+    case TT_BYTE: {
+        int v = byte_token_value(s, n);
+        if (v >= 0) { buf[0] = (char)v; return 1; }
+        break;
+    }
+    default: break;
+    }
+    size_t p = 0;
+    if (t->kind == SW_TOK_SPM) {
+        for (uint32_t i = 0; i < n; ) {
+            if (i + 3 <= n && memcmp(s + i, "\xE2\x96\x81", 3) == 0) { buf[p++] = ' '; i += 3; }
+            else buf[p++] = s[i++];
+        }
+        return p;
+    }
+    for (uint32_t i = 0; i < n; ) {           /* undo the byte -> code point mapping */
+        uint32_t c;
+        int k = utf8_next((const uint8_t *)s + i, n - i, &c);
+        if (c < 512 && cp_to_byte[c] >= 0) buf[p++] = (char)cp_to_byte[c];
+        else { memcpy(buf + p, s + i, (size_t)k); p += (size_t)k; }
+        i += (uint32_t)k;
+    }
+    return p;
+}
+
+size_t sw_tok_piece(const sw_tokenizer *t, int32_t id, char *buf, size_t buflen) {
+    char small[256];
+    size_t need = (size_t)t->max_len + 8;
+    char *tmp = need <= sizeof small ? small : malloc(need);
+    if (!tmp) return 0;
+    size_t n = piece_raw(t, id, tmp);
+    if (n > buflen) n = buflen;
+    if (n) memcpy(buf, tmp, n);
+    if (tmp != small) free(tmp);
+    return n;
+}
+
+void sw_detok_init(sw_detok *d, const sw_tokenizer *t, bool strip_leading_space) {
+    memset(d, 0, sizeof *d);
+    d->tok = t;
+    d->strip_leading_space = strip_leading_space;
+    d->at_start = true;
+}
+
+typedef struct { char *out; size_t cap, n; } sink;  /* cap excludes the NUL */
+
+static void sink_put(sink *k, const char *s, size_t n) {
+    if (n > k->cap - k->n) return;            /* never split a character: drop what does not fit */
+    memcpy(k->out + k->n, s, n);
+    k->n += n;
+}
+
+static void put_replacement(sink *k) { sink_put(k, "\xEF\xBF\xBD", 3); }
+
+/* Expected length of a sequence led by b; 0 if b cannot lead one. */
+static int utf8_seq_len(uint8_t b) {
+    if (b >= 0xC2 && b <= 0xDF) return 2;
+    if (b >= 0xE0 && b <= 0xEF) return 3;
+    if (b >= 0xF0 && b <= 0xF4) return 4;
+    return 0;
+}
+
+/* Whether x may follow the bytes already pending (which begin with lead). */
+static bool utf8_cont_ok(uint8_t lead, int pos, uint8_t x) {
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (pos == 1) {
+        if (lead == 0xE0) lo = 0xA0;
+        else if (lead == 0xED) hi = 0x9F;
+        else if (lead == 0xF0) lo = 0x90;
+        else if (lead == 0xF4) hi = 0x8F;
+    }
+    return x >= lo && x <= hi;
+}
+
+/* Feeds bytes through the UTF-8 state in d: complete characters go to the
+ * sink, an incomplete tail stays pending, invalid bytes become U+FFFD. */
+static void utf8_feed(sw_detok *d, const uint8_t *in, size_t n, sink *k) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t b = in[i];
+        if (d->n_pending == 0) {
+            int need = utf8_seq_len(b);
+            if (b < 0x80) sink_put(k, (const char *)&in[i], 1);
+            else if (need == 0) put_replacement(k);
+            else d->pending[d->n_pending++] = (char)b;
+            i++;
+            continue;
+        }
+        uint8_t lead = (uint8_t)d->pending[0];
+        if (!utf8_cont_ok(lead, d->n_pending, b)) {
+            /* The pending prefix can never complete: replace it, then look at b afresh. */
+            put_replacement(k);
+            d->n_pending = 0;
+            continue;
+        }
+        d->pending[d->n_pending++] = (char)b;
+        i++;
+        if (d->n_pending == utf8_seq_len(lead)) {
+            sink_put(k, d->pending, (size_t)d->n_pending);
+            d->n_pending = 0;
+        }
+    }
+}
+
+size_t sw_detok_push(sw_detok *d, int32_t id, char *out, size_t outcap) {
+    if (!out || outcap == 0) return 0;
+    sink k = { out, outcap - 1, 0 };
+    const sw_tokenizer *t = d->tok;
+    char small[256];
+    size_t need = (size_t)t->max_len + 8;
+    char *buf = need <= sizeof small ? small : malloc(need);
+    if (buf) {
+        size_t n = piece_raw(t, id, buf);
+        const char *p = buf;
+        if (n > 0 && d->at_start) {
+            d->at_start = false;
+            /* SentencePiece drops the dummy-prefix space when decoding from the start. */
+            if (d->strip_leading_space && t->kind == SW_TOK_SPM && t->add_space_prefix && p[0] == ' ') { p++; n--; }
+        }
+        utf8_feed(d, (const uint8_t *)p, n, &k);
+        if (buf != small) free(buf);
+    }
+    out[k.n] = 0;
+    return k.n;
+}
+
+size_t sw_detok_flush(sw_detok *d, char *out, size_t outcap) {
+    if (!out || outcap == 0) { d->n_pending = 0; return 0; }
+    sink k = { out, outcap - 1, 0 };
+    if (d->n_pending > 0) put_replacement(&k);
+    d->n_pending = 0;
+    out[k.n] = 0;
+    return k.n;
+}

@@ -1,0 +1,146 @@
+/* Chat template tests: detection from representative Jinja sources of each
+ * family, exact formatted output per family, and detection from a GGUF file. */
+#include "tests/unit/check.h"
+#include "llm/chat.h"
+#include "llm/gguf.h"
+
+#include <unistd.h>
+
+/* Short representative excerpts of each family's published template. */
+static const char *LLAMA2_T =
+    "{% if messages[0]['role'] == 'system' %}{% set system_message = '<<SYS>>\\n' + messages[0]['content'] | trim + '\\n<</SYS>>\\n\\n' %}"
+    "{% endif %}{% for message in loop_messages %}{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + content | trim + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+    "{{ ' ' + content | trim + ' ' + eos_token }}{% endif %}{% endfor %}";
+static const char *LLAMA3_T =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+static const char *CHATML_T =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+static const char *MISTRAL_T =
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+    "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+    "{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}"
+    "{% endif %}{% endfor %}";
+static const char *PHI3_T =
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}"
+    "{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
+    "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}";
+static const char *GEMMA_T =
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
+    "{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}";
+
+static const sw_chat_msg CONV[] = {
+    { "system", "You are terse." },
+    { "user", "Hi there" },
+    { "assistant", " Hello! " },
+    { "user", "What is 2+2?" },
+};
+static const size_t N_CONV = sizeof CONV / sizeof CONV[0];
+
+static void expect(sw_chat_template t, const sw_chat_msg *m, size_t n, const char *want) {
+    char *got = sw_chat_format(t, m, n);
+    CHECK(got && strcmp(got, want) == 0, "%s:\n--- got ---\n%s\n--- want ---\n%s", sw_chat_name(t), got ? got : "(null)", want);
+    free(got);
+}
+
+static void test_detect(void) {
+    CHECK(sw_chat_detect(LLAMA2_T) == SW_CHAT_LLAMA2, "llama2");
+    CHECK(sw_chat_detect(LLAMA3_T) == SW_CHAT_LLAMA3, "llama3");
+    CHECK(sw_chat_detect(CHATML_T) == SW_CHAT_CHATML, "chatml");
+    CHECK(sw_chat_detect(MISTRAL_T) == SW_CHAT_MISTRAL, "mistral");
+    CHECK(sw_chat_detect(PHI3_T) == SW_CHAT_PHI3, "phi3");
+    CHECK(sw_chat_detect(GEMMA_T) == SW_CHAT_GEMMA, "gemma");
+    CHECK(sw_chat_detect(NULL) == SW_CHAT_PLAIN && sw_chat_detect("") == SW_CHAT_PLAIN, "none");
+    CHECK(sw_chat_detect("{{ messages }}") == SW_CHAT_PLAIN, "unknown template");
+    for (int i = SW_CHAT_PLAIN; i <= SW_CHAT_GEMMA; i++)
+        CHECK(sw_chat_from_name(sw_chat_name((sw_chat_template)i)) == i, "name round trip %d", i);
+    CHECK(sw_chat_from_name("jinja2") == -1 && sw_chat_from_name(NULL) == -1, "unknown name");
+    CHECK(strcmp(sw_chat_name(SW_CHAT_CHATML), "chatml") == 0, "chatml name");
+}
+
+static void test_formats(void) {
+    expect(SW_CHAT_CHATML, CONV, N_CONV,
+        "<|im_start|>system\nYou are terse.<|im_end|>\n"
+        "<|im_start|>user\nHi there<|im_end|>\n"
+        "<|im_start|>assistant\n Hello! <|im_end|>\n"
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+        "<|im_start|>assistant\n");
+    expect(SW_CHAT_LLAMA3, CONV, N_CONV,
+        "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    expect(SW_CHAT_LLAMA2, CONV, N_CONV,
+        "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST] Hello! </s>"
+        "<s>[INST] What is 2+2? [/INST]");
+    expect(SW_CHAT_MISTRAL, CONV, N_CONV,
+        "[INST] You are terse.\n\nHi there [/INST] Hello! </s>"
+        "[INST] What is 2+2? [/INST]");
+    expect(SW_CHAT_PHI3, CONV, N_CONV,
+        "<|system|>\nYou are terse.<|end|>\n<|user|>\nHi there<|end|>\n"
+        "<|assistant|>\n Hello! <|end|>\n<|user|>\nWhat is 2+2?<|end|>\n<|assistant|>\n");
+    expect(SW_CHAT_GEMMA, CONV, N_CONV,
+        "<start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
+        "<start_of_turn>model\nHello!<end_of_turn>\n"
+        "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n");
+    expect(SW_CHAT_PLAIN, CONV, N_CONV,
+        "system: You are terse.\nuser: Hi there\nassistant:  Hello! \nuser: What is 2+2?\nassistant:");
+
+    /* A single user message, no system prompt. */
+    const sw_chat_msg one[] = { { "user", "Hello" } };
+    expect(SW_CHAT_LLAMA2, one, 1, "[INST] Hello [/INST]");
+    expect(SW_CHAT_MISTRAL, one, 1, "[INST] Hello [/INST]");
+    expect(SW_CHAT_GEMMA, one, 1, "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n");
+    expect(SW_CHAT_CHATML, one, 1, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+    /* Empty conversations still end with the assistant opener; NULL fields are tolerated. */
+    expect(SW_CHAT_CHATML, NULL, 0, "<|im_start|>assistant\n");
+    expect(SW_CHAT_PLAIN, NULL, 0, "assistant:");
+    const sw_chat_msg nulls[] = { { NULL, NULL } };
+    expect(SW_CHAT_CHATML, nulls, 1, "<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n");
+    /* Only a system prompt: the families without a system role turn it into the user turn. */
+    const sw_chat_msg sys_only[] = { { "system", "Be nice." } };
+    expect(SW_CHAT_GEMMA, sys_only, 1, "<start_of_turn>user\nBe nice.<end_of_turn>\n<start_of_turn>model\n");
+    /* An out-of-range family formats as plain. */
+    expect((sw_chat_template)99, one, 1, "user: Hello\nassistant:");
+}
+
+static void test_gguf_detect(void) {
+    char path[] = "/tmp/sw_test_chat_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0) return;
+    close(fd);
+    const char *tmpl[] = { CHATML_T, NULL, NULL };
+    const char *arch[] = { "qwen2", "gemma2", "llama" };
+    const sw_chat_template want[] = { SW_CHAT_CHATML, SW_CHAT_GEMMA, SW_CHAT_PLAIN };
+    for (int i = 0; i < 3; i++) {
+        gguf_writer *w = gguf_writer_new();
+        gguf_w_str(w, "general.architecture", arch[i]);
+        if (tmpl[i]) gguf_w_str(w, "tokenizer.chat_template", tmpl[i]);
+        char err[256] = "";
+        CHECK(gguf_writer_write(w, path, err, sizeof err), "%s", err);
+        gguf_writer_free(w);
+        gguf_file *f = gguf_open(path, err, sizeof err);
+        CHECK(f != NULL, "%s", err);
+        if (!f) continue;
+        CHECK(sw_chat_detect_gguf(f) == want[i], "case %d: %s", i, sw_chat_name(sw_chat_detect_gguf(f)));
+        gguf_close(f);
+    }
+    CHECK(sw_chat_detect_gguf(NULL) == SW_CHAT_PLAIN, "NULL file");
+    unlink(path);
+}
+
+int main(void) {
+    test_detect();
+    test_formats();
+    test_gguf_detect();
+    CHECK_DONE();
+}
