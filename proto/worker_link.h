@@ -12,6 +12,16 @@
  *   - the compute thread (the caller of sw_worker_run) drives the engine:
  *     between steps it drains new requests and cancels (iteration-level
  *     scheduling), then calls step().
+ *
+ * What the gateway sees (details at the top of worker_link.c):
+ *   Register on every (re)connect; Heartbeat with load every SW_HEARTBEAT_MS
+ *   and within ~20 ms of a change in requests in flight; per accepted request
+ *   TokenChunks ending in exactly one terminal message: a chunk with a finish
+ *   reason and usage (a Cancel is confirmed by FINISH_CANCELLED), or an Error
+ *   with the request id (400 invalid request, 404 model not served here,
+ *   503 busy/shutting down, 504 deadline, or the engine's code); Disconnect
+ *   on SIGINT/SIGTERM. The gateway must send something (a Heartbeat at least)
+ *   after each SW_HEARTBEAT_MS of silence, or the worker reconnects.
  */
 #ifndef SW_WORKER_LINK_H
 #define SW_WORKER_LINK_H
@@ -45,7 +55,19 @@ typedef struct {
     /* One scheduler iteration (a prefill chunk and/or one decode step).
      * Returns the number of requests still running or queued; 0 = idle. */
     int (*step)(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *emit_ctx);
+    /* THREAD SAFETY: load() is called from the LINK thread, once per
+     * heartbeat (every SW_HEARTBEAT_MS, and within ~20 ms after the number of
+     * requests in flight changes, so at most ~50 times a second), concurrently
+     * with submit/cancel/step on the compute thread. It must be thread-safe
+     * and cheap: read atomics, or copy a snapshot under a mutex that the
+     * compute thread updates. Every other op is called from the compute
+     * thread only. */
     void (*load)(void *eng, sw_load *out);
+    /* Optional (NULL = never idle while work is pending). Milliseconds until
+     * step() has anything to do, e.g. the echo engine between paced tokens.
+     * The compute thread waits that long for new requests/cancels instead of
+     * spinning on step(). Compute thread only. */
+    int (*idle_ms)(void *eng);
 } sw_engine_ops;
 
 typedef struct {
@@ -61,5 +83,7 @@ typedef struct {
 /* Runs until SIGINT/SIGTERM (or sw_worker_stop). Returns 0 on a clean stop. */
 int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *eng);
 void sw_worker_stop(void);
+/* One log line to stderr: "[worker] <UTC timestamp> <message>". Thread-safe. */
+void sw_worker_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

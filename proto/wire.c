@@ -1,0 +1,284 @@
+/* Framing and validation for the Spillway protocol (see wire.h).
+ *
+ * Decoding is the trust boundary: everything a peer could get wrong is checked
+ * here once, so the gateway and the workers can use a decoded envelope without
+ * re-checking ids, sizes or ranges. Errors are short messages for a log line.
+ */
+#include "proto/wire.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+/* Bounds that no legitimate peer comes near; they keep a hostile frame from
+ * making the receiver do absurd amounts of work. */
+#define MAX_MODELS 64
+#define MAX_SLOTS 65536
+#define MAX_MESSAGES 4096
+#define MAX_ROLE_LEN 32
+#define MAX_STOPS 16
+#define MAX_STOP_LEN 1024
+#define MAX_QUANT_LEN 32
+
+static bool fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+/* Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
+static bool utf8_valid(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned c = *p;
+        int n;
+        uint32_t cp;
+        if (c < 0x80) { p++; continue; }
+        else if (c >= 0xC2 && c <= 0xDF) { n = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { n = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { n = 3; cp = c & 0x07; }
+        else return false;
+        for (int i = 1; i <= n; i++) {
+            if ((p[i] & 0xC0) != 0x80) return false; /* also stops at the NUL */
+            cp = (cp << 6) | (p[i] & 0x3F);
+        }
+        if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        p += n + 1;
+    }
+    return true;
+}
+
+/* Ids (request, worker, pool, model names) end up in logs, metrics labels and
+ * HTTP headers, so they must be short printable ASCII without spaces. */
+static bool check_id(const char *what, const char *s, size_t maxlen, char *err, size_t errlen) {
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0) return fail(err, errlen, "%s is empty", what);
+    if (n > maxlen) return fail(err, errlen, "%s is too long (%zu bytes, max %zu)", what, n, maxlen);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= 0x20 || c > 0x7E)
+            return fail(err, errlen, "%s has a space or non-printable byte 0x%02x at %zu", what, c,
+                        i);
+    }
+    return true;
+}
+
+static bool check_text(const char *what, const char *s, char *err, size_t errlen) {
+    if (s && !utf8_valid(s)) return fail(err, errlen, "%s is not valid UTF-8", what);
+    return true;
+}
+
+static bool check_range(const char *what, float v, float lo, float hi, char *err, size_t errlen) {
+    if (!isfinite(v) || v < lo || v > hi)
+        return fail(err, errlen, "%s %g is out of range [%g, %g]", what, (double)v, (double)lo,
+                    (double)hi);
+    return true;
+}
+
+static bool check_register(const Spillway__Register *r, char *err, size_t errlen) {
+    char what[64];
+    if (!check_id("register: worker_id", r->worker_id, SW_MAX_ID_LEN, err, errlen)) return false;
+    if (!check_id("register: pool", r->pool, SW_MAX_ID_LEN, err, errlen)) return false;
+    if (r->kind != SPILLWAY__WORKER_KIND__WORKER_KIND_CPU &&
+        r->kind != SPILLWAY__WORKER_KIND__WORKER_KIND_GPU)
+        return fail(err, errlen, "register: unknown worker kind %d", (int)r->kind);
+    if (r->n_models == 0) return fail(err, errlen, "register: no models");
+    if (r->n_models > MAX_MODELS)
+        return fail(err, errlen, "register: %zu models (max %d)", r->n_models, MAX_MODELS);
+    for (size_t i = 0; i < r->n_models; i++) {
+        const Spillway__ModelInfo *m = r->models[i];
+        snprintf(what, sizeof what, "register: models[%zu].name", i);
+        if (!check_id(what, m->name, SW_MAX_ID_LEN, err, errlen)) return false;
+        /* Quantization may be empty (unknown), but when present it is a label. */
+        if (m->quantization && m->quantization[0]) {
+            snprintf(what, sizeof what, "register: models[%zu].quantization", i);
+            if (!check_id(what, m->quantization, MAX_QUANT_LEN, err, errlen)) return false;
+        }
+    }
+    if (r->slots == 0 || r->slots > MAX_SLOTS)
+        return fail(err, errlen, "register: slots %u is out of range [1, %d]", r->slots, MAX_SLOTS);
+    return true;
+}
+
+static bool check_heartbeat(const Spillway__Heartbeat *h, char *err, size_t errlen) {
+    return check_range("heartbeat: kv_utilization", h->kv_utilization, 0.0f, 1.0f, err, errlen);
+}
+
+static bool check_sampling(const Spillway__SamplingParams *s, char *err, size_t errlen) {
+    if (!s) return true; /* absent = defaults (greedy) */
+    return check_range("generate: temperature", s->temperature, 0.0f, 100.0f, err, errlen) &&
+           check_range("generate: top_p", s->top_p, 0.0f, 1.0f, err, errlen) &&
+           check_range("generate: min_p", s->min_p, 0.0f, 1.0f, err, errlen) &&
+           check_range("generate: repetition_penalty", s->repetition_penalty, 0.0f, 100.0f, err,
+                       errlen);
+}
+
+static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t errlen) {
+    char what[64];
+    if (!check_id("generate: request_id", g->request_id, SW_MAX_ID_LEN, err, errlen)) return false;
+    if (!check_id("generate: model", g->model, SW_MAX_ID_LEN, err, errlen)) return false;
+    int inputs = (g->prompt && g->prompt[0]) + (g->n_prompt_tokens > 0) + (g->n_messages > 0);
+    if (inputs == 0) return fail(err, errlen, "generate: no prompt, prompt_tokens or messages");
+    if (inputs > 1)
+        return fail(err, errlen, "generate: more than one of prompt, prompt_tokens, messages");
+    if (!check_text("generate: prompt", g->prompt, err, errlen)) return false;
+    if (g->n_prompt_tokens > SW_MAX_TOKENS_PER_REQUEST)
+        return fail(err, errlen, "generate: %zu prompt tokens (max %u)", g->n_prompt_tokens,
+                    SW_MAX_TOKENS_PER_REQUEST);
+    if (g->n_messages > MAX_MESSAGES)
+        return fail(err, errlen, "generate: %zu messages (max %d)", g->n_messages, MAX_MESSAGES);
+    for (size_t i = 0; i < g->n_messages; i++) {
+        const Spillway__ChatMessage *m = g->messages[i];
+        snprintf(what, sizeof what, "generate: messages[%zu].role", i);
+        if (!check_id(what, m->role, MAX_ROLE_LEN, err, errlen)) return false;
+        snprintf(what, sizeof what, "generate: messages[%zu].content", i);
+        if (!check_text(what, m->content, err, errlen)) return false;
+    }
+    if (g->max_tokens > SW_MAX_TOKENS_PER_REQUEST)
+        return fail(err, errlen, "generate: max_tokens %u exceeds %u", g->max_tokens,
+                    SW_MAX_TOKENS_PER_REQUEST);
+    if (g->n_stop > MAX_STOPS)
+        return fail(err, errlen, "generate: %zu stop strings (max %d)", g->n_stop, MAX_STOPS);
+    for (size_t i = 0; i < g->n_stop; i++) {
+        size_t n = strlen(g->stop[i]);
+        if (n == 0) return fail(err, errlen, "generate: stop[%zu] is empty", i);
+        if (n > MAX_STOP_LEN)
+            return fail(err, errlen, "generate: stop[%zu] is too long (%zu bytes, max %d)", i, n,
+                        MAX_STOP_LEN);
+        snprintf(what, sizeof what, "generate: stop[%zu]", i);
+        if (!check_text(what, g->stop[i], err, errlen)) return false;
+    }
+    return check_sampling(g->sampling, err, errlen);
+}
+
+static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen) {
+    if (!check_id("chunk: request_id", c->request_id, SW_MAX_ID_LEN, err, errlen)) return false;
+    if (!check_text("chunk: text", c->text, err, errlen)) return false;
+    if (c->finish_reason < SPILLWAY__FINISH_REASON__FINISH_NONE ||
+        c->finish_reason > SPILLWAY__FINISH_REASON__FINISH_ERROR)
+        return fail(err, errlen, "chunk: unknown finish_reason %d", (int)c->finish_reason);
+    return true;
+}
+
+static bool check_error(const Spillway__Error *e, char *err, size_t errlen) {
+    /* An empty request id means the error is about the connection itself. */
+    if (e->request_id && e->request_id[0] &&
+        !check_id("error: request_id", e->request_id, SW_MAX_ID_LEN, err, errlen))
+        return false;
+    if (e->code < 100 || e->code > 599)
+        return fail(err, errlen, "error: code %u is not an HTTP-like status", e->code);
+    return check_text("error: message", e->message, err, errlen);
+}
+
+static bool check_envelope(const sw_env *env, char *err, size_t errlen) {
+    if (env->version != SW_PROTOCOL_VERSION)
+        return fail(err, errlen, "protocol version %u, expected %u", env->version,
+                    SW_PROTOCOL_VERSION);
+    switch (env->body_case) {
+    case SPILLWAY__ENVELOPE__BODY_REGISTER: return check_register(env->register_, err, errlen);
+    case SPILLWAY__ENVELOPE__BODY_HEARTBEAT: return check_heartbeat(env->heartbeat, err, errlen);
+    case SPILLWAY__ENVELOPE__BODY_GENERATE: return check_generate(env->generate, err, errlen);
+    case SPILLWAY__ENVELOPE__BODY_CHUNK: return check_chunk(env->chunk, err, errlen);
+    case SPILLWAY__ENVELOPE__BODY_CANCEL:
+        return check_id("cancel: request_id", env->cancel->request_id, SW_MAX_ID_LEN, err, errlen);
+    case SPILLWAY__ENVELOPE__BODY_ERROR: return check_error(env->error, err, errlen);
+    case SPILLWAY__ENVELOPE__BODY_DISCONNECT:
+        return check_text("disconnect: reason", env->disconnect->reason, err, errlen);
+    default:
+        /* Also what a newer peer's unknown message kind looks like. */
+        return fail(err, errlen, "envelope has no (known) body");
+    }
+}
+
+size_t sw_wire_encode(sw_env *env, uint8_t **out) {
+    *out = NULL;
+    env->version = SW_PROTOCOL_VERSION;
+    size_t n = spillway__envelope__get_packed_size(env);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf) return 0;
+    size_t written = spillway__envelope__pack(env, buf);
+    *out = buf;
+    return written;
+}
+
+sw_env *sw_wire_decode(const void *buf, size_t len, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    if (!buf || len == 0) {
+        fail(err, errlen, "empty frame");
+        return NULL;
+    }
+    if (len > SW_MAX_FRAME) {
+        fail(err, errlen, "frame too large (%zu bytes, max %u)", len, SW_MAX_FRAME);
+        return NULL;
+    }
+    sw_env *env = spillway__envelope__unpack(NULL, len, buf);
+    if (!env) {
+        fail(err, errlen, "malformed frame (%zu bytes): not a valid Envelope", len);
+        return NULL;
+    }
+    if (!check_envelope(env, err, errlen)) {
+        spillway__envelope__free_unpacked(env, NULL);
+        return NULL;
+    }
+    return env;
+}
+
+void sw_wire_free(sw_env *env) {
+    if (env) spillway__envelope__free_unpacked(env, NULL);
+}
+
+const char *sw_wire_kind(const sw_env *env) {
+    if (!env) return "none";
+    switch (env->body_case) {
+    case SPILLWAY__ENVELOPE__BODY_REGISTER: return "register";
+    case SPILLWAY__ENVELOPE__BODY_HEARTBEAT: return "heartbeat";
+    case SPILLWAY__ENVELOPE__BODY_GENERATE: return "generate";
+    case SPILLWAY__ENVELOPE__BODY_CHUNK: return "chunk";
+    case SPILLWAY__ENVELOPE__BODY_CANCEL: return "cancel";
+    case SPILLWAY__ENVELOPE__BODY_ERROR: return "error";
+    case SPILLWAY__ENVELOPE__BODY_DISCONNECT: return "disconnect";
+    default: return "none";
+    }
+}
+
+static void free_buf(void *data, void *hint) {
+    (void)hint;
+    free(data);
+}
+
+int sw_wire_send(void *zsock, const void *identity, size_t idlen, sw_env *env, int flags) {
+    uint8_t *buf;
+    size_t n = sw_wire_encode(env, &buf);
+    if (!buf) {
+        errno = ENOMEM;
+        return -1;
+    }
+    if (identity && zmq_send(zsock, identity, idlen, flags | ZMQ_SNDMORE) < 0) {
+        free(buf);
+        return -1;
+    }
+    /* Zero-copy: ZeroMQ frees the buffer once it has been written out. */
+    zmq_msg_t msg;
+    if (zmq_msg_init_data(&msg, buf, n, free_buf, NULL) != 0) {
+        free(buf);
+        return -1;
+    }
+    if (zmq_msg_send(&msg, zsock, flags & ~ZMQ_SNDMORE) < 0) {
+        int e = errno;
+        zmq_msg_close(&msg);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,784 @@
+/* The worker side of the gateway<->worker protocol (see worker_link.h).
+ *
+ * Message flow, worker view:
+ *   connect -> Register (again after every reconnect)
+ *   gateway -> GenerateRequest / Cancel / Heartbeat
+ *   worker  -> TokenChunk* (the last one has a finish reason and usage), or an
+ *              Error with the request id; Heartbeat with load every
+ *              SW_HEARTBEAT_MS and within ~20 ms when the number of requests
+ *              in flight changes; Disconnect on SIGINT/SIGTERM.
+ *   A gateway silent for SW_HEARTBEAT_LIVENESS intervals is dead: close,
+ *   wait (backoff SW_RECONNECT_MIN_MS doubling to _MAX_MS, reset once the
+ *   gateway answers), reconnect with a fresh socket, Register again.
+ * Every request the worker accepted ends in exactly one terminal message: a
+ * chunk with finish_reason != FINISH_NONE (a cancel is confirmed with
+ * FINISH_CANCELLED) or an Error. After the gateway was declared dead the
+ * worker drops its requests silently: the gateway has failed them already.
+ *
+ * Threads: the link thread owns the DEALER; the compute thread (the caller)
+ * owns the engine. They talk over one inproc PAIR, one frame per message:
+ *   link -> compute: a validated GenerateRequest/Cancel frame as the gateway
+ *                    sent it, or a 1-byte control: 'R' = the link was reset
+ *                    (drop everything), 'X' = the link failed for good.
+ *   compute -> link: an encoded envelope to send to the gateway, or the
+ *                    1-byte control 'Q' = shutting down (send Disconnect, exit).
+ * Real envelopes are never 1 byte long, so the controls cannot be confused
+ * with them. Both PAIR ends have no high-water mark: neither side can block
+ * the other (which could deadlock), and the queue is bounded by real traffic.
+ */
+#include "proto/worker_link.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define PIPE_EP "inproc://sw-worker-link"
+#define LOAD_POLL_MS 20           /* how often the link thread samples load */
+#define IDLE_WAIT_MS 100          /* compute thread's longest sleep (checks for stop) */
+#define DEADLINE_SCAN_MS 10
+#define DISCONNECT_LINGER_MS 500  /* lets the Disconnect reach a live gateway */
+#define CTRL_RESET 'R'
+#define CTRL_FATAL 'X'
+#define CTRL_QUIT 'Q'
+
+static volatile sig_atomic_t g_stop;
+
+void sw_worker_stop(void) { g_stop = 1; }
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t unix_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* One line to stderr: "[worker] 2026-11-29T19:08:31.123Z message", written
+ * with a single fprintf so lines from the two threads never interleave. */
+void sw_worker_log(const char *fmt, ...) {
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    fprintf(stderr, "[worker] %04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s\n", tm.tm_year + 1900,
+            tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, msg);
+}
+
+/* A flood of garbage must not turn into a flood of log lines: at most 10 per
+ * second, then a count of what was suppressed. Link thread only. */
+static int64_t bad_window_start;
+static int bad_in_window, bad_suppressed;
+
+static void flush_bad_frame_count(int64_t now) {
+    if (now - bad_window_start < 1000) return;
+    if (bad_suppressed) sw_worker_log("(%d more invalid frames not logged)", bad_suppressed);
+    bad_window_start = now;
+    bad_in_window = bad_suppressed = 0;
+}
+
+static void log_bad_frame(const char *fmt, const char *what) {
+    flush_bad_frame_count(mono_ms());
+    if (++bad_in_window > 10) {
+        bad_suppressed++;
+        return;
+    }
+    sw_worker_log(fmt, what);
+}
+
+static void free_buf(void *data, void *hint) {
+    (void)hint;
+    free(data);
+}
+
+/* Encodes env and queues it on the (non-blocking) pipe without copying. */
+static void pipe_send_env(void *pipe, sw_env *env) {
+    uint8_t *buf;
+    size_t n = sw_wire_encode(env, &buf);
+    if (!buf) {
+        sw_worker_log("out of memory encoding a %s", sw_wire_kind(env));
+        return;
+    }
+    zmq_msg_t m;
+    zmq_msg_init_data(&m, buf, n, free_buf, NULL);
+    if (zmq_msg_send(&m, pipe, ZMQ_DONTWAIT) < 0) {
+        sw_worker_log("internal pipe send failed: %s", zmq_strerror(errno));
+        zmq_msg_close(&m);
+    }
+}
+
+static void pipe_send_ctrl(void *pipe, char c) {
+    if (zmq_send(pipe, &c, 1, ZMQ_DONTWAIT) < 0)
+        sw_worker_log("internal pipe send failed: %s", zmq_strerror(errno));
+}
+
+static void *new_pair(void *zctx) {
+    void *s = zmq_socket(zctx, ZMQ_PAIR);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
+    return s;
+}
+
+/* ========================================================================
+ * Link thread
+ * ======================================================================== */
+
+typedef struct {
+    const sw_worker_config *cfg;
+    const sw_engine_ops *ops;
+    void *eng;
+    void *zctx;
+    void *pipe;           /* connected by sw_worker_run, then owned by the link thread */
+    const char *worker_id;
+    /* Requests in flight, published by the compute thread after every
+     * iteration. The link thread watches it to send a heartbeat as soon as
+     * the load changes, without calling load() more often than it reports. */
+    _Atomic size_t inflight;
+} link_args;
+
+typedef struct {
+    link_args *a;
+    void *pipe, *dealer;
+    int64_t last_recv, last_send, last_hb, last_load_check;
+    int64_t backoff_ms, reconnect_at;
+    int heard;            /* heard from the gateway since this connection began */
+    size_t reported_inflight; /* requests in flight at the last heartbeat */
+} link_state;
+
+static int link_send(link_state *L, sw_env *env) {
+    if (sw_wire_send(L->dealer, NULL, 0, env, ZMQ_DONTWAIT) < 0) {
+        sw_worker_log("send %s to gateway failed: %s", sw_wire_kind(env), zmq_strerror(errno));
+        return -1;
+    }
+    L->last_send = mono_ms();
+    return 0;
+}
+
+static void send_register(link_state *L) {
+    const sw_worker_config *c = L->a->cfg;
+    Spillway__Register r = SPILLWAY__REGISTER__INIT;
+    r.worker_id = (char *)L->a->worker_id;
+    r.pool = (char *)c->pool;
+    r.kind = c->kind;
+    r.models = c->models;
+    r.n_models = c->n_models;
+    r.slots = c->slots;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_REGISTER;
+    env.register_ = &r;
+    link_send(L, &env);
+}
+
+static void send_heartbeat(link_state *L, const sw_load *l) {
+    Spillway__Heartbeat h = SPILLWAY__HEARTBEAT__INIT;
+    h.active = l->active;
+    h.queued = l->queued;
+    h.kv_utilization = l->kv_utilization < 0 ? 0 : l->kv_utilization > 1 ? 1 : l->kv_utilization;
+    if (h.kv_utilization != h.kv_utilization) h.kv_utilization = 0; /* NaN from an engine */
+    h.slots = l->slots;
+    h.batch_size = l->batch_size;
+    h.tokens_generated = l->tokens_generated;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &h;
+    if (link_send(L, &env) == 0) L->last_hb = L->last_send;
+}
+
+static int open_dealer(link_state *L) {
+    void *s = zmq_socket(L->a->zctx, ZMQ_DEALER);
+    if (!s) {
+        sw_worker_log("cannot create socket: %s", zmq_strerror(errno));
+        return -1;
+    }
+    int zero = 0, ivl = SW_RECONNECT_MIN_MS, ivl_max = SW_RECONNECT_MAX_MS;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+    /* Chunks must not be dropped under a burst; a gateway that stops reading
+     * also stops heartbeating, so liveness bounds this queue to a few seconds. */
+    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
+    if (zmq_connect(s, L->a->cfg->gateway) != 0) {
+        sw_worker_log("cannot connect to %s: %s", L->a->cfg->gateway, zmq_strerror(errno));
+        zmq_close(s);
+        return -1;
+    }
+    L->dealer = s;
+    int64_t now = mono_ms();
+    L->last_recv = L->last_hb = L->last_load_check = now;
+    L->heard = 0;
+    L->reported_inflight = 0;
+    sw_worker_log("connecting to %s as %s (pool %s), registering", L->a->cfg->gateway,
+                  L->a->worker_id, L->a->cfg->pool);
+    send_register(L);
+    return 0;
+}
+
+static void close_dealer(link_state *L, int linger_ms) {
+    if (!L->dealer) return;
+    zmq_setsockopt(L->dealer, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
+    zmq_close(L->dealer);
+    L->dealer = NULL;
+}
+
+/* A generate request that parses but fails validation (say, an empty prompt)
+ * still names its request: answer it with a 400, so the gateway fails that
+ * request at once instead of waiting for its timeout. */
+static void reject_invalid_generate(link_state *L, const void *buf, size_t len, const char *why) {
+    if (len == 0 || len > SW_MAX_FRAME) return;
+    sw_env *env = spillway__envelope__unpack(NULL, len, buf);
+    if (!env) return;
+    if (env->version == SW_PROTOCOL_VERSION &&
+        env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE) {
+        const char *id = env->generate->request_id;
+        size_t n = id ? strlen(id) : 0;
+        int printable = n > 0 && n <= SW_MAX_ID_LEN;
+        for (size_t i = 0; printable && i < n; i++)
+            printable = (unsigned char)id[i] > 0x20 && (unsigned char)id[i] < 0x7F;
+        if (printable) {
+            Spillway__Error e = SPILLWAY__ERROR__INIT;
+            e.request_id = (char *)id;
+            e.code = 400;
+            e.message = (char *)why;
+            sw_env out = SPILLWAY__ENVELOPE__INIT;
+            out.body_case = SPILLWAY__ENVELOPE__BODY_ERROR;
+            out.error = &e;
+            link_send(L, &out);
+        }
+    }
+    spillway__envelope__free_unpacked(env, NULL);
+}
+
+/* One message from the gateway. Only its last frame is the envelope: a
+ * gateway that adds an empty delimiter (REQ-style) still works. */
+static void on_gateway_message(link_state *L) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    int frames = 0, more = 1;
+    while (more) {
+        zmq_msg_close(&m);
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, L->dealer, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return;
+        }
+        frames++;
+        more = zmq_msg_more(&m);
+    }
+    L->last_recv = mono_ms();
+    if (!L->heard) {
+        L->heard = 1;
+        L->backoff_ms = SW_RECONNECT_MIN_MS;
+        sw_worker_log("gateway is answering");
+    }
+    char err[200];
+    sw_env *env = sw_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), err, sizeof err);
+    if (!env) {
+        log_bad_frame("dropped invalid frame from gateway: %s", err);
+        reject_invalid_generate(L, zmq_msg_data(&m), zmq_msg_size(&m), err);
+        zmq_msg_close(&m);
+        return;
+    }
+    switch (env->body_case) {
+    case SPILLWAY__ENVELOPE__BODY_HEARTBEAT:
+        break; /* liveness only */
+    case SPILLWAY__ENVELOPE__BODY_GENERATE:
+    case SPILLWAY__ENVELOPE__BODY_CANCEL:
+        /* Forward the validated frame itself; the compute thread decodes it. */
+        if (zmq_msg_send(&m, L->pipe, ZMQ_DONTWAIT) >= 0) {
+            sw_wire_free(env);
+            return;
+        }
+        sw_worker_log("internal pipe send failed: %s", zmq_strerror(errno));
+        break;
+    case SPILLWAY__ENVELOPE__BODY_ERROR:
+        sw_worker_log("gateway reports error %u%s%s: %s", env->error->code,
+                      env->error->request_id[0] ? " for " : "", env->error->request_id,
+                      env->error->message);
+        break;
+    default:
+        log_bad_frame("ignored unexpected %s message from gateway", sw_wire_kind(env));
+        break;
+    }
+    sw_wire_free(env);
+    zmq_msg_close(&m);
+}
+
+/* Forwards everything the compute thread queued. Returns 1 on CTRL_QUIT. */
+static int on_pipe_messages(link_state *L) {
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, L->pipe, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return 0;
+        }
+        if (zmq_msg_size(&m) == 1 && *(char *)zmq_msg_data(&m) == CTRL_QUIT) {
+            zmq_msg_close(&m);
+            return 1;
+        }
+        /* While disconnected, output is dropped: the gateway that asked for it
+         * is gone, and the compute thread is being told to drop its requests. */
+        if (L->dealer) {
+            if (zmq_msg_send(&m, L->dealer, ZMQ_DONTWAIT) >= 0) {
+                L->last_send = mono_ms();
+                continue;
+            }
+            sw_worker_log("send to gateway failed, message dropped: %s", zmq_strerror(errno));
+        }
+        zmq_msg_close(&m);
+    }
+}
+
+static void declare_gateway_dead(link_state *L, int64_t now) {
+    sw_worker_log("gateway silent for %d ms: reconnecting in %lld ms",
+                  SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS, (long long)L->backoff_ms);
+    close_dealer(L, 0);
+    pipe_send_ctrl(L->pipe, CTRL_RESET);
+    L->reconnect_at = now + L->backoff_ms;
+    L->backoff_ms *= 2;
+    if (L->backoff_ms > SW_RECONNECT_MAX_MS) L->backoff_ms = SW_RECONNECT_MAX_MS;
+}
+
+/* Heartbeat every SW_HEARTBEAT_MS, and within LOAD_POLL_MS of a change in
+ * the number of requests in flight, so the gateway's view of free slots is
+ * fresh (e.g. right after a cancel). load() is called only to send one. */
+static void maybe_heartbeat(link_state *L, int64_t now) {
+    if (now - L->last_load_check < LOAD_POLL_MS && now - L->last_hb < SW_HEARTBEAT_MS) return;
+    L->last_load_check = now;
+    size_t inflight = atomic_load_explicit(&L->a->inflight, memory_order_relaxed);
+    if (now - L->last_hb < SW_HEARTBEAT_MS && inflight == L->reported_inflight) return;
+    sw_load l;
+    memset(&l, 0, sizeof l);
+    L->a->ops->load(L->a->eng, &l);
+    send_heartbeat(L, &l);
+    L->reported_inflight = inflight;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static void *link_main(void *arg) {
+    link_state L;
+    memset(&L, 0, sizeof L);
+    L.a = arg;
+    L.backoff_ms = SW_RECONNECT_MIN_MS;
+    L.pipe = L.a->pipe;
+    if (open_dealer(&L) != 0) {
+        pipe_send_ctrl(L.pipe, CTRL_FATAL);
+        zmq_close(L.pipe);
+        return NULL;
+    }
+    for (;;) {
+        int64_t now = mono_ms();
+        if (!L.dealer && now >= L.reconnect_at && open_dealer(&L) != 0) {
+            pipe_send_ctrl(L.pipe, CTRL_FATAL);
+            break;
+        }
+        int64_t wake;
+        if (L.dealer)
+            wake = min64(L.last_recv + SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS,
+                         min64(L.last_load_check + LOAD_POLL_MS, L.last_hb + SW_HEARTBEAT_MS));
+        else
+            wake = L.reconnect_at;
+        long timeout = wake > now ? (long)(wake - now) : 0;
+        zmq_pollitem_t items[2] = {{L.pipe, 0, ZMQ_POLLIN, 0}, {L.dealer, 0, ZMQ_POLLIN, 0}};
+        int rc = zmq_poll(items, L.dealer ? 2 : 1, timeout);
+        if (rc < 0 && errno != EINTR) {
+            sw_worker_log("poll failed: %s", zmq_strerror(errno));
+            pipe_send_ctrl(L.pipe, CTRL_FATAL);
+            break;
+        }
+        if (rc > 0 && (items[0].revents & ZMQ_POLLIN) && on_pipe_messages(&L)) {
+            /* Clean shutdown: the compute thread has already sent its last
+             * errors through the pipe, so they precede the Disconnect. */
+            if (L.dealer) {
+                Spillway__Disconnect d = SPILLWAY__DISCONNECT__INIT;
+                d.reason = "shutdown";
+                sw_env env = SPILLWAY__ENVELOPE__INIT;
+                env.body_case = SPILLWAY__ENVELOPE__BODY_DISCONNECT;
+                env.disconnect = &d;
+                link_send(&L, &env);
+                sw_worker_log("sent disconnect to gateway");
+            }
+            break;
+        }
+        if (L.dealer && rc > 0 && (items[1].revents & ZMQ_POLLIN)) {
+            /* Bounded batch, so a flood cannot starve heartbeats and output. */
+            for (int i = 0; i < 1000; i++) {
+                int ev = 0;
+                size_t evlen = sizeof ev;
+                zmq_getsockopt(L.dealer, ZMQ_EVENTS, &ev, &evlen);
+                if (!(ev & ZMQ_POLLIN)) break;
+                on_gateway_message(&L);
+            }
+        }
+        now = mono_ms();
+        if (L.dealer && now - L.last_recv >= SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS) {
+            declare_gateway_dead(&L, now);
+            continue;
+        }
+        if (L.dealer) maybe_heartbeat(&L, now);
+        if (bad_suppressed) flush_bad_frame_count(now);
+    }
+    close_dealer(&L, DISCONNECT_LINGER_MS);
+    zmq_close(L.pipe);
+    return NULL;
+}
+
+/* ========================================================================
+ * Compute thread
+ * ======================================================================== */
+
+/* Requests the gateway is waiting on, by id: a chained hash table, because at
+ * thousands of requests per second every chunk looks its request up. */
+typedef struct inflight {
+    struct inflight *next;
+    uint64_t deadline_ms;   /* unix ms, 0 = none */
+    uint32_t n_tokens;      /* emitted so far, for the usage of a cancel */
+    char id[];
+} inflight;
+
+typedef struct {
+    inflight **b;
+    size_t nb, n, n_deadlines;
+} id_table;
+
+static uint64_t hash_id(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static inflight **table_slot(id_table *t, const char *id) {
+    inflight **pp = &t->b[hash_id(id) & (t->nb - 1)];
+    while (*pp && strcmp((*pp)->id, id) != 0) pp = &(*pp)->next;
+    return pp;
+}
+
+static inflight *table_find(id_table *t, const char *id) { return *table_slot(t, id); }
+
+static void table_grow(id_table *t) {
+    size_t nb = t->nb * 2;
+    inflight **b = calloc(nb, sizeof *b);
+    if (!b) return; /* chains just get longer */
+    for (size_t i = 0; i < t->nb; i++) {
+        for (inflight *e = t->b[i], *n; e; e = n) {
+            n = e->next;
+            inflight **pp = &b[hash_id(e->id) & (nb - 1)];
+            e->next = *pp;
+            *pp = e;
+        }
+    }
+    free(t->b);
+    t->b = b;
+    t->nb = nb;
+}
+
+static inflight *table_add(id_table *t, const char *id, uint64_t deadline_ms) {
+    size_t len = strlen(id);
+    inflight *e = calloc(1, sizeof *e + len + 1);
+    if (!e) return NULL;
+    memcpy(e->id, id, len + 1);
+    e->deadline_ms = deadline_ms;
+    inflight **pp = &t->b[hash_id(id) & (t->nb - 1)];
+    e->next = *pp;
+    *pp = e;
+    t->n++;
+    if (deadline_ms) t->n_deadlines++;
+    if (t->n > t->nb) table_grow(t);
+    return e;
+}
+
+static void table_remove(id_table *t, const char *id) {
+    inflight **pp = table_slot(t, id);
+    inflight *e = *pp;
+    if (!e) return;
+    *pp = e->next;
+    t->n--;
+    if (e->deadline_ms) t->n_deadlines--;
+    free(e);
+}
+
+typedef struct {
+    const sw_worker_config *cfg;
+    const sw_engine_ops *ops;
+    void *eng;
+    void *pipe;
+    id_table reqs;
+} compute;
+
+static void send_error(compute *C, const char *id, uint32_t code, const char *msg) {
+    Spillway__Error e = SPILLWAY__ERROR__INIT;
+    e.request_id = (char *)id;
+    e.code = code >= 100 && code <= 599 ? code : 500;
+    e.message = (char *)msg;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    pipe_send_env(C->pipe, &env);
+}
+
+static void send_chunk(compute *C, const char *id, const char *text, const uint32_t *ids,
+                       size_t n_ids, int finish, uint32_t prompt_tokens, uint32_t completion_tokens) {
+    Spillway__TokenChunk c = SPILLWAY__TOKEN_CHUNK__INIT;
+    Spillway__Usage u = SPILLWAY__USAGE__INIT;
+    c.request_id = (char *)id;
+    c.text = (char *)(text ? text : "");
+    c.token_ids = (uint32_t *)ids;
+    c.n_token_ids = n_ids;
+    c.finish_reason = finish;
+    if (finish != SPILLWAY__FINISH_REASON__FINISH_NONE) {
+        u.prompt_tokens = prompt_tokens;
+        u.completion_tokens = completion_tokens;
+        c.usage = &u;
+    }
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_CHUNK;
+    env.chunk = &c;
+    pipe_send_env(C->pipe, &env);
+}
+
+/* The engine's callbacks. Output for a request the gateway no longer waits
+ * on (cancelled, expired, or lost with the link) is dropped here. */
+static void on_emit(void *ctx, const char *request_id, const char *text, const uint32_t *ids,
+                    size_t n_ids, int finish, uint32_t prompt_tokens, uint32_t completion_tokens) {
+    compute *C = ctx;
+    inflight *r = table_find(&C->reqs, request_id);
+    if (!r) return;
+    r->n_tokens += (uint32_t)n_ids;
+    send_chunk(C, request_id, text, ids, n_ids, finish, prompt_tokens, completion_tokens);
+    if (finish != SPILLWAY__FINISH_REASON__FINISH_NONE) table_remove(&C->reqs, request_id);
+}
+
+static void on_fail(void *ctx, const char *request_id, uint32_t code, const char *msg) {
+    compute *C = ctx;
+    if (!table_find(&C->reqs, request_id)) return;
+    send_error(C, request_id, code, msg);
+    table_remove(&C->reqs, request_id);
+}
+
+static int serves_model(const sw_worker_config *cfg, const char *model) {
+    for (size_t i = 0; i < cfg->n_models; i++)
+        if (strcmp(cfg->models[i]->name, model) == 0) return 1;
+    return 0;
+}
+
+static void on_generate(compute *C, const Spillway__GenerateRequest *req) {
+    char err[256] = "";
+    if (table_find(&C->reqs, req->request_id)) {
+        /* An Error would carry the same id and kill the running stream. */
+        sw_worker_log("duplicate request id %s ignored", req->request_id);
+        return;
+    }
+    if (!serves_model(C->cfg, req->model)) {
+        snprintf(err, sizeof err, "model '%s' is not served by this worker", req->model);
+        send_error(C, req->request_id, 404, err);
+        return;
+    }
+    if (req->deadline_unix_ms && unix_ms() >= req->deadline_unix_ms) {
+        send_error(C, req->request_id, 504, "deadline passed before the request started");
+        return;
+    }
+    int code = C->ops->submit(C->eng, req, err, sizeof err);
+    if (code != 0) {
+        send_error(C, req->request_id, (uint32_t)code, err[0] ? err : "request rejected");
+        return;
+    }
+    if (!table_add(&C->reqs, req->request_id, req->deadline_unix_ms)) {
+        C->ops->cancel(C->eng, req->request_id);
+        send_error(C, req->request_id, 503, "worker out of memory");
+    }
+}
+
+static void on_cancel(compute *C, const char *id) {
+    inflight *r = table_find(&C->reqs, id);
+    if (!r) return; /* already finished: the race is normal */
+    C->ops->cancel(C->eng, id);
+    send_chunk(C, id, "", NULL, 0, SPILLWAY__FINISH_REASON__FINISH_CANCELLED, 0, r->n_tokens);
+    table_remove(&C->reqs, id);
+}
+
+/* Ends every request: with an Error each (code != 0), or silently. */
+static void drop_all(compute *C, uint32_t code, const char *msg) {
+    for (size_t i = 0; i < C->reqs.nb; i++) {
+        while (C->reqs.b[i]) {
+            inflight *e = C->reqs.b[i];
+            C->ops->cancel(C->eng, e->id);
+            if (code) send_error(C, e->id, code, msg);
+            table_remove(&C->reqs, e->id);
+        }
+    }
+}
+
+static void expire_deadlines(compute *C) {
+    uint64_t now = unix_ms();
+    for (size_t i = 0; i < C->reqs.nb; i++) {
+        for (inflight *e = C->reqs.b[i], *n; e; e = n) {
+            n = e->next;
+            if (e->deadline_ms && now >= e->deadline_ms) {
+                C->ops->cancel(C->eng, e->id);
+                send_error(C, e->id, 504, "deadline exceeded");
+                table_remove(&C->reqs, e->id);
+            }
+        }
+    }
+}
+
+/* Drains the pipe. Returns -1 if the link failed for good, else the number
+ * of requests/cancels handled. */
+static int drain_pipe(compute *C) {
+    int handled = 0;
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, C->pipe, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return handled;
+        }
+        if (zmq_msg_size(&m) == 1) {
+            char c = *(char *)zmq_msg_data(&m);
+            zmq_msg_close(&m);
+            if (c == CTRL_FATAL) return -1;
+            if (c == CTRL_RESET) {
+                if (C->reqs.n) sw_worker_log("dropping %zu requests of the lost gateway", C->reqs.n);
+                drop_all(C, 0, NULL);
+            }
+            continue;
+        }
+        char err[200];
+        sw_env *env = sw_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), err, sizeof err);
+        zmq_msg_close(&m);
+        if (!env) {
+            sw_worker_log("internal: undecodable forwarded frame: %s", err);
+            continue;
+        }
+        if (env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE) on_generate(C, env->generate);
+        else if (env->body_case == SPILLWAY__ENVELOPE__BODY_CANCEL)
+            on_cancel(C, env->cancel->request_id);
+        sw_wire_free(env);
+        handled++;
+    }
+}
+
+static void make_worker_id(char *out, size_t n) {
+    char host[64] = "worker";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    for (char *p = host; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '.'))
+            *p = '_';
+    unsigned rnd = (unsigned)(unix_ms() ^ ((uint64_t)getpid() << 16));
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&rnd, sizeof rnd, 1, f) != 1) rnd ^= (unsigned)mono_ms();
+        fclose(f);
+    }
+    snprintf(out, n, "%s-%d-%04x", host, (int)getpid(), rnd & 0xffff);
+}
+
+int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *eng) {
+    if (!cfg || !cfg->gateway || !cfg->pool || !cfg->n_models || !ops || !ops->submit ||
+        !ops->cancel || !ops->step || !ops->load) {
+        sw_worker_log("sw_worker_run: incomplete configuration");
+        return 1;
+    }
+    g_stop = 0;
+    char worker_id[SW_MAX_ID_LEN + 1];
+    if (cfg->worker_id) snprintf(worker_id, sizeof worker_id, "%s", cfg->worker_id);
+    else make_worker_id(worker_id, sizeof worker_id);
+
+    compute C;
+    memset(&C, 0, sizeof C);
+    C.cfg = cfg;
+    C.ops = ops;
+    C.eng = eng;
+    C.reqs.nb = 256;
+    C.reqs.b = calloc(C.reqs.nb, sizeof *C.reqs.b);
+    /* Both pipe ends are connected here, before the link thread exists, so
+     * neither thread can ever send into an unconnected PAIR (which would
+     * block or drop); pthread_create is the barrier that hands the link end
+     * over to its thread. */
+    void *zctx = zmq_ctx_new();
+    C.pipe = new_pair(zctx);
+    void *link_pipe = new_pair(zctx);
+    pthread_t link;
+    link_args la = {cfg, ops, eng, zctx, link_pipe, worker_id, 0};
+    if (!C.reqs.b || zmq_bind(C.pipe, PIPE_EP) != 0 || zmq_connect(link_pipe, PIPE_EP) != 0 ||
+        pthread_create(&link, NULL, link_main, &la) != 0) {
+        sw_worker_log("worker setup failed: %s", C.reqs.b ? zmq_strerror(errno) : "out of memory");
+        zmq_close(link_pipe);
+        zmq_close(C.pipe);
+        zmq_ctx_term(zctx);
+        free(C.reqs.b);
+        return 1;
+    }
+
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal; /* no SA_RESTART: polls return EINTR at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+
+    int fatal = 0, busy = 0;
+    int64_t last_scan = 0;
+    while (!g_stop) {
+        long timeout = IDLE_WAIT_MS;
+        if (busy) {
+            int idle = ops->idle_ms ? ops->idle_ms(eng) : 0;
+            timeout = idle < IDLE_WAIT_MS ? idle : IDLE_WAIT_MS;
+        }
+        zmq_pollitem_t item = {C.pipe, 0, ZMQ_POLLIN, 0};
+        if (timeout > 0 || !busy) zmq_poll(&item, 1, timeout);
+        int handled = drain_pipe(&C);
+        if (handled < 0) {
+            fatal = 1;
+            break;
+        }
+        if (C.reqs.n_deadlines && mono_ms() - last_scan >= DEADLINE_SCAN_MS) {
+            last_scan = mono_ms();
+            expire_deadlines(&C);
+        }
+        if (busy || handled > 0) busy = ops->step(eng, on_emit, on_fail, &C) > 0;
+        atomic_store_explicit(&la.inflight, C.reqs.n, memory_order_relaxed);
+    }
+    if (fatal) {
+        sw_worker_log("link to the gateway failed; stopping");
+        drop_all(&C, 0, NULL);
+    } else {
+        sw_worker_log("stopping: %zu requests in flight get an error", C.reqs.n);
+        drop_all(&C, 503, "worker shutting down");
+        pipe_send_ctrl(C.pipe, CTRL_QUIT);
+    }
+    pthread_join(link, NULL);
+    zmq_close(C.pipe);
+    zmq_ctx_term(zctx);
+    free(C.reqs.b);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sw_worker_log("stopped");
+    return fatal ? 1 : 0;
+}

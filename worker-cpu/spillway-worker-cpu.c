@@ -1,0 +1,250 @@
+/* spillway-worker-cpu: the CPU worker daemon.
+ *
+ *   spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH
+ *       [--threads N] [--parallel N] [--ctx N] [--worker-id ID]
+ *       [--quantization Q] [--test-echo TOKENS_PER_S]
+ *
+ * Loads the GGUF model, connects to the gateway, registers and serves
+ * generate requests until SIGINT/SIGTERM (see proto/worker_link.h).
+ *
+ * --test-echo is a test mode for gateway tests and benchmarks: no model is
+ * loaded (PATH is registered but not opened, so it need not exist) and every
+ * request gets max_tokens placeholder tokens at the given rate. Because a
+ * worker that answers with placeholder text must never end up serving users
+ * by accident, the mode is refused unless SPILLWAY_ALLOW_TEST_MODE=1 is set.
+ */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "proto/worker_link.h"
+#include "worker-cpu/engine.h"
+#include "worker-cpu/model.h"
+
+#define MAX_THREADS 1024
+#define MAX_PARALLEL 4096
+#define MAX_CTX (1 << 20)
+#define DEFAULT_PARALLEL_CPU 4
+#define DEFAULT_PARALLEL_ECHO 256
+#define CPU_ENGINE_DEFAULT_CTX_CAP 4096u
+
+static const char *usage_text =
+    "usage: spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH\n"
+    "           [--threads N] [--parallel N] [--ctx N] [--worker-id ID]\n"
+    "           [--quantization Q] [--test-echo TOKENS_PER_S]\n"
+    "\n"
+    "  --gateway ENDPOINT   gateway worker endpoint, e.g. tcp://127.0.0.1:5555\n"
+    "  --pool NAME          pool this worker joins (as in routes.yaml)\n"
+    "  --model NAME=PATH    model name to serve and its GGUF file\n"
+    "  --threads N          OpenMP compute threads (default: all cores)\n"
+    "  --parallel N         concurrent sequences (default 4; 256 with --test-echo)\n"
+    "  --ctx N              context per sequence (default: the model's, capped by the engine)\n"
+    "  --worker-id ID       id to register with (default: host-pid-random)\n"
+    "  --quantization Q     quantization to register (default: the GGUF's; \"test\" with --test-echo)\n"
+    "  --test-echo R        TEST MODE: no model, emit max_tokens placeholder tokens at R tokens/s\n"
+    "                       per sequence; refused unless SPILLWAY_ALLOW_TEST_MODE=1\n";
+
+typedef struct {
+    const char *gateway, *pool, *worker_id, *quantization;
+    char model_name[SW_MAX_ID_LEN + 1];
+    const char *model_path;
+    int threads, parallel, ctx;
+    double echo_rate; /* 0 = normal mode */
+} options;
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "spillway-worker-cpu: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", usage_text);
+    return 2;
+}
+
+/* Whole string, decimal, within [lo, hi]. */
+static int parse_int(const char *s, long lo, long hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Same rule as the wire format: short printable ASCII, no spaces. */
+static int valid_label(const char *s, size_t maxlen) {
+    size_t n = strlen(s);
+    if (n == 0 || n > maxlen) return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] > 0x7E) return 0;
+    return 1;
+}
+
+/* Asks ZeroMQ itself whether it can connect to the endpoint. */
+static int valid_endpoint(const char *ep) {
+    if (strncmp(ep, "tcp://", 6) != 0 && strncmp(ep, "ipc://", 6) != 0) return 0;
+    void *ctx = zmq_ctx_new();
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    int ok = zmq_connect(s, ep) == 0;
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    return ok;
+}
+
+/* Returns 0 to run, 1 after --help, or 2 (a usage error, already reported). */
+static int parse_args(int argc, char **argv, options *o) {
+    memset(o, 0, sizeof *o);
+    o->parallel = -1;
+    int have_model = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            return 1;
+        }
+        if (strncmp(a, "--", 2) != 0) return usage_error("unexpected argument '%s'", a);
+        static const char *known[] = {"--gateway", "--pool", "--model", "--threads", "--parallel",
+                                      "--ctx", "--worker-id", "--test-echo", "--quantization"};
+        int is_known = 0;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= !strcmp(a, known[k]);
+        if (!is_known) return usage_error("unknown option '%s'", a);
+        if (i + 1 >= argc) return usage_error("%s needs a value", a);
+        const char *v = argv[++i];
+        if (!strcmp(a, "--gateway")) {
+            if (!valid_endpoint(v))
+                return usage_error("--gateway: '%s' is not a valid tcp:// or ipc:// endpoint", v);
+            o->gateway = v;
+        } else if (!strcmp(a, "--pool")) {
+            if (!valid_label(v, SW_MAX_ID_LEN))
+                return usage_error("--pool: '%s' must be 1-128 printable characters, no spaces", v);
+            o->pool = v;
+        } else if (!strcmp(a, "--model")) {
+            const char *eq = strchr(v, '=');
+            if (have_model) return usage_error("--model given twice ('%s'); a worker serves one", v);
+            if (!eq || eq == v || !eq[1]) return usage_error("--model: '%s' is not NAME=PATH", v);
+            size_t n = (size_t)(eq - v);
+            if (n > SW_MAX_ID_LEN) return usage_error("--model: name in '%s' is too long", v);
+            memcpy(o->model_name, v, n);
+            o->model_name[n] = 0;
+            if (!valid_label(o->model_name, SW_MAX_ID_LEN))
+                return usage_error("--model: name in '%s' must be printable, without spaces", v);
+            o->model_path = eq + 1;
+            have_model = 1;
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_int(v, 1, MAX_THREADS, &o->threads))
+                return usage_error("--threads: '%s' is not a whole number in 1..1024", v);
+        } else if (!strcmp(a, "--parallel")) {
+            if (parse_int(v, 1, MAX_PARALLEL, &o->parallel))
+                return usage_error("--parallel: '%s' is not a whole number in 1..4096", v);
+        } else if (!strcmp(a, "--ctx")) {
+            if (parse_int(v, 0, MAX_CTX, &o->ctx))
+                return usage_error("--ctx: '%s' is not a whole number in 0..1048576", v);
+        } else if (!strcmp(a, "--worker-id")) {
+            if (!valid_label(v, SW_MAX_ID_LEN))
+                return usage_error("--worker-id: '%s' must be 1-128 printable characters, no spaces",
+                                   v);
+            o->worker_id = v;
+        } else if (!strcmp(a, "--quantization")) {
+            if (!valid_label(v, 32))
+                return usage_error("--quantization: '%s' must be 1-32 printable characters", v);
+            o->quantization = v;
+        } else if (!strcmp(a, "--test-echo")) {
+            char *end;
+            errno = 0;
+            double r = strtod(v, &end);
+            if (errno || end == v || *end || !isfinite(r) || r <= 0 || r > 1e6)
+                return usage_error("--test-echo: '%s' is not a rate in (0, 1000000] tokens/s", v);
+            o->echo_rate = r;
+        }
+    }
+    if (!o->gateway) return usage_error("%s is required", "--gateway");
+    if (!o->pool) return usage_error("%s is required", "--pool");
+    if (!have_model) return usage_error("%s is required", "--model NAME=PATH");
+    if (o->echo_rate > 0) {
+        const char *allow = getenv("SPILLWAY_ALLOW_TEST_MODE");
+        if (!allow || strcmp(allow, "1") != 0) {
+            fprintf(stderr,
+                    "spillway-worker-cpu: --test-echo is a test mode (placeholder output, no "
+                    "model) and is refused unless SPILLWAY_ALLOW_TEST_MODE=1 is set in the "
+                    "environment\n");
+            return 2;
+        }
+    }
+    if (o->parallel < 0) o->parallel = o->echo_rate > 0 ? DEFAULT_PARALLEL_ECHO : DEFAULT_PARALLEL_CPU;
+    return 0;
+}
+
+static int run_echo(const options *o) {
+    sw_worker_log("TEST MODE (--test-echo %g tokens/s): no model is loaded, output is placeholder "
+                  "text; registering '%s' (%s is not opened)",
+                  o->echo_rate, o->model_name, o->model_path);
+    sw_echo_engine *e = sw_echo_engine_new(o->echo_rate, o->parallel);
+    if (!e) {
+        fprintf(stderr, "spillway-worker-cpu: cannot create the echo engine\n");
+        return 1;
+    }
+    Spillway__ModelInfo mi = SPILLWAY__MODEL_INFO__INIT;
+    mi.name = (char *)o->model_name;
+    mi.quantization = (char *)(o->quantization ? o->quantization : "test");
+    mi.context_length = o->ctx ? (uint32_t)o->ctx : 4096;
+    Spillway__ModelInfo *models[1] = {&mi};
+    sw_worker_config cfg = {
+        .gateway = o->gateway, .pool = o->pool, .worker_id = o->worker_id,
+        .kind = SPILLWAY__WORKER_KIND__WORKER_KIND_CPU, .models = models, .n_models = 1,
+        .slots = (uint32_t)o->parallel,
+    };
+    int rc = sw_worker_run(&cfg, &sw_echo_engine_ops, e);
+    sw_echo_engine_free(e);
+    return rc;
+}
+
+static int run_model(const options *o) {
+    char err[512] = "";
+    if (o->threads > 0) omp_set_num_threads(o->threads);
+    sw_model *m = sw_model_load(o->model_path, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "spillway-worker-cpu: cannot load %s: %s\n", o->model_path, err);
+        return 1;
+    }
+    sw_cpu_engine *e = sw_cpu_engine_new(m, o->parallel, o->ctx, err, sizeof err);
+    if (!e) {
+        fprintf(stderr, "spillway-worker-cpu: cannot start the engine: %s\n", err);
+        sw_model_free(m);
+        return 1;
+    }
+    Spillway__ModelInfo mi = SPILLWAY__MODEL_INFO__INIT;
+    mi.name = (char *)o->model_name;
+    mi.quantization = (char *)(o->quantization ? o->quantization : m->quant_name);
+    /* The context a request can use, as sw_cpu_engine_new sizes it: --ctx,
+     * else the model's own capped at CPU_ENGINE_DEFAULT_CTX_CAP. (Keep in
+     * step with worker-cpu/engine.c; engine.h has no accessor for it.) */
+    uint32_t ctx = o->ctx > 0 ? (uint32_t)o->ctx
+                 : m->hp.n_ctx_train < CPU_ENGINE_DEFAULT_CTX_CAP ? m->hp.n_ctx_train
+                                                                 : CPU_ENGINE_DEFAULT_CTX_CAP;
+    mi.context_length = ctx;
+    Spillway__ModelInfo *models[1] = {&mi};
+    sw_worker_config cfg = {
+        .gateway = o->gateway, .pool = o->pool, .worker_id = o->worker_id,
+        .kind = SPILLWAY__WORKER_KIND__WORKER_KIND_CPU, .models = models, .n_models = 1,
+        .slots = (uint32_t)o->parallel,
+    };
+    sw_worker_log("serving %s (%s, %s, ctx %u) with %d slots, %d threads",
+                  o->model_name, o->model_path, mi.quantization, ctx, o->parallel,
+                  omp_get_max_threads());
+    int rc = sw_worker_run(&cfg, &sw_cpu_engine_ops, e);
+    sw_cpu_engine_free(e);
+    sw_model_free(m);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc == 1) return 0;
+    if (rc) return rc;
+    return o.echo_rate > 0 ? run_echo(&o) : run_model(&o);
+}
