@@ -32,7 +32,9 @@ typedef struct {
 
 /* One metadata key/value. Scalars are decoded into `v`; strings point into the
  * mapping; arrays keep a pointer to their first element in the mapping
- * (string arrays: to the first length prefix, walk with gguf_arr_str). */
+ * (string arrays: to the first length prefix, walk with gguf_arr_str).
+ * Scalar storage: UINT8/16/32/64 in v.u64, INT8/16/32/64 in v.i64 (sign-
+ * extended), FLOAT32/64 in v.f64, BOOL in v.b (any nonzero byte is true). */
 typedef struct {
     gguf_str key;
     gguf_vtype type;
@@ -42,7 +44,8 @@ typedef struct {
             gguf_vtype type;   /* element type; never GGUF_VT_ARRAY (nested arrays are rejected) */
             uint64_t n;
             const uint8_t *data;
-            /* for string arrays: offsets of each element (n entries), built at load */
+            /* for string arrays: offsets of each element's length prefix, relative
+             * to `data` (n entries), built and bounds-checked at load */
             const uint64_t *str_offsets;
         } arr;
     } v;
@@ -120,5 +123,27 @@ void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv);
 void gguf_w_tensor(gguf_writer *w, const char *name, sw_type type,
                    uint32_t n_dims, const uint64_t *ne, const void *data);
 bool gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen);
+
+/* ---- writer additions (additive) ----
+ * Setting a key that is already set replaces its value in place (so a copied
+ * general.file_type can be updated). Adding two tensors with the same name,
+ * an unknown type, or a row that is not a multiple of the block size makes
+ * gguf_writer_write fail with a message naming the tensor. The file is
+ * written as PATH.tmpPID and renamed over PATH only on success. */
+
+/* Any scalar type except STRING/ARRAY; `value` points to a value of the
+ * matching C type (uint8_t, int16_t, double, bool, ...). */
+void gguf_w_scalar(gguf_writer *w, const char *key, gguf_vtype type, const void *value);
+/* Array of any fixed-size element type (not STRING/ARRAY); data holds n elements. */
+void gguf_w_arr(gguf_writer *w, const char *key, gguf_vtype elem_type, const void *data, uint64_t n);
+
+/* Streaming tensors: instead of holding every tensor in memory until write,
+ * the writer calls fill(ctx, dst, nbytes, ...) when it reaches this tensor, with
+ * a scratch buffer of exactly the tensor's size; fill writes the data there.
+ * Only one tensor's data is in memory at a time. Returning false aborts the
+ * write (fill should put a message in err). */
+typedef bool (*gguf_fill_fn)(void *ctx, void *dst, uint64_t nbytes, char *err, size_t errlen);
+void gguf_w_tensor_fn(gguf_writer *w, const char *name, sw_type type,
+                      uint32_t n_dims, const uint64_t *ne, gguf_fill_fn fill, void *ctx);
 
 #endif

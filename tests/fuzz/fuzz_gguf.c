@@ -1,0 +1,266 @@
+/* Mutation fuzz of the GGUF reader.
+ *
+ * Default build: a deterministic program. It makes a valid GGUF with the
+ * writer (every value type, string arrays, several tensor types), then opens
+ * thousands of mutated copies (byte flips, random bytes, interesting u64s,
+ * truncations, insertions, deletions) with gguf_open_buffer. Every file that
+ * opens is walked completely and its invariants checked (all pointers inside
+ * the buffer). Exits 0 if nothing crashed and no invariant broke.
+ *   fuzz_gguf [ITERATIONS [SEED]]     (default 100000, seed 1)
+ *   SPILLWAY_FUZZ_SECONDS=N           stops early after N seconds
+ * Each copy is malloc'd at its exact size so ASan catches any over-read.
+ *
+ * With -DSW_LIBFUZZER it instead provides LLVMFuzzerTestOneInput.
+ */
+#include "llm/gguf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int broken;   /* invariant violations seen */
+
+#define INVARIANT(cond, ...) do { if (!(cond)) { broken++; \
+    fprintf(stderr, "invariant failed: %s: ", #cond); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+static bool inside(const gguf_file *f, const void *p, uint64_t n) {
+    const uint8_t *b = p;
+    return b >= f->base && b <= f->base + f->size && n <= (uint64_t)(f->base + f->size - b);
+}
+
+/* Touches everything a consumer could touch; returns a checksum so the
+ * compiler cannot drop the reads. */
+static uint64_t walk(const gguf_file *f) {
+    uint64_t sum = 0;
+    char buf[64];
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const gguf_kv *kv = &f->kv[i];
+        INVARIANT(inside(f, kv->key.ptr, kv->key.len), "kv %llu key", (unsigned long long)i);
+        char key[256];
+        if (kv->key.len < sizeof key) {
+            memcpy(key, kv->key.ptr, kv->key.len);
+            key[kv->key.len] = 0;
+            INVARIANT(gguf_find(f, key) == kv || memchr(kv->key.ptr, 0, kv->key.len), "find kv %llu",
+                      (unsigned long long)i);
+            uint64_t u; int64_t s; float x; bool b; gguf_str str;
+            sum += gguf_get_u64(f, key, &u) ? u : 0;
+            sum += gguf_get_i64(f, key, &s) ? (uint64_t)s : 0;
+            sum += gguf_get_f32(f, key, &x) ? (uint64_t)(x == x) : 0;
+            sum += gguf_get_bool(f, key, &b) ? b : 0;
+            sum += gguf_get_cstr(f, key, buf, sizeof buf) ? (uint8_t)buf[0] : 0;
+            if (gguf_get_str(f, key, &str)) INVARIANT(inside(f, str.ptr, str.len), "string value");
+        }
+        sum += strlen(gguf_vtype_name(kv->type));
+        if (kv->type != GGUF_VT_ARRAY) continue;
+        INVARIANT(kv->v.arr.type != GGUF_VT_ARRAY, "nested array accepted");
+        for (uint64_t j = 0; j < kv->v.arr.n; j++) {
+            if (kv->v.arr.type == GGUF_VT_STRING) {
+                gguf_str s = gguf_arr_str(kv, j);
+                INVARIANT(s.ptr && inside(f, s.ptr, s.len), "string element %llu", (unsigned long long)j);
+                for (uint64_t k = 0; k < s.len; k++) sum += (uint8_t)s.ptr[k];
+            } else {
+                sum += (uint64_t)gguf_arr_int(kv, j);
+                sum += (uint64_t)(gguf_arr_f32(kv, j) != 0.0f);
+            }
+        }
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        INVARIANT(t->n_dims <= GGUF_MAX_DIMS, "n_dims");
+        INVARIANT(sw_type_info(t->type) != NULL, "type");
+        INVARIANT(t->offset % f->alignment == 0, "alignment");
+        INVARIANT(t->nbytes > 0 && inside(f, t->data, t->nbytes), "tensor %llu data", (unsigned long long)i);
+        INVARIANT(gguf_find_tensor(f, t->name) == t, "find tensor");
+        const uint8_t *d = t->data;
+        if (t->nbytes) sum += d[0] + d[t->nbytes - 1];
+    }
+    INVARIANT(f->alignment && !(f->alignment & (f->alignment - 1)), "alignment power of two");
+    return sum;
+}
+
+static uint64_t try_open(const uint8_t *data, size_t n) {
+    uint8_t *copy = malloc(n ? n : 1);
+    if (n) memcpy(copy, data, n);
+    char err[256];
+    uint64_t sum = 0;
+    gguf_file *f = gguf_open_buffer(copy, n, err, sizeof err);
+    if (f) {
+        sum = walk(f);
+        gguf_close(f);
+    } else {
+        INVARIANT(!strncmp(err, "gguf: ", 6), "error without message: '%s'", err);
+    }
+    free(copy);
+    return sum;
+}
+
+#ifdef SW_LIBFUZZER
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    try_open(data, size);
+    if (broken) abort();
+    return 0;
+}
+#else
+
+/* xorshift64*: deterministic, seedable. */
+static uint64_t rng_state;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+static uint64_t rnd_below(uint64_t n) { return n ? rnd() % n : 0; }
+
+static uint8_t *make_seed(size_t *size) {
+    static float f32[8 * 4];
+    static uint16_t f16[64 * 2];
+    static uint8_t q8[34 * 2 * 2], q4k[144 * 2];
+    for (int i = 0; i < 32; i++) f32[i] = (float)i;
+    for (int i = 0; i < 128; i++) f16[i] = (uint16_t)(0x3c00 + i);
+    memset(q8, 0x11, sizeof q8);
+    memset(q4k, 0x22, sizeof q4k);
+
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_str(w, "general.architecture", "llama");
+    gguf_w_u32(w, "llama.block_count", 2);
+    gguf_w_f32(w, "llama.rope.freq_base", 10000.0f);
+    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
+    gguf_w_u64(w, "x.u64", 123456789);
+    gguf_w_i32(w, "x.i32", -5);
+    int8_t i8 = -3; double f64 = 0.5; uint16_t u16 = 7;
+    gguf_w_scalar(w, "x.i8", GGUF_VT_INT8, &i8);
+    gguf_w_scalar(w, "x.f64", GGUF_VT_FLOAT64, &f64);
+    gguf_w_scalar(w, "x.u16", GGUF_VT_UINT16, &u16);
+    const char *toks[] = { "<unk>", "<s>", "</s>", "<0x00>", "\xe2\x96\x81the", "a", "" };
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 7);
+    float scores[] = { 0, 0, 0, -1, -2, -3, -4 };
+    gguf_w_arr_f32(w, "tokenizer.ggml.scores", scores, 7);
+    int32_t types[] = { 2, 3, 3, 6, 1, 1, 1 };
+    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 7);
+    uint8_t u8s[] = { 1, 2, 3 };
+    gguf_w_arr(w, "x.arr_u8", GGUF_VT_UINT8, u8s, 3);
+    gguf_w_u32(w, "general.alignment", 32);
+    uint64_t ne_a[] = { 8, 4 }, ne_b[] = { 64, 2 }, ne_c[] = { 64, 2 }, ne_d[] = { 256, 2 }, ne_e[] = { 8 };
+    gguf_w_tensor(w, "token_embd.weight", SW_TYPE_F32, 2, ne_a, f32);
+    gguf_w_tensor(w, "blk.0.attn_q.weight", SW_TYPE_F16, 2, ne_b, f16);
+    gguf_w_tensor(w, "blk.0.attn_k.weight", SW_TYPE_Q8_0, 2, ne_c, q8);
+    gguf_w_tensor(w, "blk.0.ffn_up.weight", SW_TYPE_Q4_K, 2, ne_d, q4k);
+    gguf_w_tensor(w, "output_norm.weight", SW_TYPE_F32, 1, ne_e, f32);
+    char path[64], err[256];
+    snprintf(path, sizeof path, "/tmp/fuzz_gguf_seed.%d.gguf", (int)getpid());
+    bool ok = gguf_writer_write(w, path, err, sizeof err);
+    gguf_writer_free(w);
+    if (!ok) { fprintf(stderr, "seed: %s\n", err); return NULL; }
+    FILE *fp = fopen(path, "rb");
+    fseek(fp, 0, SEEK_END);
+    *size = (size_t)ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    uint8_t *b = malloc(*size);
+    size_t got = fread(b, 1, *size, fp);
+    fclose(fp);
+    unlink(path);
+    if (got != *size) { free(b); return NULL; }
+    return b;
+}
+
+static const uint64_t interesting[] = {
+    0, 1, 2, 3, 4, 5, 8, 12, 16, 24, 31, 32, 33, 63, 64, 127, 128, 255, 256, 0x7fffffff,
+    0x80000000ull, 0xffffffffull, 0x100000000ull, 0x7fffffffffffffffull, 0x8000000000000000ull,
+    0xffffffffffffffffull, 0xfffffffffffffff0ull,
+};
+#define N_INTERESTING (sizeof interesting / sizeof interesting[0])
+
+/* Applies 1-4 random mutations to buf (capacity cap), returns the new length. */
+static size_t mutate(uint8_t *buf, size_t n, size_t cap) {
+    int rounds = 1 + (int)rnd_below(4);
+    for (int r = 0; r < rounds; r++) {
+        switch (rnd_below(7)) {
+        case 0:   /* flip a bit */
+            if (n) buf[rnd_below(n)] ^= (uint8_t)(1u << rnd_below(8));
+            break;
+        case 1:   /* random byte */
+            if (n) buf[rnd_below(n)] = (uint8_t)rnd();
+            break;
+        case 2: { /* interesting 4- or 8-byte value, where counts and lengths live */
+            size_t w = rnd_below(2) ? 8 : 4;
+            if (n >= w) {
+                uint64_t v = interesting[rnd_below(N_INTERESTING)];
+                memcpy(buf + rnd_below(n - w + 1), &v, w);
+            }
+            break;
+        }
+        case 3:   /* truncate */
+            n = rnd_below(n + 1);
+            break;
+        case 4: { /* insert random bytes */
+            size_t k = 1 + rnd_below(16);
+            if (n + k <= cap) {
+                size_t at = rnd_below(n + 1);
+                memmove(buf + at + k, buf + at, n - at);
+                for (size_t i = 0; i < k; i++) buf[at + i] = (uint8_t)rnd();
+                n += k;
+            }
+            break;
+        }
+        case 5: { /* delete a range */
+            if (n) {
+                size_t at = rnd_below(n), k = 1 + rnd_below(16);
+                if (k > n - at) k = n - at;
+                memmove(buf + at, buf + at + k, n - at - k);
+                n -= k;
+            }
+            break;
+        }
+        default: { /* copy a chunk over another place (duplicates keys/names) */
+            if (n > 8) {
+                size_t k = 1 + rnd_below(32), from = rnd_below(n), to = rnd_below(n);
+                if (k > n - from) k = n - from;
+                if (k > n - to) k = n - to;
+                memmove(buf + to, buf + from, k);
+            }
+            break;
+        }
+        }
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    long iters = argc > 1 ? atol(argv[1]) : 100000;
+    rng_state = argc > 2 ? strtoull(argv[2], NULL, 0) : 1;
+    if (!rng_state) rng_state = 1;
+    const char *secs_env = getenv("SPILLWAY_FUZZ_SECONDS");
+    double max_secs = secs_env ? atof(secs_env) : 0;
+    size_t seed_len;
+    uint8_t *seed = make_seed(&seed_len);
+    if (!seed) return 2;
+    if (!try_open(seed, seed_len) && broken) return 1;
+    size_t cap = seed_len + 4 * 16 + 1;
+    uint8_t *buf = malloc(cap);
+    time_t t0 = time(NULL);
+    long opened = 0, done = 0;
+    for (long it = 0; it < iters; it++, done++) {
+        memcpy(buf, seed, seed_len);
+        size_t n = mutate(buf, seed_len, cap);
+        uint8_t *copy = malloc(n ? n : 1);
+        memcpy(copy, buf, n);
+        char err[256];
+        gguf_file *f = gguf_open_buffer(copy, n, err, sizeof err);
+        if (f) { opened++; walk(f); gguf_close(f); }
+        else INVARIANT(!strncmp(err, "gguf: ", 6), "error without message: '%s'", err);
+        free(copy);
+        if (broken) {
+            fprintf(stderr, "fuzz_gguf: invariant broken at iteration %ld\n", it);
+            break;
+        }
+        if (max_secs > 0 && (it & 255) == 0 && difftime(time(NULL), t0) > max_secs) break;
+    }
+    printf("fuzz_gguf: %ld inputs, %ld opened, %d invariant failures\n", done, opened, broken);
+    free(buf);
+    free(seed);
+    return broken ? 1 : 0;
+}
+#endif

@@ -1,0 +1,236 @@
+"""spillway-synth and spillway-quantize, checked with an independent reader.
+
+The outputs are read back with the `gguf` Python package (llama.cpp's own
+reader) and dequantized with gguf.quants, so a format mistake on our side
+cannot hide behind a matching mistake in our own reader.
+"""
+import subprocess
+
+import numpy as np
+import pytest
+from gguf import GGUFReader, GGMLQuantizationType as QT
+from gguf.quants import dequantize
+
+from conftest import bin_path, shared_file
+
+TINY = dict(dim=128, layers=2, heads=4, kv_heads=2, ffn=256, vocab=1024)
+# Relative RMS error allowed per tensor, by output file type.
+TOL = {"q8_0": 0.01, "q4_k_m": 0.12, "f16": 1e-3, "f32": 0.0}
+FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k_m": 15}
+
+
+def run(args, ok=True):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300)
+    if ok:
+        assert r.returncode == 0, f"{args} failed rc={r.returncode}\n{r.stderr}"
+    return r
+
+
+def synth(out, shape="tiny", type_="f32", seed=None):
+    args = [bin_path("spillway-synth"), "--shape", shape, "--type", type_]
+    if seed is not None:
+        args += ["--seed", seed]
+    run(args + [out])
+    return out
+
+
+def field(r, key):
+    f = r.fields.get(key)
+    assert f is not None, f"missing key {key}"
+    return f.contents()
+
+
+def tensors(r):
+    """name -> (type, float32 values, ne list)"""
+    out = {}
+    for t in r.tensors:
+        vals = dequantize(t.data, t.tensor_type).astype(np.float32).reshape(-1)
+        out[t.name] = (t.tensor_type, vals, [int(x) for x in t.shape])
+    return out
+
+
+def rel_rms(a, ref):
+    return float(np.sqrt(np.mean((a - ref) ** 2)) / np.sqrt(np.mean(ref ** 2)))
+
+
+@pytest.fixture(scope="module")
+def tiny_f32(tmp_path_factory):
+    return synth(tmp_path_factory.mktemp("synth") / "tiny-f32.gguf")
+
+
+def test_synth_metadata_and_vocab(tiny_f32):
+    r = GGUFReader(tiny_f32)
+    assert field(r, "general.architecture") == "llama"
+    assert field(r, "spillway.synthetic") is True
+    assert "RANDOM WEIGHTS" in field(r, "general.description")
+    assert field(r, "general.file_type") == 0
+    assert field(r, "llama.embedding_length") == TINY["dim"]
+    assert field(r, "llama.block_count") == TINY["layers"]
+    assert field(r, "llama.feed_forward_length") == TINY["ffn"]
+    assert field(r, "llama.attention.head_count") == TINY["heads"]
+    assert field(r, "llama.attention.head_count_kv") == TINY["kv_heads"]
+    assert field(r, "llama.rope.dimension_count") == TINY["dim"] // TINY["heads"]
+    assert field(r, "llama.vocab_size") == TINY["vocab"]
+    assert abs(field(r, "llama.attention.layer_norm_rms_epsilon") - 1e-5) < 1e-9
+    assert field(r, "llama.rope.freq_base") == 10000.0
+    assert field(r, "llama.context_length") > 0
+
+    assert field(r, "tokenizer.ggml.model") == "llama"
+    toks = field(r, "tokenizer.ggml.tokens")
+    types = field(r, "tokenizer.ggml.token_type")
+    scores = field(r, "tokenizer.ggml.scores")
+    assert len(toks) == len(types) == len(scores) == TINY["vocab"]
+    assert len(set(toks)) == len(toks), "duplicate tokens"
+    assert toks[:3] == ["<unk>", "<s>", "</s>"] and types[:3] == [2, 3, 3]
+    assert toks[3:259] == [f"<0x{b:02X}>" for b in range(256)]
+    assert set(types[3:259]) == {6} and set(types[259:]) == {1}
+    assert all(a > b for a, b in zip(scores[259:], scores[260:])), "scores must descend"
+    assert "\u2581" in toks and "\u2581the" in toks and "e" in toks
+    assert field(r, "tokenizer.ggml.bos_token_id") == 1
+    assert field(r, "tokenizer.ggml.eos_token_id") == 2
+    assert field(r, "tokenizer.ggml.add_bos_token") is True
+
+
+def test_synth_tensors_are_llama_shaped_and_scaled(tiny_f32):
+    ts = tensors(GGUFReader(tiny_f32))
+    d, f, kv = TINY["dim"], TINY["ffn"], TINY["dim"] // TINY["heads"] * TINY["kv_heads"]
+    want = {"token_embd.weight": [d, TINY["vocab"]], "output_norm.weight": [d],
+            "output.weight": [d, TINY["vocab"]]}
+    for l in range(TINY["layers"]):
+        want.update({f"blk.{l}.attn_norm.weight": [d], f"blk.{l}.attn_q.weight": [d, d],
+                     f"blk.{l}.attn_k.weight": [d, kv], f"blk.{l}.attn_v.weight": [d, kv],
+                     f"blk.{l}.attn_output.weight": [d, d], f"blk.{l}.ffn_norm.weight": [d],
+                     f"blk.{l}.ffn_gate.weight": [d, f], f"blk.{l}.ffn_up.weight": [d, f],
+                     f"blk.{l}.ffn_down.weight": [f, d]})
+    assert {n: ne for n, (_, _, ne) in ts.items()} == want
+    for name, (qt, vals, ne) in ts.items():
+        assert qt == QT.F32
+        assert np.all(np.isfinite(vals))
+        if len(ne) == 1:
+            assert np.all(vals == 1.0), name
+        elif name in ("blk.0.attn_q.weight", "output.weight", "blk.1.ffn_gate.weight"):
+            # N(0, 1/fan_in): std within 10% of 1/sqrt(ne[0]), mean near 0
+            assert abs(vals.std() * np.sqrt(ne[0]) - 1) < 0.1, (name, vals.std())
+            assert abs(vals.mean()) < 0.1 * vals.std()
+
+
+def test_synth_is_seeded(tmp_path, tiny_f32):
+    again = synth(tmp_path / "again.gguf")
+    other = synth(tmp_path / "other.gguf", seed=7)
+    assert again.read_bytes() == tiny_f32.read_bytes()
+    a = tensors(GGUFReader(tiny_f32))["blk.0.attn_q.weight"][1]
+    b = tensors(GGUFReader(other))["blk.0.attn_q.weight"][1]
+    assert not np.array_equal(a, b)
+    assert field(GGUFReader(other), "spillway.synth.seed") == 7
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_k_m", "f16"])
+def test_quantize_round_trip(tmp_path, tiny_f32, qtype):
+    out = tmp_path / f"tiny-{qtype}.gguf"
+    run([bin_path("spillway-quantize"), tiny_f32, out, qtype])
+    src, dst = GGUFReader(tiny_f32), GGUFReader(out)
+    # every metadata key survives with its value; file_type is updated
+    for key, f in src.fields.items():
+        if key.startswith("GGUF.") or key == "general.file_type":
+            continue
+        assert key in dst.fields, f"{key} lost"
+        assert dst.fields[key].contents() == f.contents(), key
+    assert field(dst, "general.file_type") == FILE_TYPE[qtype]
+
+    a, b = tensors(src), tensors(dst)
+    assert a.keys() == b.keys()
+    for name, (_, ref, ne) in a.items():
+        qt, vals, ne2 = b[name]
+        assert ne2 == ne
+        if len(ne) == 1:
+            assert qt == QT.F32 and np.array_equal(vals, ref), name
+            continue
+        err = rel_rms(vals, ref)
+        assert err < TOL[qtype], f"{name} ({qt.name}): relative RMS error {err:.4f}"
+        assert err > 0, f"{name}: {qtype} cannot be lossless on random floats"
+
+    types = {n: t for n, (t, _, _) in b.items()}
+    if qtype == "q4_k_m":
+        # tiny rows are 128 wide (not a multiple of 256): documented fallbacks
+        assert types["blk.0.attn_q.weight"] == QT.Q5_0       # Q4_K -> Q5_0
+        assert types["output.weight"] == QT.Q8_0             # Q6_K -> Q8_0
+        assert types["blk.0.ffn_down.weight"] == QT.Q4_K     # 256-wide rows
+        assert types["blk.1.ffn_down.weight"] == QT.Q6_K     # a "more bits" layer
+        assert types["blk.1.attn_v.weight"] == QT.Q8_0       # more bits, 128-wide
+        assert types["blk.0.attn_v.weight"] == QT.Q5_0
+    else:
+        want = QT.Q8_0 if qtype == "q8_0" else QT.F16
+        assert all(t == want for n, t in types.items() if len(b[n][2]) == 2)
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_k_m"])
+def test_synth_type_equals_quantize_of_f32(tmp_path, tiny_f32, qtype):
+    """Both tools share the mix rule and the quantizer: identical files."""
+    direct = synth(tmp_path / "direct.gguf", type_=qtype)
+    via = tmp_path / "via.gguf"
+    run([bin_path("spillway-quantize"), tiny_f32, via, qtype])
+    assert direct.read_bytes() == via.read_bytes()
+
+
+def test_quantize_real_model_with_odd_rows(tmp_path):
+    """stories260K (F32, dim 64, FFN 172): exercises every fallback on a real model."""
+    src_path = shared_file("models/stories260K.gguf")
+    out = tmp_path / "stories-q4km.gguf"
+    run([bin_path("spillway-quantize"), src_path, out, "q4_k_m"])
+    a, b = tensors(GGUFReader(src_path)), tensors(GGUFReader(out))
+    assert b["blk.0.attn_q.weight"][0] == QT.Q5_0
+    assert b["blk.0.ffn_down.weight"][0] == QT.F16       # 172 is not a multiple of 32
+    assert b["output.weight"][0] == QT.Q8_0
+    for name, (_, ref, _) in a.items():
+        assert rel_rms(b[name][1], ref) < TOL["q4_k_m"], name
+    r = GGUFReader(out)
+    assert len(field(r, "tokenizer.ggml.tokens")) == 512
+    assert field(r, "general.file_type") == 15
+
+
+def test_quantize_llama_cpp_q4km_to_q8_0(tmp_path):
+    """A llama.cpp-made Q4_K_M file: Q4_K/Q6_K rows dequantize and requantize."""
+    src_path = shared_file("golden/synth-spm-d256-q4km.gguf")
+    out = tmp_path / "golden-q8.gguf"
+    run([bin_path("spillway-quantize"), src_path, out, "q8_0"])
+    a, b = tensors(GGUFReader(src_path)), tensors(GGUFReader(out))
+    for name, (qt, ref, ne) in a.items():
+        if len(ne) == 2:
+            assert b[name][0] == QT.Q8_0
+            assert rel_rms(b[name][1], ref) < TOL["q8_0"], name
+    # and back to q4_k_m: unchanged types are copied byte for byte
+    back = tmp_path / "back.gguf"
+    run([bin_path("spillway-quantize"), src_path, back, "q4_k_m"])
+    r0, r1 = GGUFReader(src_path), GGUFReader(back)
+    t0 = {t.name: t for t in r0.tensors}
+    for t in r1.tensors:
+        if t.tensor_type == t0[t.name].tensor_type:
+            assert np.array_equal(np.asarray(t.data), np.asarray(t0[t.name].data)), t.name
+
+
+def test_cli_errors(tmp_path, tiny_f32):
+    q = bin_path("spillway-quantize")
+    r = run([q, tiny_f32, tmp_path / "x.gguf", "q3_k_xl"], ok=False)
+    assert r.returncode != 0 and "unknown type 'q3_k_xl'" in r.stderr
+    r = run([q, tmp_path / "missing.gguf", tmp_path / "x.gguf", "q8_0"], ok=False)
+    assert r.returncode != 0 and "missing.gguf" in r.stderr and "No such file" in r.stderr
+    r = run([q, tiny_f32], ok=False)
+    assert r.returncode != 0 and "usage" in r.stderr
+    bad = tmp_path / "truncated.gguf"
+    bad.write_bytes(tiny_f32.read_bytes()[:100000])
+    r = run([q, bad, tmp_path / "x.gguf", "q8_0"], ok=False)
+    assert r.returncode != 0 and "extends past end of file" in r.stderr, r.stderr
+    r = run([q, tiny_f32, tmp_path / "no-such-dir" / "x.gguf", "q8_0"], ok=False)
+    assert r.returncode != 0 and "no-such-dir" in r.stderr
+    assert not (tmp_path / "x.gguf").exists()
+
+    s = bin_path("spillway-synth")
+    r = run([s, "--shape", "huge", tmp_path / "x.gguf"], ok=False)
+    assert r.returncode != 0 and "unknown shape 'huge'" in r.stderr
+    r = run([s, "--shape", "tiny", "--type", "q2", tmp_path / "x.gguf"], ok=False)
+    assert r.returncode != 0 and "unknown type 'q2'" in r.stderr
+    r = run([s, "--shape", "tiny"], ok=False)
+    assert r.returncode != 0 and "OUT.gguf is required" in r.stderr
+    r = run([s, "--shape", "tiny", "--seed", "abc", tmp_path / "x.gguf"], ok=False)
+    assert r.returncode != 0 and "bad seed" in r.stderr
+    assert not (tmp_path / "x.gguf").exists()

@@ -1,0 +1,75 @@
+/* The Q4_K_M type mix (llm/quant_mix.c): the layer rule, the fallbacks, and
+ * agreement with the mix llama.cpp chose for a real Q4_K_M file. */
+#include "llm/gguf.h"
+#include "llm/quant_mix.h"
+#include "tests/unit/check.h"
+
+#include <unistd.h>
+
+#pragma GCC diagnostic ignored "-Wformat-zero-length"
+
+static sw_type mix(sw_ftype ft, const char *name, uint64_t ne0, uint32_t n_layers) {
+    uint64_t ne[2] = { ne0, 64 };
+    return sw_mix_type(ft, name, 2, ne, n_layers);
+}
+
+int main(void) {
+    sw_ftype ft;
+    CHECK(sw_ftype_parse("q4_k_m", &ft) && ft == SW_FTYPE_MOSTLY_Q4_K_M);
+    CHECK(sw_ftype_parse("Q8_0", &ft) && ft == SW_FTYPE_MOSTLY_Q8_0);
+    CHECK(sw_ftype_parse("f16", &ft) && ft == 1);
+    CHECK(sw_ftype_parse("f32", &ft) && ft == 0);
+    CHECK(!sw_ftype_parse("q4_k", &ft) && !sw_ftype_parse("", &ft) && !sw_ftype_parse(NULL, &ft));
+    CHECK(!strcmp(sw_ftype_name(SW_FTYPE_MOSTLY_Q4_K_M), "q4_k_m"));
+
+    /* "About half" of the layers get more bits, first and last eighth included. */
+    uint32_t sizes[] = { 2, 4, 16, 32 }, want[] = { 1, 2, 8, 16 };
+    for (int s = 0; s < 4; s++) {
+        uint32_t n = sizes[s], count = 0;
+        for (uint32_t l = 0; l < n; l++) count += sw_mix_more_bits(l, n);
+        CHECK(count == want[s], "n_layers %u: %u more-bits layers", n, count);
+    }
+    CHECK(sw_mix_more_bits(0, 32) && sw_mix_more_bits(3, 32) && !sw_mix_more_bits(4, 32));
+    CHECK(sw_mix_more_bits(6, 32) && sw_mix_more_bits(28, 32) && sw_mix_more_bits(31, 32));
+
+    sw_ftype q = SW_FTYPE_MOSTLY_Q4_K_M;
+    CHECK(mix(q, "output.weight", 4096, 32) == SW_TYPE_Q6_K);
+    CHECK(mix(q, "token_embd.weight", 4096, 32) == SW_TYPE_Q4_K);
+    CHECK(mix(q, "blk.0.attn_v.weight", 4096, 32) == SW_TYPE_Q6_K);
+    CHECK(mix(q, "blk.4.attn_v.weight", 4096, 32) == SW_TYPE_Q4_K);
+    CHECK(mix(q, "blk.6.ffn_down.weight", 14336, 32) == SW_TYPE_Q6_K);
+    CHECK(mix(q, "blk.6.ffn_up.weight", 4096, 32) == SW_TYPE_Q4_K);
+    CHECK(mix(q, "blk.12.attn_q.weight", 4096, 32) == SW_TYPE_Q4_K);
+    /* Fallbacks for rows that are not a multiple of 256 / 32. */
+    CHECK(mix(q, "blk.4.attn_q.weight", 128, 32) == SW_TYPE_Q5_0);
+    CHECK(mix(q, "output.weight", 64, 32) == SW_TYPE_Q8_0);
+    CHECK(mix(q, "blk.0.ffn_down.weight", 172, 5) == SW_TYPE_F16);
+    CHECK(mix(SW_FTYPE_MOSTLY_Q8_0, "blk.0.ffn_down.weight", 172, 5) == SW_TYPE_F16);
+    CHECK(mix(SW_FTYPE_MOSTLY_Q8_0, "blk.0.ffn_up.weight", 64, 5) == SW_TYPE_Q8_0);
+    CHECK(mix(SW_FTYPE_MOSTLY_F16, "blk.0.ffn_up.weight", 3, 5) == SW_TYPE_F16);
+    CHECK(mix(SW_FTYPE_ALL_F32, "output.weight", 4096, 5) == SW_TYPE_F32);
+    uint64_t ne1[1] = { 4096 };
+    CHECK(sw_mix_type(q, "blk.0.attn_norm.weight", 1, ne1, 32) == SW_TYPE_F32);
+
+    /* llama.cpp's own Q4_K_M choice for a real file (MHA-style 8/4 heads). */
+    char p[512], err[512];
+    shared_path(p, sizeof p, "golden/synth-spm-d256-q4km.gguf");
+    if (access(p, R_OK) != 0) {
+        if (sw_checks_failed) CHECK_DONE();
+        SKIP_TEST("missing %s", p);
+    }
+    gguf_file *f = gguf_open(p, err, sizeof err);
+    CHECK(f, "%s", err);
+    uint32_t n_layers = 0;
+    if (f) {
+        CHECK(gguf_get_u32(f, "llama.block_count", &n_layers));
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+            const gguf_tensor *t = &f->tensors[i];
+            sw_type got = sw_mix_type(q, t->name, t->n_dims, t->ne, n_layers);
+            CHECK(got == t->type, "%s: mix says %s, llama.cpp wrote %s", t->name,
+                  sw_type_info(got)->name, sw_type_info(t->type)->name);
+        }
+        gguf_close(f);
+    }
+    CHECK_DONE();
+}
