@@ -56,7 +56,8 @@ class Proc:
         return self.p.poll() is None
 
     def output(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def kill9(self):

@@ -1,0 +1,953 @@
+/* The broker thread: the only thread that touches ZeroMQ.
+ *
+ * It polls the worker ROUTER and the inbox eventfd, registers workers, keeps
+ * Paranoid Pirate heartbeats, dispatches requests (router.c decides where),
+ * relays chunks into sw_req objects and wakes their HTTP connections, runs the
+ * bounded wait queue, and every SW_TICK_MS checks liveness, timeouts, client
+ * disconnects (POLLRDHUP on suspended connections) and SSE keep-alives.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "gateway/gw.h"
+
+#define NBUCKETS 4096
+#define MAX_MSGS_PER_ROUND 512   /* then look at the inbox again: fairness */
+#define RELOAD_CHECK_MS 1000
+
+typedef struct {
+    sw_gateway *g;
+    void *router;
+    void *sdk;                       /* ROUTER for SDK clients, or NULL */
+    sw_req *buckets[NBUCKETS];
+    sw_req *active;                  /* all requests the broker holds */
+    sw_req *qhead, *qtail;           /* wait queue (FIFO) */
+    int qlen;
+    sw_route_stats *stats;
+    bool capacity_changed;
+    int64_t last_tick_ms, last_reload_check_ms;
+} broker;
+
+static broker B;
+
+/* ---- request table -------------------------------------------------------- */
+static unsigned hash_id(const char *s)
+{
+    unsigned h = 2166136261u;
+    while (*s) h = (h ^ (unsigned char)*s++) * 16777619u;
+    return h % NBUCKETS;
+}
+
+static void table_add(sw_req *r)
+{
+    unsigned h = hash_id(r->id);
+    r->hnext = B.buckets[h];
+    B.buckets[h] = r;
+    r->prev = NULL;
+    r->next = B.active;
+    if (B.active) B.active->prev = r;
+    B.active = r;
+}
+
+static sw_req *table_find(const char *id)
+{
+    for (sw_req *r = B.buckets[hash_id(id)]; r; r = r->hnext)
+        if (strcmp(r->id, id) == 0) return r;
+    return NULL;
+}
+
+static void table_del(sw_req *r)
+{
+    for (sw_req **pp = &B.buckets[hash_id(r->id)]; *pp; pp = &(*pp)->hnext)
+        if (*pp == r) { *pp = r->hnext; break; }
+    if (r->prev) r->prev->next = r->next; else B.active = r->next;
+    if (r->next) r->next->prev = r->prev;
+    r->prev = r->next = r->hnext = NULL;
+}
+
+static void queue_del(sw_req *r)
+{
+    sw_req *prev = NULL;
+    for (sw_req *q = B.qhead; q; prev = q, q = q->qnext) {
+        if (q != r) continue;
+        if (prev) prev->qnext = q->qnext; else B.qhead = q->qnext;
+        if (B.qtail == q) B.qtail = prev;
+        B.qlen--;
+        q->qnext = NULL;
+        sw_metrics_queue(r->queued_pool, -1);
+        return;
+    }
+}
+
+/* ---- sending -------------------------------------------------------------- */
+static int send_raw(sw_worker *w, const void *buf, size_t len)
+{
+    if (zmq_send(B.router, w->ident, w->ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return -1;
+    if (zmq_send(B.router, buf, len, ZMQ_DONTWAIT) < 0) return -1;
+    w->last_sent_ms = sw_now_ms();
+    return 0;
+}
+
+static int send_env(sw_worker *w, sw_env *env)
+{
+    int rc = sw_wire_send(B.router, w->ident, w->ident_len, env, ZMQ_DONTWAIT);
+    if (rc == 0) w->last_sent_ms = sw_now_ms();
+    return rc;
+}
+
+static void send_cancel(sw_worker *w, const char *id)
+{
+    Spillway__Cancel c = SPILLWAY__CANCEL__INIT;
+    c.request_id = (char *)id;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_CANCEL;
+    env.cancel = &c;
+    if (send_env(w, &env) < 0)
+        fprintf(stderr, "gateway: cancel %s to worker %s failed: %s\n", id, w->id, zmq_strerror(errno));
+}
+
+/* ---- SDK replies ---------------------------------------------------------- */
+static void sdk_send(sw_req *r, sw_env *env)
+{
+    if (!B.sdk || r->sdk_gone) return;
+    if (sw_wire_send(B.sdk, r->sdk_ident, r->sdk_ident_len, env, ZMQ_DONTWAIT) < 0) {
+        if (errno == EHOSTUNREACH) r->sdk_gone = true;
+        else fprintf(stderr, "gateway: reply to SDK client for %s failed: %s\n", r->client_id,
+                     zmq_strerror(errno));
+    }
+}
+
+static void sdk_send_error(const uint8_t *ident, size_t len, const char *id, uint32_t code, const char *msg)
+{
+    Spillway__Error e = SPILLWAY__ERROR__INIT;
+    e.request_id = (char *)id;
+    e.code = code;
+    e.message = (char *)msg;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    sw_wire_send(B.sdk, ident, len, &env, ZMQ_DONTWAIT);
+}
+
+/* Relays a worker's chunk to the SDK client under the client's id, saying
+ * which pool and worker serve it. */
+static void sdk_chunk(sw_req *r, const Spillway__TokenChunk *c, int finish, const char *text)
+{
+    Spillway__TokenChunk out = SPILLWAY__TOKEN_CHUNK__INIT;
+    Spillway__Usage u = SPILLWAY__USAGE__INIT;
+    out.request_id = r->client_id;
+    out.text = (char *)(text ? text : "");
+    if (c) {
+        out.n_token_ids = c->n_token_ids;
+        out.token_ids = c->token_ids;
+        if (c->usage) out.usage = c->usage;
+    }
+    if (finish != SPILLWAY__FINISH_REASON__FINISH_NONE && !out.usage) {
+        u.prompt_tokens = r->usage_prompt;
+        u.completion_tokens = r->usage_completion;
+        out.usage = &u;
+    }
+    out.finish_reason = finish;
+    out.pool = r->pool;
+    out.worker_id = r->worker;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_CHUNK;
+    env.chunk = &out;
+    sdk_send(r, &env);
+    r->sdk_sent = true;
+}
+
+/* ---- request lifecycle ---------------------------------------------------- */
+
+/* Releases what a running request holds on its worker and route. */
+static void detach(sw_req *r, bool error)
+{
+    if (r->w) {
+        pthread_mutex_lock(&B.g->reg.mu);   /* HTTP threads read it for /admin/workers */
+        if (r->w->inflight) r->w->inflight--;
+        pthread_mutex_unlock(&B.g->reg.mu);
+        r->w = NULL;
+    }
+    if (r->stats) {
+        if (r->stats->inflight) r->stats->inflight--;
+        sw_route_stats_outcome(r->stats, error);
+        r->stats = NULL;
+    }
+    if (r->phase == SW_PH_RUNNING) sw_metrics_inflight(r->pool, -1);
+    B.capacity_changed = true;
+}
+
+/* The broker lets go of a request: counts it and drops its reference. */
+static void finish(sw_req *r, sw_status_label st)
+{
+    if (r->phase == SW_PH_QUEUED) queue_del(r);
+    if (st == SW_ST_OK && r->stats) sw_route_stats_service(r->stats, sw_now_ms() - r->dispatch_ms);
+    detach(r, st == SW_ST_ERROR);
+    const char *pool = r->pool[0] ? r->pool : r->queued_pool;
+    sw_metrics_request(pool, st);
+    pthread_mutex_lock(&r->mu);
+    r->phase = SW_PH_DONE;
+    pthread_mutex_unlock(&r->mu);
+    table_del(r);
+    sw_req_unref(r);
+}
+
+/* Fails a request. Before its HTTP status went out: a real error status.
+ * After (a stream already running): an in-band error chunk. */
+static void fail(sw_req *r, int status, const char *type, const char *code, const char *msg,
+                 sw_status_label st)
+{
+    if (r->sdk) {
+        if (r->sdk_sent) sdk_chunk(r, NULL, SPILLWAY__FINISH_REASON__FINISH_ERROR, "");
+        else sdk_send_error(r->sdk_ident, r->sdk_ident_len, r->client_id, (uint32_t)status, msg);
+    }
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
+    r->err_type = type;
+    r->err_code = code;
+    if (r->headers_sent) {
+        r->finished = true;
+        r->finish = SPILLWAY__FINISH_REASON__FINISH_ERROR;
+    } else {
+        r->err_status = status;
+    }
+    r->decided = true;
+    sw_req_wake(r);
+    pthread_mutex_unlock(&r->mu);
+    finish(r, st);
+}
+
+static void fill_route_request(sw_req *r, sw_route_request *rq, const char *exclude)
+{
+    memset(rq, 0, sizeof *rq);
+    rq->model = r->model;
+    rq->klass = r->klass;
+    rq->prompt_tokens = r->prompt_tokens_est;
+    rq->api_key = r->api_key;
+    rq->tenant = r->tenant;
+    rq->want_target = r->want_target;
+    rq->want_quant = r->want_quant;
+    rq->exclude_worker = exclude;
+    rq->budget_ms = r->max_queue_ms;
+}
+
+static void worker_dead(sw_worker *w, const char *why);
+
+/* Sends the request to the decided worker. Returns false if the worker turned
+ * out to be gone (it is then removed; the caller decides again). */
+static bool dispatch(sw_req *r, sw_decision *d)
+{
+    sw_worker *w = d->worker;
+    if (send_raw(w, r->gen, r->gen_len) < 0) {
+        if (errno == EHOSTUNREACH) {
+            worker_dead(w, "unreachable (ROUTER_MANDATORY)");
+        } else {
+            fprintf(stderr, "gateway: send to worker %s failed: %s\n", w->id, zmq_strerror(errno));
+        }
+        return false;
+    }
+    if (r->phase == SW_PH_QUEUED) queue_del(r);
+    pthread_mutex_lock(&B.g->reg.mu);
+    w->inflight++;
+    pthread_mutex_unlock(&B.g->reg.mu);
+    r->w = w;
+    r->stats = d->stats;
+    if (d->stats) d->stats->inflight++;
+    if (d->spilled) sw_metrics_overflow(d->spill_from, d->pool, d->spill_reason);
+    int64_t now = sw_now_ms();
+    r->dispatch_ms = now;
+    sw_policy *p = sw_gw_policy(B.g);
+    r->deadline_ms = now + p->defaults.request_timeout_ms;
+    r->first_token_deadline_ms = now + p->defaults.first_token_timeout_ms;
+    sw_policy_unref(p);
+    pthread_mutex_lock(&r->mu);
+    r->phase = SW_PH_RUNNING;
+    snprintf(r->pool, sizeof r->pool, "%s", d->pool);
+    snprintf(r->worker, sizeof r->worker, "%s", w->id);
+    r->decided = true;
+    r->last_write_ms = now;
+    sw_req_wake(r);
+    pthread_mutex_unlock(&r->mu);
+    sw_metrics_inflight(r->pool, +1);
+    return true;
+}
+
+static int queue_limit(const sw_policy *p, const char *pool)
+{
+    const sw_pool_def *pd = pool ? sw_policy_pool(p, pool) : NULL;
+    if (pd && pd->max_queue) return (int)pd->max_queue;
+    return (int)p->defaults.queue_length;
+}
+
+static int queued_for(const char *pool)
+{
+    int n = 0;
+    for (sw_req *q = B.qhead; q; q = q->qnext)
+        if (strcmp(q->queued_pool, pool) == 0) n++;
+    return n;
+}
+
+/* Decides and acts: dispatch, queue, or reject. `from_queue`: the request is
+ * already waiting (a QUEUE decision leaves it where it is). */
+static void route(sw_req *r, const char *exclude, bool from_queue)
+{
+    sw_policy *p = sw_gw_policy(B.g);
+    sw_route_request rq;
+    fill_route_request(r, &rq, exclude);
+    int attempt;
+    for (attempt = 0; attempt < 4; attempt++) {
+        sw_decision d;
+        pthread_mutex_lock(&B.g->reg.mu);
+        sw_route_decide(p, &B.g->reg, &B.stats, &rq, sw_now_ms(), &d);
+        pthread_mutex_unlock(&B.g->reg.mu);
+        if (d.kind == SW_DECIDE_DISPATCH) {
+            if (dispatch(r, &d)) break;
+            continue;   /* that worker vanished; decide again without it */
+        }
+        if (d.kind == SW_DECIDE_REJECT) {
+            fail(r, d.http_status, d.err_type, d.err_code, d.message, SW_ST_REJECTED);
+            break;
+        }
+        /* QUEUE */
+        if (from_queue) break;
+        const char *pool = d.pool ? d.pool : "none";
+        int limit = queue_limit(p, pool);
+        if (queued_for(pool) >= limit) {
+            snprintf(r->queued_pool, sizeof r->queued_pool, "%s", pool);
+            fail(r, 429, "rate_limit_exceeded", "queue_full",
+                 "all routes for this model are at capacity and the wait queue is full",
+                 SW_ST_REJECTED);
+            break;
+        }
+        int64_t now = sw_now_ms();
+        int64_t wait = p->defaults.queue_timeout_ms;
+        if (r->max_queue_ms > 0 && r->max_queue_ms < wait) wait = r->max_queue_ms;
+        r->enq_ms = now;
+        r->queue_deadline_ms = now + wait;
+        snprintf(r->queued_pool, sizeof r->queued_pool, "%s", pool);
+        pthread_mutex_lock(&r->mu);
+        r->phase = SW_PH_QUEUED;
+        pthread_mutex_unlock(&r->mu);
+        r->qnext = NULL;
+        if (B.qtail) B.qtail->qnext = r; else B.qhead = r;
+        B.qtail = r;
+        B.qlen++;
+        sw_metrics_queue(pool, +1);
+        break;
+    }
+    /* Every send failed (workers vanishing, or their queues full): do not
+     * leave the request in limbo. A waiting one stays queued and tries again. */
+    if (attempt == 4 && r->phase != SW_PH_QUEUED)
+        fail(r, 503, "server_error", "dispatch_failed", "could not hand the request to a worker",
+             SW_ST_ERROR);
+    sw_policy_unref(p);
+}
+
+static void on_submit(sw_req *r)
+{
+    table_add(r);   /* the posted reference becomes the table's */
+    /* route() may finish the request and drop the table's reference while
+     * the HTTP side drops its own: hold one until we are done reading. */
+    sw_req_ref(r);
+    route(r, NULL, false);
+    if (r->phase == SW_PH_RUNNING) sw_metrics_latency(SW_LAT_DISPATCH, sw_now_ns() - r->t_submit_ns);
+    sw_req_unref(r);
+}
+
+/* The client went away (or MHD finished the connection early). */
+static void on_cancel(sw_req *r)
+{
+    if (!table_find(r->id) || table_find(r->id) != r) return;   /* already finished */
+    if (r->phase == SW_PH_RUNNING && r->w) send_cancel(r->w, r->id);
+    pthread_mutex_lock(&r->mu);
+    r->client_gone = true;
+    sw_req_wake(r);
+    pthread_mutex_unlock(&r->mu);
+    finish(r, SW_ST_CANCELLED);
+}
+
+static void process_queue(void)
+{
+    B.capacity_changed = false;
+    sw_req *q = B.qhead;
+    while (q) {
+        sw_req *next = q->qnext;
+        route(q, NULL, true);
+        q = next;
+    }
+}
+
+/* ---- workers -------------------------------------------------------------- */
+
+/* Removes a worker. Its requests: before the first token, retried once on
+ * another worker; after it, ended with an error chunk. */
+static void worker_dead(sw_worker *w, const char *why)
+{
+    fprintf(stderr, "gateway: worker %s (pool %s) is gone: %s\n", w->id, w->pool, why);
+    int n_mine = 0;
+    for (sw_req *r = B.active; r; r = r->next) n_mine += r->w == w;
+    sw_req **retry = malloc((n_mine + 1) * sizeof *retry);
+    int n_retry = 0;
+    char wid[SW_MAX_ID_LEN + 1];
+    snprintf(wid, sizeof wid, "%s", w->id);
+    for (sw_req *r = B.active, *next; r; r = next) {
+        next = r->next;
+        if (r->w != w) continue;
+        pthread_mutex_lock(&r->mu);
+        bool got = r->got_token;
+        pthread_mutex_unlock(&r->mu);
+        if (!got && r->retries < 1 && retry) {
+            detach(r, true);
+            r->retries++;
+            pthread_mutex_lock(&r->mu);
+            r->phase = SW_PH_NEW;
+            pthread_mutex_unlock(&r->mu);
+            retry[n_retry++] = r;
+        } else {
+            char msg[256];
+            snprintf(msg, sizeof msg, "worker %s failed while serving this request (%s)", wid, why);
+            fail(r, 502, "server_error", "worker_failed", msg, SW_ST_ERROR);
+        }
+    }
+    pthread_mutex_lock(&B.g->reg.mu);
+    sw_registry_remove(&B.g->reg, w);
+    B.g->reg.deaths++;
+    pthread_mutex_unlock(&B.g->reg.mu);
+    B.capacity_changed = true;
+    for (int i = 0; i < n_retry; i++) {
+        fprintf(stderr, "gateway: retrying %s on another worker\n", retry[i]->id);
+        route(retry[i], wid, false);
+    }
+    free(retry);
+}
+
+static void on_register(const uint8_t *id, size_t idlen, const Spillway__Register *reg)
+{
+    int64_t now = sw_now_ms();
+    /* Same worker id from a new socket: the old connection is dead. */
+    sw_worker *old = sw_registry_find_id(&B.g->reg, reg->worker_id ? reg->worker_id : "");
+    if (old && (old->ident_len != idlen || memcmp(old->ident, id, idlen) != 0))
+        worker_dead(old, "re-registered from a new connection");
+    pthread_mutex_lock(&B.g->reg.mu);
+    sw_worker *w = sw_registry_upsert(&B.g->reg, id, idlen, reg, now);
+    pthread_mutex_unlock(&B.g->reg.mu);
+    if (!w) {
+        fprintf(stderr, "gateway: cannot register worker (identity too long)\n");
+        return;
+    }
+    fprintf(stderr, "gateway: worker %s registered: pool %s, %zu model(s), %u slots\n",
+            w->id, w->pool, w->n_models, w->slots);
+    B.capacity_changed = true;
+}
+
+static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
+{
+    int64_t t0 = sw_now_ns();
+    sw_req *r = table_find(c->request_id);
+    if (!r || r->w != w) return;   /* finished, cancelled, or moved to another worker */
+    bool final = c->finish_reason != SPILLWAY__FINISH_REASON__FINISH_NONE;
+    if (r->sdk) {
+        sdk_chunk(r, c, c->finish_reason, c->text);
+        if (r->sdk_gone && !final) {
+            send_cancel(w, r->id);
+            finish(r, SW_ST_CANCELLED);
+            return;
+        }
+    }
+    pthread_mutex_lock(&r->mu);
+    if (c->text && *c->text && !r->sdk) {
+        if (r->text.len == 0 || !r->stream) r->text_rx_ns = t0;
+        sw_buf_append(&r->text, c->text, strlen(c->text));
+    }
+    r->got_token = true;
+    if (final) {
+        r->finished = true;
+        r->finish = c->finish_reason;
+        if (c->usage) {
+            r->usage_prompt = c->usage->prompt_tokens;
+            r->usage_completion = c->usage->completion_tokens;
+        }
+        if (c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_ERROR && !r->err_msg[0])
+            snprintf(r->err_msg, sizeof r->err_msg, "the worker reported an error");
+        if (!r->text_rx_ns) r->text_rx_ns = t0;
+    }
+    if (r->stream || final) sw_req_wake(r);
+    pthread_mutex_unlock(&r->mu);
+    if (final)
+        finish(r, c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_ERROR ? SW_ST_ERROR
+                 : c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_CANCELLED ? SW_ST_CANCELLED
+                 : SW_ST_OK);
+}
+
+static void on_error(sw_worker *w, const Spillway__Error *e)
+{
+    if (!e->request_id || !*e->request_id) {
+        fprintf(stderr, "gateway: worker %s reports: %u %s\n", w->id, e->code, e->message ? e->message : "");
+        return;
+    }
+    sw_req *r = table_find(e->request_id);
+    if (!r || r->w != w) return;
+    pthread_mutex_lock(&r->mu);
+    bool got = r->got_token;
+    pthread_mutex_unlock(&r->mu);
+    const char *msg = e->message && *e->message ? e->message : "the worker rejected the request";
+    if (!got && e->code >= 500 && r->retries < 1) {
+        /* A busy or broken worker: one more try elsewhere. */
+        char wid[SW_MAX_ID_LEN + 1];
+        snprintf(wid, sizeof wid, "%s", w->id);
+        detach(r, true);
+        r->retries++;
+        pthread_mutex_lock(&r->mu);
+        r->phase = SW_PH_NEW;
+        pthread_mutex_unlock(&r->mu);
+        route(r, wid, false);
+        return;
+    }
+    int status = e->code >= 400 && e->code < 600 ? (int)e->code : 500;
+    fail(r, status, status < 500 ? "invalid_request_error" : "server_error", "worker_error", msg,
+         status < 500 ? SW_ST_REJECTED : SW_ST_ERROR);
+}
+
+/* Liveness: HTTP threads read last_seen_ms (healthz, models), hence the lock. */
+static void touch(sw_worker *w, int64_t now)
+{
+    pthread_mutex_lock(&B.g->reg.mu);
+    w->last_seen_ms = now;
+    pthread_mutex_unlock(&B.g->reg.mu);
+}
+
+static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t len)
+{
+    char err[256];
+    sw_env *env = sw_wire_decode(buf, len, err, sizeof err);
+    if (!env) {
+        fprintf(stderr, "gateway: dropped an invalid frame (%zu bytes) from a peer: %s\n", len, err);
+        return;
+    }
+    int64_t now = sw_now_ms();
+    if (env->body_case == SPILLWAY__ENVELOPE__BODY_REGISTER) {
+        on_register(id, idlen, env->register_);
+        sw_wire_free(env);
+        return;
+    }
+    sw_worker *w = sw_registry_find(&B.g->reg, id, idlen);
+    if (!w) {
+        /* Not registered (e.g. we restarted): it will re-register once it
+         * misses our heartbeats. */
+        sw_wire_free(env);
+        return;
+    }
+    switch (env->body_case) {
+    case SPILLWAY__ENVELOPE__BODY_HEARTBEAT: {
+        const Spillway__Heartbeat *h = env->heartbeat;
+        pthread_mutex_lock(&B.g->reg.mu);
+        w->last_seen_ms = now;
+        w->hb_active = h->active;
+        w->hb_queued = h->queued;
+        w->hb_kv = h->kv_utilization;
+        w->hb_batch = h->batch_size;
+        w->hb_tokens = h->tokens_generated;
+        if (h->slots) w->slots = h->slots;
+        pthread_mutex_unlock(&B.g->reg.mu);
+        break;
+    }
+    case SPILLWAY__ENVELOPE__BODY_CHUNK:
+        touch(w, now);
+        on_chunk(w, env->chunk);
+        break;
+    case SPILLWAY__ENVELOPE__BODY_ERROR:
+        touch(w, now);
+        on_error(w, env->error);
+        break;
+    case SPILLWAY__ENVELOPE__BODY_DISCONNECT:
+        worker_dead(w, env->disconnect->reason && *env->disconnect->reason ? env->disconnect->reason
+                                                                            : "disconnected");
+        break;
+    default:
+        fprintf(stderr, "gateway: unexpected %s message from worker %s\n", sw_wire_kind(env), w->id);
+    }
+    sw_wire_free(env);
+}
+
+/* ---- SDK clients ------------------------------------------------------------ */
+static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__GenerateRequest *g)
+{
+    static uint64_t counter;
+    sw_policy *p = sw_gw_policy(B.g);
+    const char *model = sw_policy_resolve(p, g->model);
+    int64_t now = sw_now_ms();
+    bool known = sw_policy_has_model(p, model);
+    for (sw_worker *w = B.g->reg.head; w && !known; w = w->next)
+        known = sw_worker_alive(w, now) && sw_worker_serves(w, model, NULL);
+    if (!known) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "The model '%.200s' does not exist", g->model);
+        sdk_send_error(ident, idlen, g->request_id, 404, msg);
+        sw_metrics_request(NULL, SW_ST_REJECTED);
+        sw_policy_unref(p);
+        return;
+    }
+    sw_req *r = sw_req_new();
+    r->sdk = true;
+    memcpy(r->sdk_ident, ident, idlen);
+    r->sdk_ident_len = idlen;
+    snprintf(r->client_id, sizeof r->client_id, "%s", g->request_id);
+    /* Our own id towards the worker: client ids are only unique per client. */
+    snprintf(r->id, sizeof r->id, "sdk-%llx-%llx", (unsigned long long)(sw_now_ns() & 0xffffffffffull),
+             (unsigned long long)++counter);
+    r->chat = g->n_messages > 0;
+    r->model_asked = strdup(g->model);
+    r->model = strdup(model);
+    r->created_s = time(NULL);
+    r->prompt_tokens_est = g->n_prompt_tokens ? (uint32_t)g->n_prompt_tokens
+                                              : (uint32_t)(g->prompt ? strlen(g->prompt) / 4 + 1 : 0);
+    for (size_t i = 0; i < g->n_messages; i++)
+        r->prompt_tokens_est += (uint32_t)(strlen(g->messages[i]->content) / 4 + 4);
+    /* Re-encode under our id and resolved model; the decoded message owns
+     * its strings, so put them back before it is freed. */
+    char *cid = g->request_id, *cmodel = g->model;
+    g->request_id = r->id;
+    g->model = r->model;
+    uint64_t dl = g->deadline_unix_ms;
+    if (!dl) g->deadline_unix_ms = (uint64_t)time(NULL) * 1000 + p->defaults.request_timeout_ms;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE;
+    env.generate = g;
+    r->gen_len = sw_wire_encode(&env, &r->gen);
+    g->request_id = cid;
+    g->model = cmodel;
+    g->deadline_unix_ms = dl;
+    r->policy = p;
+    r->t_submit_ns = sw_now_ns();
+    if (!r->gen_len) {
+        sdk_send_error(ident, idlen, r->client_id, 500, "could not encode the request");
+        sw_req_unref(r);
+        return;
+    }
+    on_submit(r);
+}
+
+static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, size_t len)
+{
+    char err[256];
+    sw_env *env = sw_wire_decode(buf, len, err, sizeof err);
+    if (!env) {
+        fprintf(stderr, "gateway: dropped an invalid frame (%zu bytes) from an SDK client: %s\n", len, err);
+        return;
+    }
+    if (idlen > sizeof(((sw_req *)0)->sdk_ident)) {
+        sw_wire_free(env);
+        return;
+    }
+    switch (env->body_case) {
+    case SPILLWAY__ENVELOPE__BODY_GENERATE: on_sdk_generate(ident, idlen, env->generate); break;
+    case SPILLWAY__ENVELOPE__BODY_CANCEL:
+        for (sw_req *r = B.active; r; r = r->next)
+            if (r->sdk && r->sdk_ident_len == idlen && !memcmp(r->sdk_ident, ident, idlen) &&
+                !strcmp(r->client_id, env->cancel->request_id)) {
+                r->sdk_gone = true;   /* it asked to stop: send it nothing more */
+                on_cancel(r);
+                break;
+            }
+        break;
+    case SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST: {
+        char *json = sw_status_json(B.g);
+        Spillway__StatusReply sr = SPILLWAY__STATUS_REPLY__INIT;
+        sr.request_id = env->status_request->request_id;
+        sr.json = json ? json : (char *)"{}";
+        sw_env out = SPILLWAY__ENVELOPE__INIT;
+        out.body_case = SPILLWAY__ENVELOPE__BODY_STATUS_REPLY;
+        out.status_reply = &sr;
+        sw_wire_send(B.sdk, ident, idlen, &out, ZMQ_DONTWAIT);
+        free(json);
+        break;
+    }
+    default:
+        fprintf(stderr, "gateway: unexpected %s message from an SDK client\n", sw_wire_kind(env));
+    }
+    sw_wire_free(env);
+}
+
+/* Receives [identity][one frame] messages from a ROUTER. */
+static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void *, size_t))
+{
+    for (int i = 0; i < MAX_MSGS_PER_ROUND; i++) {
+        zmq_msg_t idm, body;
+        zmq_msg_init(&idm);
+        if (zmq_msg_recv(&idm, sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&idm);
+            return;
+        }
+        int more = zmq_msg_more(&idm);
+        zmq_msg_init(&body);
+        bool have_body = false;
+        int extra = 0;
+        while (more) {
+            zmq_msg_t part;
+            zmq_msg_init(&part);
+            if (zmq_msg_recv(&part, sock, 0) < 0) { zmq_msg_close(&part); break; }
+            more = zmq_msg_more(&part);
+            if (!have_body) { zmq_msg_move(&body, &part); have_body = true; }
+            else extra++;
+            zmq_msg_close(&part);
+        }
+        if (!have_body || extra)
+            fprintf(stderr, "gateway: dropped a message with %d frames (want exactly 1 after the identity)\n",
+                    have_body ? 1 + extra : 0);
+        else
+            handle(zmq_msg_data(&idm), zmq_msg_size(&idm), zmq_msg_data(&body), zmq_msg_size(&body));
+        zmq_msg_close(&body);
+        zmq_msg_close(&idm);
+    }
+}
+
+static void drain_inbox(void)
+{
+    uint64_t v;
+    if (read(B.g->inbox_fd, &v, sizeof v) < 0 && errno != EAGAIN) perror("gateway: eventfd read");
+    pthread_mutex_lock(&B.g->inbox_mu);
+    sw_cmd *c = B.g->inbox_head;
+    B.g->inbox_head = B.g->inbox_tail = NULL;
+    pthread_mutex_unlock(&B.g->inbox_mu);
+    while (c) {
+        sw_cmd *next = c->next;
+        if (c->kind == SW_CMD_SUBMIT) on_submit(c->req);
+        else { on_cancel(c->req); sw_req_unref(c->req); }
+        free(c);
+        c = next;
+    }
+}
+
+/* ---- housekeeping --------------------------------------------------------- */
+static void heartbeat_workers(int64_t now)
+{
+    sw_worker *dead[256];
+    int n_dead = 0;
+    for (sw_worker *w = B.g->reg.head; w; w = w->next) {
+        if (now - w->last_seen_ms >= (int64_t)SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS) {
+            if (n_dead < 256) dead[n_dead++] = w;
+            continue;
+        }
+        if (now - w->last_sent_ms >= SW_HEARTBEAT_MS) {
+            Spillway__Heartbeat h = SPILLWAY__HEARTBEAT__INIT;
+            sw_env env = SPILLWAY__ENVELOPE__INIT;
+            env.body_case = SPILLWAY__ENVELOPE__BODY_HEARTBEAT;
+            env.heartbeat = &h;
+            if (send_env(w, &env) < 0 && errno == EHOSTUNREACH && n_dead < 256) dead[n_dead++] = w;
+        }
+    }
+    for (int i = 0; i < n_dead; i++) worker_dead(dead[i], "missed heartbeats");
+}
+
+static void check_requests(int64_t now)
+{
+    /* Grown as needed and kept: every suspended connection is polled. */
+    static struct pollfd *pfd;
+    static sw_req **who;
+    static int cap;
+    int n = 0;
+    for (sw_req *r = B.active, *next; r; r = next) {
+        next = r->next;
+        if (r->phase == SW_PH_QUEUED && now >= r->queue_deadline_ms) {
+            fail(r, 503, "server_error", "queue_timeout",
+                 "timed out waiting for capacity", SW_ST_REJECTED);
+            continue;
+        }
+        if (r->phase == SW_PH_RUNNING) {
+            pthread_mutex_lock(&r->mu);
+            bool got = r->got_token;
+            pthread_mutex_unlock(&r->mu);
+            if (now >= r->deadline_ms || (!got && now >= r->first_token_deadline_ms)) {
+                if (r->w) send_cancel(r->w, r->id);
+                fail(r, 504, "server_error", "timeout",
+                     got ? "request timed out" : "timed out waiting for the first token", SW_ST_ERROR);
+                continue;
+            }
+        }
+        if (n == cap) {
+            int ncap = cap ? cap * 2 : 256;
+            struct pollfd *np = realloc(pfd, ncap * sizeof *pfd);
+            if (np) pfd = np;
+            sw_req **nw = realloc(who, ncap * sizeof *who);
+            if (nw) who = nw;
+            if (!np || !nw) break;
+            cap = ncap;
+        }
+        pthread_mutex_lock(&r->mu);
+        if (r->suspended && r->fd >= 0) {
+            /* Suspended connections stay open until we resume them, so the
+             * fd is valid for this poll. */
+            pfd[n].fd = r->fd;
+            pfd[n].events = POLLRDHUP;
+            pfd[n].revents = 0;
+            who[n++] = r;
+            if (r->stream && r->headers_sent && now - r->last_write_ms >= SW_KEEPALIVE_MS) {
+                r->keepalive_due = true;
+                sw_req_wake(r);
+                n--;   /* resumed: not ours to poll any more */
+            }
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (n == 0 || poll(pfd, n, 0) <= 0) return;
+    for (int i = 0; i < n; i++)
+        if (pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+            sw_req *r = who[i];
+            fprintf(stderr, "gateway: client of %s disconnected\n", r->id);
+            on_cancel(r);
+        }
+}
+
+static void maybe_reload(int64_t now)
+{
+    bool want = false;
+    if (__atomic_exchange_n(&B.g->reload_requested, 0, __ATOMIC_ACQ_REL)) {
+        want = true;
+    } else if (now - B.last_reload_check_ms >= RELOAD_CHECK_MS) {
+        B.last_reload_check_ms = now;
+        struct stat st;
+        if (stat(B.g->config_path, &st) == 0) {
+            int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+            if (m != B.g->policy_mtime_ns) want = true;
+        }
+    }
+    if (!want) return;
+    char err[4096];
+    if (sw_gw_reload(B.g, err, sizeof err) != 0)
+        fprintf(stderr, "gateway: policy reload failed, keeping the running policy:\n%s\n", err);
+    B.capacity_changed = true;
+}
+
+static void *broker_main(void *arg)
+{
+    (void)arg;
+    zmq_pollitem_t items[3] = {
+        {B.router, 0, ZMQ_POLLIN, 0},
+        {NULL, B.g->inbox_fd, ZMQ_POLLIN, 0},
+        {B.sdk, 0, ZMQ_POLLIN, 0},
+    };
+    int n_items = B.sdk ? 3 : 2;
+    while (!__atomic_load_n(&B.g->stop, __ATOMIC_ACQUIRE)) {
+        int64_t now = sw_now_ms();
+        long timeout = SW_TICK_MS - (now - B.last_tick_ms);
+        if (timeout < 0) timeout = 0;
+        int rc = zmq_poll(items, n_items, timeout);
+        if (rc < 0 && errno != EINTR) {
+            fprintf(stderr, "gateway: zmq_poll: %s\n", zmq_strerror(errno));
+            break;
+        }
+        if (items[1].revents & ZMQ_POLLIN) drain_inbox();
+        if (items[0].revents & ZMQ_POLLIN) drain(B.router, on_message);
+        if (n_items > 2 && (items[2].revents & ZMQ_POLLIN)) drain(B.sdk, on_sdk_message);
+        now = sw_now_ms();
+        if (now - B.last_tick_ms >= SW_TICK_MS) {
+            B.last_tick_ms = now;
+            heartbeat_workers(now);
+            check_requests(now);
+            maybe_reload(now);
+        }
+        if (B.capacity_changed && B.qhead) process_queue();
+    }
+    /* Shutting down: answer everything still waiting so no connection stays
+     * suspended (MHD must not be stopped with suspended connections). */
+    drain_inbox();
+    while (B.active)
+        fail(B.active, 503, "server_error", "shutting_down", "the gateway is shutting down", SW_ST_ERROR);
+    return NULL;
+}
+
+/* ---- public --------------------------------------------------------------- */
+void sw_broker_post(sw_gateway *g, sw_cmd_kind kind, sw_req *req)
+{
+    sw_cmd *c = malloc(sizeof *c);
+    if (!c) abort();
+    c->kind = kind;
+    c->req = sw_req_ref(req);
+    c->next = NULL;
+    pthread_mutex_lock(&g->inbox_mu);
+    if (g->inbox_tail) g->inbox_tail->next = c; else g->inbox_head = c;
+    g->inbox_tail = c;
+    pthread_mutex_unlock(&g->inbox_mu);
+    uint64_t one = 1;
+    if (write(g->inbox_fd, &one, sizeof one) < 0) perror("gateway: eventfd write");
+}
+
+int sw_broker_start(sw_gateway *g, char *err, size_t errlen)
+{
+    memset(&B, 0, sizeof B);
+    B.g = g;
+    g->inbox_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (g->inbox_fd < 0) { snprintf(err, errlen, "eventfd: %s", strerror(errno)); return -1; }
+    g->zctx = zmq_ctx_new();
+    B.router = zmq_socket(g->zctx, ZMQ_ROUTER);
+    int one = 1, zero = 0, hwm = 100000;
+    zmq_setsockopt(B.router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(B.router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(B.router, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(B.router, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    int maxsz = SW_MAX_FRAME;
+    int64_t maxmsg = maxsz;
+    zmq_setsockopt(B.router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (zmq_bind(B.router, g->workers_ep) != 0) {
+        snprintf(err, errlen, "cannot bind the worker endpoint %s: %s", g->workers_ep, zmq_strerror(errno));
+        zmq_close(B.router);
+        zmq_ctx_term(g->zctx);
+        return -1;
+    }
+    if (g->sdk_ep) {
+        B.sdk = zmq_socket(g->zctx, ZMQ_ROUTER);
+        zmq_setsockopt(B.sdk, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+        zmq_setsockopt(B.sdk, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(B.sdk, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_setsockopt(B.sdk, ZMQ_RCVHWM, &hwm, sizeof hwm);
+        zmq_setsockopt(B.sdk, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+        if (zmq_bind(B.sdk, g->sdk_ep) != 0) {
+            int e = errno;
+            zmq_close(B.sdk);
+            B.sdk = NULL;
+            if (!g->sdk_ep_optional) {
+                snprintf(err, errlen, "cannot bind the SDK endpoint %s: %s", g->sdk_ep, zmq_strerror(e));
+                zmq_close(B.router);
+                zmq_ctx_term(g->zctx);
+                return -1;
+            }
+            fprintf(stderr, "spillway-gateway: warning: SDK endpoint %s unavailable (%s); "
+                            "serving without it\n", g->sdk_ep, zmq_strerror(e));
+        }
+    }
+    B.last_tick_ms = sw_now_ms();
+    B.last_reload_check_ms = B.last_tick_ms;
+    if (pthread_create(&g->broker, NULL, broker_main, NULL) != 0) {
+        snprintf(err, errlen, "cannot start the broker thread");
+        return -1;
+    }
+    return 0;
+}
+
+void sw_broker_stop(sw_gateway *g)
+{
+    __atomic_store_n(&g->stop, 1, __ATOMIC_RELEASE);
+    uint64_t one = 1;
+    if (write(g->inbox_fd, &one, sizeof one) < 0) perror("gateway: eventfd write");
+    pthread_join(g->broker, NULL);
+    zmq_close(B.router);
+    if (B.sdk) zmq_close(B.sdk);
+    zmq_ctx_term(g->zctx);
+    while (B.stats) {
+        sw_route_stats *n = B.stats->next;
+        free(B.stats->key);
+        free(B.stats);
+        B.stats = n;
+    }
+    pthread_mutex_lock(&g->reg.mu);
+    while (g->reg.head) sw_registry_remove(&g->reg, g->reg.head);
+    pthread_mutex_unlock(&g->reg.mu);
+    close(g->inbox_fd);
+}

@@ -1,0 +1,579 @@
+/* HTTP side: libmicrohttpd handlers for the OpenAI API, health, metrics and
+ * admin endpoints.
+ *
+ * A generate request is parsed here, handed to the broker, and its connection
+ * suspended. The broker resumes it when it has an answer (dispatched or
+ * failed), for every chunk of a stream, for SSE keep-alives, and when the
+ * client is gone. Streams use a callback response whose reader suspends the
+ * connection (returning 0) whenever it has nothing to send.
+ */
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+#include <cjson/cJSON.h>
+#include "gateway/gw.h"
+
+#define HTTP_THREADS 4
+
+enum { EP_NONE, EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_WORKERS,
+       EP_POLICY, EP_RELOAD, EP_STATUS };
+
+typedef struct {
+    int ep;
+    sw_buf body;
+    bool too_large;
+    bool submitted;
+    sw_req *req;
+} conn_ctx;
+
+/* ---- plain responses ------------------------------------------------------ */
+static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const char *ctype,
+                               char *body /* freed */, int retry_after)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body,
+                                                                MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    if (retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", retry_after);
+        MHD_add_response_header(resp, "Retry-After", ra);
+    }
+    enum MHD_Result rc = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+static enum MHD_Result respond_json(struct MHD_Connection *c, unsigned status, char *json)
+{
+    return respond(c, status, "application/json", json, 0);
+}
+
+static enum MHD_Result respond_error(struct MHD_Connection *c, unsigned status, const char *msg,
+                                     const char *type, const char *param, const char *code)
+{
+    if (!type) type = status >= 500 ? "server_error" : "invalid_request_error";
+    int ra = (status == 503 || status == 429) ? SW_RETRY_AFTER_S : 0;
+    return respond(c, status, "application/json", sw_openai_error_json(msg, type, param, code), ra);
+}
+
+/* ---- request ids ---------------------------------------------------------- */
+static void make_id(char *out, size_t n, const char *prefix)
+{
+    static uint64_t counter;
+    uint64_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != sizeof rnd) rnd = (uint64_t)sw_now_ns();
+    uint64_t k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    snprintf(out, n, "%s%012llx%08llx", prefix, (unsigned long long)(rnd & 0xffffffffffffull),
+             (unsigned long long)(k & 0xffffffffu));
+}
+
+/* ---- read-only endpoints ---------------------------------------------------- */
+static enum MHD_Result do_health(sw_gateway *g, struct MHD_Connection *c)
+{
+    int64_t now = sw_now_ms();
+    int alive = 0;
+    pthread_mutex_lock(&g->reg.mu);
+    for (sw_worker *w = g->reg.head; w; w = w->next) alive += sw_worker_alive(w, now);
+    pthread_mutex_unlock(&g->reg.mu);
+    sw_policy *p = sw_gw_policy(g);
+    char *s;
+    if (asprintf(&s, "{\"status\":\"ok\",\"workers\":%d,\"policy_version\":%llu,\"uptime_s\":%lld}",
+                 alive, (unsigned long long)p->version, (long long)((now - g->started_ms) / 1000)) < 0)
+        s = strdup("{\"status\":\"ok\"}");
+    sw_policy_unref(p);
+    return respond_json(c, 200, s);
+}
+
+static cJSON *find_model(cJSON *arr, const char *id)
+{
+    cJSON *m;
+    cJSON_ArrayForEach(m, arr) {
+        cJSON *i = cJSON_GetObjectItemCaseSensitive(m, "id");
+        if (cJSON_IsString(i) && strcmp(i->valuestring, id) == 0) return m;
+    }
+    return NULL;
+}
+
+static void add_unique(cJSON *arr, const char *s)
+{
+    cJSON *x;
+    cJSON_ArrayForEach(x, arr)
+        if (cJSON_IsString(x) && strcmp(x->valuestring, s) == 0) return;
+    cJSON_AddItemToArray(arr, cJSON_CreateString(s));
+}
+
+static void add_model(cJSON *arr, const char *id, const char *pool, const char *quant)
+{
+    cJSON *m = find_model(arr, id);
+    if (!m) {
+        m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "id", id);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", 0);
+        cJSON_AddStringToObject(m, "owned_by", "spillway");
+        cJSON *sp = cJSON_AddObjectToObject(m, "spillway");
+        cJSON_AddBoolToObject(sp, "available", pool != NULL);
+        cJSON_AddArrayToObject(sp, "pools");
+        cJSON_AddArrayToObject(sp, "quantizations");
+        cJSON_AddItemToArray(arr, m);
+    }
+    if (!pool) return;
+    cJSON *sp = cJSON_GetObjectItemCaseSensitive(m, "spillway");
+    cJSON_ReplaceItemInObject(sp, "available", cJSON_CreateTrue());
+    add_unique(cJSON_GetObjectItemCaseSensitive(sp, "pools"), pool);
+    if (quant && *quant) add_unique(cJSON_GetObjectItemCaseSensitive(sp, "quantizations"), quant);
+}
+
+/* data: models some live worker serves (what a client can use now), aliases
+ * of those included. "unavailable": models the policy routes but no live
+ * worker serves yet. */
+static enum MHD_Result do_models(sw_gateway *g, struct MHD_Connection *c)
+{
+    sw_policy *p = sw_gw_policy(g);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    int64_t now = sw_now_ms();
+    pthread_mutex_lock(&g->reg.mu);
+    for (sw_worker *w = g->reg.head; w; w = w->next) {
+        if (!sw_worker_alive(w, now)) continue;
+        for (size_t i = 0; i < w->n_models; i++)
+            add_model(data, w->models[i].name, w->pool, w->models[i].quant);
+    }
+    pthread_mutex_unlock(&g->reg.mu);
+    for (size_t i = 0; i < p->n_aliases; i++) {
+        cJSON *t = find_model(data, p->aliases[i].model);
+        if (t && !find_model(data, p->aliases[i].alias)) {
+            cJSON *a = cJSON_Duplicate(t, 1);
+            cJSON_ReplaceItemInObject(a, "id", cJSON_CreateString(p->aliases[i].alias));
+            cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(a, "spillway"), "alias_of",
+                                    p->aliases[i].model);
+            cJSON_AddItemToArray(data, a);
+        }
+    }
+    cJSON *un = cJSON_AddArrayToObject(o, "unavailable");
+    for (size_t i = 0; i < p->n_routes; i++)
+        if (!find_model(data, p->routes[i].model) && !find_model(un, p->routes[i].model))
+            add_model(un, p->routes[i].model, NULL, NULL);
+    sw_policy_unref(p);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return respond_json(c, 200, s);
+}
+
+static enum MHD_Result do_policy(sw_gateway *g, struct MHD_Connection *c)
+{
+    sw_policy *p = sw_gw_policy(g);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "version", (double)p->version);
+    cJSON_AddStringToObject(o, "path", p->path ? p->path : "");
+    char *pj = sw_policy_to_json(p);
+    cJSON *pol = pj ? cJSON_Parse(pj) : NULL;
+    free(pj);
+    if (pol) cJSON_AddItemToObject(o, "policy", pol); else cJSON_AddNullToObject(o, "policy");
+    cJSON_AddStringToObject(o, "source", p->source ? p->source : "");
+    pthread_mutex_lock(&g->reload_mu);
+    if (g->last_reload_error[0]) cJSON_AddStringToObject(o, "last_reload_error", g->last_reload_error);
+    pthread_mutex_unlock(&g->reload_mu);
+    sw_policy_unref(p);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return respond_json(c, 200, s);
+}
+
+static enum MHD_Result do_reload(sw_gateway *g, struct MHD_Connection *c)
+{
+    char err[4096];
+    if (sw_gw_reload(g, err, sizeof err) != 0)
+        return respond_error(c, 400, err, "invalid_request_error", NULL, "policy_invalid");
+    sw_policy *p = sw_gw_policy(g);
+    char *s;
+    if (asprintf(&s, "{\"ok\":true,\"version\":%llu}", (unsigned long long)p->version) < 0) s = NULL;
+    sw_policy_unref(p);
+    return respond_json(c, 200, s ? s : strdup("{\"ok\":true}"));
+}
+
+/* ---- generate requests ---------------------------------------------------- */
+void sw_req_wake(sw_req *r)
+{
+    if (r->suspended) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
+}
+
+static void suspend_locked(sw_req *r)
+{
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
+}
+
+static void take_text(sw_req *r, sw_buf *out)
+{
+    bool role = r->chat && r->sse_stage == 0;
+    r->sse_stage = 1;
+    if (r->text.len || role) {
+        sw_openai_sse_delta(r, out, r->text.data, r->text.len, role);
+        r->text.len = 0;
+    }
+}
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    sw_req *r = cls;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        if (r->out_off < r->out.len) {
+            size_t n = r->out.len - r->out_off;
+            if (n > max) n = max;
+            memcpy(buf, r->out.data + r->out_off, n);
+            r->out_off += n;
+            if (r->out_off == r->out.len) r->out_off = r->out.len = 0;
+            r->last_write_ms = sw_now_ms();
+            pthread_mutex_unlock(&r->mu);
+            return (ssize_t)n;
+        }
+        if (r->client_gone) break;
+        if (r->sse_stage == 3) {
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        int64_t rx = r->text_rx_ns;
+        if (r->text.len || (r->chat && r->sse_stage == 0)) {
+            take_text(r, &r->out);
+            if (rx) sw_metrics_latency(SW_LAT_RELAY, sw_now_ns() - rx);
+            r->text_rx_ns = 0;
+            continue;
+        }
+        if (r->finished || r->err_status) {
+            if (r->err_status) {   /* failed after headers but before the broker knew */
+                r->finish = SPILLWAY__FINISH_REASON__FINISH_ERROR;
+                r->finished = true;
+            }
+            sw_openai_sse_final(r, &r->out);
+            r->sse_stage = 3;
+            continue;
+        }
+        if (r->keepalive_due) {
+            r->keepalive_due = false;
+            /* An SSE comment: ignored by clients, but the write makes a
+             * vanished client visible and keeps proxies from timing out. */
+            sw_buf_puts(&r->out, ": keep-alive\n\n");
+            continue;
+        }
+        r->sse_stage = r->sse_stage ? r->sse_stage : 1;
+        suspend_locked(r);
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void sse_free(void *cls) { sw_req_unref(cls); }
+
+static void add_route_headers(struct MHD_Response *resp, sw_req *r)
+{
+    MHD_add_response_header(resp, "X-Spillway-Pool", r->pool);
+    MHD_add_response_header(resp, "X-Spillway-Worker", r->worker);
+    MHD_add_response_header(resp, "X-Spillway-Request-Id", r->id);
+}
+
+/* Called when the connection is resumed (or right after submit). */
+static enum MHD_Result answer_generate(struct MHD_Connection *c, sw_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    if (r->client_gone) {
+        pthread_mutex_unlock(&r->mu);
+        return MHD_NO;
+    }
+    if (r->err_status) {
+        int st = r->err_status;
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", r->err_msg);
+        const char *type = r->err_type, *code = r->err_code;
+        r->headers_sent = true;
+        pthread_mutex_unlock(&r->mu);
+        return respond_error(c, st, msg, type, NULL, code);
+    }
+    if (r->stream && r->decided) {
+        r->headers_sent = true;
+        r->last_write_ms = sw_now_ms();
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                                      sse_reader, sw_req_ref(r), sse_free);
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        add_route_headers(resp, r);
+        pthread_mutex_unlock(&r->mu);
+        enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return rc;
+    }
+    if (!r->stream && r->finished) {
+        r->headers_sent = true;
+        if (r->finish == SPILLWAY__FINISH_REASON__FINISH_ERROR) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", r->err_msg[0] ? r->err_msg : "the worker failed");
+            pthread_mutex_unlock(&r->mu);
+            return respond_error(c, 502, msg, "server_error", NULL, "worker_error");
+        }
+        char *body = sw_openai_response(r);
+        int64_t rx = r->text_rx_ns;
+        struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body,
+                                                                    MHD_RESPMEM_MUST_FREE);
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        add_route_headers(resp, r);
+        pthread_mutex_unlock(&r->mu);
+        enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        if (rx) sw_metrics_latency(SW_LAT_RELAY, sw_now_ns() - rx);
+        return rc;
+    }
+    suspend_locked(r);
+    pthread_mutex_unlock(&r->mu);
+    return MHD_YES;
+}
+
+static const char *header(struct MHD_Connection *c, const char *name)
+{
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+    return v && *v ? v : NULL;
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, conn_ctx *ctx)
+{
+    if (ctx->too_large)
+        return respond_error(c, 413, "request body is larger than 1 MiB", NULL, NULL, "body_too_large");
+    if (__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE))   /* the broker is gone: nobody would ever resume this connection */
+        return respond_error(c, 503, "the gateway is shutting down", NULL, NULL, "shutting_down");
+    sw_req *r = sw_req_new();
+    r->chat = ctx->ep == EP_CHAT;
+    make_id(r->id, sizeof r->id, r->chat ? "chatcmpl-" : "cmpl-");
+    r->created_s = time(NULL);
+    r->conn = c;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->fd = ci ? ci->connect_fd : -1;
+
+    /* Directives from headers first; the body's `spillway` object overrides. */
+    r->want_target = dup_or_null(header(c, "X-Spillway-Target"));
+    r->want_quant = dup_or_null(header(c, "X-Spillway-Quantization"));
+    r->tenant = dup_or_null(header(c, "X-Spillway-Tenant"));
+    const char *auth = header(c, "Authorization");
+    if (auth && strncasecmp(auth, "Bearer ", 7) == 0) r->api_key = strdup(auth + 7);
+    const char *pc = header(c, "X-Spillway-Priority");
+    if (pc) {
+        if (!strcasecmp(pc, "interactive")) r->klass = SW_CLASS_INTERACTIVE;
+        else if (!strcasecmp(pc, "batch")) r->klass = SW_CLASS_BATCH;
+        else {
+            sw_req_unref(r);
+            return respond_error(c, 400, "X-Spillway-Priority must be interactive or batch", NULL,
+                                 "X-Spillway-Priority", "invalid_header");
+        }
+    }
+    const char *mq = header(c, "X-Spillway-Max-Queue-Ms");
+    if (mq) {
+        char *end;
+        long v = strtol(mq, &end, 10);
+        if (*end || v < 0 || v > 86400000) {
+            sw_req_unref(r);
+            return respond_error(c, 400, "X-Spillway-Max-Queue-Ms must be an integer of milliseconds",
+                                 NULL, "X-Spillway-Max-Queue-Ms", "invalid_header");
+        }
+        r->max_queue_ms = v;
+    }
+
+    sw_policy *p = sw_gw_policy(g);
+    char msg[256];
+    const char *param = NULL;
+    int st = sw_openai_parse(r, ctx->body.data ? ctx->body.data : "", ctx->body.len, r->chat, p,
+                             msg, sizeof msg, &param);
+    if (st == 0 && !sw_policy_has_model(p, r->model)) {
+        /* Not in the policy: known only if some worker registered it. */
+        int64_t now = sw_now_ms();
+        bool known = false;
+        pthread_mutex_lock(&g->reg.mu);
+        for (sw_worker *w = g->reg.head; w && !known; w = w->next)
+            known = sw_worker_alive(w, now) && sw_worker_serves(w, r->model, NULL);
+        pthread_mutex_unlock(&g->reg.mu);
+        if (!known) {
+            snprintf(msg, sizeof msg, "The model '%s' does not exist", r->model_asked);
+            sw_policy_unref(p);
+            sw_req_unref(r);
+            sw_metrics_request(NULL, SW_ST_REJECTED);
+            return respond_error(c, 404, msg, "invalid_request_error", "model", "model_not_found");
+        }
+    }
+    r->policy = p;   /* the request keeps the policy it was parsed with */
+    if (st != 0) {
+        sw_req_unref(r);
+        sw_metrics_request(NULL, SW_ST_REJECTED);
+        return respond_error(c, st, msg, NULL, param, NULL);
+    }
+    r->t_submit_ns = sw_now_ns();
+    ctx->req = r;
+    ctx->submitted = true;
+    pthread_mutex_lock(&r->mu);
+    sw_broker_post(g, SW_CMD_SUBMIT, r);
+    suspend_locked(r);
+    pthread_mutex_unlock(&r->mu);
+    return MHD_YES;
+}
+
+/* ---- dispatch by URL ------------------------------------------------------ */
+static int endpoint(const char *url, const char **allow)
+{
+    static const struct { const char *path; int ep; const char *method; } T[] = {
+        {"/v1/completions", EP_COMPLETIONS, "POST"}, {"/v1/chat/completions", EP_CHAT, "POST"},
+        {"/v1/models", EP_MODELS, "GET"},            {"/healthz", EP_HEALTH, "GET"},
+        {"/metrics", EP_METRICS, "GET"},             {"/admin/workers", EP_WORKERS, "GET"},
+        {"/admin/policy", EP_POLICY, "GET"},         {"/admin/reload", EP_RELOAD, "POST"},
+        {"/admin/status", EP_STATUS, "GET"},
+    };
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
+        if (strcmp(url, T[i].path) == 0) {
+            *allow = T[i].method;
+            return T[i].ep;
+        }
+    return EP_NONE;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    sw_gateway *g = cls;
+    conn_ctx *ctx = *con_cls;
+    if (!ctx) {
+        const char *allow = NULL;
+        int ep = endpoint(url, &allow);
+        if (ep == EP_NONE) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "no such endpoint: %.200s", url);
+            return respond_error(c, 404, msg, "invalid_request_error", NULL, "not_found");
+        }
+        if (strcmp(method, allow) != 0) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "method %.20s not allowed here; use %s", method, allow);
+            struct MHD_Response *resp;
+            char *body = sw_openai_error_json(msg, "invalid_request_error", NULL, "method_not_allowed");
+            resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+            MHD_add_response_header(resp, "Content-Type", "application/json");
+            MHD_add_response_header(resp, "Allow", allow);
+            enum MHD_Result rc = MHD_queue_response(c, 405, resp);
+            MHD_destroy_response(resp);
+            return rc;
+        }
+        /* A declared body far beyond the limit is refused at once (the
+         * connection then closes). A moderately oversized one is read and
+         * discarded first, so clients that send without waiting for
+         * "100 Continue" still see the 413 instead of a broken pipe. */
+        const char *cl = header(c, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > SW_MAX_DISCARD)
+            return respond_error(c, 413, "request body is larger than 1 MiB", NULL, NULL, "body_too_large");
+        ctx = calloc(1, sizeof *ctx);
+        if (!ctx) return MHD_NO;
+        ctx->ep = ep;
+        *con_cls = ctx;
+        if (strcmp(method, "POST") == 0) return MHD_YES;   /* body follows */
+    }
+    if (ctx->submitted) return answer_generate(c, ctx->req);
+    if (*upload_size) {
+        if (ctx->body.len + *upload_size > SW_MAX_BODY) ctx->too_large = true;
+        else sw_buf_append(&ctx->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    switch (ctx->ep) {
+    case EP_COMPLETIONS:
+    case EP_CHAT: return start_generate(g, c, ctx);
+    case EP_MODELS: return do_models(g, c);
+    case EP_HEALTH: return do_health(g, c);
+    case EP_METRICS:
+        return respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", sw_metrics_render(&g->reg), 0);
+    case EP_WORKERS: {
+        char *arr = sw_registry_json(&g->reg);
+        char *s;
+        if (asprintf(&s, "{\"object\":\"list\",\"data\":%s}", arr) < 0) s = strdup("{}");
+        free(arr);
+        return respond_json(c, 200, s);
+    }
+    case EP_POLICY: return do_policy(g, c);
+    case EP_STATUS: return respond_json(c, 200, sw_status_json(g));
+    case EP_RELOAD: return do_reload(g, c);
+    }
+    return MHD_NO;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode why)
+{
+    (void)c;
+    sw_gateway *g = cls;
+    conn_ctx *ctx = *con_cls;
+    if (!ctx) return;
+    *con_cls = NULL;
+    if (ctx->req) {
+        sw_req *r = ctx->req;
+        pthread_mutex_lock(&r->mu);
+        r->conn_done = true;
+        /* Ended before the request finished (client abort, write error,
+         * shutdown): the worker must stop and free its slot. */
+        bool cancel = r->phase != SW_PH_DONE && !r->client_gone;
+        pthread_mutex_unlock(&r->mu);
+        if (cancel) {
+            if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+                fprintf(stderr, "gateway: %s ended early (termination code %d): cancelling\n", r->id, why);
+            sw_broker_post(g, SW_CMD_CANCEL, r);
+        }
+        sw_req_unref(r);
+    }
+    sw_buf_free(&ctx->body);
+    free(ctx);
+}
+
+int sw_http_start(sw_gateway *g, const char *host, int port, char *err, size_t errlen)
+{
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int gr = getaddrinfo(host && *host ? host : NULL, ps, &hints, &ai);
+    if (gr != 0) {
+        snprintf(err, errlen, "cannot resolve HTTP address %s: %s", host, gai_strerror(gr));
+        return -1;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    g->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, g,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, g,
+                              MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
+                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
+                              MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+                              MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!g->mhd) {
+        snprintf(err, errlen, "cannot start the HTTP server on %s:%d (port in use?)", host, port);
+        return -1;
+    }
+    return 0;
+}
+
+void sw_http_stop(sw_gateway *g)
+{
+    if (g->mhd) MHD_stop_daemon(g->mhd);
+    g->mhd = NULL;
+}

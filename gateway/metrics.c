@@ -1,0 +1,254 @@
+/* Prometheus text metrics. Labels stay bounded: pool labels are names the
+ * policy defines (anything else becomes "other"), statuses and overflow
+ * reasons are fixed sets.
+ *
+ * spillway_gateway_added_latency_seconds{stage} is the time the gateway itself
+ * spends, not the model:
+ *   stage="dispatch": from the moment the whole request body has been received
+ *     (last access-handler call) to the moment the broker hands the encoded
+ *     GenerateRequest to zmq_send — parsing, validation, routing, queue hops.
+ *     Time a request waits in the capacity queue is NOT included (it is a
+ *     policy decision, reported through spillway_queue_depth instead).
+ *   stage="relay": for every relayed piece of a stream, from the broker
+ *     receiving a TokenChunk off the worker socket to the content reader
+ *     handing the SSE bytes to libmicrohttpd (for a non-streaming request:
+ *     from the final chunk to the response being queued).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include "gateway/gw.h"
+
+#define MAX_POOLS 64
+#define MAX_OVERFLOW 256
+
+typedef struct {
+    char name[64];
+    uint64_t req[SW_ST__N];
+    int64_t inflight, queue;
+} pool_m;
+
+typedef struct { char from[64], to[64], reason[32]; uint64_t n; } overflow_m;
+
+static const double lat_bounds[] = {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3,
+                                    5e-3, 10e-3, 25e-3, 100e-3};
+#define NB (sizeof lat_bounds / sizeof lat_bounds[0])
+typedef struct { uint64_t b[NB + 1]; double sum; uint64_t count; } hist_m;
+
+static struct {
+    pthread_mutex_t mu;
+    pool_m pools[MAX_POOLS]; int n_pools;
+    char known[MAX_POOLS][64]; int n_known;
+    overflow_m ov[MAX_OVERFLOW]; int n_ov;
+    hist_m lat[SW_LAT__N];
+    uint64_t reload_ok, reload_fail;
+} M = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static const char *status_names[SW_ST__N] = {"ok", "error", "cancelled", "rejected"};
+static const char *stage_names[SW_LAT__N] = {"dispatch", "relay"};
+
+void sw_metrics_init(void) {}
+
+static void add_known(const char *name)
+{
+    for (int i = 0; i < M.n_known; i++)
+        if (strcmp(M.known[i], name) == 0) return;
+    if (M.n_known < MAX_POOLS - 2) snprintf(M.known[M.n_known++], 64, "%s", name);
+}
+
+void sw_metrics_set_pools(const sw_policy *p)
+{
+    pthread_mutex_lock(&M.mu);
+    /* Names only accumulate: series that existed keep existing after a reload. */
+    for (size_t i = 0; i < p->n_pools; i++) add_known(p->pools[i].name);
+    for (size_t i = 0; i < p->n_routes; i++) add_known(p->routes[i].target);
+    pthread_mutex_unlock(&M.mu);
+}
+
+static const char *bounded(const char *pool)
+{
+    if (!pool || !*pool) return "none";
+    for (int i = 0; i < M.n_known; i++)
+        if (strcmp(M.known[i], pool) == 0) return M.known[i];
+    return "other";
+}
+
+static pool_m *pool_get(const char *pool)
+{
+    const char *name = bounded(pool);
+    for (int i = 0; i < M.n_pools; i++)
+        if (strcmp(M.pools[i].name, name) == 0) return &M.pools[i];
+    if (M.n_pools == MAX_POOLS) return &M.pools[MAX_POOLS - 1];
+    pool_m *m = &M.pools[M.n_pools++];
+    snprintf(m->name, sizeof m->name, "%s", name);
+    return m;
+}
+
+void sw_metrics_request(const char *pool, sw_status_label st)
+{
+    pthread_mutex_lock(&M.mu);
+    pool_get(pool)->req[st]++;
+    pthread_mutex_unlock(&M.mu);
+}
+
+void sw_metrics_inflight(const char *pool, int delta)
+{
+    pthread_mutex_lock(&M.mu);
+    pool_get(pool)->inflight += delta;
+    pthread_mutex_unlock(&M.mu);
+}
+
+void sw_metrics_queue(const char *pool, int delta)
+{
+    pthread_mutex_lock(&M.mu);
+    pool_get(pool)->queue += delta;
+    pthread_mutex_unlock(&M.mu);
+}
+
+void sw_metrics_overflow(const char *from, const char *to, const char *reason)
+{
+    pthread_mutex_lock(&M.mu);
+    from = bounded(from);
+    to = bounded(to);
+    overflow_m *o = NULL;
+    for (int i = 0; i < M.n_ov; i++)
+        if (!strcmp(M.ov[i].from, from) && !strcmp(M.ov[i].to, to) && !strcmp(M.ov[i].reason, reason))
+            o = &M.ov[i];
+    if (!o && M.n_ov < MAX_OVERFLOW) {
+        o = &M.ov[M.n_ov++];
+        snprintf(o->from, sizeof o->from, "%s", from);
+        snprintf(o->to, sizeof o->to, "%s", to);
+        snprintf(o->reason, sizeof o->reason, "%s", reason);
+    }
+    if (o) o->n++;
+    pthread_mutex_unlock(&M.mu);
+}
+
+void sw_metrics_latency(sw_lat_stage stage, int64_t ns)
+{
+    double s = ns / 1e9;
+    pthread_mutex_lock(&M.mu);
+    hist_m *h = &M.lat[stage];
+    size_t i = 0;
+    while (i < NB && s > lat_bounds[i]) i++;
+    h->b[i]++;
+    h->sum += s;
+    h->count++;
+    pthread_mutex_unlock(&M.mu);
+}
+
+void sw_metrics_reload(bool ok)
+{
+    pthread_mutex_lock(&M.mu);
+    if (ok) M.reload_ok++; else M.reload_fail++;
+    pthread_mutex_unlock(&M.mu);
+}
+
+char *sw_metrics_render(sw_registry *reg)
+{
+    sw_buf b = {0};
+    char line[512];
+    struct wsnap { char pool[64]; int st; } *snap = NULL;
+    int n_snap = 0;
+    int64_t now = sw_now_ms();
+    pthread_mutex_lock(&reg->mu);
+    snap = calloc(reg->n + 1, sizeof *snap);
+    for (sw_worker *w = reg->head; w && snap && n_snap < reg->n; w = w->next) {
+        snprintf(snap[n_snap].pool, sizeof snap[n_snap].pool, "%s", w->pool);
+        snap[n_snap].st = !sw_worker_alive(w, now) ? 2 : (w->slots && w->inflight >= w->slots) ? 1 : 0;
+        n_snap++;
+    }
+    uint64_t deaths = reg->deaths;
+    pthread_mutex_unlock(&reg->mu);
+    pthread_mutex_lock(&M.mu);
+    /* Every known pool gets its series, even at zero, so rate() works from the start. */
+    for (int i = 0; i < M.n_known; i++) pool_get(M.known[i]);
+
+    sw_buf_puts(&b, "# HELP spillway_requests_total Requests finished, by serving pool and outcome.\n"
+                    "# TYPE spillway_requests_total counter\n");
+    for (int i = 0; i < M.n_pools; i++)
+        for (int s = 0; s < SW_ST__N; s++) {
+            snprintf(line, sizeof line, "spillway_requests_total{pool=\"%s\",status=\"%s\"} %llu\n",
+                     M.pools[i].name, status_names[s], (unsigned long long)M.pools[i].req[s]);
+            sw_buf_puts(&b, line);
+        }
+    sw_buf_puts(&b, "# HELP spillway_inflight Requests dispatched to a pool and not finished.\n"
+                    "# TYPE spillway_inflight gauge\n");
+    for (int i = 0; i < M.n_pools; i++) {
+        snprintf(line, sizeof line, "spillway_inflight{pool=\"%s\"} %lld\n", M.pools[i].name,
+                 (long long)M.pools[i].inflight);
+        sw_buf_puts(&b, line);
+    }
+    sw_buf_puts(&b, "# HELP spillway_queue_depth Requests waiting for capacity, by the pool they wait for.\n"
+                    "# TYPE spillway_queue_depth gauge\n");
+    for (int i = 0; i < M.n_pools; i++) {
+        snprintf(line, sizeof line, "spillway_queue_depth{pool=\"%s\"} %lld\n", M.pools[i].name,
+                 (long long)M.pools[i].queue);
+        sw_buf_puts(&b, line);
+    }
+    sw_buf_puts(&b, "# HELP spillway_overflow_total Requests that spilled from a primary pool to an overflow pool.\n"
+                    "# TYPE spillway_overflow_total counter\n");
+    for (int i = 0; i < M.n_ov; i++) {
+        snprintf(line, sizeof line,
+                 "spillway_overflow_total{from_pool=\"%s\",to_pool=\"%s\",reason=\"%s\"} %llu\n",
+                 M.ov[i].from, M.ov[i].to, M.ov[i].reason, (unsigned long long)M.ov[i].n);
+        sw_buf_puts(&b, line);
+    }
+    sw_buf_puts(&b, "# HELP spillway_gateway_added_latency_seconds Time spent in the gateway itself "
+                    "(dispatch: body received to request sent; relay: chunk received to bytes handed to HTTP).\n"
+                    "# TYPE spillway_gateway_added_latency_seconds histogram\n");
+    for (int s = 0; s < SW_LAT__N; s++) {
+        uint64_t cum = 0;
+        for (size_t i = 0; i <= NB; i++) {
+            cum += M.lat[s].b[i];
+            if (i < NB)
+                snprintf(line, sizeof line,
+                         "spillway_gateway_added_latency_seconds_bucket{stage=\"%s\",le=\"%g\"} %llu\n",
+                         stage_names[s], lat_bounds[i], (unsigned long long)cum);
+            else
+                snprintf(line, sizeof line,
+                         "spillway_gateway_added_latency_seconds_bucket{stage=\"%s\",le=\"+Inf\"} %llu\n",
+                         stage_names[s], (unsigned long long)cum);
+            sw_buf_puts(&b, line);
+        }
+        snprintf(line, sizeof line,
+                 "spillway_gateway_added_latency_seconds_sum{stage=\"%s\"} %.9f\n"
+                 "spillway_gateway_added_latency_seconds_count{stage=\"%s\"} %llu\n",
+                 stage_names[s], M.lat[s].sum, stage_names[s], (unsigned long long)M.lat[s].count);
+        sw_buf_puts(&b, line);
+    }
+    snprintf(line, sizeof line,
+             "# HELP spillway_policy_reloads_total Policy reload attempts.\n"
+             "# TYPE spillway_policy_reloads_total counter\n"
+             "spillway_policy_reloads_total{result=\"ok\"} %llu\n"
+             "spillway_policy_reloads_total{result=\"error\"} %llu\n",
+             (unsigned long long)M.reload_ok, (unsigned long long)M.reload_fail);
+    sw_buf_puts(&b, line);
+
+    /* Workers per pool and state: ready (has a free slot), busy (all slots in
+     * use), stale (missed heartbeats, about to be declared dead). The
+     * registry was snapshotted before taking M.mu (lock order: never both). */
+    enum { READY, BUSY, STALE };
+    uint64_t counts[MAX_POOLS][3];
+    memset(counts, 0, sizeof counts);
+    for (int k = 0; k < n_snap; k++) {
+        pool_m *pm = pool_get(snap[k].pool);
+        counts[pm - M.pools][snap[k].st]++;
+    }
+    free(snap);
+    sw_buf_puts(&b, "# HELP spillway_workers Registered workers by pool and state.\n"
+                    "# TYPE spillway_workers gauge\n");
+    static const char *wst[3] = {"ready", "busy", "stale"};
+    for (int i = 0; i < M.n_pools; i++)
+        for (int s = 0; s < 3; s++) {
+            snprintf(line, sizeof line, "spillway_workers{pool=\"%s\",state=\"%s\"} %llu\n",
+                     M.pools[i].name, wst[s], (unsigned long long)counts[i][s]);
+            sw_buf_puts(&b, line);
+        }
+    snprintf(line, sizeof line, "# HELP spillway_worker_deaths_total Workers declared dead.\n"
+             "# TYPE spillway_worker_deaths_total counter\nspillway_worker_deaths_total %llu\n",
+             (unsigned long long)deaths);
+    sw_buf_puts(&b, line);
+    pthread_mutex_unlock(&M.mu);
+    return b.data;
+}

@@ -1,0 +1,493 @@
+/* OpenAI request parsing/validation and response shapes.
+ *
+ * Parsing happens on the HTTP thread: the body becomes an encoded
+ * Envelope{GenerateRequest} right away, so the broker only forwards bytes.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <math.h>
+#include <time.h>
+#include <cjson/cJSON.h>
+#include "gateway/gw.h"
+
+#define MAX_STOP 4
+#define MAX_STOP_LEN 1024        /* the wire protocol's limit */
+#define MAX_MESSAGES 4096
+#define DEFAULT_MAX_TOKENS_COMPLETION 16
+#define DEFAULT_MAX_TOKENS_CHAT 256
+
+char *sw_openai_error_json(const char *message, const char *type, const char *param, const char *code)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "message", message);
+    cJSON_AddStringToObject(e, "type", type ? type : "invalid_request_error");
+    if (param) cJSON_AddStringToObject(e, "param", param); else cJSON_AddNullToObject(e, "param");
+    if (code) cJSON_AddStringToObject(e, "code", code); else cJSON_AddNullToObject(e, "code");
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+const char *sw_finish_name(int f)
+{
+    switch (f) {
+    case SPILLWAY__FINISH_REASON__FINISH_STOP: return "stop";
+    case SPILLWAY__FINISH_REASON__FINISH_LENGTH: return "length";
+    case SPILLWAY__FINISH_REASON__FINISH_CANCELLED: return "cancelled";
+    case SPILLWAY__FINISH_REASON__FINISH_ERROR: return "error";
+    default: return NULL;
+    }
+}
+
+/* Strict UTF-8 (no overlong forms, surrogates, or code points past
+ * U+10FFFF). Protobuf strings must be UTF-8 and the workers reject frames
+ * that are not, so such text is refused here with a 400 instead. */
+static bool utf8_ok(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned c = *p;
+        int n;
+        unsigned cp;
+        if (c < 0x80) { p++; continue; }
+        else if (c >= 0xC2 && c <= 0xDF) { n = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { n = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { n = 3; cp = c & 0x07; }
+        else return false;
+        for (int i = 1; i <= n; i++) {
+            if ((p[i] & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (p[i] & 0x3F);
+        }
+        if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        p += n + 1;
+    }
+    return true;
+}
+
+/* Names that travel as ids (model, role): printable ASCII, no spaces, as the
+ * wire protocol requires. */
+static bool id_ok(const char *s, size_t maxlen)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > maxlen) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] > 0x7E) return false;
+    return true;
+}
+
+/* True if every string anywhere in the JSON value is valid UTF-8. */
+static bool json_utf8_ok(const cJSON *v)
+{
+    for (; v; v = v->next) {
+        if (v->string && !utf8_ok(v->string)) return false;
+        if (cJSON_IsString(v) && v->valuestring && !utf8_ok(v->valuestring)) return false;
+        if (v->child && !json_utf8_ok(v->child)) return false;
+    }
+    return true;
+}
+
+/* ---- parsing helpers: each returns 0 or fills msg/param and returns 400 --- */
+typedef struct { char *msg; size_t msglen; const char **param; } perr;
+
+static int bad(perr *e, const char *param, const char *fmt)
+{
+    snprintf(e->msg, e->msglen, fmt, param);
+    *e->param = param;
+    return 400;
+}
+
+static int get_number(cJSON *o, const char *k, double lo, double hi, double *out, perr *e)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v)) return bad(e, k, "'%s' must be a number");
+    if (!isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+        return bad(e, k, "'%s' is out of range");
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_int(cJSON *o, const char *k, double lo, double hi, double *out, perr *e)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return bad(e, k, "'%s' must be an integer");
+    if (v->valuedouble < lo || v->valuedouble > hi) return bad(e, k, "'%s' is out of range");
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_bool(cJSON *o, const char *k, bool *out, perr *e)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) return bad(e, k, "'%s' must be a boolean");
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+static int get_string(cJSON *o, const char *k, const char **out, perr *e)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v)) return bad(e, k, "'%s' must be a string");
+    *out = v->valuestring;
+    return 0;
+}
+
+/* Chat message content: a string, or an array of {type:"text", text}. */
+static char *content_text(cJSON *c)
+{
+    if (cJSON_IsString(c)) return strdup(c->valuestring);
+    if (!cJSON_IsArray(c)) return NULL;
+    sw_buf b = {0};
+    sw_buf_puts(&b, "");
+    cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+        cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(t) || (ty && !cJSON_IsString(ty))) {
+            sw_buf_free(&b);
+            return NULL;
+        }
+        sw_buf_puts(&b, t->valuestring);
+    }
+    return b.data;
+}
+
+static void free_gen(Spillway__GenerateRequest *g)
+{
+    for (size_t i = 0; i < g->n_messages; i++) {
+        free(g->messages[i]->role);
+        free(g->messages[i]->content);
+        free(g->messages[i]);
+    }
+    free(g->messages);
+    free(g->prompt_tokens);
+    free(g->stop);
+}
+
+int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw_policy *p,
+                    char *msg, size_t msglen, const char **param)
+{
+    perr e = {msg, msglen, param};
+    *param = NULL;
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    if (!o) {
+        snprintf(msg, msglen, "request body is not valid JSON");
+        return 400;
+    }
+    int rc = 0;
+    Spillway__GenerateRequest g = SPILLWAY__GENERATE_REQUEST__INIT;
+    Spillway__SamplingParams sp = SPILLWAY__SAMPLING_PARAMS__INIT;
+    g.sampling = &sp;
+    uint32_t *toks = NULL;
+    Spillway__ChatMessage **msgs = NULL;
+    char *stops[MAX_STOP];
+    size_t n_stop = 0;
+
+    if (!cJSON_IsObject(o)) {
+        snprintf(msg, msglen, "request body must be a JSON object");
+        rc = 400;
+        goto out;
+    }
+    if (!json_utf8_ok(o->child)) {
+        snprintf(msg, msglen, "request body contains text that is not valid UTF-8");
+        rc = 400;
+        goto out;
+    }
+
+    const char *model = NULL;
+    if ((rc = get_string(o, "model", &model, &e))) goto out;
+    if (!model || !*model) { rc = bad(&e, "model", "'%s' is required"); goto out; }
+    if (!id_ok(model, SW_MAX_ID_LEN))
+        { rc = bad(&e, "model", "'%s' must be at most 128 printable ASCII characters without spaces"); goto out; }
+    r->model_asked = strdup(model);
+    r->model = strdup(sw_policy_resolve(p, model));
+
+    if (chat) {
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
+        if (!m) { rc = bad(&e, "messages", "'%s' is required"); goto out; }
+        if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
+            { rc = bad(&e, "messages", "'%s' must be a non-empty array"); goto out; }
+        int n = cJSON_GetArraySize(m);
+        if (n > MAX_MESSAGES) { rc = bad(&e, "messages", "'%s' has too many entries"); goto out; }
+        msgs = calloc(n, sizeof *msgs);
+        g.messages = msgs;   /* so the error paths free what was built */
+        cJSON *it;
+        cJSON_ArrayForEach(it, m) {
+            cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
+            cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+            if (!cJSON_IsObject(it) || !cJSON_IsString(role))
+                { rc = bad(&e, "messages", "each entry of '%s' needs a string 'role'"); goto out; }
+            if (!id_ok(role->valuestring, 32))
+                { rc = bad(&e, "messages", "a 'role' in '%s' must be a short word like \"user\""); goto out; }
+            char *text = content && !cJSON_IsNull(content) ? content_text(content) : strdup("");
+            if (!text) { rc = bad(&e, "messages", "message 'content' in '%s' must be a string or text parts"); goto out; }
+            Spillway__ChatMessage *cm = malloc(sizeof *cm);
+            spillway__chat_message__init(cm);
+            cm->role = strdup(role->valuestring);
+            cm->content = text;
+            msgs[g.n_messages++] = cm;
+        }
+        r->prompt_tokens_est = 0;
+        for (size_t i = 0; i < g.n_messages; i++) r->prompt_tokens_est += strlen(msgs[i]->content) / 4 + 4;
+    } else {
+        cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+        if (!pr) { rc = bad(&e, "prompt", "'%s' is required"); goto out; }
+        if (cJSON_IsString(pr)) {
+            if (!*pr->valuestring) { rc = bad(&e, "prompt", "'%s' must not be empty"); goto out; }
+            g.prompt = pr->valuestring;
+        } else if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 &&
+                   cJSON_IsString(cJSON_GetArrayItem(pr, 0)) && *cJSON_GetArrayItem(pr, 0)->valuestring) {
+            g.prompt = cJSON_GetArrayItem(pr, 0)->valuestring;
+        } else if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) > 0) {
+            int n = cJSON_GetArraySize(pr);
+            if ((unsigned)n > SW_MAX_TOKENS_PER_REQUEST) { rc = bad(&e, "prompt", "'%s' is too long"); goto out; }
+            toks = malloc(n * sizeof *toks);
+            cJSON *it;
+            cJSON_ArrayForEach(it, pr) {
+                if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 4294967295.0 ||
+                    it->valuedouble != floor(it->valuedouble))
+                    { rc = bad(&e, "prompt", "'%s' must be a string or an array of token ids (one prompt: n=1)"); goto out; }
+                toks[g.n_prompt_tokens++] = (uint32_t)it->valuedouble;
+            }
+            g.prompt_tokens = toks;
+        } else {
+            rc = bad(&e, "prompt", "'%s' must be a string or a non-empty array of token ids");
+            goto out;
+        }
+        r->prompt_tokens_est = g.prompt ? strlen(g.prompt) / 4 + 1 : g.n_prompt_tokens;
+    }
+
+    double max_tokens = chat ? DEFAULT_MAX_TOKENS_CHAT : DEFAULT_MAX_TOKENS_COMPLETION;
+    if ((rc = get_int(o, "max_tokens", 1, SW_MAX_TOKENS_PER_REQUEST, &max_tokens, &e))) goto out;
+    if (chat && (rc = get_int(o, "max_completion_tokens", 1, SW_MAX_TOKENS_PER_REQUEST, &max_tokens, &e))) goto out;
+    g.max_tokens = (uint32_t)max_tokens;
+
+    double temp = 1.0, top_p = 1.0, top_k = 0, min_p = 0, rep = 1.0, n = 1, seed = -1;
+    if ((rc = get_number(o, "temperature", 0, 2, &temp, &e))) goto out;
+    if ((rc = get_number(o, "top_p", 0, 1, &top_p, &e))) goto out;
+    if ((rc = get_int(o, "top_k", 0, 1 << 20, &top_k, &e))) goto out;
+    if ((rc = get_number(o, "min_p", 0, 1, &min_p, &e))) goto out;
+    if ((rc = get_number(o, "repetition_penalty", 0, 10, &rep, &e))) goto out;
+    if ((rc = get_int(o, "n", 1, 1, &n, &e))) goto out;
+    if ((rc = get_int(o, "seed", -9.2e18, 1.8e19, &seed, &e))) goto out;
+    sp.temperature = (float)temp;
+    sp.top_p = (float)top_p;
+    sp.top_k = (uint32_t)top_k;
+    sp.min_p = (float)min_p;
+    sp.repetition_penalty = (float)rep;
+    cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "seed");
+    if (cJSON_IsNumber(sv)) { sp.has_seed = true; sp.seed = (uint64_t)(int64_t)seed; }
+
+    cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    if (stop && !cJSON_IsNull(stop)) {
+        if (cJSON_IsString(stop)) {
+            if (strlen(stop->valuestring) > MAX_STOP_LEN) { rc = bad(&e, "stop", "'%s' is too long (max 1024 bytes)"); goto out; }
+            if (*stop->valuestring) stops[n_stop++] = stop->valuestring;
+        } else if (cJSON_IsArray(stop) && cJSON_GetArraySize(stop) <= MAX_STOP) {
+            cJSON *it;
+            cJSON_ArrayForEach(it, stop) {
+                if (!cJSON_IsString(it)) { rc = bad(&e, "stop", "'%s' entries must be strings"); goto out; }
+                if (strlen(it->valuestring) > MAX_STOP_LEN) { rc = bad(&e, "stop", "'%s' entries are too long (max 1024 bytes)"); goto out; }
+                if (*it->valuestring) stops[n_stop++] = it->valuestring;
+            }
+        } else {
+            rc = bad(&e, "stop", "'%s' must be a string or an array of up to 4 strings");
+            goto out;
+        }
+    }
+    g.stop = n_stop ? malloc(n_stop * sizeof(char *)) : NULL;
+    for (size_t i = 0; i < n_stop; i++) g.stop[i] = stops[i];
+    g.n_stop = n_stop;
+
+    bool stream = false, echo = false, usage = false;
+    if ((rc = get_bool(o, "stream", &stream, &e))) goto out;
+    if (!chat && (rc = get_bool(o, "echo", &echo, &e))) goto out;
+    cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so)) { rc = bad(&e, "stream_options", "'%s' must be an object"); goto out; }
+        if ((rc = get_bool(so, "include_usage", &usage, &e))) goto out;
+    }
+    r->stream = stream;
+    r->include_usage = stream && usage;
+    g.echo_prompt = echo;
+
+    /* Per-request directives: the `spillway` object (headers were applied by
+     * the caller already; the body wins when both are given). */
+    cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "spillway");
+    if (d && !cJSON_IsNull(d)) {
+        if (!cJSON_IsObject(d)) { rc = bad(&e, "spillway", "'%s' must be an object"); goto out; }
+        const char *t = NULL, *q = NULL, *pc = NULL;
+        double mq = -1;
+        if ((rc = get_string(d, "target", &t, &e))) goto out;
+        if ((rc = get_string(d, "quantization", &q, &e))) goto out;
+        if ((rc = get_string(d, "priority", &pc, &e))) goto out;
+        if ((rc = get_int(d, "max_queue_ms", 0, 86400000, &mq, &e))) goto out;
+        if (t) { free(r->want_target); r->want_target = strdup(t); }
+        if (q) { free(r->want_quant); r->want_quant = strdup(q); }
+        if (pc) {
+            if (!strcmp(pc, "interactive")) r->klass = SW_CLASS_INTERACTIVE;
+            else if (!strcmp(pc, "batch")) r->klass = SW_CLASS_BATCH;
+            else { rc = bad(&e, "spillway.priority", "'%s' must be \"interactive\" or \"batch\""); goto out; }
+        }
+        if (mq >= 0) r->max_queue_ms = (int64_t)mq;
+    }
+
+    g.request_id = r->id;
+    g.model = r->model;
+    g.deadline_unix_ms = (uint64_t)time(NULL) * 1000 + p->defaults.request_timeout_ms;
+    Spillway__Envelope env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE;
+    env.generate = &g;
+    size_t n_enc = sw_wire_encode(&env, &r->gen);
+    if (!n_enc || !r->gen) { snprintf(msg, msglen, "could not encode the request"); rc = 500; goto out; }
+    r->gen_len = n_enc;
+out:
+    g.prompt = NULL;
+    free_gen(&g);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* ---- responses ------------------------------------------------------------ */
+
+static cJSON *base_obj(sw_req *r, const char *object)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)r->created_s);
+    cJSON_AddStringToObject(o, "model", r->model_asked);
+    return o;
+}
+
+static void add_usage(cJSON *o, sw_req *r)
+{
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->usage_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", r->usage_completion);
+    cJSON_AddNumberToObject(u, "total_tokens", r->usage_prompt + r->usage_completion);
+}
+
+static void add_finish(cJSON *c, int finish)
+{
+    const char *f = sw_finish_name(finish);
+    if (f) cJSON_AddStringToObject(c, "finish_reason", f); else cJSON_AddNullToObject(c, "finish_reason");
+}
+
+char *sw_openai_response(sw_req *r)
+{
+    cJSON *o = base_obj(r, r->chat ? "chat.completion" : "text_completion");
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    const char *text = r->text.data ? r->text.data : "";
+    if (r->chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", text);
+    } else {
+        cJSON_AddStringToObject(c, "text", text);
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    add_finish(c, r->finish);
+    cJSON_AddItemToArray(ch, c);
+    add_usage(o, r);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static void sse_emit(sw_buf *out, cJSON *o)
+{
+    char *s = cJSON_PrintUnformatted(o);
+    sw_buf_puts(out, "data: ");
+    sw_buf_puts(out, s);
+    sw_buf_puts(out, "\n\n");
+    free(s);
+    cJSON_Delete(o);
+}
+
+/* Appends s[0..n) as JSON string content (no quotes). Text from workers is
+ * valid UTF-8 (the wire layer checks), so only the JSON escapes are needed. */
+static void json_escape(sw_buf *out, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        sw_buf_append(out, s + run, i - run);
+        run = i + 1;
+        char e[7] = {'\\', 0};
+        switch (c) {
+        case '"': e[1] = '"'; break;
+        case '\\': e[1] = '\\'; break;
+        case '\n': e[1] = 'n'; break;
+        case '\r': e[1] = 'r'; break;
+        case '\t': e[1] = 't'; break;
+        default: e[1] = 'u'; e[2] = '0'; e[3] = '0'; e[4] = hex[c >> 4]; e[5] = hex[c & 15]; break;
+        }
+        sw_buf_append(out, e, strlen(e));
+    }
+    sw_buf_append(out, s + run, n - run);
+}
+
+/* One delta event, written by hand rather than through cJSON: this runs for
+ * every relayed chunk of every stream, so it is the gateway's hot path. */
+void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, bool role)
+{
+    char head[128];
+    snprintf(head, sizeof head, "\",\"object\":\"%s\",\"created\":%lld,\"model\":\"",
+             r->chat ? "chat.completion.chunk" : "text_completion", (long long)r->created_s);
+    sw_buf_puts(out, "data: {\"id\":\"");
+    sw_buf_puts(out, r->id);
+    sw_buf_puts(out, head);
+    json_escape(out, r->model_asked, strlen(r->model_asked));
+    if (r->chat)
+        sw_buf_puts(out, role ? "\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\""
+                              : "\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"");
+    else
+        sw_buf_puts(out, "\",\"choices\":[{\"index\":0,\"text\":\"");
+    json_escape(out, text ? text : "", text ? n : 0);
+    sw_buf_puts(out, r->chat ? "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+                             : "\",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+}
+
+/* The last chunk (finish_reason), then usage if asked for, then [DONE]. A
+ * failure mid-stream is reported in-band: finish_reason "error" plus an
+ * OpenAI error object, since the HTTP status was sent long ago. */
+void sw_openai_sse_final(sw_req *r, sw_buf *out)
+{
+    cJSON *o = base_obj(r, r->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (r->chat) cJSON_AddObjectToObject(c, "delta");
+    else cJSON_AddStringToObject(c, "text", "");
+    cJSON_AddNullToObject(c, "logprobs");
+    add_finish(c, r->finish);
+    cJSON_AddItemToArray(ch, c);
+    if (r->finish == SPILLWAY__FINISH_REASON__FINISH_ERROR) {
+        cJSON *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "message", r->err_msg[0] ? r->err_msg : "the worker failed");
+        cJSON_AddStringToObject(e, "type", "server_error");
+        cJSON_AddNullToObject(e, "param");
+        cJSON_AddStringToObject(e, "code", r->err_code ? r->err_code : "worker_failed");
+    }
+    sse_emit(out, o);
+    if (r->include_usage) {
+        cJSON *u = base_obj(r, r->chat ? "chat.completion.chunk" : "text_completion");
+        cJSON_AddArrayToObject(u, "choices");
+        add_usage(u, r);
+        sse_emit(out, u);
+    }
+    sw_buf_puts(out, "data: [DONE]\n\n");
+}

@@ -1,0 +1,250 @@
+/* Worker registry: who is connected, what they serve, how loaded they are.
+ * Mutated only by the broker thread (under mu, so HTTP threads can read). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <cjson/cJSON.h>
+#include "gateway/gw.h"
+
+void sw_registry_init(sw_registry *r)
+{
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->mu, NULL);
+}
+
+sw_worker *sw_registry_find(sw_registry *r, const void *ident, size_t len)
+{
+    for (sw_worker *w = r->head; w; w = w->next)
+        if (w->ident_len == len && memcmp(w->ident, ident, len) == 0) return w;
+    return NULL;
+}
+
+sw_worker *sw_registry_find_id(sw_registry *r, const char *id)
+{
+    for (sw_worker *w = r->head; w; w = w->next)
+        if (strcmp(w->id, id) == 0) return w;
+    return NULL;
+}
+
+static void free_models(sw_worker *w)
+{
+    for (size_t i = 0; i < w->n_models; i++) {
+        free(w->models[i].name);
+        free(w->models[i].quant);
+    }
+    free(w->models);
+    w->models = NULL;
+    w->n_models = 0;
+}
+
+sw_worker *sw_registry_upsert(sw_registry *r, const void *ident, size_t len,
+                              const Spillway__Register *reg, int64_t now)
+{
+    if (len > sizeof(((sw_worker *)0)->ident)) return NULL;
+    sw_worker *w = sw_registry_find(r, ident, len);
+    if (!w) {
+        w = calloc(1, sizeof *w);
+        if (!w) return NULL;
+        memcpy(w->ident, ident, len);
+        w->ident_len = len;
+        w->next = r->head;
+        r->head = w;
+        r->n++;
+        w->registered_ms = now;
+    }
+    snprintf(w->id, sizeof w->id, "%s", reg->worker_id ? reg->worker_id : "");
+    free(w->pool);
+    w->pool = strdup(reg->pool ? reg->pool : "");
+    w->kind = reg->kind;
+    w->slots = reg->slots;
+    free_models(w);
+    w->models = calloc(reg->n_models ? reg->n_models : 1, sizeof *w->models);
+    for (size_t i = 0; w->models && i < reg->n_models; i++) {
+        const Spillway__ModelInfo *m = reg->models[i];
+        w->models[i].name = strdup(m->name ? m->name : "");
+        w->models[i].quant = strdup(m->quantization ? m->quantization : "");
+        w->models[i].ctx = m->context_length;
+        w->n_models++;
+    }
+    w->last_seen_ms = now;
+    return w;
+}
+
+void sw_registry_remove(sw_registry *r, sw_worker *w)
+{
+    for (sw_worker **pp = &r->head; *pp; pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            r->n--;
+            break;
+        }
+    }
+    free_models(w);
+    free(w->pool);
+    free(w);
+}
+
+bool sw_worker_serves(const sw_worker *w, const char *model, const char *quant)
+{
+    for (size_t i = 0; i < w->n_models; i++) {
+        if (strcmp(w->models[i].name, model) != 0) continue;
+        if (quant && *quant && strcasecmp(w->models[i].quant, quant) != 0) continue;
+        return true;
+    }
+    return false;
+}
+
+bool sw_worker_alive(const sw_worker *w, int64_t now)
+{
+    return now - w->last_seen_ms < (int64_t)SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS;
+}
+
+static bool eligible(const sw_worker *w, const char *pool, const char *model,
+                     const char *quant, int64_t now)
+{
+    if (pool && strcmp(w->pool, pool) != 0) return false;
+    return sw_worker_alive(w, now) && sw_worker_serves(w, model, quant);
+}
+
+/* Load as a fraction of slots, scaled: our own in-flight count is exact and
+ * immediate; the heartbeat's queue covers work we did not send (other
+ * gateways) but lags by up to a second, so take the larger. */
+static uint64_t load_of(const sw_worker *w)
+{
+    uint32_t n = w->inflight;
+    uint32_t hb = w->hb_active + w->hb_queued;
+    if (hb > n) n = hb;
+    return (uint64_t)n * 1000 / (w->slots ? w->slots : 1);
+}
+
+int sw_registry_count(sw_registry *r, const char *pool, const char *model,
+                      const char *quant, int64_t now)
+{
+    int n = 0;
+    for (sw_worker *w = r->head; w; w = w->next)
+        if (eligible(w, pool, model, quant, now)) n++;
+    return n;
+}
+
+sw_worker *sw_registry_pick(sw_registry *r, const char *pool, const char *model,
+                            const char *quant, int64_t now)
+{
+    int n = sw_registry_count(r, pool, model, quant, now);
+    if (n == 0) return NULL;
+    /* Power of two choices: two distinct random candidates, take the less
+     * loaded. Nearly as good as least-loaded, without herding onto one. */
+    int a = rand() % n, b = n > 1 ? rand() % (n - 1) : a;
+    if (n > 1 && b >= a) b++;
+    sw_worker *wa = NULL, *wb = NULL;
+    int i = 0;
+    for (sw_worker *w = r->head; w; w = w->next) {
+        if (!eligible(w, pool, model, quant, now)) continue;
+        if (i == a) wa = w;
+        if (i == b) wb = w;
+        i++;
+    }
+    return load_of(wb) < load_of(wa) ? wb : wa;
+}
+
+char *sw_registry_json(sw_registry *r)
+{
+    int64_t now = sw_now_ms();
+    cJSON *arr = cJSON_CreateArray();
+    pthread_mutex_lock(&r->mu);
+    for (sw_worker *w = r->head; w; w = w->next) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", w->id);
+        cJSON_AddStringToObject(o, "pool", w->pool);
+        cJSON_AddStringToObject(o, "kind", w->kind == SPILLWAY__WORKER_KIND__WORKER_KIND_GPU ? "gpu"
+                                : w->kind == SPILLWAY__WORKER_KIND__WORKER_KIND_CPU ? "cpu" : "unspecified");
+        cJSON_AddBoolToObject(o, "alive", sw_worker_alive(w, now));
+        cJSON_AddNumberToObject(o, "slots", w->slots);
+        cJSON_AddNumberToObject(o, "inflight", w->inflight);
+        cJSON_AddNumberToObject(o, "active", w->hb_active);
+        cJSON_AddNumberToObject(o, "queued", w->hb_queued);
+        cJSON_AddNumberToObject(o, "kv_utilization", w->hb_kv);
+        cJSON_AddNumberToObject(o, "batch_size", w->hb_batch);
+        cJSON_AddNumberToObject(o, "tokens_generated", (double)w->hb_tokens);
+        cJSON_AddNumberToObject(o, "last_seen_ms_ago", (double)(now - w->last_seen_ms));
+        cJSON *ms = cJSON_AddArrayToObject(o, "models");
+        for (size_t i = 0; i < w->n_models; i++) {
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddStringToObject(m, "name", w->models[i].name);
+            cJSON_AddStringToObject(m, "quantization", w->models[i].quant);
+            cJSON_AddNumberToObject(m, "context_length", w->models[i].ctx);
+            cJSON_AddItemToArray(ms, m);
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    pthread_mutex_unlock(&r->mu);
+    char *s = cJSON_PrintUnformatted(arr);
+    cJSON_Delete(arr);
+    return s;
+}
+
+char *sw_status_json(struct sw_gateway *g)
+{
+    sw_policy *p = sw_gw_policy(g);
+    int64_t now = sw_now_ms();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "policy_version", (double)p->version);
+    cJSON_AddNumberToObject(o, "uptime_s", (double)(now - g->started_ms) / 1000.0);
+    cJSON *pools = cJSON_AddArrayToObject(o, "pools");
+    /* Pools: the policy's, plus any a worker registered that the policy lacks. */
+    pthread_mutex_lock(&g->reg.mu);
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = pass == 0 ? p->n_pools : 0;
+        const char *names[256];
+        size_t n_names = 0;
+        if (pass == 0) {
+            for (size_t i = 0; i < n && n_names < 256; i++) names[n_names++] = p->pools[i].name;
+            for (size_t i = 0; i < p->n_routes && n_names < 256; i++) {
+                bool dup = false;
+                for (size_t j = 0; j < n_names; j++) dup |= !strcmp(names[j], p->routes[i].target);
+                if (!dup) names[n_names++] = p->routes[i].target;
+            }
+        } else {
+            for (sw_worker *w = g->reg.head; w && n_names < 256; w = w->next) {
+                bool dup = false;
+                cJSON *it;
+                cJSON_ArrayForEach(it, pools)
+                    dup |= !strcmp(cJSON_GetObjectItemCaseSensitive(it, "name")->valuestring, w->pool);
+                for (size_t j = 0; j < n_names; j++) dup |= !strcmp(names[j], w->pool);
+                if (!dup) names[n_names++] = w->pool;
+            }
+        }
+        for (size_t i = 0; i < n_names; i++) {
+            cJSON *po = cJSON_CreateObject();
+            cJSON_AddStringToObject(po, "name", names[i]);
+            const sw_pool_def *pd = sw_policy_pool(p, names[i]);
+            cJSON_AddStringToObject(po, "kind", !pd ? "unknown" : pd->kind == SW_POOL_GPU ? "gpu"
+                                    : pd->kind == SW_POOL_CPU ? "cpu" : "any");
+            cJSON_AddBoolToObject(po, "in_policy", pass == 0);
+            uint32_t workers = 0, slots = 0, inflight = 0, active = 0, queued = 0;
+            for (sw_worker *w = g->reg.head; w; w = w->next) {
+                if (strcmp(w->pool, names[i]) != 0 || !sw_worker_alive(w, now)) continue;
+                workers++;
+                slots += w->slots;
+                inflight += w->inflight;
+                active += w->hb_active;
+                queued += w->hb_queued;
+            }
+            cJSON_AddNumberToObject(po, "workers", workers);
+            cJSON_AddNumberToObject(po, "slots", slots);
+            cJSON_AddNumberToObject(po, "inflight", inflight);
+            cJSON_AddNumberToObject(po, "active", active);
+            cJSON_AddNumberToObject(po, "queued", queued);
+            cJSON_AddItemToArray(pools, po);
+        }
+    }
+    pthread_mutex_unlock(&g->reg.mu);
+    sw_policy_unref(p);
+    char *wj = sw_registry_json(&g->reg);
+    cJSON *wa = wj ? cJSON_Parse(wj) : NULL;
+    free(wj);
+    cJSON_AddItemToObject(o, "workers", wa ? wa : cJSON_CreateArray());
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

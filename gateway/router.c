@@ -1,0 +1,216 @@
+/* Route selection: the one place that decides where a request goes.
+ *
+ * Given the policy, the live workers and the request, it returns a decision:
+ * dispatch to (pool, worker), wait in the queue, or reject with a reason.
+ * Order: the first primary route with capacity; when every primary route is
+ * saturated (in-flight >= max_concurrency) or degraded (no healthy worker,
+ * or its recent error rate is above the policy threshold), the first
+ * overflow route with capacity, and the spill is reported.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <stdio.h>
+#include "gateway/gw.h"
+
+#define ERR_MIN_SAMPLES 10      /* don't call a route degraded on a handful of requests */
+#define ERR_EWMA_ALPHA 0.1f
+
+sw_route_stats *sw_route_stats_get(sw_route_stats **head, const sw_route *r)
+{
+    char key[512];
+    snprintf(key, sizeof key, "%s\x1f%s\x1f%s", r->model, r->quantization ? r->quantization : "",
+             r->target);
+    for (sw_route_stats *s = *head; s; s = s->next)
+        if (strcmp(s->key, key) == 0) return s;
+    sw_route_stats *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->key = strdup(key);
+    s->next = *head;
+    *head = s;
+    return s;
+}
+
+void sw_route_stats_outcome(sw_route_stats *s, bool error)
+{
+    if (!s) return;
+    /* (service time is fed separately, by sw_route_stats_service) */
+    s->err_ewma += ERR_EWMA_ALPHA * ((error ? 1.0f : 0.0f) - s->err_ewma);
+    if (s->samples < 1000000) s->samples++;
+}
+
+void sw_route_stats_service(sw_route_stats *s, int64_t ms)
+{
+    if (!s) return;
+    s->service_ms = s->service_ms <= 0 ? (float)ms : s->service_ms + 0.2f * ((float)ms - s->service_ms);
+}
+
+bool sw_policy_has_model(const sw_policy *p, const char *model)
+{
+    for (size_t i = 0; i < p->n_routes; i++)
+        if (strcmp(p->routes[i].model, model) == 0) return true;
+    return false;
+}
+
+static bool in_list(char **list, size_t n, const char *v)
+{
+    if (n == 0) return true;
+    if (!v) return false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i], v) == 0) return true;
+    return false;
+}
+
+static bool route_matches(const sw_route *r, const sw_route_request *rq)
+{
+    if (strcmp(r->model, rq->model) != 0) return false;
+    /* A request that names no class is interactive, as an OpenAI client expects. */
+    int klass = rq->klass != SW_CLASS_ANY ? rq->klass : SW_CLASS_INTERACTIVE;
+    if (r->match_class != SW_CLASS_ANY && (int)r->match_class != klass) return false;
+    if (rq->prompt_tokens < r->match_min_prompt_tokens) return false;
+    if (r->match_max_prompt_tokens && rq->prompt_tokens > r->match_max_prompt_tokens) return false;
+    if (!in_list(r->match_api_keys, r->n_match_api_keys, rq->api_key)) return false;
+    if (!in_list(r->match_tenants, r->n_match_tenants, rq->tenant)) return false;
+    if (rq->want_target && strcmp(rq->want_target, r->target) != 0) return false;
+    if (rq->want_quant && r->quantization && strcasecmp(rq->want_quant, r->quantization) != 0)
+        return false;
+    return true;
+}
+
+static const char *route_quant(const sw_route *r, const sw_route_request *rq)
+{
+    return r->quantization ? r->quantization : rq->want_quant;
+}
+
+/* Picks a worker, avoiding rq->exclude_worker when another one exists. */
+static sw_worker *pick(sw_registry *reg, const char *pool, const sw_route_request *rq,
+                       const char *quant, int64_t now)
+{
+    sw_worker *w = sw_registry_pick(reg, pool, rq->model, quant, now);
+    if (w && rq->exclude_worker && strcmp(w->id, rq->exclude_worker) == 0) {
+        for (int i = 0; i < 8; i++) {
+            sw_worker *o = sw_registry_pick(reg, pool, rq->model, quant, now);
+            if (o && strcmp(o->id, rq->exclude_worker) != 0) return o;
+        }
+        for (sw_worker *o = reg->head; o; o = o->next)
+            if ((!pool || !strcmp(o->pool, pool)) && sw_worker_alive(o, now) &&
+                sw_worker_serves(o, rq->model, quant) && strcmp(o->id, rq->exclude_worker) != 0)
+                return o;
+        return NULL;   /* the excluded worker is the only one: treat as degraded */
+    }
+    return w;
+}
+
+typedef enum { RS_OK, RS_SATURATED, RS_DEGRADED, RS_QUEUE_WAIT } route_state;
+static const char *state_reason[] = {"ok", "saturated", "degraded", "queue_wait"};
+
+/* Predicted wait before a request sent to w starts: the requests ahead of
+ * it beyond the worker's slots, each taking the route's typical service
+ * time, spread over the slots. 0 when a slot is free or nothing is known. */
+static int64_t predicted_wait_ms(const sw_worker *w, const sw_route_stats *st)
+{
+    if (!st || st->service_ms <= 0 || !w->slots) return 0;
+    uint32_t busy = w->inflight > w->hb_active + w->hb_queued ? w->inflight : w->hb_active + w->hb_queued;
+    if (busy < w->slots) return 0;
+    return (int64_t)((busy - w->slots + 1) * st->service_ms / w->slots);
+}
+
+static route_state check_route(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
+                               const sw_route *r, const sw_route_request *rq, int64_t now,
+                               sw_worker **w_out, sw_route_stats **st_out)
+{
+    sw_route_stats *st = sw_route_stats_get(stats, r);
+    *st_out = st;
+    sw_worker *w = pick(reg, r->target, rq, route_quant(r, rq), now);
+    if (!w) return RS_DEGRADED;
+    if (st && st->samples >= ERR_MIN_SAMPLES && p->defaults.error_rate_threshold > 0 &&
+        st->err_ewma > p->defaults.error_rate_threshold)
+        return RS_DEGRADED;
+    if (r->max_concurrency && st && st->inflight >= r->max_concurrency) return RS_SATURATED;
+    if (rq->budget_ms > 0 && predicted_wait_ms(w, st) > rq->budget_ms) return RS_QUEUE_WAIT;
+    *w_out = w;
+    return RS_OK;
+}
+
+static void reject(sw_decision *d, int status, const char *type, const char *code, const char *fmt,
+                   const char *arg)
+{
+    d->kind = SW_DECIDE_REJECT;
+    d->http_status = status;
+    d->err_type = type;
+    d->err_code = code;
+    snprintf(d->message, sizeof d->message, fmt, arg);
+}
+
+void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
+                     const sw_route_request *rq, int64_t now, sw_decision *d)
+{
+    memset(d, 0, sizeof *d);
+    bool any_route = false, any_match = false, any_saturated = false;
+    const char *blocked_pool = NULL, *blocked_reason = NULL, *first_pool = NULL;
+
+    for (int pass = 0; pass < 2; pass++) {
+        sw_route_priority want = pass == 0 ? SW_PRIO_PRIMARY : SW_PRIO_OVERFLOW;
+        for (size_t i = 0; i < p->n_routes; i++) {
+            const sw_route *r = &p->routes[i];
+            if (strcmp(r->model, rq->model) == 0) any_route = true;
+            if (r->priority != want || !route_matches(r, rq)) continue;
+            any_match = true;
+            if (!first_pool) first_pool = r->target;
+            sw_worker *w = NULL;
+            sw_route_stats *st = NULL;
+            route_state rs = check_route(p, reg, stats, r, rq, now, &w, &st);
+            if (rs == RS_OK) {
+                d->kind = SW_DECIDE_DISPATCH;
+                d->worker = w;
+                d->pool = r->target;
+                d->stats = st;
+                if (pass == 1 && blocked_pool) {
+                    d->spilled = true;
+                    d->spill_from = blocked_pool;
+                    d->spill_reason = blocked_reason;
+                }
+                return;
+            }
+            if (rs == RS_SATURATED || rs == RS_QUEUE_WAIT) any_saturated = true;
+            if (pass == 0 && !blocked_pool) {
+                blocked_pool = r->target;
+                blocked_reason = state_reason[rs];
+            }
+        }
+    }
+
+    if (!any_route) {
+        /* No route names the model: serve it from any worker that registered
+         * it (an implicit route), so a policy need not list every model. */
+        sw_worker *w = pick(reg, NULL, rq, rq->want_quant, now);
+        if (w && (!rq->want_target || strcmp(w->pool, rq->want_target) == 0)) {
+            d->kind = SW_DECIDE_DISPATCH;
+            d->worker = w;
+            d->pool = w->pool;
+            return;
+        }
+        if (sw_registry_count(reg, NULL, rq->model, NULL, now) > 0)
+            reject(d, 503, "server_error", "no_capacity",
+                   "no worker for model '%s' matches the requested target/quantization", rq->model);
+        else
+            reject(d, 404, "invalid_request_error", "model_not_found",
+                   "The model '%s' does not exist", rq->model);
+        return;
+    }
+    if (!any_match) {
+        reject(d, 400, "invalid_request_error", "no_matching_route",
+               "no route for model '%s' matches this request (target, quantization, priority, "
+               "prompt size, API key or tenant)", rq->model);
+        return;
+    }
+    if (any_saturated) {
+        /* Some route has healthy workers but no free capacity: wait for it. */
+        d->kind = SW_DECIDE_QUEUE;
+        d->pool = first_pool;
+        snprintf(d->message, sizeof d->message, "all routes for model '%s' are at capacity", rq->model);
+        return;
+    }
+    reject(d, 503, "server_error", "no_worker_available",
+           "no healthy worker serves model '%s' right now", rq->model);
+}

@@ -1,0 +1,174 @@
+/* spillway-gateway: the OpenAI-compatible HTTP front end of Spillway.
+ *
+ *   spillway-gateway --config FILE [--http HOST:PORT] [--workers ENDPOINT] [--check]
+ *
+ * --check validates the policy and prints OK or the errors
+ * (file:line:column: message), exiting 0 or 1.
+ *
+ * HTTP endpoints:
+ *   POST /v1/completions, /v1/chat/completions   OpenAI API, streaming (SSE) or not
+ *   GET  /v1/models        models a live worker serves ("unavailable": routed, no worker)
+ *   GET  /healthz          {"status":"ok","workers":N,...}
+ *   GET  /metrics          Prometheus text (see gateway/metrics.c)
+ *   GET  /admin/workers    the registry: pools, models, slots, load from heartbeats
+ *   GET  /admin/status     pools with load, and workers (also served to SDK clients)
+ *   GET  /admin/policy     the active policy, its version and source
+ *   POST /admin/reload     reload the policy file (also SIGHUP, or the file changing)
+ * Per-request directives: a "spillway" object in the body {target, quantization,
+ * priority: interactive|batch, max_queue_ms} or the headers X-Spillway-Target,
+ * X-Spillway-Quantization, X-Spillway-Priority, X-Spillway-Max-Queue-Ms; plus
+ * X-Spillway-Tenant and Authorization: Bearer KEY for route match conditions.
+ * Responses carry X-Spillway-Pool, X-Spillway-Worker and X-Spillway-Request-Id. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include "gateway/gw.h"
+
+static sw_gateway G;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: spillway-gateway --config FILE [--http HOST:PORT] [--workers ENDPOINT]\n"
+               "                        [--sdk ENDPOINT] [--check]\n"
+               "  --config FILE       routing policy (routes.yaml, see docs/routing.md)\n"
+               "  --http HOST:PORT    HTTP listen address (default 0.0.0.0:8080)\n"
+               "  --workers ENDPOINT  ZeroMQ endpoint workers connect to (default tcp://*:5555)\n"
+               "  --sdk ENDPOINT      ZeroMQ endpoint for native SDK clients (default\n"
+               "                      tcp://127.0.0.1:5556; 'none' disables it)\n"
+               "  --check             validate the policy, print OK or the errors, and exit\n"
+               "Signals: SIGHUP reloads the policy; SIGINT/SIGTERM stop.\n");
+}
+
+static int parse_hostport(const char *s, char *host, size_t hl, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon) return -1;
+    size_t n = (size_t)(colon - s);
+    if (n >= hl) return -1;
+    memcpy(host, s, n);
+    host[n] = 0;
+    if (host[0] == '[' && n >= 2 && host[n - 1] == ']') {   /* [::1]:8080 */
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = 0;
+    }
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p <= 0 || p > 65535) return -1;
+    *port = (int)p;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL, *http = "0.0.0.0:8080", *workers = "tcp://*:5555";
+    const char *sdk = "tcp://127.0.0.1:5556";
+    bool sdk_given = false;
+    bool check = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--config") && i + 1 < argc) config = argv[++i];
+        else if (!strcmp(a, "--http") && i + 1 < argc) http = argv[++i];
+        else if (!strcmp(a, "--workers") && i + 1 < argc) workers = argv[++i];
+        else if (!strcmp(a, "--sdk") && i + 1 < argc) { sdk = argv[++i]; sdk_given = true; }
+        else if (!strcmp(a, "--check")) check = true;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else {
+            fprintf(stderr, "spillway-gateway: unknown or incomplete argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!config) {
+        fprintf(stderr, "spillway-gateway: --config FILE is required\n");
+        usage(stderr);
+        return 2;
+    }
+
+    static char err[16384];
+    sw_policy *p = sw_policy_load(config, err, sizeof err);
+    if (check) {
+        if (!p) {
+            fprintf(stdout, "%s%s", err, err[0] && err[strlen(err) - 1] == '\n' ? "" : "\n");
+            return 1;
+        }
+        printf("OK\n");
+        sw_policy_unref(p);
+        return 0;
+    }
+    if (!p) {
+        fprintf(stderr, "%s%s", err, err[0] && err[strlen(err) - 1] == '\n' ? "" : "\n");
+        fprintf(stderr, "spillway-gateway: the policy in %s is invalid; not starting\n", config);
+        return 1;
+    }
+    char host[256];
+    int port;
+    if (parse_hostport(http, host, sizeof host, &port) != 0) {
+        fprintf(stderr, "spillway-gateway: --http wants HOST:PORT, got '%s'\n", http);
+        sw_policy_unref(p);
+        return 2;
+    }
+
+    sw_gw = &G;
+    G.config_path = config;
+    G.workers_ep = workers;
+    G.sdk_ep = strcmp(sdk, "none") == 0 ? NULL : sdk;
+    G.sdk_ep_optional = !sdk_given;   /* a busy default port is not worth refusing to start */
+    G.started_ms = sw_now_ms();
+    pthread_mutex_init(&G.policy_mu, NULL);
+    pthread_mutex_init(&G.reload_mu, NULL);
+    pthread_mutex_init(&G.inbox_mu, NULL);
+    sw_registry_init(&G.reg);
+    sw_metrics_init();
+    G.policy = p;
+    sw_metrics_set_pools(p);
+    /* The mtime the running policy came from, for change detection. */
+    struct stat st;
+    if (stat(config, &st) == 0)
+        G.policy_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    srand((unsigned)(sw_now_ns() ^ getpid()));
+
+    /* Signals are taken synchronously by the main thread (sigwait): blocked
+     * here, before any thread starts, so every thread inherits the mask. */
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+    /* From here on a reload may free p: keep what the banner needs. */
+    unsigned long long version = (unsigned long long)p->version;
+    if (sw_broker_start(&G, err, sizeof err) != 0) {
+        fprintf(stderr, "spillway-gateway: %s\n", err);
+        return 1;
+    }
+    if (sw_http_start(&G, host, port, err, sizeof err) != 0) {
+        fprintf(stderr, "spillway-gateway: %s\n", err);
+        sw_broker_stop(&G);
+        return 1;
+    }
+    fprintf(stderr, "spillway-gateway: serving http://%s:%d (policy %s, version %llu), workers on %s, "
+            "SDK on %s\n", host, port, config, version, workers,
+            G.sdk_ep ? G.sdk_ep : "(none)");
+
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&sigs, &sig) != 0) continue;
+        if (sig == SIGHUP) {
+            __atomic_store_n(&G.reload_requested, 1, __ATOMIC_RELEASE);   /* broker reloads at its next tick */
+            continue;
+        }
+        break;
+    }
+
+    fprintf(stderr, "spillway-gateway: stopping\n");
+    sw_broker_stop(&G);          /* answers every waiting request first */
+    usleep(100 * 1000);          /* let resumed connections send their answers */
+    sw_http_stop(&G);
+    sw_policy_unref(G.policy);
+    return 0;
+}

@@ -1,0 +1,70 @@
+/* Small shared helpers: clocks, a growable buffer, request lifetime. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "gateway/gw.h"
+
+int64_t sw_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t sw_now_ms(void) { return sw_now_ns() / 1000000; }
+
+void sw_buf_append(sw_buf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) abort();   /* out of memory: nothing sensible left to do */
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = 0;
+}
+
+void sw_buf_puts(sw_buf *b, const char *s) { sw_buf_append(b, s, strlen(s)); }
+
+void sw_buf_free(sw_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+sw_req *sw_req_new(void)
+{
+    sw_req *r = calloc(1, sizeof *r);
+    if (!r) abort();
+    r->refs = 1;
+    r->fd = -1;
+    pthread_mutex_init(&r->mu, NULL);
+    return r;
+}
+
+sw_req *sw_req_ref(sw_req *r)
+{
+    __atomic_add_fetch(&r->refs, 1, __ATOMIC_RELAXED);
+    return r;
+}
+
+void sw_req_unref(sw_req *r)
+{
+    if (!r || __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+    pthread_mutex_destroy(&r->mu);
+    free(r->model_asked);
+    free(r->model);
+    free(r->gen);
+    free(r->api_key);
+    free(r->tenant);
+    free(r->want_target);
+    free(r->want_quant);
+    sw_buf_free(&r->text);
+    sw_buf_free(&r->out);
+    if (r->policy) sw_policy_unref(r->policy);
+    free(r);
+}

@@ -1,0 +1,247 @@
+"""Capacity-aware overflow, degraded pools and the bounded wait queue, with real
+processes: a test-mode worker stands in for the GPU pool, and the CPU pool is a
+real CPU worker running stories260K where the issue asks for one.
+"""
+import concurrent.futures as cf
+import json
+import time
+
+import pytest
+
+from conftest import http_get, http_post, shared_file, wait_until
+
+ECHO_ENV = {"SPILLWAY_ALLOW_TEST_MODE": "1"}
+
+OVERFLOW_POLICY = """\
+pools:
+  - name: gpu-pool
+    kind: gpu
+  - name: cpu-pool
+    kind: cpu
+routes:
+  - model: "stories260K"
+    target: gpu-pool
+    max_concurrency: 2
+    priority: primary
+  - model: "stories260K"
+    target: cpu-pool
+    max_concurrency: 100
+    priority: overflow
+"""
+
+
+def metric(cluster, name, **labels):
+    from prometheus_client.parser import text_string_to_metric_families
+    text = http_get(cluster.base + "/metrics")[1].decode()
+    total = 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def complete(cluster, model, max_tokens, **extra):
+    st, hdr, body = http_post(cluster.base + "/v1/completions",
+                              {"model": model, "prompt": "Once upon a time", "max_tokens": max_tokens,
+                               "temperature": 0, **extra}, timeout=60)
+    return st, hdr, json.loads(body)
+
+
+@pytest.fixture
+def overflow(cluster):
+    model = shared_file("models/stories260K.gguf")
+    cluster.start_gateway(OVERFLOW_POLICY)
+    # The "GPU" worker: 10 tokens/s, so its 2 requests stay in flight ~2 s.
+    gpu = cluster.start_worker("gpu-pool", "stories260K", model, ["--test-echo", "10"],
+                               name="gpu-echo", env=ECHO_ENV)
+    cpu = cluster.start_worker("cpu-pool", "stories260K", model, ["--threads", "1"], name="cpu")
+    def both():
+        pools = {w["pool"] for w in json.loads(http_get(cluster.base + "/admin/workers")[1])["data"]}
+        return pools == {"gpu-pool", "cpu-pool"}
+    wait_until(both, 30, what="both workers registered")
+    return cluster, gpu, cpu
+
+
+def test_overflow_by_capacity(overflow):
+    cluster, gpu, cpu = overflow
+    with cf.ThreadPoolExecutor(8) as ex:
+        results = list(ex.map(lambda _: complete(cluster, "stories260K", 20), range(8)))
+    assert all(st == 200 for st, _, _ in results), results
+    pools = sorted(h["X-Spillway-Pool"] for _, h, _ in results)
+    assert pools == ["cpu-pool"] * 6 + ["gpu-pool"] * 2
+    for st, h, b in results:
+        assert b["choices"][0]["finish_reason"] in ("length", "stop")
+        if h["X-Spillway-Pool"] == "gpu-pool":
+            assert b["choices"][0]["text"].split()[0] == "tok1"     # the test-mode worker
+        else:
+            assert b["choices"][0]["text"].startswith(",")           # the real model
+    assert metric(cluster, "spillway_overflow_total", from_pool="gpu-pool", to_pool="cpu-pool",
+                  reason="saturated") == 6
+    assert metric(cluster, "spillway_requests_total", pool="gpu-pool", status="ok") == 2
+    assert metric(cluster, "spillway_requests_total", pool="cpu-pool", status="ok") == 6
+    assert metric(cluster, "spillway_inflight", pool="gpu-pool") == 0
+    assert metric(cluster, "spillway_inflight", pool="cpu-pool") == 0
+
+
+def test_degraded_after_kill9(overflow):
+    cluster, gpu, cpu = overflow
+    st, h, _ = complete(cluster, "stories260K", 2)
+    assert st == 200 and h["X-Spillway-Pool"] == "gpu-pool"
+    gpu.kill9()
+    t0 = time.monotonic()
+    served = None
+    while time.monotonic() - t0 < 3.0:
+        st, h, b = complete(cluster, "stories260K", 2)
+        assert st == 200, b
+        if h["X-Spillway-Pool"] == "cpu-pool":
+            served = time.monotonic() - t0
+            break
+    assert served is not None and served < 3.0
+    # From then on every request goes to the CPU pool, counted as a degraded spill.
+    for _ in range(3):
+        st, h, _ = complete(cluster, "stories260K", 2)
+        assert st == 200 and h["X-Spillway-Pool"] == "cpu-pool"
+    wait_until(lambda: metric(cluster, "spillway_overflow_total", from_pool="gpu-pool",
+                              to_pool="cpu-pool", reason="degraded") >= 3, 5)
+
+
+QUEUE_POLICY = """\
+pools:
+  - name: gpu-pool
+    kind: gpu
+routes:
+  - model: "echo"
+    target: gpu-pool
+    max_concurrency: 1
+defaults:
+  queue_length: 1
+  queue_timeout_ms: 600
+"""
+
+
+def test_bounded_queue_then_429_and_503(cluster):
+    cluster.start_gateway(QUEUE_POLICY)
+    cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", "5"], name="echo",
+                         env=ECHO_ENV)
+    cluster.wait_model("echo")
+    with cf.ThreadPoolExecutor(3) as ex:
+        # 1 runs (~1 s), 1 waits in the queue, the third finds the queue full.
+        first = ex.submit(complete, cluster, "echo", 5)
+        time.sleep(0.3)
+        waiting = ex.submit(complete, cluster, "echo", 1)
+        time.sleep(0.2)
+        assert metric(cluster, "spillway_queue_depth", pool="gpu-pool") == 1
+        st, hdr, body = complete(cluster, "echo", 1)
+        assert st == 429 and int(hdr["Retry-After"]) >= 1
+        assert body["error"]["code"] == "queue_full"
+        st, hdr, body = waiting.result()
+        # It waited 600 ms while the first still ran: timed out with 503.
+        assert st == 503 and int(hdr["Retry-After"]) >= 1, body
+        assert body["error"]["code"] == "queue_timeout"
+        assert first.result()[0] == 200
+    assert metric(cluster, "spillway_queue_depth", pool="gpu-pool") == 0
+
+
+def test_queued_request_runs_when_capacity_frees(cluster):
+    cluster.start_gateway(QUEUE_POLICY.replace("queue_timeout_ms: 600", "queue_timeout_ms: 5000"))
+    cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", "20"], name="echo",
+                         env=ECHO_ENV)
+    cluster.wait_model("echo")
+    with cf.ThreadPoolExecutor(2) as ex:
+        a = ex.submit(complete, cluster, "echo", 10)      # ~0.5 s
+        time.sleep(0.15)
+        b = ex.submit(complete, cluster, "echo", 2)       # waits, then runs
+        assert a.result()[0] == 200
+        st, _, body = b.result()
+        assert st == 200 and body["usage"]["completion_tokens"] == 2
+
+
+def test_directives_pick_the_pool(cluster):
+    cluster.start_gateway(OVERFLOW_POLICY.replace("stories260K", "echo"))
+    cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", "1000"], name="g", env=ECHO_ENV)
+    cluster.start_worker("cpu-pool", "echo", "/dev/null", ["--test-echo", "1000"], name="c", env=ECHO_ENV)
+    wait_until(lambda: len(json.loads(http_get(cluster.base + "/admin/workers")[1])["data"]) == 2, 15)
+    st, h, _ = complete(cluster, "echo", 1)
+    assert h["X-Spillway-Pool"] == "gpu-pool"
+    st, h, _ = complete(cluster, "echo", 1, spillway={"target": "cpu-pool"})
+    assert st == 200 and h["X-Spillway-Pool"] == "cpu-pool"
+    st, h, _ = http_post(cluster.base + "/v1/completions", {"model": "echo", "prompt": "x", "max_tokens": 1},
+                         headers={"X-Spillway-Target": "cpu-pool"})[:3]
+    assert st == 200 and h["X-Spillway-Pool"] == "cpu-pool"
+    st, h, body = complete(cluster, "echo", 1, spillway={"quantization": "fp8"})
+    assert st == 503, body     # routes exist, but no worker registered fp8
+
+
+def test_spill_when_predicted_queue_wait_exceeds_budget(cluster):
+    cluster.start_gateway(OVERFLOW_POLICY.replace("stories260K", "echo").replace("    max_concurrency: 2\n", ""))
+    # One slot at 10 tokens/s on the primary pool; a fast overflow pool.
+    cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", "10", "--parallel", "1"],
+                         name="g", env=ECHO_ENV)
+    cluster.start_worker("cpu-pool", "echo", "/dev/null", ["--test-echo", "1000"], name="c", env=ECHO_ENV)
+    wait_until(lambda: len(json.loads(http_get(cluster.base + "/admin/workers")[1])["data"]) == 2, 15)
+    st, h, _ = complete(cluster, "echo", 5)          # teaches the gateway: ~0.5 s per request
+    assert h["X-Spillway-Pool"] == "gpu-pool"
+    with cf.ThreadPoolExecutor(1) as ex:
+        busy = ex.submit(complete, cluster, "echo", 20)   # holds the only slot for ~2 s
+        time.sleep(0.3)
+        # Waiting ~0.5 s for the slot is beyond a 100 ms budget: spill.
+        st, h, _ = complete(cluster, "echo", 1, spillway={"max_queue_ms": 100})
+        assert st == 200 and h["X-Spillway-Pool"] == "cpu-pool"
+        # Without a budget the request stays on the primary pool and waits there.
+        st, h, _ = complete(cluster, "echo", 1)
+        assert st == 200 and h["X-Spillway-Pool"] == "gpu-pool"
+        assert busy.result()[0] == 200
+    assert metric(cluster, "spillway_overflow_total", from_pool="gpu-pool", to_pool="cpu-pool",
+                  reason="queue_wait") == 1
+
+
+MATCH_POLICY = """\
+pools:
+  - name: gpu-pool
+    kind: gpu
+  - name: cpu-pool
+    kind: cpu
+routes:
+  - model: "echo"
+    target: gpu-pool
+    match:
+      class: interactive
+      prompt_tokens: {max: 100}
+  - model: "echo"
+    target: cpu-pool
+  - model: "vip"
+    target: gpu-pool
+    match:
+      api_keys: ["key-gold"]
+      tenants: [acme]
+  - model: "vip"
+    target: cpu-pool
+    match:
+      tenants: [acme, globex]
+"""
+
+
+def test_match_conditions(cluster):
+    cluster.start_gateway(MATCH_POLICY)
+    for pool in ("gpu-pool", "cpu-pool"):
+        cluster.start_worker(pool, "echo", "/dev/null", ["--test-echo", "1000"], name=pool, env=ECHO_ENV)
+        cluster.start_worker(pool, "vip", "/dev/null", ["--test-echo", "1000"], name=pool + "v", env=ECHO_ENV)
+    wait_until(lambda: len(json.loads(http_get(cluster.base + "/admin/workers")[1])["data"]) == 4, 15)
+
+    def pool_of(model, prompt="x", headers=None, **extra):
+        st, h, body = http_post(cluster.base + "/v1/completions",
+                                {"model": model, "prompt": prompt, "max_tokens": 1, **extra}, headers)
+        return st, h.get("X-Spillway-Pool"), json.loads(body)
+
+    assert pool_of("echo")[1] == "gpu-pool"                              # interactive by default
+    assert pool_of("echo", spillway={"priority": "batch"})[1] == "cpu-pool"
+    assert pool_of("echo", headers={"X-Spillway-Priority": "batch"})[1] == "cpu-pool"
+    assert pool_of("echo", prompt="word " * 1000)[1] == "cpu-pool"       # long prompt
+    gold = {"Authorization": "Bearer key-gold", "X-Spillway-Tenant": "acme"}
+    assert pool_of("vip", headers=gold)[1] == "gpu-pool"
+    assert pool_of("vip", headers={"X-Spillway-Tenant": "globex"})[1] == "cpu-pool"
+    st, _, body = pool_of("vip", headers={"X-Spillway-Tenant": "initech"})
+    assert st == 400 and body["error"]["code"] == "no_matching_route"
+    st, _, body = pool_of("echo", headers={"X-Spillway-Priority": "urgent"})
+    assert st == 400
