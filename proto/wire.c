@@ -195,6 +195,13 @@ static bool check_envelope(const sw_env *env, char *err, size_t errlen) {
     case SPILLWAY__ENVELOPE__BODY_ERROR: return check_error(env->error, err, errlen);
     case SPILLWAY__ENVELOPE__BODY_DISCONNECT:
         return check_text("disconnect: reason", env->disconnect->reason, err, errlen);
+    case SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST:
+        return check_id("status_request: request_id", env->status_request->request_id,
+                        SW_MAX_ID_LEN, err, errlen);
+    case SPILLWAY__ENVELOPE__BODY_STATUS_REPLY:
+        return check_id("status_reply: request_id", env->status_reply->request_id,
+                        SW_MAX_ID_LEN, err, errlen) &&
+               check_text("status_reply: json", env->status_reply->json, err, errlen);
     default:
         /* Also what a newer peer's unknown message kind looks like. */
         return fail(err, errlen, "envelope has no (known) body");
@@ -248,6 +255,8 @@ const char *sw_wire_kind(const sw_env *env) {
     case SPILLWAY__ENVELOPE__BODY_CANCEL: return "cancel";
     case SPILLWAY__ENVELOPE__BODY_ERROR: return "error";
     case SPILLWAY__ENVELOPE__BODY_DISCONNECT: return "disconnect";
+    case SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST: return "status_request";
+    case SPILLWAY__ENVELOPE__BODY_STATUS_REPLY: return "status_reply";
     default: return "none";
     }
 }

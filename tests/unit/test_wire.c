@@ -302,7 +302,7 @@ static void test_envelope_errors(void) {
     uint8_t nobody[] = {0x08, SW_PROTOCOL_VERSION};
     expect_reject(nobody, sizeof nobody, "no body", "no (known) body");
     /* An unknown field number (a newer peer's message kind) is not a body. */
-    uint8_t unknown[] = {0x08, SW_PROTOCOL_VERSION, 0x4a, 0x02, 0x0a, 0x00}; /* field 9 */
+    uint8_t unknown[] = {0x08, SW_PROTOCOL_VERSION, 0x7a, 0x02, 0x0a, 0x00}; /* field 15 */
     expect_reject(unknown, sizeof unknown, "unknown kind", "no (known) body");
     /* A length that runs past the end of the frame. */
     uint8_t overrun[] = {0x08, SW_PROTOCOL_VERSION, 0x32, 0x7f, 0x0a, 0x01, 'x'};
