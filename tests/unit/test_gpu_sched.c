@@ -1,0 +1,135 @@
+/* The GPU worker's scheduler on the emulation backend with stories260K:
+ * concurrent requests, preemption under a tiny KV pool (recomputed requests
+ * must produce the same text), cancel, unknown model, expired deadline. */
+#include <stdlib.h>
+#include <string.h>
+#include "tests/unit/check.h"
+#include "worker-gpu/scheduler.h"
+#include "llm/generate.h"
+
+#define NREQ 4
+typedef struct { char text[NREQ][4096]; int finish[NREQ]; int fails; uint32_t last_fail; } sink;
+
+static int idx(const char *id) { return id[1] - '0'; }   /* ids are "r0".."r3" */
+
+static void emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n_ids, int finish,
+                 uint32_t pt, uint32_t ct)
+{
+    sink *s = ctx;
+    int i = idx(id);
+    strncat(s->text[i], text, sizeof s->text[i] - strlen(s->text[i]) - 1);
+    if (finish) s->finish[i] = finish;
+}
+
+static void fail(void *ctx, const char *id, uint32_t code, const char *msg)
+{
+    sink *s = ctx;
+    s->fails++;
+    s->last_fail = code;
+}
+
+static sw_gpu_engine *engine(sw_model *m, sw_backend **be, uint32_t blocks)
+{
+    char err[256];
+    sw_fp8_weights *w = sw_fp8_weights_from_model(m, err, sizeof err);
+    if (!w) { fprintf(stderr, "%s\n", err); exit(1); }
+    *be = sw_emu_backend_new(w, blocks, SW_KV_BF16, 16, err, sizeof err);
+    if (!*be) { fprintf(stderr, "%s\n", err); exit(1); }
+    sw_sched_config cfg = { .max_batch = 8, .max_tokens_per_step = 16, .model_name = "stories" };
+    sw_gpu_engine *e = sw_gpu_engine_new(m, *be, &cfg, err, sizeof err);
+    if (!e) { fprintf(stderr, "%s\n", err); exit(1); }
+    return e;
+}
+
+static int submit(sw_gpu_engine *e, const char *id, const char *prompt, uint32_t max_tokens, const char *model,
+                  uint64_t deadline)
+{
+    Spillway__GenerateRequest req = SPILLWAY__GENERATE_REQUEST__INIT;
+    Spillway__SamplingParams sp = SPILLWAY__SAMPLING_PARAMS__INIT;
+    sp.has_seed = 1;
+    req.request_id = (char *)id;
+    req.model = (char *)model;
+    req.prompt = (char *)prompt;
+    req.sampling = &sp;
+    req.max_tokens = max_tokens;
+    req.deadline_unix_ms = deadline;
+    char err[256];
+    return sw_gpu_engine_ops.submit(e, &req, err, sizeof err);
+}
+
+static const char *prompts[NREQ] = { "Once upon a time", "The cat", "Lily was", "One day, a big" };
+
+static void run_all(sw_gpu_engine *e, sink *s, uint32_t max_tokens)
+{
+    char id[8];
+    for (int i = 0; i < NREQ; i++) {
+        snprintf(id, sizeof id, "r%d", i);
+        CHECK(submit(e, id, prompts[i], max_tokens, "stories", 0) == 0, "submit %d", i);
+    }
+    int guard = 0;
+    while (sw_gpu_engine_ops.step(e, emit, fail, s) > 0 && guard++ < 100000) {}
+}
+
+int main(void)
+{
+    char path[512], err[256];
+    shared_path(path, sizeof path, "models/stories260K.gguf");
+    FILE *f = fopen(path, "rb");
+    if (!f) SKIP_TEST("%s missing", path);
+    fclose(f);
+    sw_model *m = sw_model_load(path, err, sizeof err);
+    CHECK(m != NULL, "%s", err);
+    if (!m) CHECK_DONE();
+
+    /* reference: each request alone */
+    static sink solo, both, tight;
+    sw_backend *be;
+    sw_gpu_engine *e = engine(m, &be, 0);
+    for (int i = 0; i < NREQ; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "r%d", i);
+        CHECK(submit(e, id, prompts[i], 60, "stories", 0) == 0, "solo submit");
+        while (sw_gpu_engine_ops.step(e, emit, fail, &solo) > 0) {}
+        CHECK(solo.finish[i] == SW_FINISH_LENGTH || solo.finish[i] == SW_FINISH_STOP, "solo %d finished", i);
+        CHECK(strlen(solo.text[i]) > 20, "solo %d generated text", i);
+    }
+    /* all four at once: continuous batching, same texts */
+    run_all(e, &both, 60);
+    sw_load ld;
+    sw_gpu_engine_ops.load(e, &ld);
+    CHECK(ld.batch_size >= 2, "batched (peak batch %u)", ld.batch_size);
+    for (int i = 0; i < NREQ; i++) CHECK(!strcmp(solo.text[i], both.text[i]), "batched text %d differs", i);
+    CHECK(sw_gpu_engine_preemptions(e) == 0, "no preemption with a big pool");
+
+    /* errors: unknown model, deadline in the past, cancel */
+    CHECK(submit(e, "r0", "x", 5, "other-model", 0) == 404, "unknown model -> 404");
+    sink s2;
+    memset(&s2, 0, sizeof s2);
+    CHECK(submit(e, "r1", "Once", 50, "stories", 1) == 0, "accepts a request with a deadline");
+    sw_gpu_engine_ops.step(e, emit, fail, &s2);
+    CHECK(s2.fails == 1 && s2.last_fail == 504, "expired deadline fails with 504");
+    CHECK(submit(e, "r2", "Once", 50, "stories", 0) == 0, "submit");
+    sw_gpu_engine_ops.step(e, emit, fail, &s2);
+    sw_gpu_engine_ops.cancel(e, "r2");
+    sw_gpu_engine_ops.cancel(e, "nope");
+    CHECK(sw_gpu_engine_ops.step(e, emit, fail, &s2) == 0, "idle after cancel");
+    CHECK(s2.finish[2] == 0, "a cancelled request emits no finish");
+    sw_gpu_engine_free(e);
+    sw_backend_free(be);
+
+    /* a pool of 9 blocks (144 positions) for 4 requests of ~5 + 60 tokens */
+    e = engine(m, &be, 9);
+    run_all(e, &tight, 60);
+    CHECK(sw_gpu_engine_preemptions(e) > 0, "the tiny pool forced preemption");
+    for (int i = 0; i < NREQ; i++) {
+        CHECK(tight.finish[i] == solo.finish[i], "request %d finish %d vs %d", i, tight.finish[i], solo.finish[i]);
+        CHECK(!strcmp(solo.text[i], tight.text[i]), "text %d after preemption differs:\n%s\n---\n%s", i,
+              tight.text[i], solo.text[i]);
+    }
+    sw_gpu_engine_ops.load(e, &ld);
+    CHECK(ld.kv_utilization == 0.0f && ld.active == 0 && ld.queued == 0, "everything released");
+    sw_gpu_engine_free(e);
+    sw_backend_free(be);
+    sw_model_free(m);
+    CHECK_DONE();
+}

@@ -1,0 +1,486 @@
+/* Continuous batching with chunked prefill and a preempting KV block
+ * allocator; see scheduler.h for the policy. */
+#include "worker-gpu/scheduler.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include "llm/generate.h"
+
+typedef struct {
+    char id[SW_MAX_ID_LEN + 1];
+    sw_gen gen;
+    int32_t *toks;            /* prompt, then generated tokens */
+    int n_toks, cap_toks;
+    int n_computed;           /* tokens whose K/V are in the cache */
+    int32_t *blocks;          /* KV blocks, one per 16 positions */
+    int n_blocks;
+    uint64_t arrival;         /* admission order: larger = newer */
+    uint64_t deadline_ms;     /* 0 = none */
+    uint64_t rng;             /* for device-side sampling draws */
+    bool dev_sample_ok;       /* parameters the device sampler implements */
+    int chunk;                /* tokens scheduled in the current step */
+} seq;
+
+struct sw_gpu_engine {
+    const sw_model *m;
+    sw_backend *be;
+    sw_sched_config cfg;
+    int n_ctx, max_blocks;    /* per sequence */
+    seq **running; int n_running;
+    seq **waiting; int n_waiting, cap_waiting;   /* sorted by arrival */
+    int32_t *free_blocks; int n_free;
+    uint64_t next_arrival, preemptions;
+    /* step buffers */
+    int32_t *b_tok, *b_pos, *b_seq, *b_logits_idx, *b_table, *b_sampled;
+    seq **b_seqs;
+    float *logits;
+    sw_dev_sample *b_sample;
+    /* load, read by the link thread */
+    pthread_mutex_t mu;
+    sw_load load;
+    uint32_t batch_max_since_read;
+    double last_log;
+    int log_peak, log_steps_n;      /* since the last log line */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t now_unix_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (uint64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static int blocks_for(int n_tokens) { return (n_tokens + SW_KV_BLOCK - 1) / SW_KV_BLOCK; }
+
+/* ---- sequences and blocks ---- */
+
+static void release_blocks(sw_gpu_engine *e, seq *s)
+{
+    for (int i = 0; i < s->n_blocks; i++) e->free_blocks[e->n_free++] = s->blocks[i];
+    s->n_blocks = 0;
+    s->n_computed = 0;
+}
+
+static void seq_free(sw_gpu_engine *e, seq *s)
+{
+    release_blocks(e, s);
+    sw_gen_free(&s->gen);
+    free(s->toks);
+    free(s->blocks);
+    free(s);
+}
+
+/* Gives s blocks to hold positions 0..n_pos-1. Returns false if the pool ran out. */
+static bool grow_blocks(sw_gpu_engine *e, seq *s, int n_pos)
+{
+    int need = blocks_for(n_pos);
+    while (s->n_blocks < need) {
+        if (e->n_free == 0) return false;
+        s->blocks[s->n_blocks++] = e->free_blocks[--e->n_free];
+    }
+    return true;
+}
+
+static void waiting_insert(sw_gpu_engine *e, seq *s)
+{
+    int i = e->n_waiting;
+    while (i > 0 && e->waiting[i - 1]->arrival > s->arrival) {
+        e->waiting[i] = e->waiting[i - 1];
+        i--;
+    }
+    e->waiting[i] = s;
+    e->n_waiting++;
+}
+
+static void running_remove_at(sw_gpu_engine *e, int i)
+{
+    memmove(&e->running[i], &e->running[i + 1], (size_t)(e->n_running - i - 1) * sizeof(seq *));
+    e->n_running--;
+}
+
+/* Preempts the newest running sequence: its blocks go back to the pool and
+ * it waits to be recomputed from its tokens. Returns it. */
+static seq *preempt_newest(sw_gpu_engine *e)
+{
+    seq *s = e->running[e->n_running - 1];   /* running is sorted by arrival */
+    e->n_running--;
+    release_blocks(e, s);
+    waiting_insert(e, s);
+    e->preemptions++;
+    if (e->cfg.log_steps)
+        fprintf(stderr, "sched: preempted %s (%d tokens to recompute), %d blocks free\n",
+                s->id, s->n_toks, e->n_free);
+    return s;
+}
+
+/* ---- ops ---- */
+
+static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *err, size_t errlen)
+{
+    sw_gpu_engine *e = eng;
+    if (!req->request_id || !req->request_id[0] || strlen(req->request_id) > SW_MAX_ID_LEN) {
+        snprintf(err, errlen, "missing or oversized request id");
+        return 400;
+    }
+    if (e->cfg.model_name && req->model && req->model[0] && strcmp(req->model, e->cfg.model_name)) {
+        snprintf(err, errlen, "model '%s' is not served by this worker", req->model);
+        return 404;
+    }
+    if (e->n_waiting >= e->cfg.max_queue) {
+        snprintf(err, errlen, "queue full (%d waiting)", e->n_waiting);
+        return 503;
+    }
+    seq *s = calloc(1, sizeof *s);
+    if (!s) { snprintf(err, errlen, "out of memory"); return 503; }
+    int rc = sw_gen_init_request(&s->gen, e->m->tok, e->m->chat, req, e->n_ctx, err, errlen);
+    if (rc) { free(s); return rc; }
+    snprintf(s->id, sizeof s->id, "%s", req->request_id);
+    s->cap_toks = e->n_ctx + 1;
+    s->toks = malloc((size_t)s->cap_toks * sizeof(int32_t));
+    s->blocks = malloc((size_t)e->max_blocks * sizeof(int32_t));
+    if (!s->toks || !s->blocks || s->gen.n_prompt > e->n_ctx - 1) {
+        if (s->toks && s->blocks)
+            snprintf(err, errlen, "prompt of %d tokens leaves no room to generate in the context of %d",
+                     s->gen.n_prompt, e->n_ctx);
+        else
+            snprintf(err, errlen, "out of memory");
+        sw_gen_free(&s->gen);
+        free(s->toks); free(s->blocks); free(s);
+        return 400;
+    }
+    memcpy(s->toks, s->gen.prompt, (size_t)s->gen.n_prompt * sizeof(int32_t));
+    s->n_toks = s->gen.n_prompt;
+    s->arrival = e->next_arrival++;
+    s->deadline_ms = req->deadline_unix_ms;
+    s->rng = s->gen.sampler.p.seed ^ 0x5DEECE66Dull;
+    const sw_sampling_params *sp = &s->gen.sampler.p;
+    s->dev_sample_ok = (sp->repetition_penalty == 0.0f || sp->repetition_penalty == 1.0f) &&
+                       sp->min_p <= 0.0f && s->gen.n_vocab == (int32_t)e->be->hp.n_vocab;
+    waiting_insert(e, s);
+    return 0;
+}
+
+static void engine_cancel(void *eng, const char *request_id)
+{
+    sw_gpu_engine *e = eng;
+    for (int i = 0; i < e->n_running; i++)
+        if (!strcmp(e->running[i]->id, request_id)) {
+            seq *s = e->running[i];
+            running_remove_at(e, i);
+            seq_free(e, s);
+            return;
+        }
+    for (int i = 0; i < e->n_waiting; i++)
+        if (!strcmp(e->waiting[i]->id, request_id)) {
+            seq *s = e->waiting[i];
+            memmove(&e->waiting[i], &e->waiting[i + 1], (size_t)(e->n_waiting - i - 1) * sizeof(seq *));
+            e->n_waiting--;
+            seq_free(e, s);
+            return;
+        }
+}
+
+static void update_load(sw_gpu_engine *e, int batch_seqs, int sampled)
+{
+    pthread_mutex_lock(&e->mu);
+    e->load.active = (uint32_t)e->n_running;
+    e->load.queued = (uint32_t)e->n_waiting;
+    e->load.slots = (uint32_t)e->cfg.max_batch;
+    e->load.kv_utilization = 1.0f - (float)e->n_free / (float)e->be->n_kv_blocks;
+    e->load.batch_size = (uint32_t)batch_seqs;
+    if ((uint32_t)batch_seqs > e->batch_max_since_read) e->batch_max_since_read = (uint32_t)batch_seqs;
+    e->load.tokens_generated += (uint64_t)sampled;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void engine_load(void *eng, sw_load *out)
+{
+    sw_gpu_engine *e = eng;
+    pthread_mutex_lock(&e->mu);
+    *out = e->load;
+    /* The largest batch since the last report: a heartbeat that lands between
+     * two steps still shows how many sequences the steps carried. */
+    if (e->batch_max_since_read > out->batch_size) out->batch_size = e->batch_max_since_read;
+    e->batch_max_since_read = 0;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Drops requests whose deadline has passed. */
+static void expire(sw_gpu_engine *e, sw_fail_fn fail, void *ctx)
+{
+    uint64_t now = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        seq **list = pass ? e->waiting : e->running;
+        int *n = pass ? &e->n_waiting : &e->n_running;
+        for (int i = 0; i < *n; i++) {
+            seq *s = list[i];
+            if (!s->deadline_ms) continue;
+            if (!now) now = now_unix_ms();
+            if (now < s->deadline_ms) continue;
+            fail(ctx, s->id, 504, "deadline exceeded");
+            memmove(&list[i], &list[i + 1], (size_t)(*n - i - 1) * sizeof(seq *));
+            (*n)--;
+            i--;
+            seq_free(e, s);
+        }
+    }
+}
+
+static void admit(sw_gpu_engine *e)
+{
+    while (e->n_waiting > 0 && e->n_running < e->cfg.max_batch) {
+        seq *s = e->waiting[0];
+        /* Room for all its tokens plus one block of headroom; with nothing
+         * running, admit anyway so the oldest request always makes progress. */
+        int need = blocks_for(s->n_toks) + 1;
+        if (e->n_running > 0 && e->n_free < need) break;
+        memmove(&e->waiting[0], &e->waiting[1], (size_t)(e->n_waiting - 1) * sizeof(seq *));
+        e->n_waiting--;
+        /* keep running sorted by arrival (a recomputed request is older than newcomers) */
+        int i = e->n_running;
+        while (i > 0 && e->running[i - 1]->arrival > s->arrival) {
+            e->running[i] = e->running[i - 1];
+            i--;
+        }
+        e->running[i] = s;
+        e->n_running++;
+    }
+}
+
+/* Picks each running sequence's chunk for this step. Returns tokens scheduled. */
+static int plan(sw_gpu_engine *e)
+{
+    int budget = e->cfg.max_tokens_per_step, total = 0;
+    for (int i = 0; i < e->n_running; i++) e->running[i]->chunk = 0;
+    /* decode first: one token each, preempting the newest when blocks run out */
+    for (int i = 0; i < e->n_running && budget > 0; i++) {
+        seq *s = e->running[i];
+        if (s->n_toks - s->n_computed != 1) continue;
+        while (!grow_blocks(e, s, s->n_computed + 1)) {
+            seq *victim = preempt_newest(e);
+            if (victim == s) break;
+        }
+        if (i >= e->n_running || e->running[i] != s) break;   /* s itself was preempted: it was the newest */
+        s->chunk = 1;
+        budget--;
+        total++;
+    }
+    /* then prefill chunks from the remaining budget, with the blocks that are free */
+    for (int i = 0; i < e->n_running && budget > 0; i++) {
+        seq *s = e->running[i];
+        int pending = s->n_toks - s->n_computed;
+        if (pending <= 1 && s->chunk) continue;
+        if (pending <= 0 || s->chunk) continue;
+        int chunk = pending < budget ? pending : budget;
+        if (!grow_blocks(e, s, s->n_computed + chunk)) {
+            int room = s->n_blocks * SW_KV_BLOCK - s->n_computed;
+            chunk = room < chunk ? room : chunk;
+        }
+        if (chunk <= 0) continue;
+        s->chunk = chunk;
+        budget -= chunk;
+        total += chunk;
+    }
+    return total;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void remove_running(sw_gpu_engine *e, seq *s)
+{
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i] == s) { running_remove_at(e, i); break; }
+    seq_free(e, s);
+}
+
+/* One stderr line: the last step, the peak batch since the previous line. */
+static void log_line(sw_gpu_engine *e, int n_seqs, int n_tok)
+{
+    e->last_log = now_s();
+    fprintf(stderr, "sched: batch %d seqs / %d tokens (peak %d over %d steps), running %d, waiting %d, "
+            "kv %.0f%%, preempted %llu\n", n_seqs, n_tok, e->log_peak, e->log_steps_n, e->n_running,
+            e->n_waiting, 100.0 * (1.0 - (double)e->n_free / e->be->n_kv_blocks),
+            (unsigned long long)e->preemptions);
+    e->log_peak = 0;
+    e->log_steps_n = 0;
+}
+
+static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
+{
+    sw_gpu_engine *e = eng;
+    expire(e, fail, ctx);
+    admit(e);
+    int n_tok = plan(e);
+    /* Every running sequence holding blocks but none free, and nothing could
+     * be scheduled: free the newest until the oldest can move. */
+    while (n_tok == 0 && e->n_running > 1) {
+        preempt_newest(e);
+        n_tok = plan(e);
+    }
+    if (n_tok == 0) {
+        update_load(e, 0, 0);
+        return e->n_running + e->n_waiting;
+    }
+
+    /* assemble the batch */
+    int n = 0, n_seqs = 0, n_logits = 0;
+    bool dev_sample = e->be->ops->forward_sample != NULL;
+    for (int i = 0; i < e->n_running; i++) {
+        seq *s = e->running[i];
+        if (!s->chunk) continue;
+        int si = n_seqs++;
+        e->b_seqs[si] = s;
+        int32_t *row = e->b_table + (size_t)si * e->max_blocks;
+        memcpy(row, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+        for (int j = s->n_blocks; j < e->max_blocks; j++) row[j] = 0;
+        for (int k = 0; k < s->chunk; k++) {
+            int p = s->n_computed + k;
+            e->b_tok[n] = s->toks[p];
+            e->b_pos[n] = p;
+            e->b_seq[n] = si;
+            n++;
+        }
+        if (s->n_computed + s->chunk == s->n_toks) {
+            const sw_sampling_params *sp = &s->gen.sampler.p;
+            e->b_sample[n_logits] = (sw_dev_sample){
+                .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k,
+                .uniform = (float)((splitmix(&s->rng) >> 40) * 0x1p-24),
+            };
+            e->b_logits_idx[n_logits++] = n - 1;
+            if (!s->dev_sample_ok) dev_sample = false;
+        }
+    }
+    sw_batch b = {
+        .n_tokens = n, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq,
+        .n_seqs = n_seqs, .max_blocks = e->max_blocks, .block_table = e->b_table,
+        .n_logits = n_logits, .logits_idx = e->b_logits_idx,
+    };
+    char err[256] = "";
+    int rc = dev_sample && n_logits
+        ? e->be->ops->forward_sample(e->be->impl, &b, e->b_sample, e->b_sampled, err, sizeof err)
+        : e->be->ops->forward(e->be->impl, &b, e->logits, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "sched: forward failed: %s\n", err);
+        for (int i = 0; i < n_seqs; i++) {
+            fail(ctx, e->b_seqs[i]->id, 500, err);
+            remove_running(e, e->b_seqs[i]);
+        }
+        update_load(e, 0, 0);
+        return e->n_running + e->n_waiting;
+    }
+
+    /* sample, stream, retire */
+    int li = 0, sampled = 0;
+    const int32_t V = (int32_t)e->be->hp.n_vocab;
+    for (int i = 0; i < n_seqs; i++) {
+        seq *s = e->b_seqs[i];
+        s->n_computed += s->chunk;
+        if (s->n_computed != s->n_toks) continue;
+        int32_t tok = dev_sample ? e->b_sampled[li] : sw_gen_sample(&s->gen, e->logits + (size_t)li * V, V);
+        li++;
+        sampled++;
+        const char *delta = "";
+        size_t len = 0;
+        int fin = sw_gen_accept(&s->gen, tok, &delta, &len);
+        if (s->n_toks < s->cap_toks) s->toks[s->n_toks++] = tok;
+        uint32_t id = (uint32_t)tok;
+        emit(ctx, s->id, delta, &id, 1, fin, (uint32_t)s->gen.n_prompt, s->gen.n_generated);
+        if (fin != SW_FINISH_NONE) remove_running(e, s);
+    }
+    update_load(e, n_seqs, sampled);
+    if (n_seqs > e->log_peak) e->log_peak = n_seqs;
+    e->log_steps_n++;
+    if (e->cfg.log_steps && (now_s() - e->last_log >= 1.0 || e->n_running + e->n_waiting == 0))
+        log_line(e, n_seqs, n);
+    return e->n_running + e->n_waiting;
+}
+
+const sw_engine_ops sw_gpu_engine_ops = {
+    .submit = engine_submit,
+    .cancel = engine_cancel,
+    .step = engine_step,
+    .load = engine_load,
+};
+
+sw_gpu_engine *sw_gpu_engine_new(const sw_model *m, sw_backend *be, const sw_sched_config *cfg,
+                                 char *err, size_t errlen)
+{
+    sw_gpu_engine *e = calloc(1, sizeof *e);
+    if (!e) { snprintf(err, errlen, "out of memory"); return NULL; }
+    e->m = m;
+    e->be = be;
+    e->cfg = *cfg;
+    if (e->cfg.max_batch <= 0) e->cfg.max_batch = 64;
+    if (e->cfg.max_tokens_per_step <= 0 || e->cfg.max_tokens_per_step > be->max_tokens_per_step)
+        e->cfg.max_tokens_per_step = be->max_tokens_per_step;
+    if (e->cfg.max_queue <= 0) e->cfg.max_queue = 1024;
+    if (e->cfg.max_tokens_per_step < e->cfg.max_batch) e->cfg.max_batch = e->cfg.max_tokens_per_step;
+    int64_t ctx = e->cfg.n_ctx > 0 ? e->cfg.n_ctx : (int64_t)be->hp.n_ctx_train;
+    if (ctx > (int64_t)be->hp.n_ctx_train) ctx = be->hp.n_ctx_train;
+    if (ctx > (int64_t)be->n_kv_blocks * SW_KV_BLOCK) ctx = (int64_t)be->n_kv_blocks * SW_KV_BLOCK;
+    if (ctx < 2) {
+        snprintf(err, errlen, "KV pool of %u blocks is too small", be->n_kv_blocks);
+        free(e);
+        return NULL;
+    }
+    e->n_ctx = (int)ctx;
+    e->max_blocks = blocks_for(e->n_ctx);
+    int B = e->cfg.max_batch, T = e->cfg.max_tokens_per_step;
+    e->running = calloc((size_t)B + 1, sizeof(seq *));
+    e->cap_waiting = e->cfg.max_queue + B + 1;
+    e->waiting = calloc((size_t)e->cap_waiting, sizeof(seq *));
+    e->free_blocks = malloc(be->n_kv_blocks * sizeof(int32_t));
+    e->b_tok = malloc((size_t)T * sizeof(int32_t));
+    e->b_pos = malloc((size_t)T * sizeof(int32_t));
+    e->b_seq = malloc((size_t)T * sizeof(int32_t));
+    e->b_logits_idx = malloc((size_t)T * sizeof(int32_t));
+    e->b_sampled = malloc((size_t)T * sizeof(int32_t));
+    e->b_sample = malloc((size_t)T * sizeof(sw_dev_sample));
+    e->b_seqs = malloc((size_t)B * sizeof(seq *));
+    e->b_table = malloc((size_t)B * e->max_blocks * sizeof(int32_t));
+    e->logits = malloc((size_t)B * be->hp.n_vocab * sizeof(float));
+    if (!e->running || !e->waiting || !e->free_blocks || !e->b_tok || !e->b_pos || !e->b_seq ||
+        !e->b_logits_idx || !e->b_sampled || !e->b_sample || !e->b_seqs || !e->b_table || !e->logits) {
+        snprintf(err, errlen, "out of memory");
+        sw_gpu_engine_free(e);
+        return NULL;
+    }
+    /* lowest block ids handed out first */
+    for (uint32_t i = 0; i < be->n_kv_blocks; i++) e->free_blocks[i] = (int32_t)(be->n_kv_blocks - 1 - i);
+    e->n_free = (int)be->n_kv_blocks;
+    pthread_mutex_init(&e->mu, NULL);
+    e->load.slots = (uint32_t)e->cfg.max_batch;
+    return e;
+}
+
+void sw_gpu_engine_free(sw_gpu_engine *e)
+{
+    if (!e) return;
+    for (int i = 0; e->running && i < e->n_running; i++) seq_free(e, e->running[i]);
+    for (int i = 0; e->waiting && i < e->n_waiting; i++) seq_free(e, e->waiting[i]);
+    free(e->running); free(e->waiting); free(e->free_blocks);
+    free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_logits_idx); free(e->b_sampled);
+    free(e->b_sample); free(e->b_seqs); free(e->b_table); free(e->logits);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+int sw_gpu_engine_n_ctx(const sw_gpu_engine *e) { return e->n_ctx; }
+uint64_t sw_gpu_engine_preemptions(const sw_gpu_engine *e) { return e->preemptions; }

@@ -1,0 +1,597 @@
+/* spillway-worker-gpu: the GPU worker.
+ *
+ * Daemon:     spillway-worker-gpu --gateway EP --pool NAME --model NAME=PATH
+ *                 [--backend cuda|emulate] [--max-batch N] [--kv-blocks N]
+ *                 [--kv-dtype bf16|fp8] [--max-tokens-per-step N] [--ctx N]
+ * Evaluation: spillway-worker-gpu --backend B -m MODEL --tokens 1,2,3 [--logits-out FILE]
+ *             spillway-worker-gpu --backend B -m MODEL -p TEXT -n N [--temp T] [--seed S]
+ * Benchmark:  spillway-worker-gpu --backend B (--bench-shape 8b [--bench-layers L] | -m MODEL)
+ *                 --bench-decode 1,8,64,256 [--bench-ctx N] [--bench-steps N]
+ * Self-test:  spillway-worker-gpu --selftest   (cuda: GEMV vs cuBLASLt vs host)
+ *
+ * Text goes to stdout (the prompt, then the continuation); logs to stderr.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "llm/generate.h"
+#include "proto/worker_link.h"
+#include "worker-cpu/model.h"
+#include "worker-gpu/backend.h"
+#include "worker-gpu/scheduler.h"
+#ifdef SW_HAVE_CUDA
+#include "worker-gpu/cuda_api.h"
+#endif
+
+#define PROG "spillway-worker-gpu"
+
+typedef struct {
+    const char *backend, *gateway, *pool, *model_spec, *model_path, *worker_id;
+    const char *tokens, *logits_out, *ref_logits, *prompt, *bench_decode, *bench_shape;
+    int n_predict, max_batch, max_tokens_per_step, n_ctx, threads, bench_layers, bench_ctx, bench_steps;
+    long kv_blocks;
+    sw_kv_dtype kv;
+    float temp, top_p;
+    int top_k;
+    unsigned long long seed;
+    int seed_set, selftest, quiet;
+} opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage:\n"
+        "  " PROG " --gateway EP --pool NAME --model NAME=PATH [options]   (daemon)\n"
+        "  " PROG " -m MODEL --tokens 1,2,3 [--logits-out FILE] [options]  (evaluate ids)\n"
+        "  " PROG " -m MODEL -p TEXT [-n N] [--temp T] [--seed S] [options] (generate text)\n"
+        "  " PROG " (--bench-shape 8b [--bench-layers L] | -m MODEL) --bench-decode 1,8,64,256\n"
+        "  " PROG " --bench-shape 8b [--bench-layers L] --tokens 1,2,3 ...      (random weights)\n"
+        "  " PROG " --selftest                                             (CUDA kernel cross-check)\n"
+        "options:\n"
+        "  --backend cuda|emulate     compute on the GPU (default) or emulate its FP8 numerics on the CPU\n"
+        "  --max-batch N              running sequences at most (default 64)\n"
+        "  --kv-blocks N              KV cache blocks of %d positions (default: cuda most free memory,\n"
+        "                             emulate 8 x the context)\n"
+        "  --kv-dtype bf16|fp8        KV cache element type (default bf16)\n"
+        "  --max-tokens-per-step N    token budget of one scheduler step (default 512)\n"
+        "  --ctx N                    per-sequence context (default: the model's)\n"
+        "  --worker-id ID             (default host-pid-random)\n"
+        "  -t, --threads N            CPU threads for the emulation backend\n"
+        "  -n N, --temp T, --top-k K, --top-p P, --seed S   generation (text mode)\n"
+        "  --ref-logits FILE          with --tokens: compare with float32 reference logits (rows x vocab)\n"
+        "                             and print 'compare: ... min_cosine C top1 T'\n"
+        "  --bench-ctx N (default 512), --bench-steps N (default 32)\n"
+        "  -q                         fewer log lines\n", SW_KV_BLOCK);
+}
+
+static void die2(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, PROG ": ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    exit(2);
+}
+
+static long parse_int(const char *flag, const char *s, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, PROG ": %s: invalid value '%s' (integer %ld..%ld)\n", flag, s, lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
+static double parse_num(const char *flag, const char *s, double lo, double hi)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !(v >= lo && v <= hi)) {
+        fprintf(stderr, PROG ": %s: invalid value '%s' (number %g..%g)\n", flag, s, lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
+/* "1,2,3" -> ids (each 0..max). */
+static int32_t *parse_list(const char *flag, const char *s, long max, int *n_out)
+{
+    size_t cap = 16, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    const char *p = s;
+    if (!ids) { fprintf(stderr, PROG ": out of memory\n"); exit(1); }
+    for (;;) {
+        while (*p == ' ') p++;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > max) {
+            fprintf(stderr, PROG ": %s: invalid value at offset %zu in '%s'\n", flag, (size_t)(p - s), s);
+            exit(2);
+        }
+        if (n == cap) {
+            int32_t *q = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!q) { fprintf(stderr, PROG ": out of memory\n"); exit(1); }
+            ids = q;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (!*p) break;
+        if (*p != ',') {
+            fprintf(stderr, PROG ": %s: expected ',' at offset %zu in '%s'\n", flag, (size_t)(p - s), s);
+            exit(2);
+        }
+        p++;
+    }
+    *n_out = (int)n;
+    return ids;
+}
+
+static opts parse_args(int argc, char **argv)
+{
+    opts o = { .backend = "cuda", .n_predict = 128, .max_batch = 64, .max_tokens_per_step = 512,
+               .kv = SW_KV_BF16, .temp = 0.8f, .top_p = 0.0f, .bench_ctx = 512, .bench_steps = 32 };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define TAKES(name) (!strcmp(a, name) && (v ? (i++, 1) : (die2("%s: missing value%s", a, ""), 0)))
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
+        else if (!strcmp(a, "--selftest")) o.selftest = 1;
+        else if (!strcmp(a, "-q")) o.quiet = 1;
+        else if (TAKES("--backend")) {
+            if (strcmp(v, "cuda") && strcmp(v, "emulate")) die2("--backend: '%s' is not cuda or emulate%s", v, "");
+            o.backend = v;
+        }
+        else if (TAKES("--gateway")) o.gateway = v;
+        else if (TAKES("--pool")) o.pool = v;
+        else if (TAKES("--model")) o.model_spec = v;
+        else if (TAKES("-m")) o.model_path = v;
+        else if (TAKES("--worker-id")) o.worker_id = v;
+        else if (TAKES("--tokens")) o.tokens = v;
+        else if (TAKES("--logits-out")) o.logits_out = v;
+        else if (TAKES("--ref-logits")) o.ref_logits = v;
+        else if (TAKES("-p") || TAKES("--prompt")) o.prompt = v;
+        else if (TAKES("-n")) o.n_predict = (int)parse_int(a, v, 0, 1 << 20);
+        else if (TAKES("--temp")) o.temp = (float)parse_num(a, v, 0, 100);
+        else if (TAKES("--top-k")) o.top_k = (int)parse_int(a, v, 0, INT32_MAX);
+        else if (TAKES("--top-p")) o.top_p = (float)parse_num(a, v, 0, 1);
+        else if (TAKES("--seed")) { o.seed = (unsigned long long)parse_num(a, v, 0, 1.8e19); o.seed_set = 1; }
+        else if (TAKES("--max-batch")) o.max_batch = (int)parse_int(a, v, 1, 4096);
+        else if (TAKES("--kv-blocks")) o.kv_blocks = parse_int(a, v, 1, 1 << 24);
+        else if (TAKES("--kv-dtype")) {
+            if (!strcmp(v, "bf16")) o.kv = SW_KV_BF16;
+            else if (!strcmp(v, "fp8")) o.kv = SW_KV_FP8;
+            else die2("--kv-dtype: '%s' is not bf16 or fp8%s", v, "");
+        }
+        else if (TAKES("--max-tokens-per-step")) o.max_tokens_per_step = (int)parse_int(a, v, 1, 65536);
+        else if (TAKES("--ctx")) o.n_ctx = (int)parse_int(a, v, 2, 1 << 24);
+        else if (TAKES("-t") || TAKES("--threads")) o.threads = (int)parse_int(a, v, 1, 1024);
+        else if (TAKES("--bench-decode")) o.bench_decode = v;
+        else if (TAKES("--bench-shape")) {
+            if (strcmp(v, "8b")) die2("--bench-shape: '%s' is not a known shape (8b)%s", v, "");
+            o.bench_shape = v;
+        }
+        else if (TAKES("--bench-layers")) o.bench_layers = (int)parse_int(a, v, 1, 1024);
+        else if (TAKES("--bench-ctx")) o.bench_ctx = (int)parse_int(a, v, 1, 1 << 20);
+        else if (TAKES("--bench-steps")) o.bench_steps = (int)parse_int(a, v, 1, 100000);
+        else if (a[0] == '-') die2("unknown option '%s'%s", a, "");
+        else die2("unexpected argument '%s'%s", a, "");
+#undef TAKES
+    }
+    int modes = !!o.gateway + !!o.tokens + !!o.prompt + !!o.bench_decode + o.selftest;
+    if (modes != 1) {
+        fprintf(stderr, PROG ": choose one mode: --gateway (daemon), --tokens, -p, --bench-decode or --selftest\n");
+        usage(stderr);
+        exit(2);
+    }
+    if (o.gateway) {
+        if (!o.pool || !o.model_spec) die2("daemon mode needs --pool and --model NAME=PATH%s%s", "", "");
+        const char *eq = strchr(o.model_spec, '=');
+        if (!eq || eq == o.model_spec || !eq[1]) die2("--model: '%s' is not NAME=PATH%s", o.model_spec, "");
+        if (o.model_path) die2("-m is for the evaluation modes; the daemon takes --model NAME=PATH%s%s", "", "");
+    } else if (o.model_spec) {
+        die2("--model NAME=PATH is for daemon mode (with --gateway); use -m MODEL%s%s", "", "");
+    }
+    if (o.prompt && !o.model_path) die2("-m MODEL is required%s%s", "", "");
+    if (o.tokens && !o.model_path == !o.bench_shape) die2("--tokens needs -m MODEL (or --bench-shape 8b for random weights)%s%s", "", "");
+    if ((o.logits_out || o.ref_logits) && !o.tokens) die2("--logits-out and --ref-logits need --tokens%s%s", "", "");
+    if (o.bench_decode && !o.model_path == !o.bench_shape) die2("--bench-decode needs either -m MODEL or --bench-shape 8b%s%s", "", "");
+    if (o.bench_shape && !o.tokens && !o.bench_decode) die2("--bench-shape goes with --bench-decode or --tokens%s%s", "", "");
+    if (o.bench_layers && !o.bench_shape) die2("--bench-layers needs --bench-shape%s%s", "", "");
+    if (!o.seed_set) o.seed = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 16);
+    return o;
+}
+
+/* Fails fast when the cuda backend cannot run here. */
+static void check_backend(const opts *o)
+{
+    if (strcmp(o->backend, "cuda")) return;
+#ifdef SW_HAVE_CUDA
+    char err[256];
+    if (sw_cuda_device_count(err, sizeof err) <= 0) {
+        fprintf(stderr, PROG ": no CUDA device found (%s); use --backend emulate to run on the CPU\n", err);
+        exit(1);
+    }
+    char info[256];
+    sw_cuda_device_info(info, sizeof info);
+    if (!o->quiet) fprintf(stderr, PROG ": %s\n", info);
+#else
+    fprintf(stderr, PROG ": no CUDA device found (this build has no CUDA support: nvcc was not found "
+                    "when it was built); use --backend emulate to run on the CPU\n");
+    exit(1);
+#endif
+}
+
+static sw_backend *make_backend(const opts *o, sw_fp8_weights *w, uint32_t kv_blocks, int max_tok)
+{
+    char err[512];
+    sw_backend *be;
+#ifdef SW_HAVE_CUDA
+    if (!strcmp(o->backend, "cuda"))
+        be = sw_cuda_backend_new(w, kv_blocks, o->kv, max_tok, err, sizeof err);
+    else
+#endif
+        be = sw_emu_backend_new(w, kv_blocks, o->kv, max_tok, err, sizeof err);
+    if (!be) fprintf(stderr, PROG ": %s\n", err);
+    return be;
+}
+
+static sw_model *load_model(const char *path, sw_fp8_weights **w, int quiet)
+{
+    char err[512];
+    sw_model *m = sw_model_load(path, err, sizeof err);
+    if (!m) { fprintf(stderr, PROG ": %s\n", err); return NULL; }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    *w = sw_fp8_weights_from_model(m, err, sizeof err);
+    if (!*w) { fprintf(stderr, PROG ": %s: %s\n", path, err); sw_model_free(m); return NULL; }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const sw_hparams *hp = &m->hp;
+    if (!quiet)
+        fprintf(stderr, PROG ": %s: %s, %u layers, dim %u, %u/%u heads, ffn %u, vocab %u -> FP8 E4M3 "
+                "per-row scales, %.1f MiB, converted in %.2f s\n", path, m->quant_name, hp->n_layer,
+                hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab,
+                (*w)->fp8_bytes / 1048576.0, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    return m;
+}
+
+/* ---- --tokens: every position's logits ---- */
+static int run_tokens(const opts *o)
+{
+    int n;
+    int32_t *ids = parse_list("--tokens", o->tokens, INT32_MAX, &n);
+    sw_fp8_weights *w;
+    sw_model *m = NULL;
+    if (o->bench_shape) {
+        /* random weights of a large shape: for comparing backends, no file needed */
+        char err[256];
+        sw_hparams shp;
+        sw_hparams_8b(&shp, (uint32_t)o->bench_layers);
+        if (!(w = sw_fp8_weights_random(&shp, 1234, err, sizeof err))) {
+            fprintf(stderr, PROG ": %s\n", err);
+            free(ids);
+            return 1;
+        }
+    } else if (!(m = load_model(o->model_path, &w, o->quiet))) {
+        free(ids);
+        return 1;
+    }
+    for (int i = 0; i < n; i++)
+        if ((uint32_t)ids[i] >= w->hp.n_vocab) {
+            fprintf(stderr, PROG ": --tokens: id %d out of range (vocabulary %u)\n", ids[i], w->hp.n_vocab);
+            free(ids); sw_fp8_weights_free(w); sw_model_free(m);
+            return 2;
+        }
+    int max_tok = o->max_tokens_per_step;
+    uint32_t blocks = o->kv_blocks ? (uint32_t)o->kv_blocks : (uint32_t)((n + SW_KV_BLOCK - 1) / SW_KV_BLOCK);
+    if ((long)blocks * SW_KV_BLOCK < n) {
+        fprintf(stderr, PROG ": --kv-blocks %u hold %u positions, fewer than the %d tokens\n", blocks, blocks * SW_KV_BLOCK, n);
+        free(ids); sw_fp8_weights_free(w); sw_model_free(m);
+        return 2;
+    }
+    sw_backend *be = make_backend(o, w, blocks, max_tok);
+    if (!be) { free(ids); sw_model_free(m); return 1; }
+    FILE *lf = NULL;
+    if (o->logits_out && !(lf = fopen(o->logits_out, "wb"))) {
+        fprintf(stderr, PROG ": %s: %s\n", o->logits_out, strerror(errno));
+        free(ids); sw_backend_free(be); sw_model_free(m);
+        return 1;
+    }
+    uint32_t V = be->hp.n_vocab;
+    int32_t *table = malloc(blocks * sizeof(int32_t)), *pos = malloc((size_t)max_tok * sizeof(int32_t)),
+            *seqs = calloc((size_t)max_tok, sizeof(int32_t)), *lidx = malloc((size_t)max_tok * sizeof(int32_t));
+    float *logits = malloc((size_t)max_tok * V * sizeof(float));
+    int rc = 0;
+    FILE *rf = NULL;
+    float *ref = NULL;
+    double min_cos = 2.0, sum_cos = 0.0;
+    int top1 = 0;
+    if (o->ref_logits) {
+        rf = fopen(o->ref_logits, "rb");
+        ref = malloc((size_t)V * sizeof(float));
+        if (!rf || !ref) { fprintf(stderr, PROG ": %s: %s\n", o->ref_logits, rf ? "out of memory" : strerror(errno)); rc = 1; }
+    }
+    if (!table || !pos || !seqs || !lidx || !logits) { fprintf(stderr, PROG ": out of memory\n"); rc = 1; }
+    for (uint32_t i = 0; table && i < blocks; i++) table[i] = (int32_t)i;
+    for (int start = 0; !rc && start < n; start += max_tok) {
+        int nb = n - start < max_tok ? n - start : max_tok;
+        for (int i = 0; i < nb; i++) { pos[i] = start + i; lidx[i] = i; }
+        sw_batch b = { .n_tokens = nb, .tokens = ids + start, .pos = pos, .seq = seqs, .n_seqs = 1,
+                       .max_blocks = (int)blocks, .block_table = table, .n_logits = nb, .logits_idx = lidx };
+        char err[256];
+        if (be->ops->forward(be->impl, &b, logits, err, sizeof err)) {
+            fprintf(stderr, PROG ": %s\n", err);
+            rc = 1;
+            break;
+        }
+        if (lf && fwrite(logits, sizeof(float) * V, (size_t)nb, lf) != (size_t)nb) {
+            fprintf(stderr, PROG ": %s: write failed\n", o->logits_out);
+            rc = 1;
+        }
+        for (int i = 0; rf && !rc && i < nb; i++) {
+            if (fread(ref, sizeof(float), V, rf) != V) {
+                fprintf(stderr, PROG ": %s: shorter than %d rows of %u floats\n", o->ref_logits, n, V);
+                rc = 1;
+                break;
+            }
+            const float *g = logits + (size_t)i * V;
+            double ab = 0, aa = 0, bb = 0;
+            int ga = 0, ra = 0;
+            for (uint32_t v = 0; v < V; v++) {
+                ab += (double)g[v] * ref[v]; aa += (double)g[v] * g[v]; bb += (double)ref[v] * ref[v];
+                if (g[v] > g[ga]) ga = (int)v;
+                if (ref[v] > ref[ra]) ra = (int)v;
+            }
+            double c = ab / (sqrt(aa * bb) + 1e-30);
+            if (c < min_cos) min_cos = c;
+            sum_cos += c;
+            top1 += ga == ra;
+        }
+        if (!lf && !rf && start + nb == n) {
+            /* no file: print the argmax of the last position */
+            int best = 0;
+            for (uint32_t v = 1; v < V; v++) if (logits[(size_t)(nb - 1) * V + v] > logits[(size_t)(nb - 1) * V + best]) best = (int)v;
+            printf("%d\n", best);
+        }
+    }
+    if (lf && fclose(lf)) { fprintf(stderr, PROG ": %s: %s\n", o->logits_out, strerror(errno)); rc = 1; }
+    if (rf) {
+        if (!rc) printf("compare: rows %d min_cosine %.5f mean_cosine %.5f top1 %.4f\n", n, min_cos, sum_cos / n,
+                        (double)top1 / n);
+        fclose(rf);
+    }
+    free(ref);
+    free(table); free(pos); free(seqs); free(lidx); free(logits); free(ids);
+    sw_backend_free(be);
+    sw_model_free(m);
+    return rc;
+}
+
+/* ---- -p TEXT: generation through the scheduler, as the daemon does ---- */
+static void print_emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n_ids,
+                       int finish, uint32_t pt, uint32_t ct)
+{
+    if (text && *text) { fputs(text, stdout); fflush(stdout); }
+    if (finish) *(int *)ctx = finish;
+}
+
+static void print_fail(void *ctx, const char *id, uint32_t code, const char *msg)
+{
+    fprintf(stderr, PROG ": request failed (%u): %s\n", code, msg);
+    *(int *)ctx = -1;
+}
+
+static int run_prompt(const opts *o)
+{
+    sw_fp8_weights *w;
+    sw_model *m = load_model(o->model_path, &w, o->quiet);
+    if (!m) return 1;
+    uint32_t blocks = (uint32_t)o->kv_blocks;
+    if (!blocks) {
+        int ctx = o->n_ctx ? o->n_ctx : (int)m->hp.n_ctx_train;
+        blocks = (uint32_t)((ctx + SW_KV_BLOCK - 1) / SW_KV_BLOCK);
+    }
+    sw_backend *be = make_backend(o, w, blocks, o->max_tokens_per_step);
+    if (!be) { sw_model_free(m); return 1; }
+    char err[512];
+    sw_sched_config cfg = { .max_batch = 1, .max_tokens_per_step = o->max_tokens_per_step, .n_ctx = o->n_ctx };
+    sw_gpu_engine *e = sw_gpu_engine_new(m, be, &cfg, err, sizeof err);
+    if (!e) { fprintf(stderr, PROG ": %s\n", err); sw_backend_free(be); sw_model_free(m); return 1; }
+
+    Spillway__GenerateRequest req = SPILLWAY__GENERATE_REQUEST__INIT;
+    Spillway__SamplingParams sp = SPILLWAY__SAMPLING_PARAMS__INIT;
+    sp.temperature = o->temp;
+    sp.top_k = (uint32_t)o->top_k;
+    sp.top_p = o->top_p;
+    sp.seed = o->seed;
+    sp.has_seed = 1;
+    req.request_id = "cli";
+    req.prompt = (char *)o->prompt;
+    req.sampling = &sp;
+    req.max_tokens = (uint32_t)o->n_predict;
+    int state = 0, rc = 0;
+    if (o->n_predict == 0) {
+        fputs(o->prompt, stdout);
+    } else if ((rc = sw_gpu_engine_ops.submit(e, &req, err, sizeof err))) {
+        fprintf(stderr, PROG ": %s\n", err);
+        rc = 1;
+    } else {
+        fputs(o->prompt, stdout);
+        fflush(stdout);
+        while (sw_gpu_engine_ops.step(e, print_emit, print_fail, &state) > 0) {}
+        rc = state < 0;
+    }
+    printf("\n");
+    sw_gpu_engine_free(e);
+    sw_backend_free(be);
+    sw_model_free(m);
+    return rc;
+}
+
+/* ---- --bench-decode ---- */
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int run_bench(const opts *o)
+{
+    int n_b;
+    int32_t *batches = parse_list("--bench-decode", o->bench_decode, 65536, &n_b);
+    int maxb = 0;
+    for (int i = 0; i < n_b; i++) {
+        if (batches[i] < 1) die2("--bench-decode: batch sizes must be >= 1%s%s", "", "");
+        if (batches[i] > maxb) maxb = batches[i];
+    }
+    sw_fp8_weights *w;
+    sw_model *m = NULL;
+    char err[512];
+    if (o->bench_shape) {
+        sw_hparams hp;
+        sw_hparams_8b(&hp, (uint32_t)o->bench_layers);
+        double t0 = mono();
+        w = sw_fp8_weights_random(&hp, 1234, err, sizeof err);
+        if (!w) { fprintf(stderr, PROG ": %s\n", err); return 1; }
+        fprintf(stderr, PROG ": random FP8 weights, 8b shape with %u layers: %.2f GB, made in %.1f s\n",
+                hp.n_layer, w->fp8_bytes / 1e9, mono() - t0);
+    } else if (!(m = load_model(o->model_path, &w, o->quiet))) {
+        return 1;
+    }
+    const sw_hparams hp = w->hp;
+    uint64_t weight_bytes = w->fp8_bytes - (uint64_t)hp.n_vocab * hp.n_embd * 2;  /* embedding rows are gathered, not streamed */
+    uint32_t kv_dim = w->kv_dim;
+    int ctx = o->bench_ctx;
+    int per_seq = (ctx + o->bench_steps + SW_KV_BLOCK) / SW_KV_BLOCK + 1;
+    uint32_t blocks = (uint32_t)(per_seq * maxb);
+    sw_backend *be = make_backend(o, w, blocks, maxb);
+    if (!be) { sw_model_free(m); free(batches); return 1; }
+
+    double copy_gbs = -1;
+#ifdef SW_HAVE_CUDA
+    if (!strcmp(o->backend, "cuda")) copy_gbs = sw_cuda_copy_bandwidth((size_t)2 << 30, 10, err, sizeof err);
+    if (copy_gbs < 0 && !strcmp(o->backend, "cuda")) fprintf(stderr, PROG ": copy bandwidth: %s\n", err);
+#endif
+    int32_t *tok = malloc((size_t)maxb * sizeof(int32_t)), *pos = malloc((size_t)maxb * sizeof(int32_t)),
+            *seq = malloc((size_t)maxb * sizeof(int32_t)), *lidx = malloc((size_t)maxb * sizeof(int32_t)),
+            *out = malloc((size_t)maxb * sizeof(int32_t)),
+            *table = malloc((size_t)maxb * per_seq * sizeof(int32_t));
+    sw_dev_sample *sp = calloc((size_t)maxb, sizeof *sp);
+    float *logits = be->ops->forward_sample ? NULL : malloc((size_t)maxb * hp.n_vocab * sizeof(float));
+    if (!tok || !pos || !seq || !lidx || !out || !table || !sp || (!be->ops->forward_sample && !logits)) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < maxb * per_seq; i++) table[i] = i;
+    printf("%-7s %10s %10s %10s %8s\n", "batch", "step_ms", "tok/s", "GB/s", "%copy");
+    char json[4096];
+    int jl = snprintf(json, sizeof json, "{\"bench\":\"decode\",\"backend\":\"%s\",\"layers\":%u,\"n_embd\":%u,"
+                      "\"weight_bytes\":%llu,\"ctx\":%d,\"copy_gb_s\":%.1f,\"results\":[",
+                      be->ops->name, hp.n_layer, hp.n_embd, (unsigned long long)weight_bytes, ctx, copy_gbs);
+    int rc = 0;
+    for (int bi = 0; bi < n_b && !rc; bi++) {
+        int B = batches[bi];
+        int warm = 3, steps = o->bench_steps;
+        double t0 = 0;
+        for (int s = 0; s < warm + steps; s++) {
+            if (s == warm) t0 = mono();
+            for (int i = 0; i < B; i++) {
+                tok[i] = (i * 7919 + s * 31) % (int)hp.n_vocab;
+                pos[i] = ctx + s;
+                seq[i] = i;
+                lidx[i] = i;
+                sp[i] = (sw_dev_sample){ .temperature = 0 };
+            }
+            sw_batch b = { .n_tokens = B, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = B,
+                           .max_blocks = per_seq, .block_table = table, .n_logits = B, .logits_idx = lidx };
+            int r = be->ops->forward_sample ? be->ops->forward_sample(be->impl, &b, sp, out, err, sizeof err)
+                                            : be->ops->forward(be->impl, &b, logits, err, sizeof err);
+            if (r) { fprintf(stderr, PROG ": batch %d: %s\n", B, err); rc = 1; break; }
+        }
+        if (rc) break;
+        double dt = (mono() - t0) / steps;
+        /* bytes a step must move: every weight once, plus each sequence's K and V */
+        double kv_bytes = (double)B * (ctx + steps / 2.0) * kv_dim * 2 * hp.n_layer * (o->kv == SW_KV_FP8 ? 1 : 2);
+        double gbs = (weight_bytes + kv_bytes) / dt / 1e9;
+        double pct = copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0;
+        printf("%-7d %10.3f %10.1f %10.1f %8.1f\n", B, dt * 1e3, B / dt, gbs, pct);
+        fflush(stdout);
+        jl += snprintf(json + jl, sizeof json - (size_t)jl, "%s{\"batch\":%d,\"step_ms\":%.4f,\"tok_s\":%.1f,\"gb_s\":%.1f,\"pct_copy\":%.1f}",
+                       bi ? "," : "", B, dt * 1e3, B / dt, gbs, pct);
+    }
+    snprintf(json + jl, sizeof json - (size_t)jl, "]}");
+    printf("%s\n", json);
+    free(tok); free(pos); free(seq); free(lidx); free(out); free(table); free(sp); free(logits); free(batches);
+    sw_backend_free(be);
+    sw_model_free(m);
+    return rc;
+}
+
+/* ---- daemon ---- */
+static int run_daemon(const opts *o)
+{
+    char name[256], err[512];
+    const char *eq = strchr(o->model_spec, '=');
+    snprintf(name, sizeof name, "%.*s", (int)(eq - o->model_spec), o->model_spec);
+    sw_fp8_weights *w;
+    sw_model *m = load_model(eq + 1, &w, o->quiet);
+    if (!m) return 1;
+    sw_backend *be = make_backend(o, w, (uint32_t)o->kv_blocks, o->max_tokens_per_step);
+    if (!be) { sw_model_free(m); return 1; }
+    sw_sched_config cfg = { .max_batch = o->max_batch, .max_tokens_per_step = o->max_tokens_per_step,
+                            .n_ctx = o->n_ctx, .model_name = name, .log_steps = !o->quiet };
+    sw_gpu_engine *e = sw_gpu_engine_new(m, be, &cfg, err, sizeof err);
+    if (!e) { fprintf(stderr, PROG ": %s\n", err); sw_backend_free(be); sw_model_free(m); return 1; }
+    fprintf(stderr, PROG ": backend %s, %u KV blocks (%s), context %d, max batch %d, %d tokens/step\n",
+            be->ops->name, be->n_kv_blocks, o->kv == SW_KV_FP8 ? "fp8" : "bf16", sw_gpu_engine_n_ctx(e),
+            o->max_batch, o->max_tokens_per_step);
+
+    Spillway__ModelInfo mi = SPILLWAY__MODEL_INFO__INIT;
+    mi.name = name;
+    mi.quantization = "fp8";
+    mi.context_length = (uint32_t)sw_gpu_engine_n_ctx(e);
+    Spillway__ModelInfo *models[1] = { &mi };
+    sw_worker_config wc = { .gateway = o->gateway, .pool = o->pool, .worker_id = o->worker_id,
+                            .kind = SPILLWAY__WORKER_KIND__WORKER_KIND_GPU, .models = models, .n_models = 1,
+                            .slots = (uint32_t)o->max_batch };
+    int rc = sw_worker_run(&wc, &sw_gpu_engine_ops, e);
+    sw_gpu_engine_free(e);
+    sw_backend_free(be);
+    sw_model_free(m);
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    opts o = parse_args(argc, argv);
+    if (o.threads) omp_set_num_threads(o.threads);
+    if (o.selftest) {
+#ifdef SW_HAVE_CUDA
+        check_backend(&(opts){ .backend = "cuda" });
+        char err[512];
+        if (sw_cuda_selftest(err, sizeof err)) { fprintf(stderr, PROG ": selftest: %s\n", err); return 1; }
+        fprintf(stderr, PROG ": selftest passed\n");
+        return 0;
+#else
+        fprintf(stderr, PROG ": --selftest needs a CUDA build\n");
+        return 1;
+#endif
+    }
+    check_backend(&o);
+    if (o.tokens) return run_tokens(&o);
+    if (o.prompt) return run_prompt(&o);
+    if (o.bench_decode) return run_bench(&o);
+    return run_daemon(&o);
+}

@@ -1,0 +1,313 @@
+/* Converting a GGUF Llama model (any type llm/quant.c dequantizes) into the
+ * GPU worker's FP8 layout. See weights.h. */
+#include "worker-gpu/weights.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "llm/quant.h"
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static bool matrix_alloc(sw_fp8_matrix *M, uint32_t rows, uint32_t cols)
+{
+    M->rows = rows;
+    M->cols = cols;
+    M->q = malloc((size_t)rows * cols);
+    M->scale = malloc((size_t)rows * sizeof(float));
+    return M->q && M->scale;
+}
+
+static void matrix_free(sw_fp8_matrix *M)
+{
+    free(M->q);
+    free(M->scale);
+    M->q = NULL;
+    M->scale = NULL;
+}
+
+/* Quantizes the rows of a GGUF matrix into M starting at row `row0`. */
+static bool convert_rows(const gguf_tensor *t, sw_fp8_matrix *M, uint32_t row0, char *err, size_t errlen)
+{
+    uint64_t cols = t->ne[0], rows = t->ne[1];
+    size_t rs = sw_row_size(t->type, cols);
+    if (cols != M->cols || row0 + rows > M->rows || rs == 0 || t->nbytes < rs * rows) {
+        seterr(err, errlen, "tensor '%s': shape [%llu, %llu] does not fit the FP8 layout", t->name,
+               (unsigned long long)cols, (unsigned long long)rows);
+        return false;
+    }
+    int bad = 0;
+#pragma omp parallel
+    {
+        float *buf = malloc(cols * sizeof(float));
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < (int64_t)rows; r++) {
+            const uint8_t *src = (const uint8_t *)t->data + (size_t)r * rs;
+            if (!buf || !sw_dequantize_row(t->type, src, buf, (int64_t)cols)) {
+                bad = 1;
+                continue;
+            }
+            size_t dr = row0 + (size_t)r;
+            M->scale[dr] = sw_fp8_quantize_row(buf, cols, M->q + dr * cols);
+        }
+        free(buf);
+    }
+    if (bad) {
+        seterr(err, errlen, "tensor '%s': cannot dequantize type %u", t->name, (unsigned)t->type);
+        return false;
+    }
+    return true;
+}
+
+static float *vector_f32(const gguf_tensor *t, uint32_t n, char *err, size_t errlen)
+{
+    float *v = malloc(n * sizeof(float));
+    if (!v || t->ne[0] != n || !sw_dequantize_row(t->type, t->data, v, n)) {
+        seterr(err, errlen, "tensor '%s': cannot read as a float vector of %u", t->name, n);
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static const gguf_tensor *tensor(const sw_model *m, char *err, size_t errlen, const char *fmt, ...)
+{
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const gguf_tensor *t = gguf_find_tensor(m->file, name);
+    if (!t) seterr(err, errlen, "missing tensor '%s'", name);
+    return t;
+}
+
+static void rope_table(sw_fp8_weights *w, const sw_model *m)
+{
+    uint32_t half = w->hp.n_rot / 2;
+    const gguf_tensor *ff = m ? gguf_find_tensor(m->file, "rope_freqs.weight") : NULL;
+    float *factors = NULL;
+    if (ff && ff->ne[0] == half && (factors = malloc(half * sizeof(float))) &&
+        !sw_dequantize_row(ff->type, ff->data, factors, half)) {
+        free(factors);
+        factors = NULL;
+    }
+    for (uint32_t i = 0; i < half; i++) {
+        double f = pow((double)w->hp.rope_theta, -2.0 * i / (double)w->hp.n_rot);
+        if (factors && factors[i] != 0.0f) f /= factors[i];
+        w->rope_inv_freq[i] = (float)f;
+    }
+    free(factors);
+}
+
+static sw_fp8_weights *alloc_shapes(const sw_hparams *hp, char *err, size_t errlen)
+{
+    sw_fp8_weights *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->hp = *hp;
+    w->q_dim = hp->n_head * hp->head_dim;
+    w->kv_dim = hp->n_head_kv * hp->head_dim;
+    uint32_t E = hp->n_embd, F = hp->n_ff;
+    w->layers = calloc(hp->n_layer, sizeof *w->layers);
+    w->rope_inv_freq = calloc(hp->n_rot / 2 + 1, sizeof(float));
+    w->tok_embd = malloc((size_t)hp->n_vocab * E * sizeof(uint16_t));
+    w->output_norm = malloc(E * sizeof(float));
+    bool ok = w->layers && w->rope_inv_freq && w->tok_embd && w->output_norm &&
+              matrix_alloc(&w->output, hp->n_vocab, E);
+    for (uint32_t l = 0; ok && l < hp->n_layer; l++) {
+        sw_fp8_layer *L = &w->layers[l];
+        L->attn_norm = malloc(E * sizeof(float));
+        L->ffn_norm = malloc(E * sizeof(float));
+        ok = L->attn_norm && L->ffn_norm &&
+             matrix_alloc(&L->wqkv, w->q_dim + 2 * w->kv_dim, E) &&
+             matrix_alloc(&L->wo, E, w->q_dim) &&
+             matrix_alloc(&L->wgu, 2 * F, E) &&
+             matrix_alloc(&L->wdown, E, F);
+    }
+    if (!ok) {
+        seterr(err, errlen, "out of host memory for the FP8 weights");
+        sw_fp8_weights_free(w);
+        return NULL;
+    }
+    uint64_t per_layer = (uint64_t)(w->q_dim + 2 * w->kv_dim) * E + (uint64_t)E * w->q_dim +
+                         2ull * F * E + (uint64_t)E * F;
+    w->fp8_bytes = per_layer * hp->n_layer + (uint64_t)hp->n_vocab * E * 3;
+    return w;
+}
+
+sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t errlen)
+{
+    sw_fp8_weights *w = alloc_shapes(&m->hp, err, errlen);
+    if (!w) return NULL;
+    const sw_hparams *hp = &m->hp;
+    uint32_t E = hp->n_embd;
+    const gguf_tensor *t;
+
+    if (!(t = tensor(m, err, errlen, "token_embd.weight"))) goto fail;
+    {
+        size_t rs = sw_row_size(t->type, E);
+        int bad = 0;
+#pragma omp parallel
+        {
+            float *buf = malloc(E * sizeof(float));
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < (int64_t)hp->n_vocab; r++) {
+                if (!buf || !sw_dequantize_row(t->type, (const uint8_t *)t->data + r * rs, buf, E)) {
+                    bad = 1;
+                    continue;
+                }
+                for (uint32_t c = 0; c < E; c++) w->tok_embd[(size_t)r * E + c] = sw_f32_to_bf16(buf[c]);
+            }
+            free(buf);
+        }
+        if (bad) { seterr(err, errlen, "token_embd.weight: cannot dequantize"); goto fail; }
+    }
+    /* output.weight, or the embedding when the output is tied to it */
+    t = gguf_find_tensor(m->file, "output.weight");
+    if (!t) t = gguf_find_tensor(m->file, "token_embd.weight");
+    if (!convert_rows(t, &w->output, 0, err, errlen)) goto fail;
+    if (!(t = tensor(m, err, errlen, "output_norm.weight"))) goto fail;
+    free(w->output_norm);
+    if (!(w->output_norm = vector_f32(t, E, err, errlen))) goto fail;
+
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        sw_fp8_layer *L = &w->layers[l];
+        const gguf_tensor *q, *k, *v, *o, *g, *u, *d, *an, *fn;
+        if (!(q = tensor(m, err, errlen, "blk.%u.attn_q.weight", l)) ||
+            !(k = tensor(m, err, errlen, "blk.%u.attn_k.weight", l)) ||
+            !(v = tensor(m, err, errlen, "blk.%u.attn_v.weight", l)) ||
+            !(o = tensor(m, err, errlen, "blk.%u.attn_output.weight", l)) ||
+            !(g = tensor(m, err, errlen, "blk.%u.ffn_gate.weight", l)) ||
+            !(u = tensor(m, err, errlen, "blk.%u.ffn_up.weight", l)) ||
+            !(d = tensor(m, err, errlen, "blk.%u.ffn_down.weight", l)) ||
+            !(an = tensor(m, err, errlen, "blk.%u.attn_norm.weight", l)) ||
+            !(fn = tensor(m, err, errlen, "blk.%u.ffn_norm.weight", l)))
+            goto fail;
+        if (!convert_rows(q, &L->wqkv, 0, err, errlen) ||
+            !convert_rows(k, &L->wqkv, w->q_dim, err, errlen) ||
+            !convert_rows(v, &L->wqkv, w->q_dim + w->kv_dim, err, errlen) ||
+            !convert_rows(o, &L->wo, 0, err, errlen) ||
+            !convert_rows(g, &L->wgu, 0, err, errlen) ||
+            !convert_rows(u, &L->wgu, hp->n_ff, err, errlen) ||
+            !convert_rows(d, &L->wdown, 0, err, errlen))
+            goto fail;
+        free(L->attn_norm);
+        free(L->ffn_norm);
+        L->attn_norm = L->ffn_norm = NULL;
+        if (!(L->attn_norm = vector_f32(an, E, err, errlen)) ||
+            !(L->ffn_norm = vector_f32(fn, E, err, errlen)))
+            goto fail;
+    }
+    rope_table(w, m);
+    return w;
+fail:
+    sw_fp8_weights_free(w);
+    return NULL;
+}
+
+/* splitmix64: a fast, seedable generator for benchmark weights. */
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void random_matrix(sw_fp8_matrix *M, uint64_t seed)
+{
+    /* Random codes of magnitude < 2 with scale 1/sqrt(cols): outputs of
+     * order one for a normalized input (the norms keep depth in check), so
+     * logits are spread enough for top-1 comparisons between backends. The
+     * values do not matter for timing, only that every byte is read. */
+    float sc = 1.0f / sqrtf((float)M->cols);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < (int64_t)M->rows; r++) {
+        uint64_t s = seed ^ ((uint64_t)r * 0x100000001B3ull);
+        sw_fp8 *row = M->q + (size_t)r * M->cols;
+        for (uint32_t c = 0; c < M->cols; c += 8) {
+            uint64_t x = splitmix(&s);
+            for (int b = 0; b < 8 && c + b < M->cols; b++) {
+                uint8_t code = (uint8_t)(x >> (8 * b));
+                row[c + b] = (sw_fp8)((code & 0x80) | (code & 0x3F)); /* |v| < 2: never NaN */
+            }
+        }
+        M->scale[r] = sc;
+    }
+}
+
+sw_fp8_weights *sw_fp8_weights_random(const sw_hparams *hp, uint64_t seed, char *err, size_t errlen)
+{
+    sw_fp8_weights *w = alloc_shapes(hp, err, errlen);
+    if (!w) return NULL;
+    uint32_t E = hp->n_embd;
+    uint64_t s = seed;
+    for (size_t i = 0; i < (size_t)hp->n_vocab * E; i++)
+        w->tok_embd[i] = sw_f32_to_bf16(((int)(splitmix(&s) & 1023) - 512) / 512.0f);
+    for (uint32_t c = 0; c < E; c++) w->output_norm[c] = 1.0f;
+    random_matrix(&w->output, seed + 1);
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        sw_fp8_layer *L = &w->layers[l];
+        for (uint32_t c = 0; c < E; c++) L->attn_norm[c] = L->ffn_norm[c] = 1.0f;
+        random_matrix(&L->wqkv, seed + 10 * l + 2);
+        random_matrix(&L->wo, seed + 10 * l + 3);
+        random_matrix(&L->wgu, seed + 10 * l + 4);
+        random_matrix(&L->wdown, seed + 10 * l + 5);
+    }
+    rope_table(w, NULL);
+    return w;
+}
+
+void sw_fp8_weights_drop_data(sw_fp8_weights *w)
+{
+    if (!w) return;
+    free(w->tok_embd);
+    w->tok_embd = NULL;
+    matrix_free(&w->output);
+    for (uint32_t l = 0; w->layers && l < w->hp.n_layer; l++) {
+        sw_fp8_layer *L = &w->layers[l];
+        matrix_free(&L->wqkv);
+        matrix_free(&L->wo);
+        matrix_free(&L->wgu);
+        matrix_free(&L->wdown);
+    }
+}
+
+void sw_fp8_weights_free(sw_fp8_weights *w)
+{
+    if (!w) return;
+    sw_fp8_weights_drop_data(w);
+    for (uint32_t l = 0; w->layers && l < w->hp.n_layer; l++) {
+        free(w->layers[l].attn_norm);
+        free(w->layers[l].ffn_norm);
+    }
+    free(w->layers);
+    free(w->output_norm);
+    free(w->rope_inv_freq);
+    free(w);
+}
+
+void sw_hparams_8b(sw_hparams *hp, uint32_t n_layer)
+{
+    memset(hp, 0, sizeof *hp);
+    hp->n_vocab = 128256;
+    hp->n_embd = 4096;
+    hp->n_layer = n_layer ? n_layer : 32;
+    hp->n_head = 32;
+    hp->n_head_kv = 8;
+    hp->n_ff = 14336;
+    hp->n_ctx_train = 8192;
+    hp->head_dim = 128;
+    hp->n_rot = 128;
+    hp->rope_theta = 500000.0f;
+    hp->rms_eps = 1e-5f;
+}
