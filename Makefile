@@ -66,6 +66,9 @@ TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 # Programs and tests that need the CUDA runtime when it is compiled in.
 NEEDS_CUDA = $(if $(findstring gpu,$(notdir $@)),$(CUDA_LIBS))
 
+# Keep intermediate objects (tests are built through a pattern chain).
+.SECONDARY:
+
 .PHONY: all deps run test unit-tests bench bench-gateway clean check-cuda
 all: $(PROGS) $(TESTS)
 	@[ -n "$(NVCC)" ] || echo "note: nvcc not found: worker-gpu built with the emulation backend only"

@@ -97,4 +97,11 @@ bool sw_dequantize_row(sw_type type, const void *src, float *dst, int64_t n);
 bool sw_quantize_row(sw_type type, const float *src, void *dst, int64_t n);
 float sw_vec_dot_ref(sw_type type, int64_t n, const void *w, const void *act);
 
+/* Integer form of one K-quant block (Q4_K, Q5_K, Q6_K), for kernels that
+ * repack weights: weight i = scale[i / (256/nsub)] * q[i] - offs[i / 16],
+ * with q the stored unsigned quant (Q6_K's includes its +32), so a dot with
+ * Q8_K activations is d_y * (sum_j scale_j * sum q*a - sum_k offs_k * bsums_k).
+ * Returns nsub (8 or 16), or 0 for other types. */
+int sw_kblock_unpack(sw_type type, const void *block, uint8_t q[QK_K], float scale[16], float offs[16]);
+
 #endif

@@ -1,0 +1,354 @@
+/* CPU kernels (worker-cpu/kernels.c) against the scalar reference in
+ * llm/quant.c, for every ISA this CPU supports: activation quantization,
+ * single dots and matmul over odd row counts and token counts. Weight blocks
+ * are random bytes (every bit pattern of quants and packed scales) with
+ * block scales from tiny (fp16 subnormal) to huge. */
+#include "worker-cpu/kernels.h"
+#include "worker-cpu/kernels_impl.h"
+#include "tests/unit/check.h"
+
+#include <math.h>
+#include <stdint.h>
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_unit(void) { return ((rng_u64() >> 11) + 0.5) * 0x1p-53; }
+static float rng_normal(void) { return (float)(sqrt(-2 * log(rng_unit())) * cos(6.283185307179586 * rng_unit())); }
+
+static const sw_type WTYPES[] = {SW_TYPE_F32, SW_TYPE_F16, SW_TYPE_BF16, SW_TYPE_Q4_0, SW_TYPE_Q4_1,
+                                 SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_Q4_K, SW_TYPE_Q5_K,
+                                 SW_TYPE_Q6_K};
+#define NW (int)(sizeof WTYPES / sizeof WTYPES[0])
+
+/* Offsets of the fp16 scale fields in a block; -1 ends. The second entry of
+ * Q4_1/Q5_1/Q4_K/Q5_K is the min / offset field. */
+static void scale_fields(sw_type t, int off[3]) {
+    off[0] = off[1] = off[2] = -1;
+    switch (t) {
+    case SW_TYPE_Q4_0: case SW_TYPE_Q5_0: case SW_TYPE_Q8_0: off[0] = 0; break;
+    case SW_TYPE_Q4_1: case SW_TYPE_Q5_1: case SW_TYPE_Q4_K: case SW_TYPE_Q5_K: off[0] = 0; off[1] = 2; break;
+    case SW_TYPE_Q6_K: off[0] = 208; break;
+    default: break;
+    }
+}
+
+/* A random fp16 scale of magnitude around 2^e (e from -24: subnormal). */
+static sw_f16 rand_scale(int mode) {
+    float mag;
+    switch (mode) {
+    case 0: mag = 1e-3f; break;
+    case 1: mag = 0x1p-24f * (1 + (float)(rng_u64() % 8)); break; /* fp16 subnormals */
+    case 2: mag = 3000.0f; break;
+    default: mag = 1.0f; break;
+    }
+    float v = mag * (float)(0.25 + rng_unit());
+    if (mode == 1) v = mag;
+    if (rng_u64() & 1) v = -v;
+    return sw_f32_to_f16(v);
+}
+
+/* Fills a row of n weights of type t with random content at scale `mode`. */
+static void random_weights(sw_type t, uint8_t *w, int64_t n, int mode) {
+    const sw_type_traits *tr = sw_type_info(t);
+    size_t rs = sw_row_size(t, (uint64_t)n);
+    if (t == SW_TYPE_F32) {
+        for (int64_t i = 0; i < n; i++) { float f = rng_normal() * (mode == 2 ? 1e4f : mode == 1 ? 1e-6f : 1.0f); memcpy(w + 4 * i, &f, 4); }
+        return;
+    }
+    if (t == SW_TYPE_F16 || t == SW_TYPE_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            float f = rng_normal() * (mode == 2 ? 1e3f : mode == 1 ? 1e-6f : 1.0f);
+            uint16_t h = t == SW_TYPE_F16 ? sw_f32_to_f16(f) : sw_f32_to_bf16(f);
+            memcpy(w + 2 * i, &h, 2);
+        }
+        return;
+    }
+    for (size_t i = 0; i < rs; i++) w[i] = (uint8_t)rng_u64();
+    int off[3];
+    scale_fields(t, off);
+    for (int64_t b = 0; b < n / tr->block_size; b++)
+        for (int k = 0; off[k] >= 0; k++) {
+            sw_f16 h = rand_scale(mode);
+            memcpy(w + b * tr->type_size + off[k], &h, 2);
+        }
+}
+
+/* Activation rows: floats (half of them with an outlier), quantized by the reference. */
+static void random_x(float *x, int64_t n, int mode) {
+    float s = mode == 2 ? 1e3f : mode == 1 ? 1e-4f : 1.0f;
+    for (int64_t i = 0; i < n; i++) x[i] = rng_normal() * s;
+    if (rng_u64() & 1) x[rng_u64() % n] = 50 * s;
+}
+
+/* Sum of |terms| of the dot, the scale float rounding is relative to. The
+ * min/offset term of Q4_1/Q5_1/Q4_K/Q5_K is counted separately because it
+ * can cancel against the scaled quants. */
+static double dot_magnitude(sw_type t, const uint8_t *w, const uint8_t *act, int64_t n) {
+    const sw_type_traits *tr = sw_type_info(t);
+    size_t rs = sw_row_size(t, (uint64_t)n);
+    float *wf = malloc((size_t)n * 4), *w0 = malloc((size_t)n * 4), *af = malloc((size_t)n * 4);
+    uint8_t *wz = malloc(rs);
+    memcpy(wz, w, rs);
+    int off[3];
+    scale_fields(t, off);
+    if (off[1] >= 0)
+        for (int64_t b = 0; b < n / tr->block_size; b++) memset(wz + b * tr->type_size + off[1], 0, 2);
+    sw_dequantize_row(t, w, wf, n);
+    sw_dequantize_row(t, wz, w0, n);
+    sw_dequantize_row(tr->vec_dot_type, act, af, n);
+    double mag = 0;
+    for (int64_t i = 0; i < n; i++) mag += (fabs((double)w0[i]) + fabs((double)wf[i] - w0[i])) * fabs((double)af[i]);
+    free(wf); free(w0); free(af); free(wz);
+    return mag;
+}
+
+static bool close_enough(double got, double ref, double mag, double rel) {
+    return fabs(got - ref) <= rel * mag + 1e-35;
+}
+
+static void test_quantize_act(sw_isa isa) {
+    float x[4096];
+    uint8_t a[8192], r[8192];
+    sw_type kinds[] = {SW_TYPE_Q4_K, SW_TYPE_Q4_0, SW_TYPE_F16};
+    for (int k = 0; k < 3; k++) {
+        sw_type at = sw_type_info(kinds[k])->vec_dot_type;
+        for (int trial = 0; trial < 12; trial++) {
+            int64_t n = trial < 4 ? 256 : 1024 + 256 * (trial % 4);
+            random_x(x, n, trial % 3);
+            if (trial == 3) memset(x, 0, sizeof x);                  /* all zero */
+            if (trial == 5) for (int64_t i = 0; i < n; i++) x[i] = 7.0f; /* all equal, positive max */
+            size_t rs = sw_act_row_size(kinds[k], n);
+            CHECK(rs == sw_row_size(at, (uint64_t)n), "act row size");
+            sw_quantize_act(kinds[k], x, a, n);
+            sw_quantize_row(at, x, r, n);
+            CHECK(memcmp(a, r, rs) == 0, "isa %s: activation quantization for %s differs from the reference (trial %d)",
+                  sw_isa_name(isa), sw_type_info(kinds[k])->name, trial);
+        }
+    }
+}
+
+static void test_dots(sw_isa isa) {
+    enum { NMAX = 4096 };
+    static uint8_t w[NMAX * 4], act[NMAX * 4];
+    static float x[NMAX];
+    for (int k = 0; k < NW; k++) {
+        sw_type t = WTYPES[k];
+        const sw_type_traits *tr = sw_type_info(t);
+        int bad = 0;
+        for (int trial = 0; trial < 40; trial++) {
+            int64_t bs = tr->block_size == 1 ? 32 : tr->block_size;
+            int64_t n = bs * (1 + (int64_t)(rng_u64() % (NMAX / bs)));
+            if (trial < 4) n = bs;
+            if (tr->block_size == 1 && trial % 3 == 0) n = 1 + (int64_t)(rng_u64() % 100); /* float rows of any width */
+            int wmode = trial % 4, amode = (trial / 4) % 3;
+            random_weights(t, w, n, wmode);
+            random_x(x, n, amode);
+            sw_quantize_row(tr->vec_dot_type, x, act, n);
+            float ref = sw_vec_dot_ref(t, n, w, act);
+            float got = sw_vec_dot(t, n, w, act);
+            double mag = dot_magnitude(t, w, act, n);
+            bool ok = isa == SW_ISA_SCALAR ? got == ref || (isnan(got) && isnan(ref))
+                                           : close_enough(got, ref, mag, tr->quantized ? 2e-6 : 1e-5);
+            if (!ok && bad++ < 3)
+                CHECK(ok, "isa %s %s n=%lld wmode %d amode %d: %.9g vs ref %.9g (mag %.3g)", sw_isa_name(isa),
+                      tr->name, (long long)n, wmode, amode, got, ref, mag);
+        }
+        CHECK(bad == 0, "isa %s %s: %d of 40 dots off", sw_isa_name(isa), tr->name, bad);
+    }
+}
+
+static void test_matmul(sw_isa isa) {
+    static const int64_t ROWS[] = {1, 7, 33};
+    static const int TOKS[] = {1, 2, 3, 5, 7, 11, 12, 14, 16, 37}; /* every dotn width 1..8; 37: packed path */
+    for (int k = 0; k < NW; k++) {
+        sw_type t = WTYPES[k];
+        const sw_type_traits *tr = sw_type_info(t);
+        sw_type at = tr->vec_dot_type;
+        for (int ri = 0; ri < 3; ri++)
+            for (int ti = 0; ti < 10; ti++) {
+                int64_t rows = ROWS[ri], cols = tr->block_size == 1 ? 96 : tr->block_size * (ri == 2 ? 3 : 2);
+                int ntok = TOKS[ti];
+                size_t rs = sw_row_size(t, (uint64_t)cols), ars = sw_row_size(at, (uint64_t)cols);
+                uint8_t *w = malloc(rs * rows), *a = malloc(ars * ntok);
+                float *x = malloc(sizeof(float) * cols * ntok), *y = malloc(sizeof(float) * rows * ntok);
+                for (int64_t r = 0; r < rows; r++) random_weights(t, w + r * rs, cols, (int)(r % 4));
+                for (int i = 0; i < ntok; i++) {
+                    random_x(x + i * cols, cols, i % 3);
+                    sw_quantize_row(at, x + i * cols, a + i * ars, cols);
+                }
+                for (int64_t i = 0; i < rows * ntok; i++) y[i] = -12345.0f;
+                sw_matmul(t, w, rows, cols, x, ntok, y);
+                int bad = 0;
+                for (int i = 0; i < ntok; i++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        float ref = sw_vec_dot_ref(t, cols, w + r * rs, a + i * ars);
+                        float got = y[i * rows + r];
+                        double mag = dot_magnitude(t, w + r * rs, a + i * ars, cols);
+                        bool ok = isa == SW_ISA_SCALAR ? got == ref
+                                                       : close_enough(got, ref, mag, tr->quantized ? 2e-6 : 1e-5);
+                        if (!ok && bad++ < 2)
+                            CHECK(ok, "isa %s %s matmul rows %lld tok %d: y[%d,%lld] = %.9g vs %.9g", sw_isa_name(isa),
+                                  tr->name, (long long)rows, ntok, i, (long long)r, got, ref);
+                    }
+                CHECK(bad == 0, "isa %s %s matmul rows %lld ntok %d: %d wrong", sw_isa_name(isa), tr->name,
+                      (long long)rows, ntok, bad);
+                free(w); free(a); free(x); free(y);
+            }
+    }
+}
+
+/* Larger shapes through the GGUF-tensor entry points (and several threads). */
+static void test_tensor_paths(sw_isa isa) {
+    gguf_tensor t;
+    memset(&t, 0, sizeof t);
+    strcpy(t.name, "test.weight");
+    t.n_dims = 2;
+    t.type = SW_TYPE_Q4_K;
+    t.ne[0] = 1024; t.ne[1] = 300; t.ne[2] = t.ne[3] = 1;
+    size_t rs = sw_row_size(t.type, t.ne[0]);
+    t.nbytes = rs * t.ne[1];
+    uint8_t *w = malloc(t.nbytes);
+    for (uint64_t r = 0; r < t.ne[1]; r++) random_weights(t.type, w + r * rs, 1024, 3);
+    t.data = w;
+    int ntok = 9;
+    float *x = malloc(sizeof(float) * 1024 * ntok), *y = malloc(sizeof(float) * 300 * ntok);
+    uint8_t *a = malloc(sw_act_row_size(t.type, 1024) * ntok);
+    size_t ars = sw_act_row_size(t.type, 1024);
+    for (int i = 0; i < ntok; i++) {
+        random_x(x + i * 1024, 1024, 0);
+        sw_quantize_row(SW_TYPE_Q8_K, x + i * 1024, a + i * ars, 1024);
+    }
+    sw_matmul_tensor(&t, x, ntok, y);
+    int bad = 0;
+    for (int i = 0; i < ntok; i++)
+        for (int r = 0; r < 300; r++) {
+            float ref = sw_vec_dot_ref(t.type, 1024, w + r * rs, a + i * ars);
+            double mag = dot_magnitude(t.type, w + r * rs, a + i * ars, 1024);
+            if (!(isa == SW_ISA_SCALAR ? y[i * 300 + r] == ref : close_enough(y[i * 300 + r], ref, mag, 2e-6))) bad++;
+        }
+    CHECK(bad == 0, "isa %s: matmul_tensor %d wrong", sw_isa_name(isa), bad);
+
+    float row[1024], want[1024];
+    sw_get_row(&t, 299, row);
+    sw_dequantize_row(t.type, w + 299 * rs, want, 1024);
+    CHECK(memcmp(row, want, sizeof row) == 0, "get_row equals dequantize_row");
+    sw_get_row(&t, 300, row);
+    CHECK(isnan(row[0]), "get_row past the end: NaN, no crash");
+    free(w); free(x); free(y); free(a);
+}
+
+/* The AVX-512 table without VNNI (vpmaddubsw path) is not what this CPU
+ * selects when it has VNNI, so test its entries directly. */
+static void test_avx512_bw_table(void) {
+    if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl") ||
+        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx2")) return;
+    sw_kernel_table t;
+    memset(&t, 0, sizeof t);
+    sw_kernels_fill_avx512(&t, false);
+    static uint8_t w[4096 * 2], act[4096 * 2];
+    static float x[4096 * 4], out[4];
+    int checked = 0;
+    for (int k = 0; k < NW; k++) {
+        sw_type ty = WTYPES[k];
+        const sw_type_traits *tr = sw_type_info(ty);
+        if (!t.dot[ty]) continue;
+        for (int trial = 0; trial < 12; trial++) {
+            int64_t n = tr->block_size == 1 ? 100 : tr->block_size * (1 + trial % 5);
+            size_t ars = sw_row_size(tr->vec_dot_type, (uint64_t)n);
+            random_weights(ty, w, n, trial % 4);
+            for (int i = 0; i < 3; i++) {
+                random_x(x + i * n, n, (trial + i) % 3);
+                sw_quantize_row(tr->vec_dot_type, x + i * n, act + i * ars, n);
+            }
+            float ref = sw_vec_dot_ref(ty, n, w, act);
+            double mag = dot_magnitude(ty, w, act, n);
+            CHECK(close_enough(t.dot[ty](n, w, act), ref, mag, 1e-5), "avx512bw %s dot", tr->name);
+            if (t.dotn[ty]) {
+                /* with and without the d*bsums side array */
+                float aux[3 * 16 * 8];
+                for (int i = 0; i < 3; i++) sw_q8k_aux((const block_q8_k *)(act + i * ars), n, aux + i * 16 * 8);
+                for (int with_aux = 0; with_aux < 2; with_aux++) {
+                    t.dotn[ty](n, w, act, ars, with_aux ? aux : NULL, 16 * 8, 3, out, 1);
+                    for (int i = 0; i < 3; i++) {
+                        float r = sw_vec_dot_ref(ty, n, w, act + i * ars);
+                        CHECK(close_enough(out[i], r, dot_magnitude(ty, w, act + i * ars, n), 2e-6),
+                              "avx512bw %s dotn aux %d", tr->name, with_aux);
+                    }
+                }
+            }
+            checked++;
+        }
+    }
+    CHECK(checked > 0, "avx512bw table has kernels");
+
+    /* packed 16-row kernel */
+    CHECK(t.gemm16 != NULL, "avx512bw table has gemm16");
+    sw_type ktypes[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    for (int k = 0; t.gemm16 && k < 3; k++) {
+        int64_t n = 512, nb = 2;
+        size_t rs = sw_row_size(ktypes[k], n), ars = sw_row_size(SW_TYPE_Q8_K, n);
+        uint8_t *wr = malloc(rs * 16), *a = malloc(ars * 5);
+        float aux[5 * 32], y[5 * 16];
+        for (int r = 0; r < 16; r++) random_weights(ktypes[k], wr + r * rs, n, r % 4);
+        for (int i = 0; i < 5; i++) {
+            random_x(x, n, i % 3);
+            sw_quantize_row(SW_TYPE_Q8_K, x, a + i * ars, n);
+            sw_q8k_aux((const block_q8_k *)(a + i * ars), n, aux + i * 32);
+        }
+        sw_kpack16 *pk = aligned_alloc(64, sizeof(sw_kpack16) * nb), *pk2 = aligned_alloc(64, sizeof(sw_kpack16) * nb);
+        int nsub = sw_kpack16_rows(ktypes[k], wr, rs, nb, pk);
+        if (t.pack16) {
+            /* the SIMD packer must give the same quants, scales and offsets */
+            CHECK(t.pack16(ktypes[k], wr, rs, nb, pk2) == nsub, "pack16 nsub");
+            bool same = true;
+            for (int64_t b = 0; b < nb; b++) {
+                same &= memcmp(pk[b].q, pk2[b].q, sizeof pk[b].q) == 0;
+                same &= memcmp(pk[b].scale, pk2[b].scale, sizeof(float) * 16 * (size_t)nsub) == 0;
+                same &= memcmp(pk[b].offs, pk2[b].offs, sizeof pk[b].offs) == 0;
+            }
+            CHECK(same, "avx512bw pack16 %s equals the scalar packer", sw_type_info(ktypes[k])->name);
+        }
+        free(pk2);
+        t.gemm16(pk, nb, nsub, a, ars, aux, 32, 5, y, 16);
+        int bad = 0;
+        for (int i = 0; i < 5; i++)
+            for (int r = 0; r < 16; r++) {
+                float ref = sw_vec_dot_ref(ktypes[k], n, wr + r * rs, a + i * ars);
+                if (!close_enough(y[i * 16 + r], ref, dot_magnitude(ktypes[k], wr + r * rs, a + i * ars, n), 2e-6)) bad++;
+            }
+        CHECK(bad == 0, "avx512bw gemm16 %s: %d wrong", sw_type_info(ktypes[k])->name, bad);
+        free(pk); free(wr); free(a);
+    }
+}
+
+static void test_bad_input(void) {
+    float x[100] = {0}, y[10];
+    uint8_t w[1000] = {0};
+    sw_matmul(SW_TYPE_Q4_K, w, 2, 100, x, 1, y);   /* 100 is not a multiple of 256 */
+    CHECK(isnan(y[0]) && isnan(y[1]), "bad width gives NaN output");
+    sw_matmul((sw_type)11, w, 2, 256, x, 1, y);     /* unsupported type */
+    CHECK(isnan(y[0]), "unsupported type gives NaN output");
+    CHECK(isnan(sw_vec_dot((sw_type)99, 32, w, w)), "unknown type dot is NaN");
+    CHECK(sw_act_row_size((sw_type)99, 32) == 0, "unknown type has no act size");
+}
+
+int main(void) {
+    sw_isa best = sw_isa_set(SW_ISA_AVX512);
+    printf("best ISA on this CPU: %s\n", sw_isa_name(best));
+    for (int i = 0; i <= (int)best; i++) {
+        sw_isa isa = (sw_isa)i;
+        CHECK(sw_isa_set(isa) == isa && sw_isa_active() == isa, "select %s", sw_isa_name(isa));
+        test_quantize_act(isa);
+        test_dots(isa);
+        test_matmul(isa);
+        test_tensor_paths(isa);
+    }
+    if (best == SW_ISA_AVX512) test_avx512_bw_table();
+    test_bad_input();
+    CHECK_DONE();
+}

@@ -1,0 +1,346 @@
+/* Kernel dispatch, activation quantization and the matrix x tokens product.
+ *
+ * Three tables (scalar, AVX2, AVX-512) are built once; the active one is
+ * chosen from cpuid, or from SPILLWAY_ISA, or by sw_isa_set (tests). The
+ * scalar table is exactly the llm/quant.c reference, so ISA=scalar gives the
+ * reference results bit for bit.
+ *
+ * sw_matmul picks by token count: one token -> one pass per weight row;
+ * 2..31 -> each weight block decoded once for up to SW_DOTN_MAX tokens (dotn);
+ * 32+ K-quant tokens with AVX-512 -> 16 rows repacked row-interleaved
+ * (sw_kpack16) so vpdpbusd works on 16 rows at once (gemm16), which is what
+ * makes prefill compute-efficient.
+ */
+#include "worker-cpu/kernels.h"
+#include "worker-cpu/kernels_impl.h"
+
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- scalar table --------------------------------------------------------- */
+
+#define REF_DOT(T)                                                               \
+    static float ref_dot_##T(int64_t n, const void *w, const void *act) {       \
+        return sw_vec_dot_ref(SW_TYPE_##T, n, w, act);                           \
+    }
+REF_DOT(F32) REF_DOT(F16) REF_DOT(BF16) REF_DOT(Q4_0) REF_DOT(Q4_1) REF_DOT(Q5_0)
+REF_DOT(Q5_1) REF_DOT(Q8_0) REF_DOT(Q4_K) REF_DOT(Q5_K) REF_DOT(Q6_K) REF_DOT(Q8_K)
+
+static void ref_quant_q8_k(const float *x, void *dst, int64_t n) { sw_quantize_row(SW_TYPE_Q8_K, x, dst, n); }
+static void ref_quant_q8_0(const float *x, void *dst, int64_t n) { sw_quantize_row(SW_TYPE_Q8_0, x, dst, n); }
+
+static void fill_scalar(sw_kernel_table *t) {
+    memset(t, 0, sizeof *t);
+    t->dot[SW_TYPE_F32] = ref_dot_F32;
+    t->dot[SW_TYPE_F16] = ref_dot_F16;
+    t->dot[SW_TYPE_BF16] = ref_dot_BF16;
+    t->dot[SW_TYPE_Q4_0] = ref_dot_Q4_0;
+    t->dot[SW_TYPE_Q4_1] = ref_dot_Q4_1;
+    t->dot[SW_TYPE_Q5_0] = ref_dot_Q5_0;
+    t->dot[SW_TYPE_Q5_1] = ref_dot_Q5_1;
+    t->dot[SW_TYPE_Q8_0] = ref_dot_Q8_0;
+    t->dot[SW_TYPE_Q4_K] = ref_dot_Q4_K;
+    t->dot[SW_TYPE_Q5_K] = ref_dot_Q5_K;
+    t->dot[SW_TYPE_Q6_K] = ref_dot_Q6_K;
+    t->dot[SW_TYPE_Q8_K] = ref_dot_Q8_K;
+    t->quant_q8_k = ref_quant_q8_k;
+    t->quant_q8_0 = ref_quant_q8_0;
+}
+
+/* ---- ISA selection -------------------------------------------------------- */
+
+static sw_kernel_table tables[3];
+static sw_isa isa_best = SW_ISA_SCALAR;
+static sw_isa isa_cur = SW_ISA_SCALAR;
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+static bool cpu_has_avx512(void) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+static void isa_init(void) {
+    __builtin_cpu_init();
+    fill_scalar(&tables[SW_ISA_SCALAR]);
+    tables[SW_ISA_AVX2] = tables[SW_ISA_SCALAR];
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        sw_kernels_fill_avx2(&tables[SW_ISA_AVX2]);
+        isa_best = SW_ISA_AVX2;
+        tables[SW_ISA_AVX512] = tables[SW_ISA_AVX2];
+        if (cpu_has_avx512()) {
+            sw_kernels_fill_avx512(&tables[SW_ISA_AVX512], __builtin_cpu_supports("avx512vnni"));
+            isa_best = SW_ISA_AVX512;
+        }
+    }
+    isa_cur = isa_best;
+    const char *env = getenv("SPILLWAY_ISA");
+    if (env && *env) {
+        sw_isa want = isa_best;
+        if (!strcmp(env, "scalar")) want = SW_ISA_SCALAR;
+        else if (!strcmp(env, "avx2")) want = SW_ISA_AVX2;
+        else if (!strcmp(env, "avx512")) want = SW_ISA_AVX512;
+        else fprintf(stderr, "kernels: SPILLWAY_ISA=%s not understood (scalar|avx2|avx512); using %s\n",
+                     env, sw_isa_name(isa_best));
+        if (want > isa_best)
+            fprintf(stderr, "kernels: SPILLWAY_ISA=%s not supported by this CPU; using %s\n",
+                    env, sw_isa_name(isa_best));
+        isa_cur = want > isa_best ? isa_best : want;
+    }
+}
+
+static inline const sw_kernel_table *ktab(void) {
+    pthread_once(&isa_once, isa_init);
+    return &tables[isa_cur];
+}
+
+sw_isa sw_isa_active(void) {
+    pthread_once(&isa_once, isa_init);
+    return isa_cur;
+}
+
+sw_isa sw_isa_set(sw_isa isa) {
+    pthread_once(&isa_once, isa_init);
+    if ((int)isa < 0) isa = SW_ISA_SCALAR;
+    isa_cur = isa > isa_best ? isa_best : isa;
+    return isa_cur;
+}
+
+const char *sw_isa_name(sw_isa isa) {
+    switch (isa) {
+    case SW_ISA_SCALAR: return "scalar";
+    case SW_ISA_AVX2: return "avx2";
+    case SW_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+/* ---- activations ---------------------------------------------------------- */
+
+static sw_type act_type(sw_type wtype) {
+    const sw_type_traits *t = sw_type_info(wtype);
+    return t ? t->vec_dot_type : SW_TYPE_COUNT;
+}
+
+size_t sw_act_row_size(sw_type wtype, int64_t n) {
+    sw_type at = act_type(wtype);
+    if (at == SW_TYPE_COUNT || n < 0) return 0;
+    return sw_row_size(at, (uint64_t)n);
+}
+
+void sw_quantize_act(sw_type wtype, const float *x, void *dst, int64_t n) {
+    const sw_kernel_table *kt = ktab();
+    switch (act_type(wtype)) {
+    case SW_TYPE_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
+    case SW_TYPE_Q8_K: if (n % QK_K == 0) kt->quant_q8_k(x, dst, n); break;
+    case SW_TYPE_Q8_0: if (n % QK8_0 == 0) kt->quant_q8_0(x, dst, n); break;
+    default: break;
+    }
+}
+
+float sw_vec_dot(sw_type wtype, int64_t n, const void *w, const void *act) {
+    const sw_type_traits *t = sw_type_info(wtype);
+    if (!t || n < 0 || n % t->block_size || !ktab()->dot[wtype]) return NAN;
+    return ktab()->dot[wtype](n, w, act);
+}
+
+/* ---- matmul ----------------------------------------------------------------
+ * Activations are quantized once per call into a per-thread scratch buffer
+ * that only grows (prefill would otherwise malloc megabytes per matrix). */
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+typedef struct { void *p[2]; size_t cap[2]; } scratch;
+enum { SCRATCH_ACT = 0, SCRATCH_PACK = 1 };
+
+static void scratch_free(void *v) { scratch *s = v; free(s->p[0]); free(s->p[1]); free(s); }
+static void scratch_init(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+/* Per-thread buffer `slot` of at least n bytes, 64-byte aligned. */
+static void *scratch_get(int slot, size_t n) {
+    pthread_once(&scratch_once, scratch_init);
+    scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s) return NULL;
+        pthread_setspecific(scratch_key, s);
+    }
+    if (s->cap[slot] < n) {
+        free(s->p[slot]);
+        s->cap[slot] = 0;
+        s->p[slot] = aligned_alloc(64, (n + 63) & ~(size_t)63);
+        if (!s->p[slot]) return NULL;
+        s->cap[slot] = n;
+    }
+    return s->p[slot];
+}
+
+int sw_kpack16_rows(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk) {
+    const sw_type_traits *t = sw_type_info(type);
+    int nsub = 0;
+    uint8_t q[QK_K];
+    float scale[16], offs[16];
+    for (int64_t i = 0; i < nb; i++)
+        for (int r = 0; r < 16; r++) {
+            nsub = sw_kblock_unpack(type, w + (size_t)r * row_size + (size_t)i * t->type_size, q, scale, offs);
+            int steps = QK_K / nsub / 4;
+            uint8_t *dst = pk[i].q + 4 * r;
+            for (int j = 0; j < nsub; j++)
+                for (int st = 0; st < steps; st++)
+                    memcpy(dst + (size_t)(j * steps + st) * 64, q + j * (QK_K / nsub) + 4 * st, 4);
+            for (int k = 0; k < 16; k++) {
+                pk[i].scale[k][r] = scale[k];
+                pk[i].offs[k][r] = offs[k];
+            }
+        }
+    return nsub;
+}
+
+/* From this many tokens on, K-quant rows are repacked 16 at a time (cost
+ * about one pass of dotn) and multiplied with the packed kernel. */
+#define GEMM_MIN_TOK 32
+
+/* Row tile: enough weight rows to stay in L2 while every token tile passes
+ * over them; token tile: activation rows reused across that row tile. */
+#define ROW_TILE_BYTES (96 * 1024)
+#define TOK_TILE 64
+
+static void matmul_rows(const sw_kernel_table *kt, sw_type type, const uint8_t *w, size_t row_size,
+                        int64_t r0, int64_t r1, int64_t rows, int64_t cols,
+                        const uint8_t *act, size_t act_rs, const float *aux, size_t aux_rs,
+                        int n_tok, float *y) {
+    sw_dot_fn dot = kt->dot[type];
+    sw_dotn_fn dotn = kt->dotn[type];
+    if (n_tok == 1) {
+        if (dotn) {
+            for (int64_t r = r0; r < r1; r++) dotn(cols, w + (size_t)r * row_size, act, act_rs, aux, aux_rs, 1, y + r, 0);
+        } else {
+            for (int64_t r = r0; r < r1; r++) y[r] = dot(cols, w + (size_t)r * row_size, act);
+        }
+        return;
+    }
+    if (kt->gemm16 && aux && n_tok >= GEMM_MIN_TOK &&
+        (type == SW_TYPE_Q4_K || type == SW_TYPE_Q5_K || type == SW_TYPE_Q6_K)) {
+        int64_t nb = cols / QK_K;
+        sw_kpack16 *pk = scratch_get(SCRATCH_PACK, (size_t)nb * sizeof(sw_kpack16));
+        for (; pk && r0 + 16 <= r1; r0 += 16) {
+            int nsub = (kt->pack16 ? kt->pack16 : sw_kpack16_rows)(type, w + (size_t)r0 * row_size, row_size, nb, pk);
+            for (int t = 0; t < n_tok; t += SW_DOTN_MAX) {
+                int cnt = n_tok - t < SW_DOTN_MAX ? n_tok - t : SW_DOTN_MAX;
+                kt->gemm16(pk, nb, nsub, act + (size_t)t * act_rs, act_rs, aux + (size_t)t * aux_rs, aux_rs, cnt,
+                           y + (size_t)t * rows + r0, (size_t)rows);
+            }
+        }
+        if (r0 >= r1) return;
+        /* fewer than 16 rows left: the row-at-a-time path below */
+    }
+    int64_t rtile = (int64_t)(ROW_TILE_BYTES / row_size);
+    if (rtile < 1) rtile = 1;
+    for (int64_t rt = r0; rt < r1; rt += rtile) {
+        int64_t rend = rt + rtile < r1 ? rt + rtile : r1;
+        for (int tt = 0; tt < n_tok; tt += TOK_TILE) {
+            int tend = tt + TOK_TILE < n_tok ? tt + TOK_TILE : n_tok;
+            for (int64_t r = rt; r < rend; r++) {
+                const uint8_t *wr = w + (size_t)r * row_size;
+                for (int t = tt; t < tend; t += SW_DOTN_MAX) {
+                    int cnt = tend - t < SW_DOTN_MAX ? tend - t : SW_DOTN_MAX;
+                    const uint8_t *a = act + (size_t)t * act_rs;
+                    float *out = y + (size_t)t * rows + r;
+                    if (dotn) {
+                        dotn(cols, wr, a, act_rs, aux ? aux + (size_t)t * aux_rs : NULL, aux_rs, cnt, out, (size_t)rows);
+                    } else {
+                        for (int k = 0; k < cnt; k++) out[(size_t)k * rows] = dot(cols, wr, a + k * act_rs);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void fill_nan(float *y, size_t n) { for (size_t i = 0; i < n; i++) y[i] = NAN; }
+
+void sw_matmul(sw_type type, const void *w, int64_t rows, int64_t cols,
+               const float *x, int n_tok, float *y) {
+    const sw_kernel_table *kt = ktab();
+    const sw_type_traits *t = sw_type_info(type);
+    if (rows <= 0 || n_tok <= 0) return;
+    if (!t || type == SW_TYPE_Q8_K || cols <= 0 || cols % t->block_size || !kt->dot[type]) {
+        fprintf(stderr, "sw_matmul: unsupported weight type %d or width %lld\n", (int)type, (long long)cols);
+        fill_nan(y, (size_t)rows * (size_t)n_tok);
+        return;
+    }
+    size_t row_size = sw_row_size(type, (uint64_t)cols);
+    size_t act_rs = sw_act_row_size(type, cols);
+    const uint8_t *act = (const uint8_t *)x;
+    const float *aux = NULL;
+    size_t aux_rs = 0;
+    if (act_type(type) != SW_TYPE_F32) {
+        /* Q8_K rows also get the per-block d*bsums (aux) the K-quant kernels use */
+        bool want_aux = act_type(type) == SW_TYPE_Q8_K && kt->dotn[type];
+        size_t act_bytes = (act_rs * (size_t)n_tok + 63) & ~(size_t)63;
+        aux_rs = want_aux ? (size_t)(cols / QK_K) * 16 : 0;
+        uint8_t *buf = scratch_get(SCRATCH_ACT, act_bytes + aux_rs * sizeof(float) * (size_t)n_tok);
+        if (!buf) {
+            fprintf(stderr, "sw_matmul: out of memory for %d activation rows\n", n_tok);
+            fill_nan(y, (size_t)rows * (size_t)n_tok);
+            return;
+        }
+        float *auxw = want_aux ? (float *)(buf + act_bytes) : NULL;
+        #pragma omp parallel for if (n_tok >= 4) schedule(static)
+        for (int i = 0; i < n_tok; i++) {
+            uint8_t *a = buf + (size_t)i * act_rs;
+            sw_quantize_act(type, x + (size_t)i * cols, a, cols);
+            if (auxw) sw_q8k_aux((const block_q8_k *)a, cols, auxw + (size_t)i * aux_rs);
+        }
+        act = buf;
+        aux = auxw;
+    }
+    /* Output rows are split in units of 16 (64 bytes of y per token), so no
+     * two threads write the same cache line of a 64-byte-aligned y. */
+    double work = (double)rows * (double)cols * n_tok;
+    #pragma omp parallel if (work > 65536)
+    {
+        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        int64_t units = (rows + 15) / 16;
+        int64_t r0 = units * ith / nth * 16, r1 = units * (ith + 1) / nth * 16;
+        if (r1 > rows) r1 = rows;
+        if (r0 < r1) matmul_rows(kt, type, w, row_size, r0, r1, rows, cols, act, act_rs, aux, aux_rs, n_tok, y);
+    }
+}
+
+static bool tensor_dims(const gguf_tensor *w, int64_t *rows, int64_t *cols) {
+    if (!w) return false;
+    uint64_t r = w->ne[1];
+    for (int i = 2; i < GGUF_MAX_DIMS; i++) r *= w->ne[i] ? w->ne[i] : 1;
+    size_t rs = sw_row_size(w->type, w->ne[0]);
+    if (!rs || !w->data || r == 0 || w->nbytes / rs < r) return false;
+    *rows = (int64_t)r;
+    *cols = (int64_t)w->ne[0];
+    return true;
+}
+
+void sw_matmul_tensor(const gguf_tensor *w, const float *x, int n_tok, float *y) {
+    int64_t rows, cols;
+    if (!tensor_dims(w, &rows, &cols)) {
+        fprintf(stderr, "sw_matmul_tensor: bad tensor '%s'\n", w ? w->name : "(null)");
+        return;
+    }
+    sw_matmul(w->type, w->data, rows, cols, x, n_tok, y);
+}
+
+void sw_get_row(const gguf_tensor *w, int64_t r, float *out) {
+    int64_t rows, cols;
+    if (!tensor_dims(w, &rows, &cols) || r < 0 || r >= rows) {
+        fprintf(stderr, "sw_get_row: row %lld out of range for tensor '%s'\n", (long long)r,
+                w ? w->name : "(null)");
+        if (w && w->ne[0] < ((uint64_t)1 << 40)) fill_nan(out, (size_t)w->ne[0]);
+        return;
+    }
+    size_t rs = sw_row_size(w->type, (uint64_t)cols);
+    if (!sw_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)r * rs, out, cols))
+        fill_nan(out, (size_t)cols);
+}

@@ -1,0 +1,363 @@
+/* AVX2 + FMA + F16C kernels.
+ *
+ * Compiled for a generic x86-64 with the target pragma below; kernels.c only
+ * installs them after cpuid confirmed AVX2/FMA/F16C. The integer core is
+ * vpmaddubsw (unsigned weight x signed activation byte pairs -> int16) then
+ * vpmaddwd against the sub-block scale (-> int32), so a block's scales cost
+ * nothing extra. These 32-byte-block kernels (Q4_0..Q8_0) are also what the
+ * AVX-512 table uses for those types.
+ */
+#include "worker-cpu/kernels_impl.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m128 load_2h(const void *p) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+}
+
+/* 8 int32 -> 8 int8 with saturation, as the reference clamps. */
+static inline void store_q8x32(int8_t *dst, __m256i a, __m256i b, __m256i c, __m256i d) {
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    __m256i q = _mm256_packs_epi16(ab, cd);
+    q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)dst, q);
+}
+
+/* ---- activation quantization (bit-identical to the reference) ------------------ */
+
+static void quant_q8_k_avx2(const float *x, void *dst, int64_t n) {
+    block_q8_k *y = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m256 vmax = _mm256_set1_ps(-INFINITY), vmin = _mm256_set1_ps(INFINITY);
+        for (int j = 0; j < 32; j++) {
+            __m256 v = _mm256_loadu_ps(x + 8 * j);
+            vmax = _mm256_max_ps(vmax, v);
+            vmin = _mm256_min_ps(vmin, v);
+        }
+        float mx = -INFINITY, mn = INFINITY, tmp[8];
+        _mm256_storeu_ps(tmp, vmax);
+        for (int j = 0; j < 8; j++) mx = fmaxf(mx, tmp[j]);
+        _mm256_storeu_ps(tmp, vmin);
+        for (int j = 0; j < 8; j++) mn = fminf(mn, tmp[j]);
+        float pick;
+        if (mx == -mn || mx != mx || mn != mn) {
+            float amax = 0;
+            pick = 0;
+            for (int j = 0; j < QK_K; j++)
+                if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); pick = x[j]; }
+        } else {
+            pick = mx > -mn ? mx : mn;
+        }
+        if (pick == 0) { memset(&y[i], 0, sizeof y[i]); continue; }
+        float iscale = -128.0f / pick;
+        __m256 vs = _mm256_set1_ps(iscale);
+        for (int j = 0; j < 8; j++) {
+            const float *p = x + 32 * j;
+            store_q8x32(y[i].qs + 32 * j,
+                        _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p), vs)),
+                        _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 8), vs)),
+                        _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 16), vs)),
+                        _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 24), vs)));
+        }
+        /* bsums: pairs of bytes, then pairs of words -> 16 sums of 16 */
+        const __m256i ones8 = _mm256_set1_epi8(1);
+        for (int j = 0; j < 8; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * j));
+            __m256i s16 = _mm256_maddubs_epi16(ones8, q);           /* 16 sums of 2 */
+            __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); /* 8 sums of 4 */
+            int32_t v[8];
+            _mm256_storeu_si256((__m256i *)v, s32);
+            y[i].bsums[2 * j] = (int16_t)(v[0] + v[1] + v[2] + v[3]);
+            y[i].bsums[2 * j + 1] = (int16_t)(v[4] + v[5] + v[6] + v[7]);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+static void quant_q8_0_avx2(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(x + 8 * j);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
+        }
+        float tmp[8], amax = 0;
+        _mm256_storeu_ps(tmp, m);
+        for (int j = 0; j < 8; j++) amax = fmaxf(amax, tmp[j]);
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        y[i].d = sw_f32_to_f16(d);
+        __m256 vid = _mm256_set1_ps(id);
+        store_q8x32(y[i].qs, _mm256_cvtps_epi32(_mm256_mul_ps(v[0], vid)), _mm256_cvtps_epi32(_mm256_mul_ps(v[1], vid)),
+                    _mm256_cvtps_epi32(_mm256_mul_ps(v[2], vid)), _mm256_cvtps_epi32(_mm256_mul_ps(v[3], vid)));
+    }
+}
+
+/* ---- float dots ------------------------------------------------------------------- */
+
+static float dot_f32_avx2(int64_t n, const void *w, const void *act) {
+    const float *a = w, *b = act;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    float s = hsum8(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static float dot_f16_avx2(int64_t n, const void *w, const void *act) {
+    const uint16_t *a = w;
+    const float *b = act;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i + 8))),
+                               _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    float s = hsum8(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) s += _cvtsh_ss(a[i]) * b[i];
+    return s;
+}
+
+static float dot_bf16_avx2(int64_t n, const void *w, const void *act) {
+    const uint16_t *a = w;
+    const float *b = act;
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
+        acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), _mm256_loadu_ps(b + i), acc);
+    }
+    float s = hsum8(acc);
+    for (; i < n; i++) s += sw_bf16_to_f32(a[i]) * b[i];
+    return s;
+}
+
+/* ---- 32-weight blocks x Q8_0 ---------------------------------------------------------- */
+
+/* 8 int32 partial sums of s8 w x s8 a (|a| <= 127; w = -128 is fine). */
+static inline __m256i dot_s8s8(__m256i w, __m256i a) {
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* 8 int32 partial sums of u8 w (<= 31) x s8 a. */
+static inline __m256i dot_u8s8(__m256i w, __m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
+}
+
+#define Q32_SFX(name) name##_avx2
+#include "worker-cpu/kernels_q32_body.h"
+#undef Q32_SFX
+
+/* ---- K-quants x Q8_K -------------------------------------------------------------------- */
+
+#define ACT_BLOCK(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
+
+/* Q4_K / Q5_K 6-bit scales and mins as 16 words: 0..7 scales, 8..15 mins. */
+static inline __m256i k_scales_words(const uint8_t *s) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, s, 4); memcpy(&w1, s + 4, 4); memcpy(&w2, s + 8, 4);
+    uint32_t sc_lo = w0 & 0x3f3f3f3f, m_lo = w1 & 0x3f3f3f3f;
+    uint32_t sc_hi = (w2 & 0x0f0f0f0f) | ((w0 >> 2) & 0x30303030);
+    uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0f) | ((w1 >> 2) & 0x30303030);
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)m_hi, (int)m_lo, (int)sc_hi, (int)sc_lo));
+}
+
+/* shuffle_epi8 patterns broadcasting word j (0..7) of each lane */
+static inline __m256i word_bcast(__m256i v, int j) {
+    __m256i pat = _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8)));
+    return _mm256_shuffle_epi8(v, pat);
+}
+
+/* Q4_K (qh == NULL) and Q5_K. */
+static inline __attribute__((always_inline)) void
+k45_rows(int64_t n, const uint8_t *wbase, size_t bsize, bool five, const void *act, size_t stride, const int NT,
+         float *out, size_t ostride) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
+    const __m256i dup_lo = _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7,
+                                            8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15);
+    __m256 facc[SW_DOTN_MAX];
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) facc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *blk = wbase + i * bsize;
+        /* Q4_K: d dmin scales[12] qs[128]; Q5_K: d dmin scales[12] qh[32] qs[128] */
+        const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = five ? blk + 48 : blk + 16;
+        __m256i sw = k_scales_words(scales);
+        __m256i scb = _mm256_permute2x128_si256(sw, sw, 0x00);   /* scales in both lanes */
+        __m256i mb = _mm256_permute2x128_si256(sw, sw, 0x11);    /* mins in both lanes */
+        /* mins per bsum pair: low lane m0..m3 doubled, high lane m4..m7 doubled */
+        __m256i mins = _mm256_shuffle_epi8(mb, dup_lo);
+        __m256i hbits = five ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+        __m256i isum[SW_DOTN_MAX];
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (five) {
+                __m256i hb = _mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * c));
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+            }
+            __m256i s_lo = word_bcast(scb, 2 * c), s_hi = word_bcast(scb, 2 * c + 1);
+            _Pragma("GCC unroll 4")
+            for (int t = 0; t < NT; t++) {
+                const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
+                __m256i a_lo = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c));
+                __m256i a_hi = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c + 32));
+                __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), s_lo),
+                                             _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), s_hi));
+                isum[t] = _mm256_add_epi32(isum[t], p);
+            }
+        }
+        __m128 dd = load_2h(blk);
+        float d = _mm_cvtss_f32(dd), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
+            __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mins);
+            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * y->d), facc[t]);
+            facc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * y->d), facc[t]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) out[t * ostride] = hsum8(facc[t]);
+}
+
+static inline __attribute__((always_inline)) void
+q4_k_rows(int64_t n, const void *w, const void *act, size_t stride, const int NT, float *out, size_t ostride) {
+    k45_rows(n, w, sizeof(block_q4_k), false, act, stride, NT, out, ostride);
+}
+
+static inline __attribute__((always_inline)) void
+q5_k_rows(int64_t n, const void *w, const void *act, size_t stride, const int NT, float *out, size_t ostride) {
+    k45_rows(n, w, sizeof(block_q5_k), true, act, stride, NT, out, ostride);
+}
+
+static inline __attribute__((always_inline)) void
+q6_k_rows(int64_t n, const void *wv, const void *act, size_t stride, const int NT, float *out, size_t ostride) {
+    const block_q6_k *b = wv;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    __m256 facc[SW_DOTN_MAX];
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) facc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, b++) {
+        __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        __m256i isum[SW_DOTN_MAX];
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
+                _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
+            };
+            /* scales of sub-blocks 8h..8h+7 in both lanes; for k, low lane takes 2k, high lane 2k+1 */
+            __m256i sch = h ? _mm256_permute2x128_si256(sc, sc, 0x11) : _mm256_permute2x128_si256(sc, sc, 0x00);
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < 4; k++) {
+                __m256i pat = _mm256_setr_epi8(4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1,
+                                               4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1,
+                                               4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3,
+                                               4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3);
+                __m256i s = _mm256_shuffle_epi8(sch, pat);
+                _Pragma("GCC unroll 4")
+                for (int t = 0; t < NT; t++) {
+                    const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
+                    __m256i a = _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * k));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], a), s));
+                }
+            }
+        }
+        float d = _cvtsh_ss(b->d);
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
+            /* quants are stored +32: subtract 32 * sum_j sc_j * bsum_j */
+            __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc), 5);
+            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], off)), _mm256_set1_ps(d * y->d), facc[t]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) out[t * ostride] = hsum8(facc[t]);
+}
+
+/* AVX2 has 16 registers: at most 4 tokens per pass; aux is not used (the
+ * bsums go through vpmaddwd against the mins instead). */
+#define KQ_ENTRY(kind)                                                                                   \
+    static float dot_##kind##_avx2(int64_t n, const void *w, const void *act) {                         \
+        float r;                                                                                         \
+        kind##_rows(n, w, act, 0, 1, &r, 0);                                                             \
+        return r;                                                                                        \
+    }                                                                                                    \
+    static void dotn_##kind##_avx2(int64_t n, const void *w, const void *act, size_t stride,            \
+                                   const float *aux, size_t aux_stride, int ntok, float *out,            \
+                                   size_t ostride) {                                                     \
+        (void)aux; (void)aux_stride;                                                                     \
+        while (ntok > 0) {                                                                               \
+            switch (ntok) {                                                                              \
+            case 1: kind##_rows(n, w, act, stride, 1, out, ostride); break;                              \
+            case 2: kind##_rows(n, w, act, stride, 2, out, ostride); break;                              \
+            case 3: kind##_rows(n, w, act, stride, 3, out, ostride); break;                              \
+            default: kind##_rows(n, w, act, stride, 4, out, ostride); break;                             \
+            }                                                                                            \
+            int done = ntok < 4 ? ntok : 4;                                                              \
+            ntok -= done;                                                                                \
+            act = (const uint8_t *)act + (size_t)done * stride;                                          \
+            out += (size_t)done * ostride;                                                               \
+        }                                                                                                \
+    }
+KQ_ENTRY(q4_k)
+KQ_ENTRY(q5_k)
+KQ_ENTRY(q6_k)
+#undef KQ_ENTRY
+
+#pragma GCC pop_options
+
+void sw_kernels_fill_avx2(sw_kernel_table *t) {
+    t->quant_q8_k = quant_q8_k_avx2;
+    t->quant_q8_0 = quant_q8_0_avx2;
+    t->dot[SW_TYPE_F32] = dot_f32_avx2;
+    t->dot[SW_TYPE_F16] = dot_f16_avx2;
+    t->dot[SW_TYPE_BF16] = dot_bf16_avx2;
+    t->dot[SW_TYPE_Q4_0] = dot_q4_0_avx2;
+    t->dot[SW_TYPE_Q4_1] = dot_q4_1_avx2;
+    t->dot[SW_TYPE_Q5_0] = dot_q5_0_avx2;
+    t->dot[SW_TYPE_Q5_1] = dot_q5_1_avx2;
+    t->dot[SW_TYPE_Q8_0] = dot_q8_0_avx2;
+    t->dot[SW_TYPE_Q4_K] = dot_q4_k_avx2;
+    t->dotn[SW_TYPE_Q4_K] = dotn_q4_k_avx2;
+    t->dot[SW_TYPE_Q5_K] = dot_q5_k_avx2;
+    t->dotn[SW_TYPE_Q5_K] = dotn_q5_k_avx2;
+    t->dot[SW_TYPE_Q6_K] = dot_q6_k_avx2;
+    t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_avx2;
+}

@@ -1,0 +1,227 @@
+/* AVX-512 kernels (F, BW, VL, DQ; VNNI vpdpbusd/vpdpwssd where present).
+ *
+ * The file is compiled for a generic x86-64; the kernels are compiled for
+ * AVX-512 by the target pragma below and only run after kernels.c checked
+ * cpuid. The K-quant bodies live in kernels_avx512_body.h, included twice:
+ * once with VNNI, once with plain AVX512BW (vpmaddubsw + vpmaddwd).
+ *
+ * How a Q4_K block (256 weights) is computed, per token:
+ *   - the 128 nibble bytes are split into 4 zmm of unsigned bytes, each
+ *     holding two 32-weight sub-blocks in the order the Q8_K bytes have;
+ *   - vpdpbusd gives 16 dword partial sums per zmm (8 per sub-block), each
+ *     below 2^15, so two zmm pack (vpackssdw) into one of int16 without loss;
+ *   - one vpdpwssd per packed pair multiplies by the 6-bit sub-block scales
+ *     (laid out to match the packed words) and accumulates;
+ *   - the dmin*min term uses the activations' bsums: one vpmaddwd per block.
+ * The weight side (unpacking, scales) is shared by up to SW_DOTN_MAX tokens.
+ *
+ * Many tokens (prefill): pack16 interleaves 16 rows (sw_kpack16) and gemm16
+ * runs one vpdpbusd per 4 weights x 16 rows x token, applying sub-block
+ * scales as float vectors over the 16 rows.
+ *
+ * The 32-weight formats (Q4_0..Q8_0) use kernels_q32_body.h with ymm VNNI;
+ * without VNNI the AVX2 versions stay in the table.
+ */
+#include "worker-cpu/kernels_impl.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx2")
+
+/* ---- shared helpers --------------------------------------------------------- */
+
+static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Two fp16 values at p (d, dmin) as floats. */
+static inline __m128 load_2h(const void *p) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+}
+
+/* Q4_K / Q5_K 6-bit scales and mins as 16 words: 0..7 scales, 8..15 mins. */
+static inline __m256i k_scales_words(const uint8_t *s) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, s, 4); memcpy(&w1, s + 4, 4); memcpy(&w2, s + 8, 4);
+    uint32_t sc_lo = w0 & 0x3f3f3f3f, m_lo = w1 & 0x3f3f3f3f;
+    uint32_t sc_hi = (w2 & 0x0f0f0f0f) | ((w0 >> 2) & 0x30303030);
+    uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0f) | ((w1 >> 2) & 0x30303030);
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)m_hi, (int)m_lo, (int)sc_hi, (int)sc_lo));
+}
+
+/* ---- activation quantization ---------------------------------------------- */
+
+/* Q8_K: the same float operations as the reference, so the same bytes. */
+static void quant_q8_k_avx512(const float *x, void *dst, int64_t n) {
+    block_q8_k *y = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m512 vmax = _mm512_set1_ps(-INFINITY), vmin = _mm512_set1_ps(INFINITY);
+        for (int j = 0; j < 16; j++) {
+            __m512 v = _mm512_loadu_ps(x + 16 * j);
+            vmax = _mm512_max_ps(vmax, v);
+            vmin = _mm512_min_ps(vmin, v);
+        }
+        float mx = _mm512_reduce_max_ps(vmax), mn = _mm512_reduce_min_ps(vmin);
+        float pick;
+        if (mx == -mn || mx != mx || mn != mn) {
+            /* magnitude tie (or NaN): the reference takes the first such value */
+            float amax = 0;
+            pick = 0;
+            for (int j = 0; j < QK_K; j++)
+                if (__builtin_fabsf(x[j]) > amax) { amax = __builtin_fabsf(x[j]); pick = x[j]; }
+        } else {
+            pick = mx > -mn ? mx : mn;
+        }
+        if (pick == 0) { memset(&y[i], 0, sizeof y[i]); continue; }
+        float iscale = -128.0f / pick;
+        __m512 vs = _mm512_set1_ps(iscale);
+        for (int j = 0; j < 16; j++) {
+            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), vs));
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * j), _mm512_cvtsepi32_epi8(q));
+            /* bsums from the saturated bytes, as stored */
+            __m512i qs = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(y[i].qs + 16 * j)));
+            y[i].bsums[j] = (int16_t)_mm512_reduce_add_epi32(qs);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+/* Q8_0: d = amax/127, q = rne(x/d) like the reference. */
+static void quant_q8_0_avx512(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+        __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, a), _mm512_andnot_ps(sign, b));
+        float amax = _mm512_reduce_max_ps(m);
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        y[i].d = sw_f32_to_f16(d);
+        __m512 vid = _mm512_set1_ps(id);
+        __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vid)), qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vid));
+        _mm_storeu_si128((__m128i *)y[i].qs, _mm512_cvtsepi32_epi8(qa));
+        _mm_storeu_si128((__m128i *)(y[i].qs + 16), _mm512_cvtsepi32_epi8(qb));
+    }
+}
+
+/* ---- float dots ------------------------------------------------------------- */
+
+static float dot_f32_avx512(int64_t n, const void *w, const void *act) {
+    const float *a = w, *b = act;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i), acc0);
+    }
+    return hsum512(_mm512_add_ps(acc0, acc1));
+}
+
+static float dot_f16_avx512(int64_t n, const void *w, const void *act) {
+    const uint16_t *a = w;
+    const float *b = act;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i))), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i + 16))),
+                               _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 wv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, a + i));
+        acc0 = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(k, b + i), acc0);
+    }
+    return hsum512(_mm512_add_ps(acc0, acc1));
+}
+
+static float dot_bf16_avx512(int64_t n, const void *w, const void *act) {
+    const uint16_t *a = w;
+    const float *b = act;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, a + i));
+        __m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+        acc = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(k, b + i), acc);
+    }
+    return hsum512(acc);
+}
+
+/* ---- K-quant bodies, with and without VNNI ------------------------------------ */
+
+#define SW_VNNI 0
+#define SW_SFX(name) name##_bw
+#include "worker-cpu/kernels_avx512_body.h"
+#undef SW_VNNI
+#undef SW_SFX
+
+#pragma GCC push_options
+#pragma GCC target("avx512vnni")
+
+/* 32-weight blocks with ymm vpdpbusd: one instruction per 32 products and no
+ * int16 saturation. s8 x s8 moves the weight's sign onto the activation. */
+static inline float hsum8(__m256 v) { return hsum256(v); }
+static inline __m256i dot_s8s8(__m256i w, __m256i a) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
+}
+static inline __m256i dot_u8s8(__m256i w, __m256i a) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a);
+}
+#define Q32_SFX(name) name##_vnni
+#include "worker-cpu/kernels_q32_body.h"
+#undef Q32_SFX
+
+#define SW_VNNI 1
+#define SW_SFX(name) name##_vnni
+#include "worker-cpu/kernels_avx512_body.h"
+#undef SW_VNNI
+#undef SW_SFX
+#pragma GCC pop_options
+
+#pragma GCC pop_options
+
+void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni) {
+    t->quant_q8_k = quant_q8_k_avx512;
+    t->quant_q8_0 = quant_q8_0_avx512;
+    t->dot[SW_TYPE_F32] = dot_f32_avx512;
+    t->dot[SW_TYPE_F16] = dot_f16_avx512;
+    t->dot[SW_TYPE_BF16] = dot_bf16_avx512;
+    if (vnni) {
+        t->dot[SW_TYPE_Q4_0] = dot_q4_0_vnni;
+        t->dot[SW_TYPE_Q4_1] = dot_q4_1_vnni;
+        t->dot[SW_TYPE_Q5_0] = dot_q5_0_vnni;
+        t->dot[SW_TYPE_Q5_1] = dot_q5_1_vnni;
+        t->dot[SW_TYPE_Q8_0] = dot_q8_0_vnni;
+        t->dot[SW_TYPE_Q4_K] = dot_q4_k_vnni;
+        t->dotn[SW_TYPE_Q4_K] = dotn_q4_k_vnni;
+        t->dot[SW_TYPE_Q5_K] = dot_q5_k_vnni;
+        t->dotn[SW_TYPE_Q5_K] = dotn_q5_k_vnni;
+        t->dot[SW_TYPE_Q6_K] = dot_q6_k_vnni;
+        t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_vnni;
+        t->gemm16 = gemm16_vnni;
+        t->pack16 = pack16_vnni;
+    } else {
+        t->dot[SW_TYPE_Q4_K] = dot_q4_k_bw;
+        t->dotn[SW_TYPE_Q4_K] = dotn_q4_k_bw;
+        t->dot[SW_TYPE_Q5_K] = dot_q5_k_bw;
+        t->dotn[SW_TYPE_Q5_K] = dotn_q5_k_bw;
+        t->dot[SW_TYPE_Q6_K] = dot_q6_k_bw;
+        t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_bw;
+        t->gemm16 = gemm16_bw;
+        t->pack16 = pack16_bw;
+    }
+}

@@ -1,0 +1,68 @@
+/* Internal to the kernels: the per-ISA function table that kernels.c
+ * dispatches through. kernels_avx2.c / kernels_avx512.c fill in what they
+ * implement; anything left NULL falls back to the next ISA down (scalar last).
+ */
+#ifndef SW_KERNELS_IMPL_H
+#define SW_KERNELS_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "llm/quant.h"
+
+/* Dot of one weight row (n elements) with one activation row. */
+typedef float (*sw_dot_fn)(int64_t n, const void *w, const void *act);
+/* Dot of one weight row with ntok (1..SW_DOTN_MAX) activation rows that are
+ * act_stride bytes apart; result t goes to out[t * out_stride]. The point is
+ * to decode each weight block once and use it for every token.
+ * aux (may be NULL): for Q8_K activations, 16 floats per block per token,
+ * d * bsums[k], token rows aux_stride floats apart (see sw_q8k_aux); it turns
+ * the K-quants' min / offset term into one multiply-add per block. */
+typedef void (*sw_dotn_fn)(int64_t n, const void *w, const void *act, size_t act_stride,
+                           const float *aux, size_t aux_stride, int ntok, float *out, size_t out_stride);
+/* Quantizes one activation row of n floats (n a multiple of the block size). */
+typedef void (*sw_qact_fn)(const float *x, void *dst, int64_t n);
+
+#define SW_DOTN_MAX 8
+
+/* 16 weight rows x one 256-weight K-quant block, row-interleaved for the
+ * many-token kernel: for sub-block j and step s, the 64 bytes
+ * q[(j*steps + s)*64 ..] hold 4 consecutive quants of each of the 16 rows, so
+ * one vpdpbusd against a broadcast dword of activations gives 16 rows' partial
+ * sums at once, and the sub-block scales become one float vector per
+ * sub-block instead of per-token integer work. (sw_kblock_unpack's form.) */
+typedef struct {
+    uint8_t q[QK_K * 16];
+    float scale[16][16];   /* [sub-block][row] */
+    float offs[16][16];    /* [bsum group][row] */
+} sw_kpack16;
+
+/* Packs 16 rows (row_size bytes apart) of nb blocks of a K-quant type;
+ * returns nsub (0 for other types). */
+int sw_kpack16_rows(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk);
+
+/* Y for 16 packed rows x ntok (1..SW_DOTN_MAX) tokens: out[t*out_stride + r].
+ * aux is required (see sw_dotn_fn). nsub = 8 (Q4_K, Q5_K) or 16 (Q6_K). */
+typedef void (*sw_gemm16_fn)(const sw_kpack16 *p, int64_t nb, int nsub, const void *act, size_t act_stride,
+                             const float *aux, size_t aux_stride, int ntok, float *out, size_t out_stride);
+
+typedef struct {
+    sw_dot_fn dot[SW_TYPE_COUNT];
+    sw_dotn_fn dotn[SW_TYPE_COUNT];
+    sw_qact_fn quant_q8_k, quant_q8_0;
+    sw_gemm16_fn gemm16;   /* K-quants x many tokens over sw_kpack16; NULL: dotn only */
+    int (*pack16)(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk); /* as sw_kpack16_rows */
+} sw_kernel_table;
+
+/* aux for one Q8_K row of n values (n/256 blocks): out[16*b + k] = d_b * bsums_b[k]. */
+static inline void sw_q8k_aux(const block_q8_k *y, int64_t n, float *out) {
+    for (int64_t b = 0; b < n / QK_K; b++)
+        for (int k = 0; k < QK_K / 16; k++) out[16 * b + k] = y[b].d * (float)y[b].bsums[k];
+}
+
+/* Overwrite the entries each ISA implements (these only run on CPUs that
+ * have the ISA; kernels.c checks cpuid before calling them). */
+void sw_kernels_fill_avx2(sw_kernel_table *t);
+void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni);
+
+#endif
