@@ -12,6 +12,8 @@ typedef struct sw_cpu_engine sw_cpu_engine;
 /* n_slots: concurrent sequences (--parallel); n_ctx: per-slot context (0 = model's, capped). */
 sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err, size_t errlen);
 void sw_cpu_engine_free(sw_cpu_engine *e);
+/* The per-slot context length it was sized with (what a request may use). */
+int sw_cpu_engine_n_ctx(const sw_cpu_engine *e);
 extern const sw_engine_ops sw_cpu_engine_ops;
 
 /* Test mode (--test-echo): no compute; emits max_tokens tokens per request at

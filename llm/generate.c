@@ -1,0 +1,321 @@
+/* Per-sequence generation: prompt building, sampling, streaming text with
+ * stop strings, finish conditions. See generate.h. */
+#include "llm/generate.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/random.h>
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Grows *buf to hold at least need bytes. */
+static bool reserve(char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap) return true;
+    size_t n = *cap ? *cap : 256;
+    while (n < need) n *= 2;
+    char *p = realloc(*buf, n);
+    if (!p) return false;
+    *buf = p;
+    *cap = n;
+    return true;
+}
+
+/* Encodes text into a malloc'd token list. */
+static int encode_alloc(const sw_tokenizer *tok, const char *text, bool add_bos, bool special,
+                        int32_t **out, char *err, size_t errlen)
+{
+    size_t len = strlen(text);
+    int cap = (int)(len < (1u << 26) ? len + 8 : (1u << 26));
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids) { seterr(err, errlen, "out of memory"); return -1; }
+    int n = sw_tok_encode(tok, text, len, add_bos, special, ids, cap);
+    if (n < 0) {   /* the tokenizer says how many it needs */
+        cap = -n;
+        int32_t *p = realloc(ids, (size_t)cap * sizeof *ids);
+        if (!p) { free(ids); seterr(err, errlen, "out of memory"); return -1; }
+        ids = p;
+        n = sw_tok_encode(tok, text, len, add_bos, special, ids, cap);
+        if (n < 0) { free(ids); seterr(err, errlen, "tokenizer failed"); return -1; }
+    }
+    *out = ids;
+    return n;
+}
+
+static int build_prompt(sw_gen *g, sw_chat_template chat, const sw_gen_params *p, char *err, size_t errlen)
+{
+    const sw_tokenizer *tok = g->tok;
+    if (p->n_messages > 0) {
+        for (size_t i = 0; i < p->n_messages; i++) {
+            if (!p->messages[i].role || !p->messages[i].content) {
+                seterr(err, errlen, "message %zu has no role or content", i);
+                return 400;
+            }
+        }
+        char *text = sw_chat_format(chat, p->messages, p->n_messages);
+        if (!text) { seterr(err, errlen, "cannot format chat messages"); return 400; }
+        /* The template's own markers (<|im_start|> ...) are special tokens. */
+        g->n_prompt = encode_alloc(tok, text, sw_tok_add_bos(tok), true, &g->prompt, err, errlen);
+        free(text);
+        if (g->n_prompt < 0) return 400;
+    } else if (p->n_prompt_ids > 0) {
+        if (p->n_prompt_ids > (size_t)g->n_ctx) {
+            seterr(err, errlen, "prompt of %zu tokens exceeds the context length %d", p->n_prompt_ids, g->n_ctx);
+            return 400;
+        }
+        g->prompt = malloc(p->n_prompt_ids * sizeof *g->prompt);
+        if (!g->prompt) { seterr(err, errlen, "out of memory"); return 400; }
+        for (size_t i = 0; i < p->n_prompt_ids; i++) {
+            if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= g->n_vocab) {
+                seterr(err, errlen, "prompt token %zu: id %d out of range (vocabulary %d)", i, p->prompt_ids[i], g->n_vocab);
+                return 400;
+            }
+            g->prompt[i] = p->prompt_ids[i];
+        }
+        g->n_prompt = (int)p->n_prompt_ids;
+    } else {
+        /* Plain completion text: user text, so no special-token parsing. */
+        g->n_prompt = encode_alloc(tok, p->prompt ? p->prompt : "", sw_tok_add_bos(tok), false,
+                                   &g->prompt, err, errlen);
+        if (g->n_prompt < 0) return 400;
+    }
+    if (g->n_prompt == 0) { seterr(err, errlen, "empty prompt"); return 400; }
+    if (g->n_prompt > g->n_ctx) {
+        seterr(err, errlen, "prompt of %d tokens exceeds the context length %d", g->n_prompt, g->n_ctx);
+        return 400;
+    }
+    return 0;
+}
+
+static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
+                    const sw_gen_params *p, int n_ctx, char *err, size_t errlen)
+{
+    memset(g, 0, sizeof *g);
+    g->tok = tok;
+    g->n_ctx = n_ctx;
+    g->n_vocab = sw_tok_n_vocab(tok);
+    g->max_tokens = p->max_tokens;
+    sw_sampler_init(&g->sampler, &p->sampling);
+    if (n_ctx < 1) { seterr(err, errlen, "context length %d", n_ctx); return 400; }
+    if (p->n_stop > SW_GEN_MAX_STOPS) {
+        seterr(err, errlen, "%zu stop strings (at most %d)", p->n_stop, SW_GEN_MAX_STOPS);
+        return 400;
+    }
+    for (size_t i = 0; i < p->n_stop; i++) {
+        const char *s = p->stop[i];
+        if (!s || !*s) continue;   /* an empty stop string would match everywhere: ignore it */
+        if (strlen(s) > SW_GEN_MAX_STOP_LEN) {
+            seterr(err, errlen, "stop string %zu longer than %d bytes", i, SW_GEN_MAX_STOP_LEN);
+            return 400;
+        }
+        if (!(g->stop[g->n_stop++] = strdup(s))) { seterr(err, errlen, "out of memory"); return 400; }
+    }
+    int rc = build_prompt(g, chat, p, err, errlen);
+    if (rc) return rc;
+    for (int i = 0; i < g->n_prompt; i++) sw_sampler_accept(&g->sampler, g->prompt[i]);
+
+    /* Text that starts a document (prompt is just BOS) should not begin
+     * with SentencePiece's dummy-prefix space; a continuation keeps it. */
+    bool only_bos = g->n_prompt == 1 && g->prompt[0] == sw_tok_bos(tok);
+    sw_detok_init(&g->detok, tok, only_bos);
+    if (!reserve(&g->out, &g->cap_out, 256) || !reserve(&g->held, &g->cap_held, 256)) {
+        seterr(err, errlen, "out of memory");
+        return 400;
+    }
+    g->out[0] = 0;
+    return 0;
+}
+
+int sw_gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
+                const sw_gen_params *p, int n_ctx, char *err, size_t errlen)
+{
+    int rc = gen_init(g, tok, chat, p, n_ctx, err, errlen);
+    if (rc) sw_gen_free(g);   /* a failed init leaves nothing to free */
+    return rc;
+}
+
+static uint64_t random_seed(void)
+{
+    uint64_t s = 0;
+    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+    }
+    return s;
+}
+
+int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
+                        const Spillway__GenerateRequest *req, int n_ctx, char *err, size_t errlen)
+{
+    sw_gen_params p = {0};
+    int32_t *ids = NULL;
+    sw_chat_msg *msgs = NULL;
+    int rc = 400;
+    memset(g, 0, sizeof *g);
+
+    if (req->n_messages > 0) {
+        msgs = calloc(req->n_messages, sizeof *msgs);
+        if (!msgs) { seterr(err, errlen, "out of memory"); goto out; }
+        for (size_t i = 0; i < req->n_messages; i++) {
+            const Spillway__ChatMessage *cm = req->messages[i];
+            msgs[i].role = cm && cm->role ? cm->role : "";
+            msgs[i].content = cm && cm->content ? cm->content : "";
+        }
+        p.messages = msgs;
+        p.n_messages = req->n_messages;
+    } else if (req->n_prompt_tokens > 0) {
+        if (req->n_prompt_tokens > (size_t)(n_ctx > 0 ? n_ctx : 0)) {
+            seterr(err, errlen, "prompt of %zu tokens exceeds the context length %d", req->n_prompt_tokens, n_ctx);
+            goto out;
+        }
+        ids = malloc(req->n_prompt_tokens * sizeof *ids);
+        if (!ids) { seterr(err, errlen, "out of memory"); goto out; }
+        for (size_t i = 0; i < req->n_prompt_tokens; i++)
+            ids[i] = req->prompt_tokens[i] > INT32_MAX ? -1 : (int32_t)req->prompt_tokens[i];
+        p.prompt_ids = ids;
+        p.n_prompt_ids = req->n_prompt_tokens;
+    } else {
+        p.prompt = req->prompt ? req->prompt : "";
+    }
+    if (req->sampling) {
+        const Spillway__SamplingParams *s = req->sampling;
+        p.sampling.temperature = s->temperature;
+        p.sampling.top_p = s->top_p;
+        p.sampling.top_k = s->top_k > INT32_MAX ? 0 : (int32_t)s->top_k;
+        p.sampling.min_p = s->min_p;
+        p.sampling.repetition_penalty = s->repetition_penalty;
+        p.sampling.seed = s->has_seed ? s->seed : random_seed();
+    } else {
+        p.sampling.seed = random_seed();
+    }
+    p.max_tokens = req->max_tokens;
+    p.stop = (const char *const *)req->stop;
+    p.n_stop = req->n_stop;
+    rc = sw_gen_init(g, tok, chat, &p, n_ctx, err, errlen);
+out:
+    free(ids);
+    free(msgs);
+    return rc;
+}
+
+void sw_gen_free(sw_gen *g)
+{
+    sw_sampler_free(&g->sampler);
+    free(g->prompt);
+    for (size_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    free(g->held);
+    free(g->out);
+    memset(g, 0, sizeof *g);
+}
+
+int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits)
+{
+    int32_t n = n_logits < g->n_vocab ? n_logits : g->n_vocab;
+    return sw_sampler_sample(&g->sampler, logits, n);
+}
+
+/* Moves the first n held bytes to the output. */
+static bool release(sw_gen *g, size_t n, size_t *n_out)
+{
+    if (!reserve(&g->out, &g->cap_out, *n_out + n + 1)) return false;
+    memcpy(g->out + *n_out, g->held, n);
+    *n_out += n;
+    g->out[*n_out] = 0;
+    memmove(g->held, g->held + n, g->n_held - n);
+    g->n_held -= n;
+    return true;
+}
+
+/* Length of the longest suffix of held text that is a proper prefix of some
+ * stop string: that much must wait for more text before it can be emitted. */
+static size_t stop_prefix_len(const sw_gen *g)
+{
+    size_t best = 0;
+    for (size_t s = 0; s < g->n_stop; s++) {
+        size_t sl = strlen(g->stop[s]);
+        size_t maxk = sl - 1 < g->n_held ? sl - 1 : g->n_held;
+        for (size_t k = maxk; k > best; k--) {
+            if (memcmp(g->held + g->n_held - k, g->stop[s], k) == 0) { best = k; break; }
+        }
+    }
+    return best;
+}
+
+/* Finds the earliest complete stop string in the held text. */
+static bool find_stop(const sw_gen *g, size_t *at)
+{
+    bool found = false;
+    for (size_t s = 0; s < g->n_stop; s++) {
+        const char *p = memmem(g->held, g->n_held, g->stop[s], strlen(g->stop[s]));
+        if (p && (!found || (size_t)(p - g->held) < *at)) { *at = (size_t)(p - g->held); found = true; }
+    }
+    return found;
+}
+
+int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_len)
+{
+    size_t n_out = 0;
+    g->out[0] = 0;
+    *delta = g->out;
+    *delta_len = 0;
+    if (g->finish) return g->finish;
+
+    g->n_generated++;
+    sw_sampler_accept(&g->sampler, token);
+    bool eog = sw_tok_is_eog(g->tok, token);
+
+    /* Decode this token's text onto the held buffer (EOG tokens have none). */
+    if (!eog) {
+        char piece[512];
+        size_t n = sw_detok_push(&g->detok, token, piece, sizeof piece);
+        if (!reserve(&g->held, &g->cap_held, g->n_held + n + 1)) { g->finish = SW_FINISH_ERROR; return g->finish; }
+        memcpy(g->held + g->n_held, piece, n);
+        g->n_held += n;
+    }
+
+    size_t at = 0;
+    if (g->n_stop && find_stop(g, &at)) {
+        /* Emit what precedes the stop string; drop it and everything after. */
+        release(g, at, &n_out);
+        g->n_held = 0;
+        g->finish = SW_FINISH_STOP;
+    } else {
+        if (eog) g->finish = SW_FINISH_STOP;
+        else if (g->max_tokens && g->n_generated >= g->max_tokens) g->finish = SW_FINISH_LENGTH;
+        /* The next token would be evaluated at position n_prompt + n_generated - 1 + 1. */
+        else if (g->n_prompt + (int64_t)g->n_generated >= g->n_ctx) g->finish = SW_FINISH_LENGTH;
+
+        if (g->finish) {
+            /* Nothing more will come: held text is output, and so are bytes
+             * of an unfinished code point (as U+FFFD). */
+            char tail[32];
+            size_t n = sw_detok_flush(&g->detok, tail, sizeof tail);
+            if (reserve(&g->held, &g->cap_held, g->n_held + n + 1)) {
+                memcpy(g->held + g->n_held, tail, n);
+                g->n_held += n;
+            }
+            release(g, g->n_held, &n_out);
+        } else {
+            size_t keep = g->n_stop ? stop_prefix_len(g) : 0;
+            /* Never split a UTF-8 sequence: back up to a code point start. */
+            size_t cut = g->n_held - keep;
+            while (cut > 0 && cut < g->n_held && ((unsigned char)g->held[cut] & 0xC0) == 0x80) cut--;
+            release(g, cut, &n_out);
+        }
+    }
+    *delta = g->out;
+    *delta_len = n_out;
+    return g->finish;
+}

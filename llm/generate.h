@@ -1,0 +1,94 @@
+/* Per-sequence generation bookkeeping, shared by spillway-run, the CPU engine
+ * and the GPU worker (it knows nothing about how logits are computed):
+ *
+ *   - builds the prompt token list (text with BOS per the tokenizer, given
+ *     ids, or chat messages through the model's chat template);
+ *   - owns the sampler;
+ *   - turns accepted tokens into text deltas with the streaming detokenizer,
+ *     holding back text that could be the start of a stop string, so a stop
+ *     string is never emitted;
+ *   - decides when to finish: EOS/EOG or a stop string (STOP), max_tokens or
+ *     the context length (LENGTH);
+ *   - counts usage.
+ *
+ * Usage:
+ *   sw_gen g; if (sw_gen_init(&g, tok, chat, &params, n_ctx, err, sizeof err)) fail(400, err);
+ *   evaluate g.prompt[0..n_prompt-1]; then loop:
+ *     tok = sw_gen_sample(&g, logits, n_vocab);
+ *     finish = sw_gen_accept(&g, tok, &delta, &len);   emit delta
+ *     if (finish) break; else evaluate tok at position g.n_prompt + g.n_generated - 1
+ *   sw_gen_free(&g);
+ */
+#ifndef SW_GENERATE_H
+#define SW_GENERATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "llm/tokenizer.h"
+#include "llm/sampler.h"
+#include "llm/chat.h"
+#include "spillway.pb-c.h"
+
+/* Same values as Spillway__FinishReason. */
+enum { SW_FINISH_NONE = 0, SW_FINISH_STOP = 1, SW_FINISH_LENGTH = 2,
+       SW_FINISH_CANCELLED = 3, SW_FINISH_ERROR = 4 };
+
+#define SW_GEN_MAX_STOPS 16
+#define SW_GEN_MAX_STOP_LEN 256
+
+typedef struct {
+    /* Exactly one prompt form: messages (n_messages > 0), else ids
+     * (n_prompt_ids > 0, used as given, no BOS added), else text. */
+    const char *prompt;
+    const int32_t *prompt_ids;
+    size_t n_prompt_ids;
+    const sw_chat_msg *messages;
+    size_t n_messages;
+    sw_sampling_params sampling;
+    uint32_t max_tokens;          /* 0 = until the context is full */
+    const char *const *stop;
+    size_t n_stop;
+} sw_gen_params;
+
+typedef struct {
+    const sw_tokenizer *tok;
+    sw_sampler sampler;
+    sw_detok detok;
+    int32_t *prompt;              /* prompt tokens, to be evaluated at positions 0.. */
+    int n_prompt;
+    int n_ctx;
+    int32_t n_vocab;              /* sampling is limited to the tokenizer's ids */
+    uint32_t max_tokens;
+    char *stop[SW_GEN_MAX_STOPS];
+    size_t n_stop;
+    char *held;                   /* decoded text not emitted yet (could start a stop string) */
+    size_t n_held, cap_held;
+    char *out;                    /* the delta returned by sw_gen_accept */
+    size_t cap_out;
+    uint32_t n_generated;         /* tokens accepted (completion_tokens) */
+    int finish;                   /* SW_FINISH_*, sticky */
+} sw_gen;
+
+/* Returns 0, or 400 with err filled (empty or too long prompt, bad token id,
+ * bad stop string); on failure there is nothing to free. n_ctx is the
+ * context the sequence will run in. */
+int sw_gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
+                const sw_gen_params *p, int n_ctx, char *err, size_t errlen);
+/* The same from a wire request (prompt / prompt_tokens / messages; sampling
+ * without has_seed gets a random seed). */
+int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
+                        const Spillway__GenerateRequest *req, int n_ctx, char *err, size_t errlen);
+void sw_gen_free(sw_gen *g);
+
+/* Picks the next token from a row of logits (modified in place). */
+int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits);
+/* Accepts a generated token. *delta (NUL-terminated, valid until the next
+ * call) receives the text to emit now, possibly empty. Returns SW_FINISH_NONE
+ * while generation continues, else the finish reason; when finishing, the
+ * delta includes every held-back byte that belongs to the output. */
+int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_len);
+/* Position at which the last accepted token must be evaluated. */
+static inline int sw_gen_next_pos(const sw_gen *g) { return g->n_prompt + (int)g->n_generated - 1; }
+
+#endif

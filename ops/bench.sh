@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# `make bench`: CPU decode/prefill throughput of the 1b-shape Q4_K_M model
+# (dim 2048, 16 layers, 32/8 heads, FFN 8192, vocab 32000) against this
+# machine's streaming-read bandwidth, measured in the same run.
+#   - makes models/synth-1b-q4km.gguf with spillway-synth if it is absent
+#     (random weights: the speed is real, the text would be gibberish);
+#   - THREADS (default 2, the issue's setting), PROMPT (512), GEN (128) and
+#     BATCHES (1,4,16) override the defaults;
+#   - BENCH_JSON=FILE also keeps the JSON line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${SPILLWAY_BIN:-build/bin}
+MODEL=${BENCH_MODEL:-models/synth-1b-q4km.gguf}
+THREADS=${THREADS:-2}
+PROMPT=${PROMPT:-512}
+GEN=${GEN:-128}
+BATCHES=${BATCHES:-1,4,16}
+
+if [ ! -f "$MODEL" ]; then
+  mkdir -p "$(dirname "$MODEL")"
+  echo "bench: making $MODEL (1b shape, q4_k_m, random weights; takes a few minutes)" >&2
+  "$BIN/spillway-synth" --shape 1b --type q4_k_m "$MODEL.tmp"
+  mv "$MODEL.tmp" "$MODEL"
+fi
+
+out=$("$BIN/spillway-bench" -m "$MODEL" -t "$THREADS" -p "$PROMPT" -n "$GEN" -b "$BATCHES")
+echo "$out"
+if [ -n "${BENCH_JSON:-}" ]; then
+  echo "$out" | tail -n 1 > "$BENCH_JSON"
+fi

@@ -1,0 +1,202 @@
+/* The CPU engine on the real stories260K model: continuous batching must give
+ * every request exactly the text it gets alone (greedy), with chunked prefill,
+ * queueing, cancel, stop strings, limits and request validation. */
+#include "tests/unit/check.h"
+#include "worker-cpu/engine.h"
+#include "worker-cpu/forward.h"
+#include "llm/generate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_REQ 7
+
+typedef struct {
+    char text[16384];
+    uint32_t ids[4096];
+    int n_ids, finish, chunks, after_finish;
+    uint32_t prompt_tokens, completion_tokens;
+    int failed_code;
+} result;
+
+static result res[N_REQ + 4];
+
+static int req_index(const char *id) { return atoi(id + 1); }   /* ids are "r<N>" */
+
+static void emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n, int finish,
+                 uint32_t pt, uint32_t ct)
+{
+    (void)ctx;
+    result *r = &res[req_index(id)];
+    if (r->finish) r->after_finish++;
+    strncat(r->text, text, sizeof r->text - strlen(r->text) - 1);
+    for (size_t i = 0; i < n && r->n_ids < 4096; i++) r->ids[r->n_ids++] = ids[i];
+    r->chunks++;
+    if (finish) { r->finish = finish; r->prompt_tokens = pt; r->completion_tokens = ct; }
+}
+
+static void fail(void *ctx, const char *id, uint32_t code, const char *msg)
+{
+    (void)ctx; (void)msg;
+    res[req_index(id)].failed_code = (int)code;
+}
+
+/* What one request produces alone: plain single-sequence greedy decoding. */
+static void reference(sw_model *m, const char *prompt, uint32_t max_tokens, const char *stop, result *out)
+{
+    char err[256];
+    memset(out, 0, sizeof *out);
+    sw_gen g;
+    const char *stops[1] = { stop };
+    sw_gen_params p = { .prompt = prompt, .max_tokens = max_tokens, .stop = stops, .n_stop = stop ? 1 : 0 };
+    if (sw_gen_init(&g, m->tok, m->chat, &p, 512, err, sizeof err)) { CHECK(0, "gen init: %s", err); return; }
+    sw_ctx *c = sw_ctx_new(m, 1, 512, g.n_prompt, err, sizeof err);
+    float *logits = malloc(m->hp.n_vocab * sizeof(float));
+    sw_tok_in *b = calloc((size_t)g.n_prompt, sizeof *b);
+    for (int i = 0; i < g.n_prompt; i++) b[i] = (sw_tok_in){ g.prompt[i], i, 0, i == g.n_prompt - 1 };
+    CHECK(sw_forward(c, b, g.n_prompt, logits, err, sizeof err) == 0, "%s", err);
+    for (;;) {
+        int32_t t = sw_gen_sample(&g, logits, (int32_t)m->hp.n_vocab);
+        const char *d;
+        size_t dl;
+        int fin = sw_gen_accept(&g, t, &d, &dl);
+        strcat(out->text, d);
+        out->ids[out->n_ids++] = (uint32_t)t;
+        if (fin) { out->finish = fin; out->prompt_tokens = (uint32_t)g.n_prompt; out->completion_tokens = g.n_generated; break; }
+        sw_tok_in one = { t, sw_gen_next_pos(&g), 0, true };
+        CHECK(sw_forward(c, &one, 1, logits, err, sizeof err) == 0, "%s", err);
+    }
+    free(b);
+    free(logits);
+    sw_ctx_free(c);
+    sw_gen_free(&g);
+}
+
+static int submit(sw_cpu_engine *e, int i, const char *prompt, uint32_t max_tokens, const char *stop, char *err)
+{
+    char id[16];
+    snprintf(id, sizeof id, "r%d", i);
+    Spillway__GenerateRequest r = SPILLWAY__GENERATE_REQUEST__INIT;
+    Spillway__SamplingParams sp = SPILLWAY__SAMPLING_PARAMS__INIT;   /* temperature 0: greedy */
+    char *stops[1] = { (char *)stop };
+    r.request_id = id;
+    r.prompt = (char *)prompt;
+    r.max_tokens = max_tokens;
+    r.sampling = &sp;
+    sp.has_seed = 1;
+    if (stop) { r.stop = stops; r.n_stop = 1; }
+    return sw_cpu_engine_ops.submit(e, &r, err, 256);
+}
+
+int main(void)
+{
+    char path[512], err[512];
+    shared_path(path, sizeof path, "models/stories260K.gguf");
+    FILE *f = fopen(path, "rb");
+    if (!f) SKIP_TEST("%s missing", path);
+    fclose(f);
+    sw_model *m = sw_model_load(path, err, sizeof err);
+    CHECK(m != NULL, "load: %s", err);
+    if (!m) CHECK_DONE();
+
+    /* A prompt longer than one prefill chunk (256 tokens), so its prefill
+     * spans several steps while other sequences decode. */
+    static char longp[8192];
+    for (int i = 0; i < 40; i++) strcat(longp, "Lily and Tom went to the park. ");
+    const char *prompts[N_REQ] = { "Once upon a time", "Lily and Tom", longp, "The cat sat",
+                                   "One day, a big dog", "Once upon a time", "Sam" };
+    const uint32_t max_tokens[N_REQ] = { 40, 50, 30, 60, 70, 200, 45 };
+    const char *stops[N_REQ] = { NULL, NULL, NULL, NULL, NULL, "Lily", NULL };
+    result ref[N_REQ];
+    for (int i = 0; i < N_REQ; i++) reference(m, prompts[i], max_tokens[i], stops[i], &ref[i]);
+
+    sw_cpu_engine *e = sw_cpu_engine_new(m, 3, 512, err, sizeof err);
+    CHECK(e != NULL, "engine: %s", err);
+    if (!e) CHECK_DONE();
+    CHECK(sw_cpu_engine_n_ctx(e) == 512);
+
+    for (int i = 0; i < N_REQ; i++) CHECK(submit(e, i, prompts[i], max_tokens[i], stops[i], err) == 0, "submit %d: %s", i, err);
+    /* r7 is cancelled while queued, r8 while running. */
+    CHECK(submit(e, 7, "Once upon a time", 100, NULL, err) == 0);
+    CHECK(submit(e, 8, "Once upon a time", 100, NULL, err) == 0);
+
+    sw_load ld;
+    sw_cpu_engine_ops.load(e, &ld);
+    CHECK(ld.slots == 3 && ld.active == 0 && ld.queued == N_REQ + 2, "load before: active %u queued %u", ld.active, ld.queued);
+    sw_cpu_engine_ops.cancel(e, "r7");
+    sw_cpu_engine_ops.cancel(e, "nonexistent");   /* ignored */
+
+    int steps = 0, max_batch_seen = 0, r8_chunks_at_cancel = -1;
+    while (sw_cpu_engine_ops.step(e, emit, fail, NULL) > 0 && steps < 10000) {
+        steps++;
+        sw_cpu_engine_ops.load(e, &ld);
+        CHECK(ld.active <= 3);
+        if ((int)ld.batch_size > max_batch_seen) max_batch_seen = (int)ld.batch_size;
+        CHECK(ld.kv_utilization >= 0.0f && ld.kv_utilization <= 1.0f);
+        if (res[8].chunks >= 3 && r8_chunks_at_cancel < 0) {
+            sw_cpu_engine_ops.cancel(e, "r8");
+            r8_chunks_at_cancel = res[8].chunks;
+        }
+    }
+    CHECK(steps < 10000, "engine did not drain");
+    CHECK(max_batch_seen == 3, "decode batches should fill all 3 slots (saw %d)", max_batch_seen);
+
+    for (int i = 0; i < N_REQ; i++) {
+        CHECK(strcmp(res[i].text, ref[i].text) == 0, "r%d text differs:\n batched: %s\n alone:   %s", i, res[i].text, ref[i].text);
+        CHECK(res[i].n_ids == ref[i].n_ids && !memcmp(res[i].ids, ref[i].ids, ref[i].n_ids * sizeof(uint32_t)),
+              "r%d token ids differ", i);
+        CHECK(res[i].finish == ref[i].finish, "r%d finish %d vs %d", i, res[i].finish, ref[i].finish);
+        CHECK(res[i].prompt_tokens == ref[i].prompt_tokens && res[i].completion_tokens == ref[i].completion_tokens,
+              "r%d usage %u/%u vs %u/%u", i, res[i].prompt_tokens, res[i].completion_tokens,
+              ref[i].prompt_tokens, ref[i].completion_tokens);
+        CHECK(res[i].after_finish == 0, "r%d got chunks after its final one", i);
+        CHECK(res[i].failed_code == 0);
+    }
+    CHECK(res[0].finish == SW_FINISH_LENGTH && res[0].completion_tokens == 40);
+    CHECK(strncmp(res[0].text, ", there was a little girl named Lily.", 37) == 0, "r0: %s", res[0].text);
+    CHECK(res[2].prompt_tokens > 256, "long prompt has %u tokens", res[2].prompt_tokens);
+    /* The stop string ends r5 early and never appears in its text. */
+    CHECK(res[5].finish == SW_FINISH_STOP && res[5].completion_tokens < 200 && !strstr(res[5].text, "Lily"),
+          "r5: finish %d, %u tokens: %s", res[5].finish, res[5].completion_tokens, res[5].text);
+    CHECK(res[7].chunks == 0, "cancelled while queued, yet emitted");
+    CHECK(r8_chunks_at_cancel >= 3 && res[8].chunks == r8_chunks_at_cancel && res[8].finish == 0,
+          "r8 emitted after cancel (%d -> %d)", r8_chunks_at_cancel, res[8].chunks);
+    sw_cpu_engine_ops.load(e, &ld);
+    CHECK(ld.active == 0 && ld.queued == 0 && ld.kv_utilization == 0.0f);
+    CHECK(ld.tokens_generated > 0);
+
+    /* Validation at submit. */
+    static char huge[20000];
+    for (int i = 0; i < 600; i++) strcat(huge, "Once upon ");
+    CHECK(submit(e, 9, huge, 10, NULL, err) == 400 && strstr(err, "context"), "too long: %s", err);
+    Spillway__GenerateRequest r = SPILLWAY__GENERATE_REQUEST__INIT;
+    uint32_t toks[3] = { 1, 403, 100000 };
+    r.request_id = "r9";
+    r.prompt_tokens = toks;
+    r.n_prompt_tokens = 3;
+    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 400 && strstr(err, "out of range"), "bad id: %s", err);
+    r.request_id = "";
+    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 400);
+    toks[2] = 407;
+    r.request_id = "r9";
+    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 0);
+    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 400 && strstr(err, "in use"), "duplicate: %s", err);
+    /* max_tokens 0: runs until the context is full. */
+    while (sw_cpu_engine_ops.step(e, emit, fail, NULL) > 0) {}
+    CHECK(res[9].finish == SW_FINISH_LENGTH && res[9].prompt_tokens + res[9].completion_tokens == 512,
+          "r9: finish %d, %u + %u", res[9].finish, res[9].prompt_tokens, res[9].completion_tokens);
+
+    /* A request whose deadline has passed fails instead of running. */
+    Spillway__GenerateRequest d = SPILLWAY__GENERATE_REQUEST__INIT;
+    d.request_id = "r10";
+    d.prompt = "Once";
+    d.deadline_unix_ms = 1;
+    CHECK(sw_cpu_engine_ops.submit(e, &d, err, sizeof err) == 0);
+    while (sw_cpu_engine_ops.step(e, emit, fail, NULL) > 0) {}
+    CHECK(res[10].failed_code == 504 && res[10].chunks == 0);
+
+    sw_cpu_engine_free(e);
+    sw_model_free(m);
+    CHECK_DONE();
+}

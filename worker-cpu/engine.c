@@ -1,0 +1,354 @@
+/* The CPU engine: N sequence slots over one model, with iteration-level
+ * continuous batching.
+ *
+ * Each step() builds ONE batch for the forward pass:
+ *   - one token for every sequence that is decoding, and
+ *   - a chunk of prompt tokens (at most PREFILL_BUDGET in all) for sequences
+ *     still in prefill, oldest first,
+ * so the weights are read once per step however many sequences run, and a
+ * long prompt never stalls the others for more than one chunk. Requests join
+ * (from the queue, when a slot is free) and leave (finish, cancel) between
+ * steps. Each slot owns one KV cache in the forward context.
+ */
+#include "worker-cpu/engine.h"
+#include "worker-cpu/forward.h"
+#include "llm/generate.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PREFILL_BUDGET 256     /* prompt tokens per step: bounds a step's latency */
+#define MAX_QUEUED 4096
+
+typedef struct {
+    bool used;
+    bool decoding;            /* prompt done; next_tok is the token to evaluate */
+    char id[SW_MAX_ID_LEN + 1];
+    sw_gen gen;
+    int n_prefilled;          /* prompt tokens already in the KV cache */
+    int32_t next_tok;
+    uint64_t deadline_ms;
+    uint64_t admitted;        /* admission order: older prompts prefill first */
+} slot;
+
+typedef struct queued {
+    char id[SW_MAX_ID_LEN + 1];
+    sw_gen gen;
+    uint64_t deadline_ms;
+    struct queued *next;
+} queued;
+
+struct sw_cpu_engine {
+    sw_model *m;
+    sw_ctx *ctx;
+    int n_slots, n_ctx, max_batch;
+    slot *slots;
+    queued *qhead, *qtail;
+    int n_queued;
+    uint64_t n_admitted;
+    sw_tok_in *batch;
+    int *row_slot;            /* logits row -> slot index */
+    float *logits;            /* [n_slots][n_vocab]: at most one logits row per slot per step */
+    uint32_t last_batch;
+    uint64_t tokens_generated;
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err, size_t errlen)
+{
+    if (n_slots < 1 || n_slots > 1024) { seterr(err, errlen, "slots %d out of range (1..1024)", n_slots); return NULL; }
+    if (n_ctx <= 0) n_ctx = (int)(m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    sw_cpu_engine *e = calloc(1, sizeof *e);
+    if (!e) { seterr(err, errlen, "out of memory"); return NULL; }
+    e->m = m;
+    e->n_slots = n_slots;
+    e->n_ctx = n_ctx;
+    e->max_batch = n_slots + PREFILL_BUDGET;
+    e->ctx = sw_ctx_new(m, n_slots, n_ctx, e->max_batch, err, errlen);
+    e->slots = calloc((size_t)n_slots, sizeof *e->slots);
+    e->batch = calloc((size_t)e->max_batch, sizeof *e->batch);
+    e->row_slot = calloc((size_t)e->max_batch, sizeof *e->row_slot);
+    e->logits = malloc((size_t)n_slots * m->hp.n_vocab * sizeof(float));
+    if (!e->ctx || !e->slots || !e->batch || !e->row_slot || !e->logits) {
+        if (e->ctx) seterr(err, errlen, "out of memory");
+        sw_cpu_engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+int sw_cpu_engine_n_ctx(const sw_cpu_engine *e) { return e->n_ctx; }
+
+static void slot_release(slot *s)
+{
+    if (!s->used) return;
+    sw_gen_free(&s->gen);
+    memset(s, 0, sizeof *s);
+}
+
+void sw_cpu_engine_free(sw_cpu_engine *e)
+{
+    if (!e) return;
+    if (e->slots) for (int i = 0; i < e->n_slots; i++) slot_release(&e->slots[i]);
+    for (queued *q = e->qhead, *n; q; q = n) {
+        n = q->next;
+        sw_gen_free(&q->gen);
+        free(q);
+    }
+    sw_ctx_free(e->ctx);
+    free(e->slots);
+    free(e->batch);
+    free(e->row_slot);
+    free(e->logits);
+    free(e);
+}
+
+static bool id_in_use(const sw_cpu_engine *e, const char *id)
+{
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->slots[i].used && !strcmp(e->slots[i].id, id)) return true;
+    for (const queued *q = e->qhead; q; q = q->next)
+        if (!strcmp(q->id, id)) return true;
+    return false;
+}
+
+static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *err, size_t errlen)
+{
+    sw_cpu_engine *e = eng;
+    if (!req->request_id || !req->request_id[0] || strlen(req->request_id) > SW_MAX_ID_LEN) {
+        seterr(err, errlen, "missing or too long request id");
+        return 400;
+    }
+    if (id_in_use(e, req->request_id)) {
+        seterr(err, errlen, "request id '%s' is already in use", req->request_id);
+        return 400;
+    }
+    if (e->n_queued >= MAX_QUEUED) {
+        seterr(err, errlen, "queue full (%d requests waiting)", e->n_queued);
+        return 503;
+    }
+    queued *q = calloc(1, sizeof *q);
+    if (!q) { seterr(err, errlen, "out of memory"); return 503; }
+    /* Tokenize and validate now, so a bad request fails at once, not when a
+     * slot frees up. */
+    int rc = sw_gen_init_request(&q->gen, e->m->tok, e->m->chat, req, e->n_ctx, err, errlen);
+    if (rc) { free(q); return rc; }
+    snprintf(q->id, sizeof q->id, "%s", req->request_id);
+    q->deadline_ms = req->deadline_unix_ms;
+    if (e->qtail) e->qtail->next = q; else e->qhead = q;
+    e->qtail = q;
+    e->n_queued++;
+    return 0;
+}
+
+static void engine_cancel(void *eng, const char *request_id)
+{
+    sw_cpu_engine *e = eng;
+    for (int i = 0; i < e->n_slots; i++) {
+        if (e->slots[i].used && !strcmp(e->slots[i].id, request_id)) {
+            slot_release(&e->slots[i]);
+            return;
+        }
+    }
+    for (queued **pp = &e->qhead; *pp; pp = &(*pp)->next) {
+        queued *q = *pp;
+        if (strcmp(q->id, request_id)) continue;
+        *pp = q->next;
+        if (e->qtail == q) {
+            e->qtail = NULL;
+            for (queued *t = e->qhead; t; t = t->next) e->qtail = t;
+        }
+        e->n_queued--;
+        sw_gen_free(&q->gen);
+        free(q);
+        return;
+    }
+}
+
+/* Moves queued requests into free slots (FIFO). The KV cache of a slot needs
+ * no clearing: a sequence only ever reads positions it has written. */
+static void admit(sw_cpu_engine *e)
+{
+    for (int i = 0; i < e->n_slots && e->qhead; i++) {
+        slot *s = &e->slots[i];
+        if (s->used) continue;
+        queued *q = e->qhead;
+        e->qhead = q->next;
+        if (!e->qhead) e->qtail = NULL;
+        e->n_queued--;
+        memset(s, 0, sizeof *s);
+        s->used = true;
+        memcpy(s->id, q->id, sizeof s->id);
+        s->gen = q->gen;          /* the generator owns only heap pointers: moving it is fine */
+        s->deadline_ms = q->deadline_ms;
+        s->admitted = e->n_admitted++;
+        free(q);
+    }
+}
+
+static void expire(sw_cpu_engine *e, sw_fail_fn fail, void *ctx)
+{
+    uint64_t now = 0;
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (!s->used || !s->deadline_ms) continue;
+        if (!now) now = now_ms();
+        if (now >= s->deadline_ms) {
+            fail(ctx, s->id, 504, "deadline exceeded");
+            slot_release(s);
+        }
+    }
+    for (queued **pp = &e->qhead; *pp;) {
+        queued *q = *pp;
+        if (q->deadline_ms) {
+            if (!now) now = now_ms();
+            if (now >= q->deadline_ms) {
+                fail(ctx, q->id, 504, "deadline exceeded while queued");
+                *pp = q->next;
+                e->n_queued--;
+                sw_gen_free(&q->gen);
+                free(q);
+                continue;
+            }
+        }
+        pp = &q->next;
+    }
+    e->qtail = NULL;
+    for (queued *t = e->qhead; t; t = t->next) e->qtail = t;
+}
+
+/* Fills the batch: decode tokens first, then prompt chunks. Returns its size;
+ * *n_rows = logits rows it will produce (row_slot maps them to slots). */
+static int build_batch(sw_cpu_engine *e, int *n_rows, uint32_t *n_decode)
+{
+    int n = 0, rows = 0;
+    *n_decode = 0;
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (!s->used || !s->decoding) continue;
+        e->batch[n++] = (sw_tok_in){ .token = s->next_tok, .pos = sw_gen_next_pos(&s->gen), .seq = i, .logits = true };
+        e->row_slot[rows++] = i;
+        (*n_decode)++;
+    }
+    int budget = PREFILL_BUDGET;
+    while (budget > 0) {
+        /* the oldest sequence still in prefill */
+        int best = -1;
+        for (int i = 0; i < e->n_slots; i++) {
+            slot *s = &e->slots[i];
+            if (s->used && !s->decoding && s->n_prefilled < s->gen.n_prompt &&
+                (best < 0 || s->admitted < e->slots[best].admitted))
+                best = i;
+        }
+        if (best < 0) break;
+        slot *s = &e->slots[best];
+        int chunk = s->gen.n_prompt - s->n_prefilled;
+        if (chunk > budget) chunk = budget;
+        for (int k = 0; k < chunk; k++) {
+            int p = s->n_prefilled + k;
+            bool last = p == s->gen.n_prompt - 1;
+            e->batch[n++] = (sw_tok_in){ .token = s->gen.prompt[p], .pos = p, .seq = best, .logits = last };
+            if (last) e->row_slot[rows++] = best;
+        }
+        s->n_prefilled += chunk;
+        budget -= chunk;
+        /* A slot whose prompt is not complete stays in prefill; it is no
+         * longer "oldest unfinished" only when done, so the loop moves on. */
+        if (s->n_prefilled < s->gen.n_prompt) break;
+    }
+    *n_rows = rows;
+    return n;
+}
+
+static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
+{
+    sw_cpu_engine *e = eng;
+    expire(e, fail, ectx);
+    admit(e);
+
+    int n_rows;
+    uint32_t n_decode;
+    int n = build_batch(e, &n_rows, &n_decode);
+    if (n == 0) e->last_batch = 0;
+    if (n > 0) {
+        char err[256];
+        if (sw_forward(e->ctx, e->batch, n, e->logits, err, sizeof err)) {
+            /* Cannot happen for validated requests; fail what was in the batch. */
+            for (int i = 0; i < e->n_slots; i++) {
+                if (!e->slots[i].used) continue;
+                fail(ectx, e->slots[i].id, 500, err);
+                slot_release(&e->slots[i]);
+            }
+        } else {
+            e->last_batch = n_decode;
+            const uint32_t V = e->m->hp.n_vocab;
+            for (int r = 0; r < n_rows; r++) {
+                slot *s = &e->slots[e->row_slot[r]];
+                int32_t tok = sw_gen_sample(&s->gen, e->logits + (size_t)r * V, (int32_t)V);
+                const char *delta;
+                size_t dlen;
+                int fin = sw_gen_accept(&s->gen, tok, &delta, &dlen);
+                e->tokens_generated++;
+                uint32_t id = (uint32_t)tok;
+                emit(ectx, s->id, delta, &id, 1, fin, (uint32_t)s->gen.n_prompt, s->gen.n_generated);
+                if (fin) {
+                    slot_release(s);
+                } else {
+                    s->next_tok = tok;
+                    s->decoding = true;
+                }
+            }
+        }
+    }
+    /* Admit now too, so load() right after a finishing step is accurate and
+     * the next step starts with full slots. */
+    admit(e);
+    int active = 0;
+    for (int i = 0; i < e->n_slots; i++) active += e->slots[i].used;
+    return active + e->n_queued;
+}
+
+static void engine_load(void *eng, sw_load *out)
+{
+    sw_cpu_engine *e = eng;
+    uint64_t used_pos = 0;
+    uint32_t active = 0;
+    for (int i = 0; i < e->n_slots; i++) {
+        const slot *s = &e->slots[i];
+        if (!s->used) continue;
+        active++;
+        used_pos += s->decoding ? (uint64_t)sw_gen_next_pos(&s->gen) + 1 : (uint64_t)s->n_prefilled;
+    }
+    memset(out, 0, sizeof *out);
+    out->active = active;
+    out->queued = (uint32_t)e->n_queued;
+    out->slots = (uint32_t)e->n_slots;
+    out->batch_size = e->last_batch;
+    out->kv_utilization = (float)((double)used_pos / ((double)e->n_slots * e->n_ctx));
+    out->tokens_generated = e->tokens_generated;
+}
+
+const sw_engine_ops sw_cpu_engine_ops = {
+    .submit = engine_submit,
+    .cancel = engine_cancel,
+    .step = engine_step,
+    .load = engine_load,
+};

@@ -1,0 +1,528 @@
+/* Llama forward pass, batched: read top to bottom, one transformer block at a
+ * time, for all tokens of the batch together.
+ *
+ *   x = embed(token)
+ *   per layer:  x += Wo * attention(rope(Wq*norm(x)), rope(Wk*norm(x)), Wv*norm(x))
+ *               x += Wdown * (silu(Wgate*norm(x)) * Wup*norm(x))
+ *   logits = Wout * norm(x)
+ *
+ * Matrices go through sw_matmul_tensor with all tokens at once (weights read
+ * once per step); attention is parallel over (token, head) with OpenMP.
+ */
+#include "worker-cpu/forward.h"
+#include "worker-cpu/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sw_ctx {
+    const sw_model *m;
+    int n_seq, n_ctx, max_batch;
+    int kv_dim, q_dim;
+    /* KV cache, per sequence, layer and KV head: K transposed [head_dim][ctx_pad]
+     * (so scores vectorize over positions), V as [ctx_pad][head_dim]. */
+    int ctx_pad;              /* n_ctx rounded up to the score tile (32) */
+    size_t head_stride;       /* floats per (sequence, layer, KV head): head_dim * ctx_pad */
+    size_t seq_stride;        /* floats per sequence: n_layer * n_head_kv * head_stride */
+    float *kv_k, *kv_v;
+    float *zeros;             /* max(head_dim, ctx_pad) zeros: padding rows for the tiles */
+    /* norm weights as float (files may store them as f16) */
+    float *attn_norm, *ffn_norm, *out_norm;   /* [n_layer][n_embd], ..., [n_embd] */
+    float *inv_freq;          /* [n_rot/2] RoPE frequencies */
+    /* scratch, sized for max_batch tokens */
+    float *x;                 /* [B][n_embd] residual stream */
+    float *xb;                /* [B][max(n_embd, q_dim)] normed input / attention output */
+    float *xb2;               /* [B][n_embd] matmul output */
+    float *q, *k, *v;         /* [B][q_dim], [B][kv_dim], [B][kv_dim] */
+    float *hb, *hb2;          /* [B][n_ff] */
+    float *att;               /* [threads][group][ctx_pad] attention scores */
+    int att_threads;
+    /* precise mode: activations are quantized twice (value + residual) */
+    bool precise;
+    float *px, *py;           /* [2*B][max cols], [2*B*max rows] (see matmul) */
+    size_t py_cap;
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- small vector helpers ----
+ * Cloned per ISA by the compiler: attention is a significant share of a long
+ * prefill, and these loops only vectorize with the wider targets enabled. */
+#define SW_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+
+SW_CLONES static void axpyf(float *y, float a, const float *x, int n)
+{
+#pragma omp simd
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0.0;   /* double: the sum over thousands of squares loses bits in float */
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+/* Rotates pairs (x[2i], x[2i+1]) of each head by pos * inv_freq[i]. This is
+ * the "normal" (interleaved) RoPE: GGUF converters permute Llama's q/k rows
+ * so that this layout is correct for them. Dims past n_rot stay as they are. */
+static void rope(float *x, int n_heads, int head_dim, int n_rot, int pos, const float *inv_freq)
+{
+    for (int i = 0; i < n_rot / 2; i++) {
+        float theta = (float)pos * inv_freq[i];
+        float c = cosf(theta), s = sinf(theta);
+        for (int h = 0; h < n_heads; h++) {
+            float *p = x + (size_t)h * head_dim + 2 * i;
+            float a = p[0], b = p[1];
+            p[0] = a * c - b * s;
+            p[1] = a * s + b * c;
+        }
+    }
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* Row-wise helpers over the batch; parallel only when there are many rows. */
+static void norm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
+{
+#pragma omp parallel for if (n > 8)
+    for (int t = 0; t < n; t++) rmsnorm(out + (size_t)t * dim, x + (size_t)t * dim, w, dim, eps);
+}
+
+static void add_rows(float *x, const float *d, int n, int dim)
+{
+#pragma omp parallel for if (n > 8)
+    for (int t = 0; t < n; t++) {
+        float *xr = x + (size_t)t * dim;
+        const float *dr = d + (size_t)t * dim;
+        for (int i = 0; i < dim; i++) xr[i] += dr[i];
+    }
+}
+
+/* ---- context ---- */
+
+/* 64-byte aligned and zeroed: matmul splits output rows in 64-byte units, so
+ * aligned outputs mean no two threads ever share a cache line. */
+static float *falloc(size_t n)
+{
+    size_t bytes = ((n ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+static bool norm_to_float(const gguf_tensor *t, float *dst)
+{
+    return sw_dequantize_row(t->type, t->data, dst, (int64_t)t->ne[0]);
+}
+
+sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen)
+{
+    const sw_hparams *hp = &m->hp;
+    if (n_seq < 1 || n_seq > 4096) { seterr(err, errlen, "number of sequences %d out of range", n_seq); return NULL; }
+    if (n_ctx < 1 || n_ctx > (1 << 24)) { seterr(err, errlen, "context length %d out of range", n_ctx); return NULL; }
+    if (max_batch < 1 || max_batch > (1 << 16)) { seterr(err, errlen, "batch size %d out of range", max_batch); return NULL; }
+    sw_ctx *c = calloc(1, sizeof *c);
+    if (!c) { seterr(err, errlen, "out of memory"); return NULL; }
+    c->m = m;
+    c->n_seq = n_seq;
+    c->n_ctx = n_ctx;
+    c->max_batch = max_batch;
+    c->kv_dim = (int)(hp->n_head_kv * hp->head_dim);
+    c->q_dim = (int)(hp->n_head * hp->head_dim);
+    c->ctx_pad = (n_ctx + 31) & ~31;
+    c->head_stride = (size_t)hp->head_dim * c->ctx_pad;
+    c->seq_stride = (size_t)hp->n_layer * hp->n_head_kv * c->head_stride;
+
+    /* calloc of a large block maps fresh zero pages: KV memory is committed
+     * only as positions are written. */
+    c->kv_k = calloc(c->seq_stride * n_seq, sizeof(float));
+    c->kv_v = calloc(c->seq_stride * n_seq, sizeof(float));
+
+    size_t E = hp->n_embd, B = (size_t)max_batch;
+    size_t wide = E > (size_t)c->q_dim ? E : (size_t)c->q_dim;
+    c->attn_norm = falloc(hp->n_layer * E);
+    c->ffn_norm = falloc(hp->n_layer * E);
+    c->out_norm = falloc(E);
+    c->inv_freq = falloc(hp->n_rot / 2);
+    c->x = falloc(B * E);
+    c->xb = falloc(B * wide);
+    c->xb2 = falloc(B * E);
+    c->q = falloc(B * c->q_dim);
+    c->k = falloc(B * c->kv_dim);
+    c->v = falloc(B * c->kv_dim);
+    c->hb = falloc(B * hp->n_ff);
+    c->hb2 = falloc(B * hp->n_ff);
+    c->att_threads = omp_get_max_threads();
+    c->att = falloc((size_t)c->att_threads * (hp->n_head / hp->n_head_kv) * c->ctx_pad);
+    c->zeros = falloc(hp->head_dim > (uint32_t)c->ctx_pad ? hp->head_dim : (size_t)c->ctx_pad);
+    if (!c->kv_k || !c->kv_v || !c->attn_norm || !c->ffn_norm || !c->out_norm || !c->inv_freq ||
+        !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->att ||
+        !c->zeros) {
+        seterr(err, errlen, "out of memory for %d sequences x %d positions (KV %.1f MiB)", n_seq, n_ctx,
+               2.0 * c->seq_stride * n_seq * sizeof(float) / 1048576.0);
+        sw_ctx_free(c);
+        return NULL;
+    }
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (!norm_to_float(m->layers[l].attn_norm, c->attn_norm + l * E) ||
+            !norm_to_float(m->layers[l].ffn_norm, c->ffn_norm + l * E)) {
+            seterr(err, errlen, "layer %u: cannot convert norm weights", l);
+            sw_ctx_free(c);
+            return NULL;
+        }
+    }
+    if (!norm_to_float(m->output_norm, c->out_norm)) {
+        seterr(err, errlen, "cannot convert output_norm weights");
+        sw_ctx_free(c);
+        return NULL;
+    }
+    /* RoPE frequencies; Llama 3.1-style files divide them by rope_freqs. */
+    float *factors = m->rope_freqs ? falloc(hp->n_rot / 2) : NULL;
+    if (factors && !sw_dequantize_row(m->rope_freqs->type, m->rope_freqs->data, factors, hp->n_rot / 2)) {
+        free(factors);
+        factors = NULL;
+    }
+    for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
+        float f = powf(hp->rope_theta, -2.0f * (float)i / (float)hp->n_rot);
+        if (factors && factors[i] > 0.0f) f /= factors[i];
+        c->inv_freq[i] = f;
+    }
+    free(factors);
+    return c;
+}
+
+void sw_ctx_free(sw_ctx *c)
+{
+    if (!c) return;
+    free(c->kv_k); free(c->kv_v);
+    free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq);
+    free(c->x); free(c->xb); free(c->xb2);
+    free(c->q); free(c->k); free(c->v);
+    free(c->hb); free(c->hb2); free(c->att); free(c->zeros); free(c->px); free(c->py);
+    free(c);
+}
+
+int sw_ctx_n_ctx(const sw_ctx *c) { return c->n_ctx; }
+
+/* ---- matrix products ----
+ * Fast mode multiplies with activations quantized once (Q8_K / Q8_0), as the
+ * kernels do. Precise mode removes most of that rounding error by also
+ * multiplying the quantization residual: x = deq(q(x)) + r, so
+ * W*x = W*q(x) + W*q(r), with q(r)'s error ~1/128 of q(x)'s. Both halves go
+ * through ONE matmul call (2n activation rows), so weights are still read once. */
+
+#define PRECISE_MAX_TOK_ROWS 64   /* bounds the scratch for the vocab-sized output */
+
+static size_t max_cols(const sw_ctx *c)
+{
+    const sw_hparams *hp = &c->m->hp;
+    size_t m = hp->n_embd;
+    if ((size_t)c->q_dim > m) m = (size_t)c->q_dim;
+    if (hp->n_ff > m) m = hp->n_ff;
+    return m;
+}
+
+int sw_ctx_set_precise(sw_ctx *c, bool precise)
+{
+    if (precise && !c->px) {
+        const sw_hparams *hp = &c->m->hp;
+        size_t B = (size_t)c->max_batch, mc = max_cols(c);
+        size_t rows_body = B * mc;   /* every matrix but the output has <= mc rows */
+        size_t tb = B < PRECISE_MAX_TOK_ROWS ? B : PRECISE_MAX_TOK_ROWS;
+        size_t rows_out = tb * hp->n_vocab;
+        c->py_cap = 2 * (rows_body > rows_out ? rows_body : rows_out);
+        c->px = falloc(2 * B * mc);
+        c->py = falloc(c->py_cap);
+        if (!c->px || !c->py) {
+            free(c->px); free(c->py);
+            c->px = c->py = NULL;
+            return -1;
+        }
+    }
+    c->precise = precise;
+    return 0;
+}
+
+static void matmul(sw_ctx *c, const gguf_tensor *w, const float *x, int n, float *y)
+{
+    sw_type at = sw_type_info(w->type)->vec_dot_type;
+    if (!c->precise || at == SW_TYPE_F32 || at == SW_TYPE_F16 || at == SW_TYPE_BF16) {
+        sw_matmul_tensor(w, x, n, y);
+        return;
+    }
+    const int64_t cols = (int64_t)w->ne[0], rows = (int64_t)w->ne[1];
+    int chunk = (int)(c->py_cap / (2 * (size_t)rows));
+    if (chunk > n) chunk = n;
+    size_t qbytes = sw_act_row_size(w->type, cols);
+    for (int t0 = 0; t0 < n; t0 += chunk) {
+        int nc = n - t0 < chunk ? n - t0 : chunk;
+        /* rows 0..nc-1: x itself; rows nc..2nc-1: x minus its quantized value */
+        memcpy(c->px, x + (size_t)t0 * cols, (size_t)nc * cols * sizeof(float));
+#pragma omp parallel
+        {
+            void *q = malloc(qbytes);
+            float *dq = malloc((size_t)cols * sizeof(float));
+#pragma omp for
+            for (int t = 0; t < nc; t++) {
+                const float *xr = x + (size_t)(t0 + t) * cols;
+                float *r = c->px + (size_t)(nc + t) * cols;
+                if (q && dq) {
+                    sw_quantize_act(w->type, xr, q, cols);
+                    sw_dequantize_row(at, q, dq, cols);
+                    for (int64_t i = 0; i < cols; i++) r[i] = xr[i] - dq[i];
+                } else {
+                    memset(r, 0, (size_t)cols * sizeof(float));
+                }
+            }
+            free(q);
+            free(dq);
+        }
+        sw_matmul_tensor(w, c->px, 2 * nc, c->py);
+        float *yc = y + (size_t)t0 * rows;
+        const float *y1 = c->py, *y2 = c->py + (size_t)nc * rows;
+        for (size_t i = 0; i < (size_t)nc * rows; i++) yc[i] = y1[i] + y2[i];
+    }
+}
+int sw_ctx_max_batch(const sw_ctx *c) { return c->max_batch; }
+
+/* ---- attention ----
+ * For each (token, KV head) the `group` query heads that share the KV head are
+ * done together: scores S = Q K^T as a register tile of 4 queries x 32
+ * positions (K is stored transposed, so a tile row is one contiguous load),
+ * softmax, then O = P V as a tile of 4 queries x 64 dims. Each loaded K/V
+ * element feeds 4 queries and no horizontal sums are needed. */
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+
+/* S[r*ss + j] = Q[r] . K[:, j] for r < M (query rows hd apart), j < N
+ * rounded up to 32; K^T rows are kts apart. `zero` pads the last tile. */
+SW_CLONES static void attn_scores(const float *Q, int M, int hd, const float *KT, size_t kts, int N,
+                                  float *S, size_t ss, const float *zero)
+{
+    for (int r0 = 0; r0 < M; r0 += 4) {
+        const float *q0 = Q + (size_t)r0 * hd;
+        const float *q1 = r0 + 1 < M ? q0 + hd : zero;
+        const float *q2 = r0 + 2 < M ? q0 + 2 * hd : zero;
+        const float *q3 = r0 + 3 < M ? q0 + 3 * hd : zero;
+        for (int j = 0; j < N; j += 32) {
+            v16 a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+            for (int d = 0; d < hd; d++) {
+                const float *kr = KT + (size_t)d * kts + j;
+                v16 k0 = *(const v16u *)kr, k1 = *(const v16u *)(kr + 16);
+                a00 += q0[d] * k0; a01 += q0[d] * k1;
+                a10 += q1[d] * k0; a11 += q1[d] * k1;
+                a20 += q2[d] * k0; a21 += q2[d] * k1;
+                a30 += q3[d] * k0; a31 += q3[d] * k1;
+            }
+            float *s0 = S + (size_t)r0 * ss + j;
+            *(v16u *)s0 = a00; *(v16u *)(s0 + 16) = a01;
+            if (r0 + 1 < M) { *(v16u *)(s0 + ss) = a10; *(v16u *)(s0 + ss + 16) = a11; }
+            if (r0 + 2 < M) { *(v16u *)(s0 + 2 * ss) = a20; *(v16u *)(s0 + 2 * ss + 16) = a21; }
+            if (r0 + 3 < M) { *(v16u *)(s0 + 3 * ss) = a30; *(v16u *)(s0 + 3 * ss + 16) = a31; }
+        }
+    }
+}
+
+/* O[r*hd + d] = sum_{j<N} P[r*ps + j] * V[j*hd + d], for hd a multiple of 64. */
+SW_CLONES static void attn_pv64(const float *P, size_t ps, int M, const float *V, int hd, int N,
+                                float *O, const float *zero)
+{
+    for (int r0 = 0; r0 < M; r0 += 4) {
+        const float *p0 = P + (size_t)r0 * ps;
+        const float *p1 = r0 + 1 < M ? p0 + ps : zero;
+        const float *p2 = r0 + 2 < M ? p0 + 2 * ps : zero;
+        const float *p3 = r0 + 3 < M ? p0 + 3 * ps : zero;
+        for (int d0 = 0; d0 < hd; d0 += 64) {
+            v16 a[4][4] = {{{0}}};
+            for (int j = 0; j < N; j++) {
+                const float *vr = V + (size_t)j * hd + d0;
+                v16 v0 = *(const v16u *)vr, v1 = *(const v16u *)(vr + 16);
+                v16 v2 = *(const v16u *)(vr + 32), v3 = *(const v16u *)(vr + 48);
+                float x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];
+                a[0][0] += x0 * v0; a[0][1] += x0 * v1; a[0][2] += x0 * v2; a[0][3] += x0 * v3;
+                a[1][0] += x1 * v0; a[1][1] += x1 * v1; a[1][2] += x1 * v2; a[1][3] += x1 * v3;
+                a[2][0] += x2 * v0; a[2][1] += x2 * v1; a[2][2] += x2 * v2; a[2][3] += x2 * v3;
+                a[3][0] += x3 * v0; a[3][1] += x3 * v1; a[3][2] += x3 * v2; a[3][3] += x3 * v3;
+            }
+            for (int r = 0; r < 4 && r0 + r < M; r++)
+                for (int k = 0; k < 4; k++) *(v16u *)(O + (size_t)(r0 + r) * hd + d0 + 16 * k) = a[r][k];
+        }
+    }
+}
+
+/* The same for any head size (small models). */
+static void attn_pv_any(const float *P, size_t ps, int M, const float *V, int hd, int N, float *O)
+{
+    for (int r = 0; r < M; r++) {
+        float *o = O + (size_t)r * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int j = 0; j < N; j++) axpyf(o, P[(size_t)r * ps + j], V + (size_t)j * hd, hd);
+    }
+}
+
+/* In-place softmax of the first n entries of each of M rows. */
+static void softmax_rows(float *S, size_t ss, int M, int n, float scale)
+{
+    for (int r = 0; r < M; r++) {
+        float *a = S + (size_t)r * ss;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) { a[j] *= scale; if (a[j] > mx) mx = a[j]; }
+        float sum = 0.0f;
+        for (int j = 0; j < n; j++) { a[j] = expf(a[j] - mx); sum += a[j]; }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < n; j++) a[j] *= inv;
+    }
+}
+
+static inline size_t kv_base(const sw_ctx *c, int seq, int layer, int g)
+{
+    return (size_t)seq * c->seq_stride + ((size_t)layer * c->m->hp.n_head_kv + (size_t)g) * c->head_stride;
+}
+
+/* Files k and v of token (seq, pos) into the cache of one layer. */
+static void kv_store(sw_ctx *c, int layer, int seq, int pos, const float *k, const float *v)
+{
+    const int hd = (int)c->m->hp.head_dim;
+    for (int g = 0; g < (int)c->m->hp.n_head_kv; g++) {
+        size_t b = kv_base(c, seq, layer, g);
+        float *KT = c->kv_k + b, *V = c->kv_v + b + (size_t)pos * hd;
+        for (int d = 0; d < hd; d++) KT[(size_t)d * c->ctx_pad + pos] = k[g * hd + d];
+        memcpy(V, v + (size_t)g * hd, (size_t)hd * sizeof(float));
+    }
+}
+
+/* Causal attention: token t of sequence s at position p attends to that
+ * sequence's cached positions 0..p, which this step has already filled up
+ * to p. Query heads share KV heads in groups (grouped-query attention).
+ * Writes [n][q_dim] into out. Parallel over (token, KV head). */
+static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float *out)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const int hd = (int)hp->head_dim, n_kv = (int)hp->n_head_kv;
+    const int group = (int)(hp->n_head / hp->n_head_kv);
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    /* Small work runs on one thread: waking the pool costs more than it saves. */
+    long work = 0;
+    for (int t = 0; t < n; t++) work += (long)(toks[t].pos + 1);
+    work *= (long)hp->n_head * hd;
+#pragma omp parallel for schedule(dynamic, 1) if (work > 65536)
+    for (int tg = 0; tg < n * n_kv; tg++) {
+        int t = tg / n_kv, g = tg % n_kv;
+        int tid = omp_get_thread_num();
+        size_t ss = (size_t)c->ctx_pad;
+        /* The pool may have grown since the context was made: use a private
+         * buffer then. */
+        float *S = tid < c->att_threads ? c->att + (size_t)tid * group * ss : NULL;
+        float *tmp = NULL;
+        if (!S) S = tmp = aligned_alloc(64, (size_t)group * ss * sizeof(float));
+        if (!S) continue;
+
+        const int N = toks[t].pos + 1;
+        const size_t b = kv_base(c, toks[t].seq, layer, g);
+        const float *Q = c->q + (size_t)t * c->q_dim + (size_t)g * group * hd;
+        float *O = out + (size_t)t * c->q_dim + (size_t)g * group * hd;
+        attn_scores(Q, group, hd, c->kv_k + b, ss, N, S, ss, c->zeros);
+        softmax_rows(S, ss, group, N, scale);
+        if (hd % 64 == 0) attn_pv64(S, ss, group, c->kv_v + b, hd, N, O, c->zeros);
+        else attn_pv_any(S, ss, group, c->kv_v + b, hd, N, O);
+        free(tmp);
+    }
+}
+
+/* ---- the forward pass ---- */
+
+static int check_batch(const sw_ctx *c, const sw_tok_in *toks, int n, char *err, size_t errlen)
+{
+    if (n < 1 || n > c->max_batch) { seterr(err, errlen, "batch of %d tokens (max %d)", n, c->max_batch); return -1; }
+    for (int i = 0; i < n; i++) {
+        if (toks[i].token < 0 || (uint32_t)toks[i].token >= c->m->hp.n_vocab) {
+            seterr(err, errlen, "token %d at batch index %d out of range (vocabulary %u)", toks[i].token, i, c->m->hp.n_vocab);
+            return -1;
+        }
+        if (toks[i].pos < 0 || toks[i].pos >= c->n_ctx) {
+            seterr(err, errlen, "position %d at batch index %d out of range (context %d)", toks[i].pos, i, c->n_ctx);
+            return -1;
+        }
+        if (toks[i].seq < 0 || toks[i].seq >= c->n_seq) {
+            seterr(err, errlen, "sequence %d at batch index %d out of range (%d sequences)", toks[i].seq, i, c->n_seq);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char *err, size_t errlen)
+{
+    if (check_batch(c, toks, n, err, errlen)) return -1;
+    const sw_model *m = c->m;
+    const sw_hparams *hp = &m->hp;
+    const int E = (int)hp->n_embd, F = (int)hp->n_ff, QD = c->q_dim, KVD = c->kv_dim;
+    const float eps = hp->rms_eps;
+
+    /* Embedding lookup. */
+    for (int t = 0; t < n; t++) sw_get_row(m->token_embd, toks[t].token, c->x + (size_t)t * E);
+
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const sw_layer *L = &m->layers[l];
+        const float *an = c->attn_norm + (size_t)l * E, *fn = c->ffn_norm + (size_t)l * E;
+
+        /* Attention block: normalize, project to q/k/v for all tokens at once. */
+        norm_rows(c->xb, c->x, an, n, E, eps);
+        matmul(c, L->wq, c->xb, n, c->q);
+        matmul(c, L->wk, c->xb, n, c->k);
+        matmul(c, L->wv, c->xb, n, c->v);
+
+        /* Rotate q and k by position, then file k and v into each token's
+         * sequence cache before any attention reads it (tokens of the same
+         * sequence in this batch see each other, causally). */
+#pragma omp parallel for if (n > 4)
+        for (int t = 0; t < n; t++) {
+            float *q = c->q + (size_t)t * QD, *k = c->k + (size_t)t * KVD;
+            rope(q, (int)hp->n_head, (int)hp->head_dim, (int)hp->n_rot, toks[t].pos, c->inv_freq);
+            rope(k, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->n_rot, toks[t].pos, c->inv_freq);
+            kv_store(c, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD);
+        }
+
+        attention(c, (int)l, toks, n, c->xb);
+        matmul(c, L->wo, c->xb, n, c->xb2);
+        add_rows(c->x, c->xb2, n, E);
+
+        /* Feed-forward block (SwiGLU). */
+        norm_rows(c->xb, c->x, fn, n, E, eps);
+        matmul(c, L->w_gate, c->xb, n, c->hb);
+        matmul(c, L->w_up, c->xb, n, c->hb2);
+#pragma omp parallel for if (n > 4)
+        for (int t = 0; t < n; t++) {
+            float *g = c->hb + (size_t)t * F, *u = c->hb2 + (size_t)t * F;
+            for (int i = 0; i < F; i++) g[i] = silu(g[i]) * u[i];
+        }
+        matmul(c, L->w_down, c->hb, n, c->xb2);
+        add_rows(c->x, c->xb2, n, E);
+    }
+
+    /* Final norm and output projection, only for the tokens that want logits
+     * (during prefill usually just the last one): pack those rows first. */
+    int nl = 0;
+    for (int t = 0; t < n; t++) {
+        if (!toks[t].logits) continue;
+        rmsnorm(c->xb + (size_t)nl * E, c->x + (size_t)t * E, c->out_norm, E, eps);
+        nl++;
+    }
+    if (nl) matmul(c, m->output, c->xb, nl, logits_out);
+    return 0;
+}

@@ -1,0 +1,45 @@
+/* The Llama forward pass over a batch of tokens.
+ *
+ * One call evaluates any mix of tokens, each with its own sequence (KV cache)
+ * and position. The same code therefore does prefill (many tokens of one
+ * sequence) and batched decode (one token of many sequences): every weight
+ * matrix is multiplied with all tokens of the batch at once, so a step reads
+ * the weights once whatever the batch size.
+ */
+#ifndef SW_FORWARD_H
+#define SW_FORWARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "worker-cpu/model.h"
+
+typedef struct {
+    int32_t token;
+    int32_t pos;      /* position in its sequence; KV entries 0..pos-1 must already be filled */
+    int seq;          /* which KV cache, 0..n_seq-1 */
+    bool logits;      /* produce this token's logits */
+} sw_tok_in;
+
+typedef struct sw_ctx sw_ctx;
+
+/* n_seq KV caches of n_ctx positions each (float32, [layer][pos][kv_dim]),
+ * scratch for batches of up to max_batch tokens. KV memory is only touched
+ * as positions are used. */
+sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen);
+void sw_ctx_free(sw_ctx *c);
+int sw_ctx_n_ctx(const sw_ctx *c);
+int sw_ctx_max_batch(const sw_ctx *c);
+
+/* Precise mode: each quantized matmul also multiplies the activations'
+ * quantization residual, giving float-activation accuracy at up to twice the
+ * compute (weights are still read once). Off by default: serving uses the
+ * single-quantization fast path. Returns -1 if scratch cannot be allocated. */
+int sw_ctx_set_precise(sw_ctx *c, bool precise);
+
+/* Evaluates n tokens (n <= max_batch). For each token with .logits set, in
+ * batch order, writes one row of n_vocab floats to logits_out. Returns 0, or
+ * -1 with err filled when the batch is invalid (token/pos/seq out of range). */
+int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char *err, size_t errlen);
+
+#endif

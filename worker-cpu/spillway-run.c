@@ -1,0 +1,381 @@
+/* spillway-run: a single-process runner, like llama-cli.
+ *
+ *   spillway-run -m MODEL -p TEXT [-n N] [--temp T] [--seed S] [-t THREADS]
+ *                [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [-c CTX]
+ *   spillway-run -m MODEL --tokens 1,2,3 [--logits-out FILE] [-n N]
+ *   spillway-run -m MODEL --tokenize TEXT
+ *
+ * Generated text goes to stdout (the prompt, then the continuation, streamed);
+ * logs go to stderr. --logits-out writes the float32 logits of every evaluated
+ * position, row after row. --tokenize needs only the vocabulary, so it works
+ * on vocab-only GGUF files.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "llm/generate.h"
+#include "llm/gguf.h"
+#include "llm/tokenizer.h"
+#include "worker-cpu/forward.h"
+#include "worker-cpu/kernels.h"
+#include "worker-cpu/model.h"
+
+#define PREFILL_CHUNK 512
+
+typedef struct {
+    const char *model, *prompt, *tokens, *logits_out, *tokenize;
+    long n_predict;       /* -1: default */
+    int threads, n_ctx;
+    sw_sampling_params sp;
+    bool seed_set;
+    int precise;          /* -1: default (on with --logits-out), 0 off, 1 on */
+} options;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: spillway-run -m MODEL [-p TEXT | --tokens ID,ID,... | --tokenize TEXT] [options]\n"
+        "  -m, --model FILE        GGUF model\n"
+        "  -p, --prompt TEXT       prompt; the prompt and its continuation go to stdout\n"
+        "  -n, --n-predict N       tokens to generate (default 128; 0 with --tokens)\n"
+        "  -t, --threads N         compute threads (default: all cores)\n"
+        "  -c, --ctx-size N        context length (default: the model's, at most 4096)\n"
+        "      --temp T            temperature, 0 = greedy (default 0.8)\n"
+        "      --seed S            random seed (default: random)\n"
+        "      --top-k K           (default 40, 0 = off)\n"
+        "      --top-p P           (default 0.95, 1 = off)\n"
+        "      --min-p P           (default 0.05, 0 = off)\n"
+        "      --repeat-penalty R  (default 1.0 = off)\n"
+        "      --tokens LIST       evaluate exactly these token ids (no BOS), as one batch\n"
+        "      --logits-out FILE   write float32 logits of every evaluated position\n"
+        "      --tokenize TEXT     print the token ids of TEXT (no BOS/EOS) and exit\n"
+        "      --precise, --fast   activations: quantized with residual correction (float\n"
+        "                          accuracy, up to 2x compute) or once, as served; default:\n"
+        "                          precise with --logits-out, else fast\n");
+}
+
+static void die2(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "spillway-run: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    exit(2);
+}
+
+static long parse_long(const char *flag, const char *s, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "spillway-run: %s: invalid value '%s' (integer %ld..%ld)\n", flag, s, lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
+static float parse_float(const char *flag, const char *s, float lo, float hi)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "spillway-run: %s: invalid value '%s' (number %g..%g)\n", flag, s, lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
+static uint64_t parse_u64(const char *flag, const char *s)
+{
+    char *end;
+    errno = 0;
+    if (*s == '-') die2("%s: invalid value '%s' (non-negative integer)", flag, s);
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) die2("%s: invalid value '%s' (non-negative integer)", flag, s);
+    return v;
+}
+
+static options parse_args(int argc, char **argv)
+{
+    options o = {0};
+    o.n_predict = -1;
+    o.precise = -1;
+    o.sp.temperature = 0.8f;
+    o.sp.top_k = 40;
+    o.sp.top_p = 0.95f;
+    o.sp.min_p = 0.05f;
+    o.sp.repetition_penalty = 1.0f;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
+        if (!strcmp(a, "--precise")) { o.precise = 1; continue; }
+        if (!strcmp(a, "--fast")) { o.precise = 0; continue; }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "spillway-run: %s: %s\n", a, a[0] == '-' ? "missing value (or unknown option)" : "unexpected argument");
+            usage(stderr);
+            exit(2);
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o.prompt = v;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) o.n_predict = parse_long(a, v, 0, 1 << 24);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) o.threads = (int)parse_long(a, v, 1, 1024);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) o.n_ctx = (int)parse_long(a, v, 1, 1 << 24);
+        else if (!strcmp(a, "--temp")) o.sp.temperature = parse_float(a, v, 0.0f, 100.0f);
+        else if (!strcmp(a, "--seed")) { o.sp.seed = parse_u64(a, v); o.seed_set = true; }
+        else if (!strcmp(a, "--top-k")) o.sp.top_k = (int32_t)parse_long(a, v, 0, INT32_MAX);
+        else if (!strcmp(a, "--top-p")) o.sp.top_p = parse_float(a, v, 0.0f, 1.0f);
+        else if (!strcmp(a, "--min-p")) o.sp.min_p = parse_float(a, v, 0.0f, 1.0f);
+        else if (!strcmp(a, "--repeat-penalty")) o.sp.repetition_penalty = parse_float(a, v, 0.0f, 100.0f);
+        else if (!strcmp(a, "--tokens")) o.tokens = v;
+        else if (!strcmp(a, "--logits-out")) o.logits_out = v;
+        else if (!strcmp(a, "--tokenize")) o.tokenize = v;
+        else {
+            fprintf(stderr, "spillway-run: unknown option '%s'\n", a);
+            usage(stderr);
+            exit(2);
+        }
+    }
+    if (!o.model) { fprintf(stderr, "spillway-run: -m MODEL is required\n"); usage(stderr); exit(2); }
+    int modes = !!o.prompt + !!o.tokens + !!o.tokenize;
+    if (modes > 1) { fprintf(stderr, "spillway-run: use only one of -p, --tokens, --tokenize\n"); exit(2); }
+    if (o.tokenize && o.logits_out) { fprintf(stderr, "spillway-run: --logits-out does not apply to --tokenize\n"); exit(2); }
+    if (!o.seed_set) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        o.sp.seed = (uint64_t)ts.tv_nsec * 2654435761u ^ (uint64_t)ts.tv_sec;
+    }
+    return o;
+}
+
+/* "1,2,3" -> ids. Spaces around ids are allowed. */
+static int32_t *parse_ids(const char *s, int *n_out)
+{
+    size_t cap = 16, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    const char *p = s;
+    while (ids) {
+        while (*p == ' ') p++;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "spillway-run: --tokens: invalid token id at offset %zu in '%s'\n", (size_t)(p - s), s);
+            exit(2);
+        }
+        if (n == cap) {
+            int32_t *q = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!q) { free(ids); ids = NULL; break; }
+            ids = q;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (!*p) break;
+        if (*p != ',') {
+            fprintf(stderr, "spillway-run: --tokens: expected ',' at offset %zu in '%s'\n", (size_t)(p - s), s);
+            exit(2);
+        }
+        p++;
+    }
+    if (!ids) { fprintf(stderr, "spillway-run: out of memory\n"); exit(1); }
+    *n_out = (int)n;
+    return ids;
+}
+
+static int do_tokenize(const options *o)
+{
+    char err[512];
+    gguf_file *f = gguf_open(o->model, err, sizeof err);
+    if (!f) { fprintf(stderr, "spillway-run: %s: %s\n", o->model, err); return 1; }
+    sw_tokenizer *tok = sw_tok_load(f, err, sizeof err);
+    if (!tok) { fprintf(stderr, "spillway-run: %s: tokenizer: %s\n", o->model, err); gguf_close(f); return 1; }
+    size_t len = strlen(o->tokenize);
+    int cap = (int)len + 8;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int n = ids ? sw_tok_encode(tok, o->tokenize, len, false, false, ids, cap) : 0;
+    if (n < 0) {
+        cap = -n;
+        int32_t *p = realloc(ids, (size_t)cap * sizeof *ids);
+        if (p) { ids = p; n = sw_tok_encode(tok, o->tokenize, len, false, false, ids, cap); }
+    }
+    int rc = 0;
+    if (!ids || n < 0) { fprintf(stderr, "spillway-run: tokenization failed\n"); rc = 1; }
+    else {
+        /* The vocab test files' form: each id preceded by a space. */
+        for (int i = 0; i < n; i++) printf(" %d", ids[i]);
+        printf("\n");
+    }
+    free(ids);
+    sw_tok_free(tok);
+    gguf_close(f);
+    return rc;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static bool write_rows(FILE *f, const float *rows, size_t n_rows, uint32_t n_vocab)
+{
+    if (!f || !n_rows) return true;
+    return fwrite(rows, sizeof(float) * n_vocab, n_rows, f) == n_rows;
+}
+
+/* Evaluates the prompt in chunks; with logits_out every position's logits are
+ * written, otherwise only the last position's are computed. The last row ends
+ * up in `last`. */
+static int prefill(sw_ctx *ctx, const sw_model *m, const int32_t *ids, int n, FILE *lf,
+                   float *logits, int max_batch, float *last)
+{
+    char err[256];
+    sw_tok_in *batch = malloc((size_t)max_batch * sizeof *batch);
+    if (!batch) return -1;
+    for (int start = 0; start < n; start += max_batch) {
+        int nb = n - start < max_batch ? n - start : max_batch;
+        int nl = 0;
+        for (int i = 0; i < nb; i++) {
+            int p = start + i;
+            batch[i] = (sw_tok_in){ .token = ids[p], .pos = p, .seq = 0, .logits = lf || p == n - 1 };
+            nl += batch[i].logits;
+        }
+        if (sw_forward(ctx, batch, nb, logits, err, sizeof err)) {
+            fprintf(stderr, "spillway-run: %s\n", err);
+            free(batch);
+            return -1;
+        }
+        if (lf && !write_rows(lf, logits, (size_t)nl, m->hp.n_vocab)) {
+            fprintf(stderr, "spillway-run: writing logits failed\n");
+            free(batch);
+            return -1;
+        }
+        if (start + nb == n) memcpy(last, logits + (size_t)(nl - 1) * m->hp.n_vocab, m->hp.n_vocab * sizeof(float));
+    }
+    free(batch);
+    return 0;
+}
+
+/* Evaluates the prompt, then generates; everything it allocates is freed on
+ * every path (the sanitizer build checks for leaks). Returns the exit code. */
+static int run_model(const options *o, sw_model *m)
+{
+    char err[1024];
+    const sw_hparams *hp = &m->hp;
+    int rc = 1;
+    int32_t *ids = NULL;
+    sw_ctx *ctx = NULL;
+    float *logits = NULL, *last = NULL;
+    FILE *lf = NULL;
+    bool gen_ok = false;
+    sw_gen g;
+
+    int n_ctx = o->n_ctx ? o->n_ctx : (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    long n_predict = o->n_predict >= 0 ? o->n_predict : (o->tokens ? 0 : 128);
+
+    /* The prompt as tokens. */
+    sw_gen_params gp = { .sampling = o->sp, .max_tokens = (uint32_t)n_predict };
+    if (o->tokens) {
+        int n_ids = 0;
+        ids = parse_ids(o->tokens, &n_ids);
+        gp.prompt_ids = ids;
+        gp.n_prompt_ids = (size_t)n_ids;
+        if (o->n_ctx == 0 && n_ids > n_ctx) n_ctx = n_ids;   /* evaluate what was asked */
+    } else {
+        gp.prompt = o->prompt ? o->prompt : "";
+    }
+    if (sw_gen_init(&g, m->tok, m->chat, &gp, n_ctx, err, sizeof err)) {
+        fprintf(stderr, "spillway-run: %s\n", err);
+        goto out;
+    }
+    gen_ok = true;
+    /* Context: room for the prompt and what we generate (no more, so the KV
+     * cache stays small), within the chosen limit. */
+    long need = (long)g.n_prompt + n_predict;
+    if (need < n_ctx) n_ctx = (int)need;
+    g.n_ctx = n_ctx;
+    /* --tokens evaluates everything as one batch, as the golden files were made. */
+    int max_batch = o->tokens ? g.n_prompt : (g.n_prompt < PREFILL_CHUNK ? g.n_prompt : PREFILL_CHUNK);
+    ctx = sw_ctx_new(m, 1, n_ctx, max_batch, err, sizeof err);
+    if (!ctx) { fprintf(stderr, "spillway-run: %s\n", err); goto out; }
+    logits = malloc((size_t)max_batch * hp->n_vocab * sizeof(float));
+    last = malloc((size_t)hp->n_vocab * sizeof(float));
+    if (!logits || !last) { fprintf(stderr, "spillway-run: out of memory\n"); goto out; }
+    bool precise = o->precise >= 0 ? o->precise == 1 : o->logits_out != NULL;
+    if (precise && sw_ctx_set_precise(ctx, true)) {
+        fprintf(stderr, "spillway-run: out of memory for --precise\n");
+        goto out;
+    }
+    if (o->logits_out && !(lf = fopen(o->logits_out, "wb"))) {
+        fprintf(stderr, "spillway-run: %s: %s\n", o->logits_out, strerror(errno));
+        goto out;
+    }
+
+    if (o->prompt) { fputs(o->prompt, stdout); fflush(stdout); }
+    double t0 = now_s();
+    if (prefill(ctx, m, g.prompt, g.n_prompt, lf, logits, max_batch, last)) goto out;
+    double t1 = now_s();
+
+    rc = 0;
+    long generated = 0;
+    while (generated < n_predict) {
+        int32_t tok = sw_gen_sample(&g, last, (int32_t)hp->n_vocab);
+        const char *delta;
+        size_t dlen;
+        int fin = sw_gen_accept(&g, tok, &delta, &dlen);
+        generated++;
+        if (dlen) { fwrite(delta, 1, dlen, stdout); fflush(stdout); }
+        if (fin) break;
+        sw_tok_in in = { .token = tok, .pos = sw_gen_next_pos(&g), .seq = 0, .logits = true };
+        if (sw_forward(ctx, &in, 1, last, err, sizeof err)) {
+            fprintf(stderr, "spillway-run: %s\n", err);
+            rc = 1;
+            break;
+        }
+        if (lf && !write_rows(lf, last, 1, hp->n_vocab)) {
+            fprintf(stderr, "spillway-run: writing logits failed\n");
+            rc = 1;
+            break;
+        }
+    }
+    double t2 = now_s();
+    if (o->prompt || generated) { fputs("\n", stdout); fflush(stdout); }
+    fprintf(stderr, "spillway-run: prompt %d tokens in %.3f s (%.1f tok/s), generated %ld tokens in %.3f s (%.1f tok/s)\n",
+            g.n_prompt, t1 - t0, g.n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9),
+            generated, t2 - t1, generated / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+out:
+    if (lf && fclose(lf) != 0) { fprintf(stderr, "spillway-run: %s: write failed\n", o->logits_out); rc = 1; }
+    free(logits);
+    free(last);
+    free(ids);
+    if (gen_ok) sw_gen_free(&g);
+    sw_ctx_free(ctx);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    options o = parse_args(argc, argv);
+    if (o.threads) omp_set_num_threads(o.threads);
+    if (o.tokenize) return do_tokenize(&o);
+
+    char err[1024];
+    sw_model *m = sw_model_load(o.model, err, sizeof err);
+    if (!m) { fprintf(stderr, "spillway-run: %s\n", err); return 1; }
+    const sw_hparams *hp = &m->hp;
+    fprintf(stderr, "spillway-run: %s: %s, %u layers, dim %u, %u/%u heads, ffn %u, vocab %u, %s, isa %s, %d threads\n",
+            o.model, m->arch, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab,
+            m->quant_name, sw_isa_name(sw_isa_active()), omp_get_max_threads());
+    int rc = run_model(&o, m);
+    sw_model_free(m);
+    return rc;
+}
