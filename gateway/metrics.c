@@ -15,6 +15,7 @@
  *     from the final chunk to the response being queued).
  */
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <stdio.h>
 #include "gateway/gw.h"
@@ -144,6 +145,20 @@ void sw_metrics_reload(bool ok)
     pthread_mutex_unlock(&M.mu);
 }
 
+/* A gauge with one series per pool; `field` is the offset of its int64_t in
+ * pool_m. Called with M.mu held. */
+static void put_pool_gauge(sw_buf *b, const char *name, const char *help, size_t field)
+{
+    char line[512];
+    snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    sw_buf_puts(b, line);
+    for (int i = 0; i < M.n_pools; i++) {
+        int64_t v = *(const int64_t *)((const char *)&M.pools[i] + field);
+        snprintf(line, sizeof line, "%s{pool=\"%s\"} %lld\n", name, M.pools[i].name, (long long)v);
+        sw_buf_puts(b, line);
+    }
+}
+
 char *sw_metrics_render(sw_registry *reg)
 {
     sw_buf b = {0};
@@ -172,20 +187,10 @@ char *sw_metrics_render(sw_registry *reg)
                      M.pools[i].name, status_names[s], (unsigned long long)M.pools[i].req[s]);
             sw_buf_puts(&b, line);
         }
-    sw_buf_puts(&b, "# HELP spillway_inflight Requests dispatched to a pool and not finished.\n"
-                    "# TYPE spillway_inflight gauge\n");
-    for (int i = 0; i < M.n_pools; i++) {
-        snprintf(line, sizeof line, "spillway_inflight{pool=\"%s\"} %lld\n", M.pools[i].name,
-                 (long long)M.pools[i].inflight);
-        sw_buf_puts(&b, line);
-    }
-    sw_buf_puts(&b, "# HELP spillway_queue_depth Requests waiting for capacity, by the pool they wait for.\n"
-                    "# TYPE spillway_queue_depth gauge\n");
-    for (int i = 0; i < M.n_pools; i++) {
-        snprintf(line, sizeof line, "spillway_queue_depth{pool=\"%s\"} %lld\n", M.pools[i].name,
-                 (long long)M.pools[i].queue);
-        sw_buf_puts(&b, line);
-    }
+    put_pool_gauge(&b, "spillway_inflight", "Requests dispatched to a pool and not finished.",
+                   offsetof(pool_m, inflight));
+    put_pool_gauge(&b, "spillway_queue_depth", "Requests waiting for capacity, by the pool they wait for.",
+                   offsetof(pool_m, queue));
     sw_buf_puts(&b, "# HELP spillway_overflow_total Requests that spilled from a primary pool to an overflow pool.\n"
                     "# TYPE spillway_overflow_total counter\n");
     for (int i = 0; i < M.n_ov; i++) {

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 #include "gateway/gw.h"
+#include "llm/text.h"
 
 #define MAX_STOP 4
 #define MAX_STOP_LEN 1024        /* the wire protocol's limit */
@@ -41,50 +42,14 @@ const char *sw_finish_name(int f)
     }
 }
 
-/* Strict UTF-8 (no overlong forms, surrogates, or code points past
- * U+10FFFF). Protobuf strings must be UTF-8 and the workers reject frames
- * that are not, so such text is refused here with a 400 instead. */
-static bool utf8_ok(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        unsigned c = *p;
-        int n;
-        unsigned cp;
-        if (c < 0x80) { p++; continue; }
-        else if (c >= 0xC2 && c <= 0xDF) { n = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { n = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { n = 3; cp = c & 0x07; }
-        else return false;
-        for (int i = 1; i <= n; i++) {
-            if ((p[i] & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (p[i] & 0x3F);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        p += n + 1;
-    }
-    return true;
-}
-
-/* Names that travel as ids (model, role): printable ASCII, no spaces, as the
- * wire protocol requires. */
-static bool id_ok(const char *s, size_t maxlen)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > maxlen) return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] > 0x7E) return false;
-    return true;
-}
-
-/* True if every string anywhere in the JSON value is valid UTF-8. */
+/* True if every string anywhere in the JSON value is strict UTF-8. Protobuf
+ * strings must be UTF-8 and the workers reject frames that are not, so such
+ * text is refused here with a 400 instead. */
 static bool json_utf8_ok(const cJSON *v)
 {
     for (; v; v = v->next) {
-        if (v->string && !utf8_ok(v->string)) return false;
-        if (cJSON_IsString(v) && v->valuestring && !utf8_ok(v->valuestring)) return false;
+        if (v->string && !sw_utf8_valid(v->string)) return false;
+        if (cJSON_IsString(v) && v->valuestring && !sw_utf8_valid(v->valuestring)) return false;
         if (v->child && !json_utf8_ok(v->child)) return false;
     }
     return true;
@@ -205,7 +170,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     const char *model = NULL;
     if ((rc = get_string(o, "model", &model, &e))) goto out;
     if (!model || !*model) { rc = bad(&e, "model", "'%s' is required"); goto out; }
-    if (!id_ok(model, SW_MAX_ID_LEN))
+    if (!sw_id_valid(model, SW_MAX_ID_LEN))
         { rc = bad(&e, "model", "'%s' must be at most 128 printable ASCII characters without spaces"); goto out; }
     r->model_asked = strdup(model);
     r->model = strdup(sw_policy_resolve(p, model));
@@ -225,7 +190,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
             cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
             if (!cJSON_IsObject(it) || !cJSON_IsString(role))
                 { rc = bad(&e, "messages", "each entry of '%s' needs a string 'role'"); goto out; }
-            if (!id_ok(role->valuestring, 32))
+            if (!sw_id_valid(role->valuestring, 32))
                 { rc = bad(&e, "messages", "a 'role' in '%s' must be a short word like \"user\""); goto out; }
             char *text = content && !cJSON_IsNull(content) ? content_text(content) : strdup("");
             if (!text) { rc = bad(&e, "messages", "message 'content' in '%s' must be a string or text parts"); goto out; }

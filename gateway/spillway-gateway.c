@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include "gateway/gw.h"
+#include "llm/cli.h"
 
 static sw_gateway G;
 
@@ -40,25 +41,6 @@ static void usage(FILE *f)
                "                      tcp://127.0.0.1:5556; 'none' disables it)\n"
                "  --check             validate the policy, print OK or the errors, and exit\n"
                "Signals: SIGHUP reloads the policy; SIGINT/SIGTERM stop.\n");
-}
-
-static int parse_hostport(const char *s, char *host, size_t hl, int *port)
-{
-    const char *colon = strrchr(s, ':');
-    if (!colon) return -1;
-    size_t n = (size_t)(colon - s);
-    if (n >= hl) return -1;
-    memcpy(host, s, n);
-    host[n] = 0;
-    if (host[0] == '[' && n >= 2 && host[n - 1] == ']') {   /* [::1]:8080 */
-        memmove(host, host + 1, n - 2);
-        host[n - 2] = 0;
-    }
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p <= 0 || p > 65535) return -1;
-    *port = (int)p;
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -105,7 +87,7 @@ int main(int argc, char **argv)
     }
     char host[256];
     int port;
-    if (parse_hostport(http, host, sizeof host, &port) != 0) {
+    if (!sw_parse_hostport(http, host, sizeof host, &port)) {
         fprintf(stderr, "spillway-gateway: --http wants HOST:PORT, got '%s'\n", http);
         sw_policy_unref(p);
         return 2;

@@ -51,6 +51,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "llm/cli.h"
+#include "llm/clock.h"
+#include "llm/text.h"
 #include "proto/wire.h"
 
 #define MAX_CONCURRENCY 10000
@@ -134,41 +137,11 @@ static int flag_error(const char *fmt, ...) {
     return 2;
 }
 
-static bool parse_ll(const char *s, long long lo, long long hi, long long *out) {
-    if (!s || !*s) return false;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_double(const char *s, double lo, double hi, double *out) {
-    if (!s || !*s) return false;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v) || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 /* HOST:PORT -> a loopback socket address. IPv4 127/8, localhost, ::1. */
 static bool parse_http_target(options *o) {
-    const char *s = o->target, *colon = strrchr(s, ':');
-    if (!colon || colon == s) return false;
     char host[256];
-    size_t n = (size_t)(colon - s);
-    if (n >= sizeof host) return false;
-    memcpy(host, s, n);
-    host[n] = 0;
-    if (host[0] == '[' && n >= 2 && host[n - 1] == ']') {
-        memmove(host, host + 1, n - 2);
-        host[n - 2] = 0;
-    }
-    long long port;
-    if (!parse_ll(colon + 1, 1, 65535, &port)) return false;
+    int port;
+    if (!sw_parse_hostport(o->target, host, sizeof host, &port) || !host[0]) return false;
     memset(&o->addr, 0, sizeof o->addr);
     struct sockaddr_in *a4 = (struct sockaddr_in *)&o->addr;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&o->addr;
@@ -191,7 +164,7 @@ static bool parse_http_target(options *o) {
         a6->sin6_port = htons((uint16_t)port);
         o->addrlen = sizeof *a6;
     }
-    snprintf(o->host_header, sizeof o->host_header, "%s", s);
+    snprintf(o->host_header, sizeof o->host_header, "%s", o->target);
     return true;
 }
 
@@ -202,12 +175,7 @@ static bool loopback_endpoint(const char *ep) {
 
 /* A JSON string or a model/worker name goes into a request: keep it plain. */
 static bool printable_name(const char *s) {
-    size_t n = strlen(s);
-    if (n == 0 || n > SW_MAX_ID_LEN) return false;
-    for (; *s; s++)
-        if ((unsigned char)*s <= 0x20 || (unsigned char)*s > 0x7E || *s == '"' || *s == '\\')
-            return false;
-    return true;
+    return sw_id_valid(s, SW_MAX_ID_LEN) && !strpbrk(s, "\"\\");
 }
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -238,7 +206,7 @@ static int parse_args(int argc, char **argv, options *o) {
         if (!known) return flag_error("unknown argument '%s'", a);
         if (i + 1 >= argc) return flag_error("%s needs a value", a);
         const char *v = argv[++i];
-        long long ll;
+        long ll;
         if (!strcmp(a, "--http") || !strcmp(a, "--direct")) {
             if (have_mode) return flag_error("give exactly one of --http and --direct");
             have_mode = true;
@@ -247,46 +215,46 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(a, "--model")) {
             o->model = v;
         } else if (!strcmp(a, "--concurrency")) {
-            if (!parse_ll(v, 1, MAX_CONCURRENCY, &ll))
+            if (!sw_parse_long(v, 1, MAX_CONCURRENCY, &ll))
                 return flag_error("--concurrency: '%s' is not a whole number in 1..%d", v,
                                   MAX_CONCURRENCY);
             o->concurrency = (int)ll;
         } else if (!strcmp(a, "--requests")) {
-            if (!parse_ll(v, 1, MAX_REQUESTS, &ll))
+            if (!sw_parse_long(v, 1, MAX_REQUESTS, &ll))
                 return flag_error("--requests: '%s' is not a whole number in 1..%lld", v,
                                   MAX_REQUESTS);
             o->requests = ll;
             have_req = true;
         } else if (!strcmp(a, "--duration")) {
-            if (!parse_double(v, 0.1, MAX_DURATION_S, &o->duration_s))
+            if (!sw_parse_double(v, 0.1, MAX_DURATION_S, &o->duration_s))
                 return flag_error("--duration: '%s' is not a number of seconds in 0.1..%g", v,
                                   MAX_DURATION_S);
             have_dur = true;
         } else if (!strcmp(a, "--max-tokens")) {
-            if (!parse_ll(v, 1, MAX_MAX_TOKENS, &ll))
+            if (!sw_parse_long(v, 1, MAX_MAX_TOKENS, &ll))
                 return flag_error("--max-tokens: '%s' is not a whole number in 1..%d", v,
                                   MAX_MAX_TOKENS);
             o->max_tokens = (int)ll;
         } else if (!strcmp(a, "--prompt")) {
             o->prompt = v;
         } else if (!strcmp(a, "--timeout")) {
-            if (!parse_double(v, 0.01, MAX_TIMEOUT_S, &o->timeout_s))
+            if (!sw_parse_double(v, 0.01, MAX_TIMEOUT_S, &o->timeout_s))
                 return flag_error("--timeout: '%s' is not a number of seconds in 0.01..%g", v,
                                   MAX_TIMEOUT_S);
         } else if (!strcmp(a, "--samples")) {
             if (!*v) return flag_error("--samples needs a file name");
             o->samples_path = v;
         } else if (!strcmp(a, "--ramp")) {
-            if (!parse_double(v, 0, MAX_DURATION_S, &o->ramp_s))
+            if (!sw_parse_double(v, 0, MAX_DURATION_S, &o->ramp_s))
                 return flag_error("--ramp: '%s' is not a number of seconds in 0..%g", v,
                                   MAX_DURATION_S);
         } else if (!strcmp(a, "--workers")) {
-            if (!parse_ll(v, 1, MAX_WORKERS, &ll))
+            if (!sw_parse_long(v, 1, MAX_WORKERS, &ll))
                 return flag_error("--workers: '%s' is not a whole number in 1..%d", v, MAX_WORKERS);
             o->workers = (int)ll;
             have_workers = true;
         } else if (!strcmp(a, "--wait")) {
-            if (!parse_double(v, 0.1, MAX_TIMEOUT_S, &o->wait_s))
+            if (!sw_parse_double(v, 0.1, MAX_TIMEOUT_S, &o->wait_s))
                 return flag_error("--wait: '%s' is not a number of seconds in 0.1..%g", v,
                                   MAX_TIMEOUT_S);
             have_wait = true;
@@ -323,12 +291,6 @@ static volatile sig_atomic_t g_interrupted;
 static void on_sigint(int sig) {
     (void)sig;
     g_interrupted = 1;
-}
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 typedef struct {
@@ -1083,7 +1045,7 @@ static int run_http(const options *o) {
     http_run h;
     memset(&h, 0, sizeof h);
     h.r.o = o;
-    int64_t t0 = now_ns();
+    int64_t t0 = sw_clock_ns();
     h.r.end_issue_ns = t0 + (int64_t)(o->duration_s * 1e9);
     h.r.hard_stop_ns = t0 + run_budget_ns(o);
     build_http_request(&h);
@@ -1104,18 +1066,18 @@ static int run_http(const options *o) {
             c->st = C_BACKOFF;
             c->retry_at = t0 + (int64_t)(o->ramp_s * 1e9 * i / o->concurrency);
         } else {
-            start_connect(&h, c, now_ns());
+            start_connect(&h, c, sw_clock_ns());
         }
     }
     struct epoll_event evs[512];
-    int64_t last_scan = now_ns();
+    int64_t last_scan = sw_clock_ns();
     while (h.open > 0) {
         int n = epoll_wait(h.ep, evs, 512, TIMER_SCAN_MS);
         if (n < 0 && errno != EINTR) {
             fprintf(stderr, "spillway-loadgen: epoll_wait: %s\n", strerror(errno));
             break;
         }
-        int64_t now = now_ns();
+        int64_t now = sw_clock_ns();
         for (int i = 0; i < n; i++) {
             /* An event queued for a socket closed earlier in this batch must
              * not be taken for one of its successor's. */
@@ -1130,7 +1092,7 @@ static int run_http(const options *o) {
         if (g_interrupted) /* stop at once: in-flight requests are not counted */
             for (int i = 0; i < o->concurrency; i++) conn_finish(&h, &h.conns[i]);
     }
-    h.r.st.t_end = now_ns();
+    h.r.st.t_end = sw_clock_ns();
     int wrote = o->samples_path ? write_samples(o->samples_path, &h.r.st) : 0;
     report(o, &h.r.st);
     for (int i = 0; i < o->concurrency; i++) {
@@ -1187,7 +1149,7 @@ static int find_worker(direct_run *d, const void *ident, size_t len) {
 static void send_env(direct_run *d, int w, sw_env *env) {
     dworker *k = &d->workers[w];
     if (sw_wire_send(d->router, k->ident, k->ident_len, env, ZMQ_DONTWAIT) == 0)
-        k->last_sent = now_ns();
+        k->last_sent = sw_clock_ns();
     else if (errno == EHOSTUNREACH && k->alive) { /* ROUTER_MANDATORY: it is gone */
         k->alive = false;
         d->n_alive--;
@@ -1388,9 +1350,9 @@ static bool more_to_issue(direct_run *d, int64_t now) {
 }
 
 static int wait_for_workers(direct_run *d) {
-    int64_t deadline = now_ns() + (int64_t)(d->r.o->wait_s * 1e9);
+    int64_t deadline = sw_clock_ns() + (int64_t)(d->r.o->wait_s * 1e9);
     while (d->n_alive < d->r.o->workers && !g_interrupted) {
-        int64_t now = now_ns();
+        int64_t now = sw_clock_ns();
         if (now >= deadline) {
             fprintf(stderr, "spillway-loadgen: only %d of %d workers registered at %s within "
                             "%.1f s\n", d->n_alive, d->r.o->workers, d->r.o->target, d->r.o->wait_s);
@@ -1398,8 +1360,8 @@ static int wait_for_workers(direct_run *d) {
         }
         zmq_pollitem_t it = {d->router, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&it, 1, 50) > 0)
-            while (zmq_poll(&it, 1, 0) > 0) on_router_message(d, now_ns());
-        send_heartbeats(d, now_ns());
+            while (zmq_poll(&it, 1, 0) > 0) on_router_message(d, sw_clock_ns());
+        send_heartbeats(d, sw_clock_ns());
     }
     return g_interrupted ? -1 : 0;
 }
@@ -1431,14 +1393,14 @@ static int run_direct(const options *o) {
     if (wait_for_workers(&d) != 0) goto out;
     fprintf(stderr, "spillway-loadgen: %d worker(s) registered, starting\n", d.n_alive);
 
-    int64_t t0 = now_ns();
+    int64_t t0 = sw_clock_ns();
     d.r.end_issue_ns = t0 + (int64_t)(o->duration_s * 1e9);
     d.r.hard_stop_ns = t0 + run_budget_ns(o);
     int64_t last_scan = t0;
     for (int s = 0; s < o->concurrency; s++)
         d.slots[s].not_before = t0 + (int64_t)(o->ramp_s * 1e9 * s / o->concurrency);
     for (;;) {
-        int64_t now = now_ns();
+        int64_t now = sw_clock_ns();
         /* Keep C requests in flight. */
         for (int s = 0; s < o->concurrency && more_to_issue(&d, now); s++)
             if (!d.slots[s].busy && now >= d.slots[s].not_before) issue(&d, s, now);
@@ -1456,9 +1418,9 @@ static int run_direct(const options *o) {
         int n = zmq_poll(&it, 1, TIMER_SCAN_MS);
         if (n > 0) {
             /* Drain everything that is there before issuing again. */
-            while (zmq_poll(&it, 1, 0) > 0) on_router_message(&d, now_ns());
+            while (zmq_poll(&it, 1, 0) > 0) on_router_message(&d, sw_clock_ns());
         }
-        now = now_ns();
+        now = sw_clock_ns();
         send_heartbeats(&d, now);
         if (now - last_scan >= (int64_t)TIMER_SCAN_MS * 1000000) {
             last_scan = now;
@@ -1472,7 +1434,7 @@ static int run_direct(const options *o) {
         }
         if (g_interrupted) break;
     }
-    d.r.st.t_end = now_ns();
+    d.r.st.t_end = sw_clock_ns();
     int wrote = o->samples_path ? write_samples(o->samples_path, &d.r.st) : 0;
     report(o, &d.r.st);
     if (d.stale) fprintf(stderr, "spillway-loadgen: %lld late chunks ignored\n", d.stale);

@@ -3,13 +3,9 @@
 #include <string.h>
 #include <time.h>
 #include "gateway/gw.h"
+#include "llm/clock.h"
 
-int64_t sw_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+int64_t sw_now_ns(void) { return sw_clock_ns(); }
 
 int64_t sw_now_ms(void) { return sw_now_ns() / 1000000; }
 

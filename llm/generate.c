@@ -2,22 +2,13 @@
  * stop strings, finish conditions. See generate.h. */
 #include "llm/generate.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/random.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "llm/util.h"
 
 /* Grows *buf to hold at least need bytes. */
 static bool reserve(char **buf, size_t *cap, size_t need)
@@ -39,15 +30,15 @@ static int encode_alloc(const sw_tokenizer *tok, const char *text, bool add_bos,
     size_t len = strlen(text);
     int cap = (int)(len < (1u << 26) ? len + 8 : (1u << 26));
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    if (!ids) { seterr(err, errlen, "out of memory"); return -1; }
+    if (!ids) { sw_errf(err, errlen, "out of memory"); return -1; }
     int n = sw_tok_encode(tok, text, len, add_bos, special, ids, cap);
     if (n < 0) {   /* the tokenizer says how many it needs */
         cap = -n;
         int32_t *p = realloc(ids, (size_t)cap * sizeof *ids);
-        if (!p) { free(ids); seterr(err, errlen, "out of memory"); return -1; }
+        if (!p) { free(ids); sw_errf(err, errlen, "out of memory"); return -1; }
         ids = p;
         n = sw_tok_encode(tok, text, len, add_bos, special, ids, cap);
-        if (n < 0) { free(ids); seterr(err, errlen, "tokenizer failed"); return -1; }
+        if (n < 0) { free(ids); sw_errf(err, errlen, "tokenizer failed"); return -1; }
     }
     *out = ids;
     return n;
@@ -59,26 +50,26 @@ static int build_prompt(sw_gen *g, sw_chat_template chat, const sw_gen_params *p
     if (p->n_messages > 0) {
         for (size_t i = 0; i < p->n_messages; i++) {
             if (!p->messages[i].role || !p->messages[i].content) {
-                seterr(err, errlen, "message %zu has no role or content", i);
+                sw_errf(err, errlen, "message %zu has no role or content", i);
                 return 400;
             }
         }
         char *text = sw_chat_format(chat, p->messages, p->n_messages);
-        if (!text) { seterr(err, errlen, "cannot format chat messages"); return 400; }
+        if (!text) { sw_errf(err, errlen, "cannot format chat messages"); return 400; }
         /* The template's own markers (<|im_start|> ...) are special tokens. */
         g->n_prompt = encode_alloc(tok, text, sw_tok_add_bos(tok), true, &g->prompt, err, errlen);
         free(text);
         if (g->n_prompt < 0) return 400;
     } else if (p->n_prompt_ids > 0) {
         if (p->n_prompt_ids > (size_t)g->n_ctx) {
-            seterr(err, errlen, "prompt of %zu tokens exceeds the context length %d", p->n_prompt_ids, g->n_ctx);
+            sw_errf(err, errlen, "prompt of %zu tokens exceeds the context length %d", p->n_prompt_ids, g->n_ctx);
             return 400;
         }
         g->prompt = malloc(p->n_prompt_ids * sizeof *g->prompt);
-        if (!g->prompt) { seterr(err, errlen, "out of memory"); return 400; }
+        if (!g->prompt) { sw_errf(err, errlen, "out of memory"); return 400; }
         for (size_t i = 0; i < p->n_prompt_ids; i++) {
             if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= g->n_vocab) {
-                seterr(err, errlen, "prompt token %zu: id %d out of range (vocabulary %d)", i, p->prompt_ids[i], g->n_vocab);
+                sw_errf(err, errlen, "prompt token %zu: id %d out of range (vocabulary %d)", i, p->prompt_ids[i], g->n_vocab);
                 return 400;
             }
             g->prompt[i] = p->prompt_ids[i];
@@ -90,9 +81,9 @@ static int build_prompt(sw_gen *g, sw_chat_template chat, const sw_gen_params *p
                                    &g->prompt, err, errlen);
         if (g->n_prompt < 0) return 400;
     }
-    if (g->n_prompt == 0) { seterr(err, errlen, "empty prompt"); return 400; }
+    if (g->n_prompt == 0) { sw_errf(err, errlen, "empty prompt"); return 400; }
     if (g->n_prompt > g->n_ctx) {
-        seterr(err, errlen, "prompt of %d tokens exceeds the context length %d", g->n_prompt, g->n_ctx);
+        sw_errf(err, errlen, "prompt of %d tokens exceeds the context length %d", g->n_prompt, g->n_ctx);
         return 400;
     }
     return 0;
@@ -107,19 +98,19 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
     g->n_vocab = sw_tok_n_vocab(tok);
     g->max_tokens = p->max_tokens;
     sw_sampler_init(&g->sampler, &p->sampling);
-    if (n_ctx < 1) { seterr(err, errlen, "context length %d", n_ctx); return 400; }
+    if (n_ctx < 1) { sw_errf(err, errlen, "context length %d", n_ctx); return 400; }
     if (p->n_stop > SW_GEN_MAX_STOPS) {
-        seterr(err, errlen, "%zu stop strings (at most %d)", p->n_stop, SW_GEN_MAX_STOPS);
+        sw_errf(err, errlen, "%zu stop strings (at most %d)", p->n_stop, SW_GEN_MAX_STOPS);
         return 400;
     }
     for (size_t i = 0; i < p->n_stop; i++) {
         const char *s = p->stop[i];
         if (!s || !*s) continue;   /* an empty stop string would match everywhere: ignore it */
         if (strlen(s) > SW_GEN_MAX_STOP_LEN) {
-            seterr(err, errlen, "stop string %zu longer than %d bytes", i, SW_GEN_MAX_STOP_LEN);
+            sw_errf(err, errlen, "stop string %zu longer than %d bytes", i, SW_GEN_MAX_STOP_LEN);
             return 400;
         }
-        if (!(g->stop[g->n_stop++] = strdup(s))) { seterr(err, errlen, "out of memory"); return 400; }
+        if (!(g->stop[g->n_stop++] = strdup(s))) { sw_errf(err, errlen, "out of memory"); return 400; }
     }
     int rc = build_prompt(g, chat, p, err, errlen);
     if (rc) return rc;
@@ -130,7 +121,7 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
     bool only_bos = g->n_prompt == 1 && g->prompt[0] == sw_tok_bos(tok);
     sw_detok_init(&g->detok, tok, only_bos);
     if (!reserve(&g->out, &g->cap_out, 256) || !reserve(&g->held, &g->cap_held, 256)) {
-        seterr(err, errlen, "out of memory");
+        sw_errf(err, errlen, "out of memory");
         return 400;
     }
     g->out[0] = 0;
@@ -167,7 +158,7 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
 
     if (req->n_messages > 0) {
         msgs = calloc(req->n_messages, sizeof *msgs);
-        if (!msgs) { seterr(err, errlen, "out of memory"); goto out; }
+        if (!msgs) { sw_errf(err, errlen, "out of memory"); goto out; }
         for (size_t i = 0; i < req->n_messages; i++) {
             const Spillway__ChatMessage *cm = req->messages[i];
             msgs[i].role = cm && cm->role ? cm->role : "";
@@ -177,11 +168,11 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
         p.n_messages = req->n_messages;
     } else if (req->n_prompt_tokens > 0) {
         if (req->n_prompt_tokens > (size_t)(n_ctx > 0 ? n_ctx : 0)) {
-            seterr(err, errlen, "prompt of %zu tokens exceeds the context length %d", req->n_prompt_tokens, n_ctx);
+            sw_errf(err, errlen, "prompt of %zu tokens exceeds the context length %d", req->n_prompt_tokens, n_ctx);
             goto out;
         }
         ids = malloc(req->n_prompt_tokens * sizeof *ids);
-        if (!ids) { seterr(err, errlen, "out of memory"); goto out; }
+        if (!ids) { sw_errf(err, errlen, "out of memory"); goto out; }
         for (size_t i = 0; i < req->n_prompt_tokens; i++)
             ids[i] = req->prompt_tokens[i] > INT32_MAX ? -1 : (int32_t)req->prompt_tokens[i];
         p.prompt_ids = ids;

@@ -74,3 +74,23 @@ sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64
     }
     return fit_row(t, ne[0]);
 }
+
+bool sw_quantize_rows(sw_type type, uint64_t ne0, uint64_t rows, void *dst,
+                      bool (*row)(void *ctx, uint64_t r, float *x), void *ctx) {
+    size_t row_bytes = sw_row_size(type, ne0);
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        float *x = malloc(ne0 * sizeof *x);
+        if (!x) failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < (int64_t)rows; r++) {
+            if (!x || failed) continue;
+            if (!row(ctx, (uint64_t)r, x) ||
+                !sw_quantize_row(type, x, (uint8_t *)dst + (uint64_t)r * row_bytes, (int64_t)ne0))
+                failed = 1;
+        }
+        free(x);
+    }
+    return !failed;
+}

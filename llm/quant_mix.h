@@ -43,4 +43,11 @@ bool sw_mix_more_bits(uint32_t layer, uint32_t n_layers);
 sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64_t *ne,
                     uint32_t n_layers);
 
+/* Writes `rows` rows of ne0 elements of `type` to dst, rows in parallel:
+ * row(ctx, r, x) puts row r's ne0 floats in x, which are then quantized.
+ * Memory: one float row per thread. False if a row fails (row() returns
+ * false or the type cannot hold ne0) or memory runs out. */
+bool sw_quantize_rows(sw_type type, uint64_t ne0, uint64_t rows, void *dst,
+                      bool (*row)(void *ctx, uint64_t r, float *x), void *ctx);
+
 #endif

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "llm/util.h"
 
 struct sw_cand { int32_t id; float logit; float w; };
 
@@ -22,13 +23,6 @@ struct sw_cand { int32_t id; float logit; float w; };
 #define MAX_REPEAT_LAST_N (1 << 20)
 
 /* ---- RNG: splitmix64 seeds xoroshiro128+ ---- */
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -47,8 +41,8 @@ void sw_sampler_init(sw_sampler *s, const sw_sampling_params *p) {
     memset(s, 0, sizeof *s);
     if (p) s->p = *p;
     uint64_t x = s->p.seed;
-    s->rng[0] = splitmix64(&x);
-    s->rng[1] = splitmix64(&x);
+    s->rng[0] = sw_splitmix64(&x);
+    s->rng[1] = sw_splitmix64(&x);
     if (!s->rng[0] && !s->rng[1]) s->rng[1] = 1;   /* the all-zero state is a fixed point */
     int32_t n = s->p.repeat_last_n;
     if (n <= 0) n = DEFAULT_REPEAT_LAST_N;

@@ -23,6 +23,12 @@ typedef struct {
     sw_type type;
 } job;
 
+static bool dequantize_row(void *ctx, uint64_t r, float *x) {
+    const gguf_tensor *s = ((const job *)ctx)->src;
+    size_t in_row = sw_row_size(s->type, s->ne[0]);
+    return sw_dequantize_row(s->type, (const uint8_t *)s->data + r * in_row, x, (int64_t)s->ne[0]);
+}
+
 static bool convert(void *ctx, void *dst, uint64_t nbytes, char *err, size_t errlen) {
     const job *j = ctx;
     const gguf_tensor *s = j->src;
@@ -31,26 +37,11 @@ static bool convert(void *ctx, void *dst, uint64_t nbytes, char *err, size_t err
         return true;
     }
     uint64_t ne0 = s->ne[0], rows = s->ne[1] * s->ne[2] * s->ne[3];
-    size_t in_row = sw_row_size(s->type, ne0), out_row = sw_row_size(j->type, ne0);
-    if (out_row * rows != nbytes) {
+    if (sw_row_size(j->type, ne0) * rows != nbytes) {
         snprintf(err, errlen, "spillway-quantize: %s: size mismatch", s->name);
         return false;
     }
-    int failed = 0;
-#pragma omp parallel reduction(| : failed)
-    {
-        float *x = malloc(ne0 * sizeof *x);
-        if (!x) failed = 1;
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < (int64_t)rows; r++) {
-            if (!x || failed) continue;
-            if (!sw_dequantize_row(s->type, (const uint8_t *)s->data + (uint64_t)r * in_row, x, (int64_t)ne0) ||
-                !sw_quantize_row(j->type, x, (uint8_t *)dst + (uint64_t)r * out_row, (int64_t)ne0))
-                failed = 1;
-        }
-        free(x);
-    }
-    if (failed) {
+    if (!sw_quantize_rows(j->type, ne0, rows, dst, dequantize_row, ctx)) {
         snprintf(err, errlen, "spillway-quantize: tensor '%s': cannot convert %s to %s", s->name,
                  sw_type_info(s->type)->name, sw_type_info(j->type)->name);
         return false;

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "llm/util.h"
 
 typedef struct {
     const char *name;
@@ -46,20 +47,13 @@ static const shape SHAPES[] = {
 /* ------------------------------------------------------------------ */
 /* Random numbers */
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Fills x[0..n) with N(0, std^2) noise from the stream seeded by `seed`. */
 static void normal_row(uint64_t seed, float *x, uint64_t n, float std) {
     uint64_t s = seed;
     for (uint64_t i = 0; i < n; i += 2) {
         /* Box-Muller; u1 in (0, 1] so the log is finite. */
-        double u1 = ((splitmix64(&s) >> 11) + 1) * (1.0 / 9007199254740992.0);
-        double u2 = (splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
+        double u1 = ((sw_splitmix64(&s) >> 11) + 1) * (1.0 / 9007199254740992.0);
+        double u2 = (sw_splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
         double r = sqrt(-2.0 * log(u1)) * std;
         x[i] = (float)(r * cos(2.0 * M_PI * u2));
         if (i + 1 < n) x[i + 1] = (float)(r * sin(2.0 * M_PI * u2));
@@ -229,34 +223,26 @@ typedef struct {
     bool verbose;
 } synth_tensor;
 
+static bool synth_row(void *ctx, uint64_t r, float *x) {
+    const synth_tensor *t = ctx;
+    uint64_t ne0 = t->ne[0];
+    if (t->std == 0.0f) {
+        for (uint64_t i = 0; i < ne0; i++) x[i] = 1.0f;
+    } else {
+        uint64_t s = t->seed ^ ((uint64_t)t->index << 40) ^ r;
+        normal_row(sw_splitmix64(&s), x, ne0, t->std);
+    }
+    return true;
+}
+
 static bool fill_tensor(void *ctx, void *dst, uint64_t nbytes, char *err, size_t errlen) {
     synth_tensor *t = ctx;
     uint64_t ne0 = t->ne[0], rows = t->n_dims > 1 ? t->ne[1] : 1;
-    size_t row_bytes = sw_row_size(t->type, ne0);
-    if (row_bytes * rows != nbytes) {
+    if (sw_row_size(t->type, ne0) * rows != nbytes) {
         snprintf(err, errlen, "spillway-synth: %s: size mismatch", t->name);
         return false;
     }
-    int failed = 0;
-#pragma omp parallel reduction(| : failed)
-    {
-        float *x = malloc(ne0 * sizeof *x);
-        if (!x) failed = 1;
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < (int64_t)rows; r++) {
-            if (!x) continue;
-            if (t->std == 0.0f) {
-                for (uint64_t i = 0; i < ne0; i++) x[i] = 1.0f;
-            } else {
-                uint64_t s = t->seed ^ ((uint64_t)t->index << 40) ^ (uint64_t)r;
-                normal_row(splitmix64(&s), x, ne0, t->std);
-            }
-            if (!sw_quantize_row(t->type, x, (uint8_t *)dst + (uint64_t)r * row_bytes, (int64_t)ne0))
-                failed = 1;
-        }
-        free(x);
-    }
-    if (failed) {
+    if (!sw_quantize_rows(t->type, ne0, rows, dst, synth_row, t)) {
         snprintf(err, errlen, "spillway-synth: %s: cannot produce type %s", t->name,
                  sw_type_info(t->type)->name);
         return false;

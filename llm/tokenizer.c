@@ -16,6 +16,7 @@
  * keeps long inputs at O(n log n).
  */
 #include "llm/tokenizer.h"
+#include "llm/text.h"
 
 #include <limits.h>
 #include <math.h>
@@ -171,22 +172,9 @@ static int utf8_put(uint32_t cp, char *out) {
  * character class contains, so the byte still reaches the tokenizer. */
 #define SW_INVALID_CP 0x110000u
 static int utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
-    uint8_t b = s[0];
-    if (b < 0x80) { *cp = b; return 1; }
-    int need; uint32_t c; uint8_t lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) { need = 1; c = b & 0x1F; }
-    else if (b >= 0xE0 && b <= 0xEF) { need = 2; c = b & 0x0F; if (b == 0xE0) lo = 0xA0; if (b == 0xED) hi = 0x9F; }
-    else if (b >= 0xF0 && b <= 0xF4) { need = 3; c = b & 0x07; if (b == 0xF0) lo = 0x90; if (b == 0xF4) hi = 0x8F; }
-    else { *cp = SW_INVALID_CP + b; return 1; }
-    if ((size_t)need >= n) { *cp = SW_INVALID_CP + b; return 1; }
-    for (int k = 1; k <= need; k++) {
-        uint8_t x = s[k];
-        if (x < lo || x > hi) { *cp = SW_INVALID_CP + b; return 1; }
-        lo = 0x80; hi = 0xBF;
-        c = (c << 6) | (x & 0x3F);
-    }
-    *cp = c;
-    return need + 1;
+    int k = sw_utf8_decode(s, n, cp);
+    if (k == 0) { *cp = SW_INVALID_CP + s[0]; return 1; }
+    return k;
 }
 
 static bool in_ranges(const uint32_t (*r)[2], int n, uint32_t cp) {
@@ -876,26 +864,6 @@ static void sink_put(sink *k, const char *s, size_t n) {
 
 static void put_replacement(sink *k) { sink_put(k, "\xEF\xBF\xBD", 3); }
 
-/* Expected length of a sequence led by b; 0 if b cannot lead one. */
-static int utf8_seq_len(uint8_t b) {
-    if (b >= 0xC2 && b <= 0xDF) return 2;
-    if (b >= 0xE0 && b <= 0xEF) return 3;
-    if (b >= 0xF0 && b <= 0xF4) return 4;
-    return 0;
-}
-
-/* Whether x may follow the bytes already pending (which begin with lead). */
-static bool utf8_cont_ok(uint8_t lead, int pos, uint8_t x) {
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (pos == 1) {
-        if (lead == 0xE0) lo = 0xA0;
-        else if (lead == 0xED) hi = 0x9F;
-        else if (lead == 0xF0) lo = 0x90;
-        else if (lead == 0xF4) hi = 0x8F;
-    }
-    return x >= lo && x <= hi;
-}
-
 /* Feeds bytes through the UTF-8 state in d: complete characters go to the
  * sink, an incomplete tail stays pending, invalid bytes become U+FFFD. */
 static void utf8_feed(sw_detok *d, const uint8_t *in, size_t n, sink *k) {
@@ -903,7 +871,7 @@ static void utf8_feed(sw_detok *d, const uint8_t *in, size_t n, sink *k) {
     while (i < n) {
         uint8_t b = in[i];
         if (d->n_pending == 0) {
-            int need = utf8_seq_len(b);
+            int need = sw_utf8_seq_len(b);
             if (b < 0x80) sink_put(k, (const char *)&in[i], 1);
             else if (need == 0) put_replacement(k);
             else d->pending[d->n_pending++] = (char)b;
@@ -911,7 +879,7 @@ static void utf8_feed(sw_detok *d, const uint8_t *in, size_t n, sink *k) {
             continue;
         }
         uint8_t lead = (uint8_t)d->pending[0];
-        if (!utf8_cont_ok(lead, d->n_pending, b)) {
+        if (!sw_utf8_cont_ok(lead, d->n_pending, b)) {
             /* The pending prefix can never complete: replace it, then look at b afresh. */
             put_replacement(k);
             d->n_pending = 0;
@@ -919,7 +887,7 @@ static void utf8_feed(sw_detok *d, const uint8_t *in, size_t n, sink *k) {
         }
         d->pending[d->n_pending++] = (char)b;
         i++;
-        if (d->n_pending == utf8_seq_len(lead)) {
+        if (d->n_pending == sw_utf8_seq_len(lead)) {
             sink_put(k, d->pending, (size_t)d->n_pending);
             d->n_pending = 0;
         }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
+#include "llm/text.h"
 
 /* Bounds that no legitimate peer comes near; they keep a hostile frame from
  * making the receiver do absurd amounts of work. */
@@ -35,47 +36,21 @@ static bool fail(char *err, size_t errlen, const char *fmt, ...) {
     return false;
 }
 
-/* Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
-static bool utf8_valid(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        unsigned c = *p;
-        int n;
-        uint32_t cp;
-        if (c < 0x80) { p++; continue; }
-        else if (c >= 0xC2 && c <= 0xDF) { n = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { n = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { n = 3; cp = c & 0x07; }
-        else return false;
-        for (int i = 1; i <= n; i++) {
-            if ((p[i] & 0xC0) != 0x80) return false; /* also stops at the NUL */
-            cp = (cp << 6) | (p[i] & 0x3F);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        p += n + 1;
-    }
-    return true;
-}
-
 /* Ids (request, worker, pool, model names) end up in logs, metrics labels and
  * HTTP headers, so they must be short printable ASCII without spaces. */
 static bool check_id(const char *what, const char *s, size_t maxlen, char *err, size_t errlen) {
     size_t n = s ? strlen(s) : 0;
     if (n == 0) return fail(err, errlen, "%s is empty", what);
     if (n > maxlen) return fail(err, errlen, "%s is too long (%zu bytes, max %zu)", what, n, maxlen);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c <= 0x20 || c > 0x7E)
-            return fail(err, errlen, "%s has a space or non-printable byte 0x%02x at %zu", what, c,
-                        i);
-    }
+    size_t i = sw_id_span(s);
+    if (i < n)
+        return fail(err, errlen, "%s has a space or non-printable byte 0x%02x at %zu", what,
+                    (unsigned char)s[i], i);
     return true;
 }
 
 static bool check_text(const char *what, const char *s, char *err, size_t errlen) {
-    if (s && !utf8_valid(s)) return fail(err, errlen, "%s is not valid UTF-8", what);
+    if (s && !sw_utf8_valid(s)) return fail(err, errlen, "%s is not valid UTF-8", what);
     return true;
 }
 

@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
+#include "llm/clock.h"
 
 #define PIPE_EP "inproc://sw-worker-link"
 #define LOAD_POLL_MS 20           /* how often the link thread samples load */
@@ -56,18 +57,6 @@ void sw_worker_stop(void) { g_stop = 1; }
 static void on_signal(int sig) {
     (void)sig;
     g_stop = 1;
-}
-
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static uint64_t unix_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* One line to stderr: "[worker] 2026-11-29T19:08:31.123Z message", written
@@ -99,7 +88,7 @@ static void flush_bad_frame_count(int64_t now) {
 }
 
 static void log_bad_frame(const char *fmt, const char *what) {
-    flush_bad_frame_count(mono_ms());
+    flush_bad_frame_count(sw_clock_ms());
     if (++bad_in_window > 10) {
         bad_suppressed++;
         return;
@@ -173,7 +162,7 @@ static int link_send(link_state *L, sw_env *env) {
         sw_worker_log("send %s to gateway failed: %s", sw_wire_kind(env), zmq_strerror(errno));
         return -1;
     }
-    L->last_send = mono_ms();
+    L->last_send = sw_clock_ms();
     return 0;
 }
 
@@ -226,7 +215,7 @@ static int open_dealer(link_state *L) {
         return -1;
     }
     L->dealer = s;
-    int64_t now = mono_ms();
+    int64_t now = sw_clock_ms();
     L->last_recv = L->last_hb = L->last_load_check = now;
     L->heard = 0;
     L->reported_inflight = 0;
@@ -287,7 +276,7 @@ static void on_gateway_message(link_state *L) {
         frames++;
         more = zmq_msg_more(&m);
     }
-    L->last_recv = mono_ms();
+    L->last_recv = sw_clock_ms();
     if (!L->heard) {
         L->heard = 1;
         L->backoff_ms = SW_RECONNECT_MIN_MS;
@@ -343,7 +332,7 @@ static int on_pipe_messages(link_state *L) {
          * is gone, and the compute thread is being told to drop its requests. */
         if (L->dealer) {
             if (zmq_msg_send(&m, L->dealer, ZMQ_DONTWAIT) >= 0) {
-                L->last_send = mono_ms();
+                L->last_send = sw_clock_ms();
                 continue;
             }
             sw_worker_log("send to gateway failed, message dropped: %s", zmq_strerror(errno));
@@ -391,7 +380,7 @@ static void *link_main(void *arg) {
         return NULL;
     }
     for (;;) {
-        int64_t now = mono_ms();
+        int64_t now = sw_clock_ms();
         if (!L.dealer && now >= L.reconnect_at && open_dealer(&L) != 0) {
             pipe_send_ctrl(L.pipe, CTRL_FATAL);
             break;
@@ -434,7 +423,7 @@ static void *link_main(void *arg) {
                 on_gateway_message(&L);
             }
         }
-        now = mono_ms();
+        now = sw_clock_ms();
         if (L.dealer && now - L.last_recv >= SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS) {
             declare_gateway_dead(&L, now);
             continue;
@@ -597,7 +586,7 @@ static void on_generate(compute *C, const Spillway__GenerateRequest *req) {
         send_error(C, req->request_id, 404, err);
         return;
     }
-    if (req->deadline_unix_ms && unix_ms() >= req->deadline_unix_ms) {
+    if (req->deadline_unix_ms && sw_wall_ms() >= req->deadline_unix_ms) {
         send_error(C, req->request_id, 504, "deadline passed before the request started");
         return;
     }
@@ -633,7 +622,7 @@ static void drop_all(compute *C, uint32_t code, const char *msg) {
 }
 
 static void expire_deadlines(compute *C) {
-    uint64_t now = unix_ms();
+    uint64_t now = sw_wall_ms();
     for (size_t i = 0; i < C->reqs.nb; i++) {
         for (inflight *e = C->reqs.b[i], *n; e; e = n) {
             n = e->next;
@@ -690,10 +679,10 @@ static void make_worker_id(char *out, size_t n) {
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
               *p == '-' || *p == '.'))
             *p = '_';
-    unsigned rnd = (unsigned)(unix_ms() ^ ((uint64_t)getpid() << 16));
+    unsigned rnd = (unsigned)(sw_wall_ms() ^ ((uint64_t)getpid() << 16));
     FILE *f = fopen("/dev/urandom", "rb");
     if (f) {
-        if (fread(&rnd, sizeof rnd, 1, f) != 1) rnd ^= (unsigned)mono_ms();
+        if (fread(&rnd, sizeof rnd, 1, f) != 1) rnd ^= (unsigned)sw_clock_ms();
         fclose(f);
     }
     snprintf(out, n, "%s-%d-%04x", host, (int)getpid(), rnd & 0xffff);
@@ -758,8 +747,8 @@ int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *e
             fatal = 1;
             break;
         }
-        if (C.reqs.n_deadlines && mono_ms() - last_scan >= DEADLINE_SCAN_MS) {
-            last_scan = mono_ms();
+        if (C.reqs.n_deadlines && sw_clock_ms() - last_scan >= DEADLINE_SCAN_MS) {
+            last_scan = sw_clock_ms();
             expire_deadlines(&C);
         }
         if (busy || handled > 0) busy = ops->step(eng, on_emit, on_fail, &C) > 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "llm/clock.h"
 
 struct spillway_client {
     void *ctx;
@@ -19,12 +20,6 @@ struct spillway_client {
 
 static void set_err(char *err, size_t n, const char *fmt, const char *detail) {
     if (err && n) snprintf(err, n, fmt, detail);
-}
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen) {
@@ -141,7 +136,7 @@ static void send_cancel(spillway_client *c, const char *id) {
  * (err says which). Replies to other (abandoned) requests are skipped by the caller. */
 static sw_env *recv_env(spillway_client *c, int64_t deadline, char *err, size_t errlen) {
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - sw_clock_ms();
         if (left <= 0) { set_err(err, errlen, "spillway: %s", "timed out waiting for the gateway"); return NULL; }
         zmq_pollitem_t it = { c->sock, 0, ZMQ_POLLIN, 0 };
         int n = zmq_poll(&it, 1, (long)left);
@@ -174,7 +169,7 @@ static int run_request(spillway_client *c, const spillway_request *req, spillway
         set_err(err, errlen, "spillway: send: %s", zmq_strerror(zmq_errno()));
         return -1;
     }
-    int64_t deadline = now_ms() + (req->timeout_ms > 0 ? req->timeout_ms : 600000);
+    int64_t deadline = sw_clock_ms() + (req->timeout_ms > 0 ? req->timeout_ms : 600000);
     for (;;) {
         sw_env *e = recv_env(c, deadline, err, errlen);
         if (!e) { send_cancel(c, id); return -1; }
@@ -237,7 +232,7 @@ char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errl
         set_err(err, errlen, "spillway: send: %s", zmq_strerror(zmq_errno()));
         return NULL;
     }
-    int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 5000);
+    int64_t deadline = sw_clock_ms() + (timeout_ms > 0 ? timeout_ms : 5000);
     for (;;) {
         sw_env *e = recv_env(c, deadline, err, errlen);
         if (!e) return NULL;

@@ -7,8 +7,8 @@
  *         --timeout MS. Text streams to stdout; the summary goes to stderr.
  */
 #include "sdk/spillway.h"
+#include "llm/cli.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,14 +24,10 @@ static void usage(FILE *f) {
 }
 
 static int parse_num(const char *flag, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    if (!sw_parse_double(s, lo, hi, out)) {
         fprintf(stderr, "spillway: %s: '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 

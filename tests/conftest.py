@@ -18,6 +18,16 @@ BUILD = ROOT / os.environ.get("SPILLWAY_BUILD", "build")
 BIN = BUILD / "bin"
 SHARED = Path(os.environ.get("SPILLWAY_SHARED", ROOT.parent / "shared")).resolve()
 SANITIZED = BUILD.name == "build-san"
+# The worker's --test-echo mode (placeholder tokens, no model) is refused without this.
+ECHO_ENV = {"SPILLWAY_ALLOW_TEST_MODE": "1"}
+# The pools most gateway tests route between; a test's policy adds its routes.
+TWO_POOLS = """\
+pools:
+  - name: gpu-pool
+    kind: gpu
+  - name: cpu-pool
+    kind: cpu
+"""
 
 
 def shared_file(rel):
@@ -26,6 +36,34 @@ def shared_file(rel):
     if not p.exists():
         pytest.skip(f"test data missing: {p}")
     return p
+
+
+# The golden models (llama.cpp's logits for a token sequence): NAME.gguf,
+# NAME.tokens (ids), NAME.logits.f32 (float32 rows, one per token).
+GOLDEN = sorted(p.name[:-len(".gguf")] for p in (SHARED / "golden").glob("*.gguf")) \
+    if (SHARED / "golden").is_dir() else []
+
+
+def load_golden(name):
+    """(model path, token ids, reference logits [n_tokens, n_vocab]); skips if missing."""
+    import numpy as np
+    d = SHARED / "golden"
+    paths = {k: d / f"{name}{k}" for k in (".gguf", ".tokens", ".logits.f32")}
+    for p in paths.values():
+        if not p.exists():
+            pytest.skip(f"test data missing: {p}")
+    ids = [int(t) for t in paths[".tokens"].read_text().split()]
+    ref = np.fromfile(paths[".logits.f32"], dtype=np.float32)
+    assert ref.size % len(ids) == 0
+    return paths[".gguf"], ids, ref.reshape(len(ids), -1)
+
+
+def cosines(a, b):
+    """Row-by-row cosine similarity of two logits matrices, in float64."""
+    import numpy as np
+    a = a.astype(np.float64)
+    b = b.astype(np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def bin_path(name):
@@ -139,6 +177,18 @@ class Cluster:
                  self.tmp / f"{name}-{len(self.procs)}.log", env=env)
         self.procs.append(w)
         return w
+
+    def start_echo(self, pool, rate, extra_args=(), model_name="echo", model_path="/dev/null",
+                   name="echo"):
+        """A worker in its test mode: rate placeholder tokens/s, no model loaded."""
+        return self.start_worker(pool, model_name, model_path, ["--test-echo", str(rate), *extra_args],
+                                 name=name, env=ECHO_ENV)
+
+    def workers(self):
+        return json.loads(http_get(self.base + "/admin/workers")[1])["data"]
+
+    def wait_workers(self, n, timeout=15):
+        wait_until(lambda: len(self.workers()) == n, timeout, what=f"{n} workers registered")
 
     def models(self):
         return json.loads(http_get(self.base + "/v1/models")[1])

@@ -11,16 +11,9 @@ import openai
 import pytest
 import zmq
 
-from conftest import http_get, http_post, wait_until
+from conftest import TWO_POOLS, http_get, http_post, wait_until
 
-ECHO_ENV = {"SPILLWAY_ALLOW_TEST_MODE": "1"}
-
-POLICY = """\
-pools:
-  - name: gpu-pool
-    kind: gpu
-  - name: cpu-pool
-    kind: cpu
+POLICY = TWO_POOLS + """\
 aliases:
   echo-alias: echo
 routes:
@@ -36,8 +29,7 @@ routes:
 
 
 def start_echo(cluster, pool="gpu-pool", model="echo", rate=2000, extra=()):
-    return cluster.start_worker(pool, model, "/dev/null", ["--test-echo", str(rate), *extra],
-                                name=f"echo-{pool}", env=ECHO_ENV)
+    return cluster.start_echo(pool, rate, extra, model_name=model, name=f"echo-{pool}")
 
 
 @pytest.fixture
@@ -287,6 +279,6 @@ def test_admin_status_and_workers(gw):
     assert pools["gpu-pool"]["workers"] == 1 and pools["gpu-pool"]["kind"] == "gpu"
     assert pools["cpu-pool"]["workers"] == 0
     assert doc["workers"][0]["pool"] == "gpu-pool"
-    ws = json.loads(http_get(gw.base + "/admin/workers")[1])["data"]
+    ws = gw.workers()
     assert ws[0]["models"][0]["name"] == "echo" and ws[0]["alive"] is True
     assert ws[0]["slots"] >= 1

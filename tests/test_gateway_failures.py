@@ -11,16 +11,9 @@ import urllib.request
 import openai
 import pytest
 
-from conftest import http_get, http_post, wait_until
+from conftest import TWO_POOLS, http_post, wait_until
 
-ECHO_ENV = {"SPILLWAY_ALLOW_TEST_MODE": "1"}
-
-POLICY = """\
-pools:
-  - name: gpu-pool
-    kind: gpu
-  - name: cpu-pool
-    kind: cpu
+POLICY = TWO_POOLS + """\
 routes:
   - model: "echo"
     target: gpu-pool
@@ -30,12 +23,8 @@ routes:
 """
 
 
-def workers(cluster):
-    return json.loads(http_get(cluster.base + "/admin/workers")[1])["data"]
-
-
 def worker_in(cluster, pool):
-    return next(w for w in workers(cluster) if w["pool"] == pool)
+    return next(w for w in cluster.workers() if w["pool"] == pool)
 
 
 def raw_request(cluster, body):
@@ -48,14 +37,11 @@ def raw_request(cluster, body):
 
 def start(cluster, rate_gpu, rate_cpu=None):
     cluster.start_gateway(POLICY)
-    gpu = cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", str(rate_gpu)],
-                               name="gpu-echo", env=ECHO_ENV)
+    gpu = cluster.start_echo("gpu-pool", rate_gpu, name="gpu-echo")
     cpu = None
     if rate_cpu:
-        cpu = cluster.start_worker("cpu-pool", "echo", "/dev/null", ["--test-echo", str(rate_cpu)],
-                                   name="cpu-echo", env=ECHO_ENV)
-    n = 2 if rate_cpu else 1
-    wait_until(lambda: len(workers(cluster)) == n, 15, what="workers registered")
+        cpu = cluster.start_echo("cpu-pool", rate_cpu, name="cpu-echo")
+    cluster.wait_workers(2 if rate_cpu else 1)
     return gpu, cpu
 
 
@@ -152,8 +138,7 @@ def test_worker_death_before_first_token_retries_elsewhere(cluster):
 
 def test_first_token_timeout(cluster):
     cluster.start_gateway(POLICY + "defaults:\n  first_token_timeout_ms: 300\n")
-    cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", "0.1"], name="slow",
-                         env=ECHO_ENV)
+    cluster.start_echo("gpu-pool", 0.1, name="slow")
     cluster.wait_model("echo")
     st, _, body = http_post(cluster.base + "/v1/completions", {"model": "echo", "prompt": "x"})
     assert st == 504, body

@@ -8,16 +8,9 @@ import time
 
 import pytest
 
-from conftest import http_get, http_post, shared_file, wait_until
+from conftest import TWO_POOLS, http_get, http_post, shared_file, wait_until
 
-ECHO_ENV = {"SPILLWAY_ALLOW_TEST_MODE": "1"}
-
-OVERFLOW_POLICY = """\
-pools:
-  - name: gpu-pool
-    kind: gpu
-  - name: cpu-pool
-    kind: cpu
+OVERFLOW_POLICY = TWO_POOLS + """\
 routes:
   - model: "stories260K"
     target: gpu-pool
@@ -53,11 +46,10 @@ def overflow(cluster):
     model = shared_file("models/stories260K.gguf")
     cluster.start_gateway(OVERFLOW_POLICY)
     # The "GPU" worker: 10 tokens/s, so its 2 requests stay in flight ~2 s.
-    gpu = cluster.start_worker("gpu-pool", "stories260K", model, ["--test-echo", "10"],
-                               name="gpu-echo", env=ECHO_ENV)
+    gpu = cluster.start_echo("gpu-pool", 10, model_name="stories260K", model_path=model, name="gpu-echo")
     cpu = cluster.start_worker("cpu-pool", "stories260K", model, ["--threads", "1"], name="cpu")
     def both():
-        pools = {w["pool"] for w in json.loads(http_get(cluster.base + "/admin/workers")[1])["data"]}
+        pools = {w["pool"] for w in cluster.workers()}
         return pools == {"gpu-pool", "cpu-pool"}
     wait_until(both, 30, what="both workers registered")
     return cluster, gpu, cpu
@@ -122,8 +114,7 @@ defaults:
 
 def test_bounded_queue_then_429_and_503(cluster):
     cluster.start_gateway(QUEUE_POLICY)
-    cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", "5"], name="echo",
-                         env=ECHO_ENV)
+    cluster.start_echo("gpu-pool", 5)
     cluster.wait_model("echo")
     with cf.ThreadPoolExecutor(3) as ex:
         # 1 runs (~1 s), 1 waits in the queue, the third finds the queue full.
@@ -145,8 +136,7 @@ def test_bounded_queue_then_429_and_503(cluster):
 
 def test_queued_request_runs_when_capacity_frees(cluster):
     cluster.start_gateway(QUEUE_POLICY.replace("queue_timeout_ms: 600", "queue_timeout_ms: 5000"))
-    cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", "20"], name="echo",
-                         env=ECHO_ENV)
+    cluster.start_echo("gpu-pool", 20)
     cluster.wait_model("echo")
     with cf.ThreadPoolExecutor(2) as ex:
         a = ex.submit(complete, cluster, "echo", 10)      # ~0.5 s
@@ -159,9 +149,9 @@ def test_queued_request_runs_when_capacity_frees(cluster):
 
 def test_directives_pick_the_pool(cluster):
     cluster.start_gateway(OVERFLOW_POLICY.replace("stories260K", "echo"))
-    cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", "1000"], name="g", env=ECHO_ENV)
-    cluster.start_worker("cpu-pool", "echo", "/dev/null", ["--test-echo", "1000"], name="c", env=ECHO_ENV)
-    wait_until(lambda: len(json.loads(http_get(cluster.base + "/admin/workers")[1])["data"]) == 2, 15)
+    cluster.start_echo("gpu-pool", 1000, name="g")
+    cluster.start_echo("cpu-pool", 1000, name="c")
+    cluster.wait_workers(2)
     st, h, _ = complete(cluster, "echo", 1)
     assert h["X-Spillway-Pool"] == "gpu-pool"
     st, h, _ = complete(cluster, "echo", 1, spillway={"target": "cpu-pool"})
@@ -176,10 +166,9 @@ def test_directives_pick_the_pool(cluster):
 def test_spill_when_predicted_queue_wait_exceeds_budget(cluster):
     cluster.start_gateway(OVERFLOW_POLICY.replace("stories260K", "echo").replace("    max_concurrency: 2\n", ""))
     # One slot at 10 tokens/s on the primary pool; a fast overflow pool.
-    cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", "10", "--parallel", "1"],
-                         name="g", env=ECHO_ENV)
-    cluster.start_worker("cpu-pool", "echo", "/dev/null", ["--test-echo", "1000"], name="c", env=ECHO_ENV)
-    wait_until(lambda: len(json.loads(http_get(cluster.base + "/admin/workers")[1])["data"]) == 2, 15)
+    cluster.start_echo("gpu-pool", 10, ["--parallel", "1"], name="g")
+    cluster.start_echo("cpu-pool", 1000, name="c")
+    cluster.wait_workers(2)
     st, h, _ = complete(cluster, "echo", 5)          # teaches the gateway: ~0.5 s per request
     assert h["X-Spillway-Pool"] == "gpu-pool"
     with cf.ThreadPoolExecutor(1) as ex:
@@ -196,12 +185,7 @@ def test_spill_when_predicted_queue_wait_exceeds_budget(cluster):
                   reason="queue_wait") == 1
 
 
-MATCH_POLICY = """\
-pools:
-  - name: gpu-pool
-    kind: gpu
-  - name: cpu-pool
-    kind: cpu
+MATCH_POLICY = TWO_POOLS + """\
 routes:
   - model: "echo"
     target: gpu-pool
@@ -225,9 +209,9 @@ routes:
 def test_match_conditions(cluster):
     cluster.start_gateway(MATCH_POLICY)
     for pool in ("gpu-pool", "cpu-pool"):
-        cluster.start_worker(pool, "echo", "/dev/null", ["--test-echo", "1000"], name=pool, env=ECHO_ENV)
-        cluster.start_worker(pool, "vip", "/dev/null", ["--test-echo", "1000"], name=pool + "v", env=ECHO_ENV)
-    wait_until(lambda: len(json.loads(http_get(cluster.base + "/admin/workers")[1])["data"]) == 4, 15)
+        cluster.start_echo(pool, 1000, name=pool)
+        cluster.start_echo(pool, 1000, model_name="vip", name=pool + "v")
+    cluster.wait_workers(4)
 
     def pool_of(model, prompt="x", headers=None, **extra):
         st, h, body = http_post(cluster.base + "/v1/completions",

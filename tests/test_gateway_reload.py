@@ -7,16 +7,9 @@ import signal
 import threading
 import time
 
-from conftest import http_get, http_post, wait_until
+from conftest import TWO_POOLS, http_get, http_post, wait_until
 
-ECHO_ENV = {"SPILLWAY_ALLOW_TEST_MODE": "1"}
-
-TO_GPU = """\
-pools:
-  - name: gpu-pool
-    kind: gpu
-  - name: cpu-pool
-    kind: cpu
+TO_GPU = TWO_POOLS + """\
 routes:
   - model: "echo"
     target: gpu-pool
@@ -56,9 +49,9 @@ class Load(threading.Thread):
 
 def test_reload_under_load(cluster):
     cluster.start_gateway(TO_GPU)
-    cluster.start_worker("gpu-pool", "echo", "/dev/null", ["--test-echo", "200"], name="g", env=ECHO_ENV)
-    cluster.start_worker("cpu-pool", "echo", "/dev/null", ["--test-echo", "200"], name="c", env=ECHO_ENV)
-    wait_until(lambda: len(json.loads(http_get(cluster.base + "/admin/workers")[1])["data"]) == 2, 15)
+    cluster.start_echo("gpu-pool", 200, name="g")
+    cluster.start_echo("cpu-pool", 200, name="c")
+    cluster.wait_workers(2)
     v1 = policy(cluster)["version"]
     assert served_by(cluster) == "gpu-pool"
 

@@ -10,22 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import SHARED, bin_path
-
-GOLDEN = sorted(p.name[:-len(".gguf")] for p in (SHARED / "golden").glob("*.gguf")) \
-    if (SHARED / "golden").is_dir() else []
-
-
-def golden(name):
-    d = SHARED / "golden"
-    paths = {k: d / f"{name}{k}" for k in (".gguf", ".tokens", ".logits.f32")}
-    for p in paths.values():
-        if not p.exists():
-            pytest.skip(f"test data missing: {p}")
-    ids = [int(t) for t in paths[".tokens"].read_text().split()]
-    ref = np.fromfile(paths[".logits.f32"], dtype=np.float32)
-    assert ref.size % len(ids) == 0
-    return paths[".gguf"], ids, ref.reshape(len(ids), -1)
+from conftest import GOLDEN, SHARED, bin_path, cosines, load_golden
 
 
 def logits_for(model, ids, out, isa=None, extra=()):
@@ -41,12 +26,6 @@ def logits_for(model, ids, out, isa=None, extra=()):
     return got.reshape(len(ids), -1), r.stderr
 
 
-def cosines(a, b):
-    a = a.astype(np.float64)
-    b = b.astype(np.float64)
-    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-
-
 @pytest.fixture(params=GOLDEN or ["(none)"])
 def name(request):
     if request.param == "(none)":
@@ -55,7 +34,7 @@ def name(request):
 
 
 def test_golden_logits(name, tmp_path):
-    model, ids, ref = golden(name)
+    model, ids, ref = load_golden(name)
     got, _ = logits_for(model, ids, tmp_path / "l.f32")
     assert got.shape == ref.shape
     assert np.isfinite(got).all()
@@ -70,7 +49,7 @@ def test_golden_logits_fast_path(name, tmp_path):
     """The serving path (activations quantized once, no residual correction)
     stays close to the reference too; top-1 on these random-weight models is
     dominated by near-ties, so only the cosine is held to the bar here."""
-    model, ids, ref = golden(name)
+    model, ids, ref = load_golden(name)
     got, _ = logits_for(model, ids, tmp_path / "l.f32", extra=["--fast"])
     cos = cosines(got, ref)
     print(f"{name} (fast): min cosine {cos.min():.6f}, top-1 {(got.argmax(1) == ref.argmax(1)).mean():.3f}")
@@ -89,7 +68,7 @@ def test_isa_equivalence(name, tmp_path, mode):
     activation row once, so a rounding-level difference can flip one int8
     rounding decision, which these chaotic random-weight models amplify a
     little: there the bar is a per-position cosine."""
-    model, ids, _ = golden(name)
+    model, ids, _ = load_golden(name)
     ids = ids[:ISA_TOKENS]
     base, err = logits_for(model, ids, tmp_path / "s.f32", isa="scalar", extra=mode)
     assert "isa scalar" in err

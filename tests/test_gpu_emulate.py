@@ -22,10 +22,8 @@ import numpy as np
 import openai
 import pytest
 
-from conftest import SHARED, bin_path, http_get, shared_file, wait_until
+from conftest import GOLDEN, SHARED, bin_path, cosines, http_get, load_golden, shared_file, wait_until
 
-GOLDEN = sorted(p.name[:-len(".gguf")] for p in (SHARED / "golden").glob("*.gguf")) \
-    if (SHARED / "golden").is_dir() else []
 PROMPT = "Once upon a time"
 WORKER = "spillway-worker-gpu"
 
@@ -39,11 +37,7 @@ def run_worker(args, timeout=300):
 def golden(request):
     if request.param == "(none)":
         pytest.skip(f"test data missing: {SHARED / 'golden'}/*.gguf")
-    d = SHARED / "golden"
-    name = request.param
-    ids = [int(t) for t in (d / f"{name}.tokens").read_text().split()]
-    ref = np.fromfile(d / f"{name}.logits.f32", dtype=np.float32).reshape(len(ids), -1)
-    return d / f"{name}.gguf", ids, ref
+    return load_golden(request.param)
 
 
 # 512 tokens per step: the whole sequence in one step, per-token FP8 activations
@@ -57,9 +51,8 @@ def test_golden_logits_emulate(golden, step, tmp_path):
     assert r.returncode == 0, r.stderr
     got = np.fromfile(out, dtype=np.float32)
     assert got.size == ref.size, (got.size, ref.size)
-    got = got.reshape(ref.shape).astype(np.float64)
-    ref = ref.astype(np.float64)
-    cos = (got * ref).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
+    got = got.reshape(ref.shape)
+    cos = cosines(got, ref)
     top1 = float((got.argmax(1) == ref.argmax(1)).mean())
     print(f"{model.name} step {step}: min cosine {cos.min():.4f}, top-1 {top1:.3f}")
     assert cos.min() >= 0.985, f"min cosine {cos.min():.4f}"
@@ -69,12 +62,9 @@ def test_golden_logits_emulate(golden, step, tmp_path):
 def test_kv_fp8_option_still_agrees(tmp_path):
     if not GOLDEN:
         pytest.skip("no golden models")
-    name = GOLDEN[-1]
-    d = SHARED / "golden"
-    ids = [int(t) for t in (d / f"{name}.tokens").read_text().split()]
-    ref = np.fromfile(d / f"{name}.logits.f32", dtype=np.float32).reshape(len(ids), -1)
+    model, ids, ref = load_golden(GOLDEN[-1])
     out = tmp_path / "l.f32"
-    r = run_worker(["--backend", "emulate", "-m", d / f"{name}.gguf", "--tokens", ",".join(map(str, ids)),
+    r = run_worker(["--backend", "emulate", "-m", model, "--tokens", ",".join(map(str, ids)),
                     "--logits-out", out, "--kv-dtype", "fp8", "--max-tokens-per-step", "8"])
     assert r.returncode == 0, r.stderr
     got = np.fromfile(out, dtype=np.float32).reshape(ref.shape)

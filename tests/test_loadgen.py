@@ -10,9 +10,7 @@ import threading
 
 import pytest
 
-from conftest import Proc, bin_path, free_port
-
-ECHO_ENV = {"SPILLWAY_ALLOW_TEST_MODE": "1"}
+from conftest import ECHO_ENV, Proc, bin_path, free_port
 
 POLICY = """\
 pools:
@@ -41,8 +39,7 @@ def result(p):
 @pytest.fixture
 def gw(cluster):
     cluster.start_gateway(POLICY, extra_args=["--sdk", "none"])
-    cluster.start_worker("echo-pool", "echo", "/dev/null",
-                         ["--test-echo", "5000", "--parallel", "64"], name="echo", env=ECHO_ENV)
+    cluster.start_echo("echo-pool", 5000, ["--parallel", "64"])
     cluster.wait_model("echo")
     return cluster
 

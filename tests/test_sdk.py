@@ -10,7 +10,6 @@ import pytest
 
 from conftest import BUILD, ROOT, bin_path, free_port, wait_until
 
-ECHO_ENV = {"SPILLWAY_ALLOW_TEST_MODE": "1"}
 POLICY = """
 routes:
   - model: "echo"
@@ -26,8 +25,7 @@ def sdk_cluster(cluster, tmp_path):
     cluster.start_gateway(POLICY, extra_args=["--sdk", f"tcp://127.0.0.1:{sdk_port}"])
     model = tmp_path / "echo.gguf"
     model.write_bytes(b"")
-    cluster.start_worker("gpu-pool", "echo", model, ["--test-echo", "2000", "--quantization", "fp8"],
-                         env=ECHO_ENV)
+    cluster.start_echo("gpu-pool", 2000, ["--quantization", "fp8"], model_path=model, name="worker")
     cluster.wait_model("echo")
     return cluster
 

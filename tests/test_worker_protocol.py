@@ -54,29 +54,29 @@ def f_float(field, x):
     return varint((field << 3) | 5) + struct.pack("<f", x)
 
 
+def read_varint(buf, i):
+    """The varint at buf[i:] and the index just past it."""
+    shift = n = 0
+    while True:
+        b = buf[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return n, i
+
+
 def parse(buf):
     """Generic protobuf parse: {field: [values]}; varints as int, length-delimited
     as bytes, fixed32 as raw bytes."""
     fields, i = {}, 0
-
-    def rd_varint():
-        nonlocal i
-        shift = n = 0
-        while True:
-            b = buf[i]
-            i += 1
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return n
-
     while i < len(buf):
-        key = rd_varint()
+        key, i = read_varint(buf, i)
         field, wt = key >> 3, key & 7
         if wt == 0:
-            v = rd_varint()
+            v, i = read_varint(buf, i)
         elif wt == 2:
-            ln = rd_varint()
+            ln, i = read_varint(buf, i)
             v = bytes(buf[i:i + ln])
             i += ln
         elif wt == 5:
@@ -104,14 +104,7 @@ def packed_u32(fields, n):
             continue
         j = 0
         while j < len(v):
-            shift = x = 0
-            while True:
-                b = v[j]
-                j += 1
-                x |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
+            x, j = read_varint(v, j)
             out.append(x)
     return out
 

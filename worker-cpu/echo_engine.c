@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "llm/clock.h"
 
 #define ECHO_DEFAULT_MAX_TOKENS 16   /* OpenAI's default for /v1/completions */
 #define ECHO_MAX_QUEUE 65536
@@ -39,12 +40,6 @@ struct sw_echo_engine {
     pthread_mutex_t load_mu;
     sw_load snapshot;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void publish_load(sw_echo_engine *e) {
     pthread_mutex_lock(&e->load_mu);
@@ -175,7 +170,7 @@ static void admit(sw_echo_engine *e, double now) {
 static int echo_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx) {
     (void)fail;
     sw_echo_engine *e = eng;
-    double now = now_s();
+    double now = sw_clock_s();
     admit(e, now);
     /* idle_ms() has whole-millisecond resolution: a token due within the
      * next millisecond is waited for here, precisely, rather than a whole
@@ -185,7 +180,7 @@ static int echo_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx) {
     if (next > now && next - now < 1e-3) {
         struct timespec ts = {0, (long)((next - now) * 1e9)};
         nanosleep(&ts, NULL);
-        now = now_s();
+        now = sw_clock_s();
     }
     uint32_t batch = 0;
     for (int i = 0; i < e->n_slots; i++) {
@@ -233,7 +228,7 @@ static int echo_idle_ms(void *eng) {
     if (e->queue_head && e->n_running < e->n_slots) return 0;
     double next = earliest_due(e);
     if (next == INFINITY) return 1000;
-    double ms = floor((next - now_s()) * 1000.0);
+    double ms = floor((next - sw_clock_s()) * 1000.0);
     return ms <= 0 ? 0 : ms > 1000 ? 1000 : (int)ms;
 }
 

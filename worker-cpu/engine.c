@@ -14,11 +14,12 @@
 #include "worker-cpu/forward.h"
 #include "llm/generate.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "llm/util.h"
+#include "llm/clock.h"
 
 #define PREFILL_BUDGET 256     /* prompt tokens per step: bounds a step's latency */
 #define MAX_QUEUED 4096
@@ -56,28 +57,12 @@ struct sw_cpu_engine {
     uint64_t tokens_generated;
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err, size_t errlen)
 {
-    if (n_slots < 1 || n_slots > 1024) { seterr(err, errlen, "slots %d out of range (1..1024)", n_slots); return NULL; }
+    if (n_slots < 1 || n_slots > 1024) { sw_errf(err, errlen, "slots %d out of range (1..1024)", n_slots); return NULL; }
     if (n_ctx <= 0) n_ctx = (int)(m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     sw_cpu_engine *e = calloc(1, sizeof *e);
-    if (!e) { seterr(err, errlen, "out of memory"); return NULL; }
+    if (!e) { sw_errf(err, errlen, "out of memory"); return NULL; }
     e->m = m;
     e->n_slots = n_slots;
     e->n_ctx = n_ctx;
@@ -88,7 +73,7 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err,
     e->row_slot = calloc((size_t)e->max_batch, sizeof *e->row_slot);
     e->logits = malloc((size_t)n_slots * m->hp.n_vocab * sizeof(float));
     if (!e->ctx || !e->slots || !e->batch || !e->row_slot || !e->logits) {
-        if (e->ctx) seterr(err, errlen, "out of memory");
+        if (e->ctx) sw_errf(err, errlen, "out of memory");
         sw_cpu_engine_free(e);
         return NULL;
     }
@@ -134,19 +119,19 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
 {
     sw_cpu_engine *e = eng;
     if (!req->request_id || !req->request_id[0] || strlen(req->request_id) > SW_MAX_ID_LEN) {
-        seterr(err, errlen, "missing or too long request id");
+        sw_errf(err, errlen, "missing or too long request id");
         return 400;
     }
     if (id_in_use(e, req->request_id)) {
-        seterr(err, errlen, "request id '%s' is already in use", req->request_id);
+        sw_errf(err, errlen, "request id '%s' is already in use", req->request_id);
         return 400;
     }
     if (e->n_queued >= MAX_QUEUED) {
-        seterr(err, errlen, "queue full (%d requests waiting)", e->n_queued);
+        sw_errf(err, errlen, "queue full (%d requests waiting)", e->n_queued);
         return 503;
     }
     queued *q = calloc(1, sizeof *q);
-    if (!q) { seterr(err, errlen, "out of memory"); return 503; }
+    if (!q) { sw_errf(err, errlen, "out of memory"); return 503; }
     /* Tokenize and validate now, so a bad request fails at once, not when a
      * slot frees up. */
     int rc = sw_gen_init_request(&q->gen, e->m->tok, e->m->chat, req, e->n_ctx, err, errlen);
@@ -210,7 +195,7 @@ static void expire(sw_cpu_engine *e, sw_fail_fn fail, void *ctx)
     for (int i = 0; i < e->n_slots; i++) {
         slot *s = &e->slots[i];
         if (!s->used || !s->deadline_ms) continue;
-        if (!now) now = now_ms();
+        if (!now) now = sw_wall_ms();
         if (now >= s->deadline_ms) {
             fail(ctx, s->id, 504, "deadline exceeded");
             slot_release(s);
@@ -219,7 +204,7 @@ static void expire(sw_cpu_engine *e, sw_fail_fn fail, void *ctx)
     for (queued **pp = &e->qhead; *pp;) {
         queued *q = *pp;
         if (q->deadline_ms) {
-            if (!now) now = now_ms();
+            if (!now) now = sw_wall_ms();
             if (now >= q->deadline_ms) {
                 fail(ctx, q->id, 504, "deadline exceeded while queued");
                 *pp = q->next;

@@ -7,19 +7,10 @@
  */
 #include "worker-cpu/model.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "llm/util.h"
 
 const char *sw_file_type_name(uint32_t ftype)
 {
@@ -72,51 +63,51 @@ static const gguf_tensor *need(const gguf_file *f, const char *name, uint64_t ne
 {
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) {
-        if (!optional) seterr(err, errlen, "missing tensor '%s'", name);
+        if (!optional) sw_errf(err, errlen, "missing tensor '%s'", name);
         return NULL;
     }
     uint32_t want_dims = ne1 ? 2 : 1;
     /* Trailing dimensions of 1 are harmless (some writers store n_dims 2 for vectors). */
     for (uint32_t d = want_dims; d < GGUF_MAX_DIMS; d++) {
         if (t->ne[d] != 1) {
-            seterr(err, errlen, "tensor '%s': expected %u dimension(s), dimension %u is %llu",
+            sw_errf(err, errlen, "tensor '%s': expected %u dimension(s), dimension %u is %llu",
                    name, want_dims, d, (unsigned long long)t->ne[d]);
             return NULL;
         }
     }
     if (t->ne[0] != ne0 || (ne1 && t->ne[1] != ne1)) {
         if (ne1)
-            seterr(err, errlen, "tensor '%s': shape [%llu, %llu], expected [%llu, %llu]", name,
+            sw_errf(err, errlen, "tensor '%s': shape [%llu, %llu], expected [%llu, %llu]", name,
                    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                    (unsigned long long)ne0, (unsigned long long)ne1);
         else
-            seterr(err, errlen, "tensor '%s': length %llu, expected %llu", name,
+            sw_errf(err, errlen, "tensor '%s': length %llu, expected %llu", name,
                    (unsigned long long)t->ne[0], (unsigned long long)ne0);
         return NULL;
     }
     const sw_type_traits *tr = sw_type_info(t->type);
     if (!tr) {
-        seterr(err, errlen, "tensor '%s': unsupported type id %u", name, (unsigned)t->type);
+        sw_errf(err, errlen, "tensor '%s': unsupported type id %u", name, (unsigned)t->type);
         return NULL;
     }
     if (ne1) {
         if (!matmul_type_ok(t->type)) {
-            seterr(err, errlen, "tensor '%s': type %s is not supported for matrices", name, tr->name);
+            sw_errf(err, errlen, "tensor '%s': type %s is not supported for matrices", name, tr->name);
             return NULL;
         }
     } else if (t->type != SW_TYPE_F32 && t->type != SW_TYPE_F16 && t->type != SW_TYPE_BF16) {
-        seterr(err, errlen, "tensor '%s': norm weights must be f32/f16/bf16, not %s", name, tr->name);
+        sw_errf(err, errlen, "tensor '%s': norm weights must be f32/f16/bf16, not %s", name, tr->name);
         return NULL;
     }
     if (t->ne[0] % tr->block_size) {
-        seterr(err, errlen, "tensor '%s': row length %llu is not a multiple of the %s block size %u",
+        sw_errf(err, errlen, "tensor '%s': row length %llu is not a multiple of the %s block size %u",
                name, (unsigned long long)t->ne[0], tr->name, tr->block_size);
         return NULL;
     }
     uint64_t rows = ne1 ? ne1 : 1;
     uint64_t rs = sw_row_size(t->type, t->ne[0]);
     if (rs == 0 || t->nbytes < rs * rows) {
-        seterr(err, errlen, "tensor '%s': data size %llu too small for its shape", name,
+        sw_errf(err, errlen, "tensor '%s': data size %llu too small for its shape", name,
                (unsigned long long)t->nbytes);
         return NULL;
     }
@@ -131,9 +122,9 @@ static bool hp_u32(const gguf_file *f, const char *arch, const char *key, uint32
     snprintf(full, sizeof full, "%s.%s", arch, key);
     if (gguf_get_u32(f, full, out)) return true;
     if (gguf_find(f, full))
-        seterr(err, errlen, "metadata '%s': not an unsigned 32-bit integer", full);
+        sw_errf(err, errlen, "metadata '%s': not an unsigned 32-bit integer", full);
     else if (required)
-        seterr(err, errlen, "metadata '%s' missing", full);
+        sw_errf(err, errlen, "metadata '%s' missing", full);
     else
         return true;   /* optional and absent: keep the default */
     return false;
@@ -155,38 +146,38 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
 
     /* Sanity limits: far beyond any real model, small enough that size
      * arithmetic below cannot overflow. */
-    if (hp->n_embd == 0 || hp->n_embd > 65536) { seterr(err, errlen, "metadata '%s.embedding_length' = %u out of range", arch, hp->n_embd); return false; }
-    if (hp->n_layer == 0 || hp->n_layer > 1024) { seterr(err, errlen, "metadata '%s.block_count' = %u out of range", arch, hp->n_layer); return false; }
-    if (hp->n_head == 0 || hp->n_head > 1024) { seterr(err, errlen, "metadata '%s.attention.head_count' = %u out of range", arch, hp->n_head); return false; }
+    if (hp->n_embd == 0 || hp->n_embd > 65536) { sw_errf(err, errlen, "metadata '%s.embedding_length' = %u out of range", arch, hp->n_embd); return false; }
+    if (hp->n_layer == 0 || hp->n_layer > 1024) { sw_errf(err, errlen, "metadata '%s.block_count' = %u out of range", arch, hp->n_layer); return false; }
+    if (hp->n_head == 0 || hp->n_head > 1024) { sw_errf(err, errlen, "metadata '%s.attention.head_count' = %u out of range", arch, hp->n_head); return false; }
     if (hp->n_head_kv == 0 || hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv) {
-        seterr(err, errlen, "metadata '%s.attention.head_count_kv' = %u: must divide head_count %u", arch, hp->n_head_kv, hp->n_head);
+        sw_errf(err, errlen, "metadata '%s.attention.head_count_kv' = %u: must divide head_count %u", arch, hp->n_head_kv, hp->n_head);
         return false;
     }
-    if (hp->n_ff == 0 || hp->n_ff > 1u << 20) { seterr(err, errlen, "metadata '%s.feed_forward_length' = %u out of range", arch, hp->n_ff); return false; }
-    if (hp->n_ctx_train == 0 || hp->n_ctx_train > 1u << 24) { seterr(err, errlen, "metadata '%s.context_length' = %u out of range", arch, hp->n_ctx_train); return false; }
+    if (hp->n_ff == 0 || hp->n_ff > 1u << 20) { sw_errf(err, errlen, "metadata '%s.feed_forward_length' = %u out of range", arch, hp->n_ff); return false; }
+    if (hp->n_ctx_train == 0 || hp->n_ctx_train > 1u << 24) { sw_errf(err, errlen, "metadata '%s.context_length' = %u out of range", arch, hp->n_ctx_train); return false; }
 
     hp->head_dim = hp->n_embd / hp->n_head;
     uint32_t key_len = 0;
     if (!hp_u32(f, arch, "attention.key_length", &key_len, false, err, errlen)) return false;
     if (key_len) hp->head_dim = key_len;
     if (!key_len && hp->n_embd % hp->n_head) {
-        seterr(err, errlen, "embedding_length %u is not a multiple of head_count %u", hp->n_embd, hp->n_head);
+        sw_errf(err, errlen, "embedding_length %u is not a multiple of head_count %u", hp->n_embd, hp->n_head);
         return false;
     }
     uint32_t val_len = hp->head_dim;
     if (!hp_u32(f, arch, "attention.value_length", &val_len, false, err, errlen)) return false;
     if (val_len != hp->head_dim) {
-        seterr(err, errlen, "metadata '%s.attention.value_length' %u != key_length %u (unsupported)", arch, val_len, hp->head_dim);
+        sw_errf(err, errlen, "metadata '%s.attention.value_length' %u != key_length %u (unsupported)", arch, val_len, hp->head_dim);
         return false;
     }
     if (hp->head_dim == 0 || hp->head_dim > 1024 || hp->head_dim % 2) {
-        seterr(err, errlen, "head dimension %u out of range", hp->head_dim);
+        sw_errf(err, errlen, "head dimension %u out of range", hp->head_dim);
         return false;
     }
     hp->n_rot = hp->head_dim;
     if (!hp_u32(f, arch, "rope.dimension_count", &hp->n_rot, false, err, errlen)) return false;
     if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {
-        seterr(err, errlen, "metadata '%s.rope.dimension_count' = %u: must be even and <= head dim %u", arch, hp->n_rot, hp->head_dim);
+        sw_errf(err, errlen, "metadata '%s.rope.dimension_count' = %u: must be even and <= head dim %u", arch, hp->n_rot, hp->head_dim);
         return false;
     }
 
@@ -194,17 +185,17 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
     hp->rope_theta = 10000.0f;
     snprintf(key, sizeof key, "%s.rope.freq_base", arch);
     if (gguf_find(f, key) && !gguf_get_f32(f, key, &hp->rope_theta)) {
-        seterr(err, errlen, "metadata '%s': not a number", key);
+        sw_errf(err, errlen, "metadata '%s': not a number", key);
         return false;
     }
-    if (!(hp->rope_theta > 0.0f)) { seterr(err, errlen, "metadata '%s' = %g must be positive", key, hp->rope_theta); return false; }
+    if (!(hp->rope_theta > 0.0f)) { sw_errf(err, errlen, "metadata '%s' = %g must be positive", key, hp->rope_theta); return false; }
     hp->rms_eps = 1e-5f;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     if (gguf_find(f, key) && !gguf_get_f32(f, key, &hp->rms_eps)) {
-        seterr(err, errlen, "metadata '%s': not a number", key);
+        sw_errf(err, errlen, "metadata '%s': not a number", key);
         return false;
     }
-    if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f)) { seterr(err, errlen, "metadata '%s' = %g out of range", key, hp->rms_eps); return false; }
+    if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f)) { sw_errf(err, errlen, "metadata '%s' = %g out of range", key, hp->rms_eps); return false; }
     return true;
 }
 
@@ -233,9 +224,9 @@ static bool load_tensors(sw_model *m, char *err, size_t errlen)
     const gguf_file *f = m->file;
     sw_hparams *hp = &m->hp;
     const gguf_tensor *e = gguf_find_tensor(f, "token_embd.weight");
-    if (!e) { seterr(err, errlen, "missing tensor 'token_embd.weight'"); return false; }
+    if (!e) { sw_errf(err, errlen, "missing tensor 'token_embd.weight'"); return false; }
     if (e->ne[1] == 0 || e->ne[1] > (1u << 24)) {
-        seterr(err, errlen, "tensor 'token_embd.weight': vocabulary size %llu out of range", (unsigned long long)e->ne[1]);
+        sw_errf(err, errlen, "tensor 'token_embd.weight': vocabulary size %llu out of range", (unsigned long long)e->ne[1]);
         return false;
     }
     hp->n_vocab = (uint32_t)e->ne[1];
@@ -256,7 +247,7 @@ static bool load_tensors(sw_model *m, char *err, size_t errlen)
     if (!m->rope_freqs && err[0]) return false;
 
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
-    if (!m->layers) { seterr(err, errlen, "out of memory"); return false; }
+    if (!m->layers) { sw_errf(err, errlen, "out of memory"); return false; }
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         sw_layer *L = &m->layers[l];
         char name[96];
@@ -286,36 +277,36 @@ sw_model *sw_model_load(const char *path, char *err, size_t errlen)
     char ebuf[512];
     ebuf[0] = 0;
     sw_model *m = calloc(1, sizeof *m);
-    if (!m) { seterr(err, errlen, "out of memory"); return NULL; }
+    if (!m) { sw_errf(err, errlen, "out of memory"); return NULL; }
     m->file = gguf_open(path, ebuf, sizeof ebuf);
     if (!m->file) {
-        seterr(err, errlen, "%s", ebuf);   /* the reader's message names the file */
+        sw_errf(err, errlen, "%s", ebuf);   /* the reader's message names the file */
         free(m);
         return NULL;
     }
     if (!gguf_get_cstr(m->file, "general.architecture", m->arch, sizeof m->arch)) {
-        seterr(err, errlen, "%s: metadata 'general.architecture' missing or not a short string", path);
+        sw_errf(err, errlen, "%s: metadata 'general.architecture' missing or not a short string", path);
         goto fail;
     }
     /* Only Llama's graph is implemented; other architectures differ in ways
      * (biases, norms, rope layout) that would compute silently wrong logits. */
     if (strcmp(m->arch, "llama") != 0) {
-        seterr(err, errlen, "%s: architecture '%s' is not supported (only 'llama')", path, m->arch);
+        sw_errf(err, errlen, "%s: architecture '%s' is not supported (only 'llama')", path, m->arch);
         goto fail;
     }
     if (!read_hparams(m->file, m->arch, &m->hp, ebuf, sizeof ebuf) ||
         !load_tensors(m, ebuf, sizeof ebuf)) {
-        seterr(err, errlen, "%s: %s", path, ebuf);
+        sw_errf(err, errlen, "%s: %s", path, ebuf);
         goto fail;
     }
     m->tok = sw_tok_load(m->file, ebuf, sizeof ebuf);
     if (!m->tok) {
-        seterr(err, errlen, "%s: tokenizer: %s", path, ebuf);
+        sw_errf(err, errlen, "%s: tokenizer: %s", path, ebuf);
         goto fail;
     }
     int32_t tv = sw_tok_n_vocab(m->tok);
     if (tv > (int32_t)m->hp.n_vocab) {
-        seterr(err, errlen, "%s: tokenizer has %d tokens but 'token_embd.weight' only %u rows",
+        sw_errf(err, errlen, "%s: tokenizer has %d tokens but 'token_embd.weight' only %u rows",
                path, tv, m->hp.n_vocab);
         goto fail;
     }

@@ -19,6 +19,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "llm/cli.h"
+#include "llm/clock.h"
 #include "llm/generate.h"
 #include "llm/gguf.h"
 #include "llm/tokenizer.h"
@@ -60,46 +62,16 @@ static void usage(FILE *f)
         "                          precise with --logits-out, else fast\n");
 }
 
-static void die2(const char *fmt, const char *a, const char *b)
-{
-    fprintf(stderr, "spillway-run: ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\n");
-    exit(2);
-}
+#define PROG "spillway-run"
 
 static long parse_long(const char *flag, const char *s, long lo, long hi)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "spillway-run: %s: invalid value '%s' (integer %ld..%ld)\n", flag, s, lo, hi);
-        exit(2);
-    }
-    return v;
+    return sw_cli_long(PROG, flag, s, lo, hi);
 }
 
 static float parse_float(const char *flag, const char *s, float lo, float hi)
 {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "spillway-run: %s: invalid value '%s' (number %g..%g)\n", flag, s, lo, hi);
-        exit(2);
-    }
-    return v;
-}
-
-static uint64_t parse_u64(const char *flag, const char *s)
-{
-    char *end;
-    errno = 0;
-    if (*s == '-') die2("%s: invalid value '%s' (non-negative integer)", flag, s);
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end) die2("%s: invalid value '%s' (non-negative integer)", flag, s);
-    return v;
+    return (float)sw_cli_double(PROG, flag, s, lo, hi);
 }
 
 static options parse_args(int argc, char **argv)
@@ -129,7 +101,7 @@ static options parse_args(int argc, char **argv)
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) o.threads = (int)parse_long(a, v, 1, 1024);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) o.n_ctx = (int)parse_long(a, v, 1, 1 << 24);
         else if (!strcmp(a, "--temp")) o.sp.temperature = parse_float(a, v, 0.0f, 100.0f);
-        else if (!strcmp(a, "--seed")) { o.sp.seed = parse_u64(a, v); o.seed_set = true; }
+        else if (!strcmp(a, "--seed")) { o.sp.seed = sw_cli_u64(PROG, a, v); o.seed_set = true; }
         else if (!strcmp(a, "--top-k")) o.sp.top_k = (int32_t)parse_long(a, v, 0, INT32_MAX);
         else if (!strcmp(a, "--top-p")) o.sp.top_p = parse_float(a, v, 0.0f, 1.0f);
         else if (!strcmp(a, "--min-p")) o.sp.min_p = parse_float(a, v, 0.0f, 1.0f);
@@ -153,41 +125,6 @@ static options parse_args(int argc, char **argv)
         o.sp.seed = (uint64_t)ts.tv_nsec * 2654435761u ^ (uint64_t)ts.tv_sec;
     }
     return o;
-}
-
-/* "1,2,3" -> ids. Spaces around ids are allowed. */
-static int32_t *parse_ids(const char *s, int *n_out)
-{
-    size_t cap = 16, n = 0;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    const char *p = s;
-    while (ids) {
-        while (*p == ' ') p++;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX) {
-            fprintf(stderr, "spillway-run: --tokens: invalid token id at offset %zu in '%s'\n", (size_t)(p - s), s);
-            exit(2);
-        }
-        if (n == cap) {
-            int32_t *q = realloc(ids, (cap *= 2) * sizeof *ids);
-            if (!q) { free(ids); ids = NULL; break; }
-            ids = q;
-        }
-        ids[n++] = (int32_t)v;
-        p = end;
-        while (*p == ' ') p++;
-        if (!*p) break;
-        if (*p != ',') {
-            fprintf(stderr, "spillway-run: --tokens: expected ',' at offset %zu in '%s'\n", (size_t)(p - s), s);
-            exit(2);
-        }
-        p++;
-    }
-    if (!ids) { fprintf(stderr, "spillway-run: out of memory\n"); exit(1); }
-    *n_out = (int)n;
-    return ids;
 }
 
 static int do_tokenize(const options *o)
@@ -217,13 +154,6 @@ static int do_tokenize(const options *o)
     sw_tok_free(tok);
     gguf_close(f);
     return rc;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static bool write_rows(FILE *f, const float *rows, size_t n_rows, uint32_t n_vocab)
@@ -286,7 +216,7 @@ static int run_model(const options *o, sw_model *m)
     sw_gen_params gp = { .sampling = o->sp, .max_tokens = (uint32_t)n_predict };
     if (o->tokens) {
         int n_ids = 0;
-        ids = parse_ids(o->tokens, &n_ids);
+        ids = sw_cli_ids(PROG, "--tokens", o->tokens, INT32_MAX, &n_ids);
         gp.prompt_ids = ids;
         gp.n_prompt_ids = (size_t)n_ids;
         if (o->n_ctx == 0 && n_ids > n_ctx) n_ctx = n_ids;   /* evaluate what was asked */
@@ -321,9 +251,9 @@ static int run_model(const options *o, sw_model *m)
     }
 
     if (o->prompt) { fputs(o->prompt, stdout); fflush(stdout); }
-    double t0 = now_s();
+    double t0 = sw_clock_s();
     if (prefill(ctx, m, g.prompt, g.n_prompt, lf, logits, max_batch, last)) goto out;
-    double t1 = now_s();
+    double t1 = sw_clock_s();
 
     rc = 0;
     long generated = 0;
@@ -347,7 +277,7 @@ static int run_model(const options *o, sw_model *m)
             break;
         }
     }
-    double t2 = now_s();
+    double t2 = sw_clock_s();
     if (o->prompt || generated) { fputs("\n", stdout); fflush(stdout); }
     fprintf(stderr, "spillway-run: prompt %d tokens in %.3f s (%.1f tok/s), generated %ld tokens in %.3f s (%.1f tok/s)\n",
             g.n_prompt, t1 - t0, g.n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9),

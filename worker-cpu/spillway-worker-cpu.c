@@ -13,8 +13,6 @@
  * worker that answers with placeholder text must never end up serving users
  * by accident, the mode is refused unless SPILLWAY_ALLOW_TEST_MODE=1 is set.
  */
-#include <errno.h>
-#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,13 +22,14 @@
 #include "proto/worker_link.h"
 #include "worker-cpu/engine.h"
 #include "worker-cpu/model.h"
+#include "llm/cli.h"
+#include "llm/text.h"
 
 #define MAX_THREADS 1024
 #define MAX_PARALLEL 4096
 #define MAX_CTX (1 << 20)
 #define DEFAULT_PARALLEL_CPU 4
 #define DEFAULT_PARALLEL_ECHO 256
-#define CPU_ENGINE_DEFAULT_CTX_CAP 4096u
 
 static const char *usage_text =
     "usage: spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH\n"
@@ -65,21 +64,10 @@ static int usage_error(const char *fmt, const char *arg) {
 
 /* Whole string, decimal, within [lo, hi]. */
 static int parse_int(const char *s, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    long v;
+    if (!sw_parse_long(s, lo, hi, &v)) return -1;
     *out = (int)v;
     return 0;
-}
-
-/* Same rule as the wire format: short printable ASCII, no spaces. */
-static int valid_label(const char *s, size_t maxlen) {
-    size_t n = strlen(s);
-    if (n == 0 || n > maxlen) return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] > 0x7E) return 0;
-    return 1;
 }
 
 /* Asks ZeroMQ itself whether it can connect to the endpoint. */
@@ -119,7 +107,7 @@ static int parse_args(int argc, char **argv, options *o) {
                 return usage_error("--gateway: '%s' is not a valid tcp:// or ipc:// endpoint", v);
             o->gateway = v;
         } else if (!strcmp(a, "--pool")) {
-            if (!valid_label(v, SW_MAX_ID_LEN))
+            if (!sw_id_valid(v, SW_MAX_ID_LEN))
                 return usage_error("--pool: '%s' must be 1-128 printable characters, no spaces", v);
             o->pool = v;
         } else if (!strcmp(a, "--model")) {
@@ -130,7 +118,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (n > SW_MAX_ID_LEN) return usage_error("--model: name in '%s' is too long", v);
             memcpy(o->model_name, v, n);
             o->model_name[n] = 0;
-            if (!valid_label(o->model_name, SW_MAX_ID_LEN))
+            if (!sw_id_valid(o->model_name, SW_MAX_ID_LEN))
                 return usage_error("--model: name in '%s' must be printable, without spaces", v);
             o->model_path = eq + 1;
             have_model = 1;
@@ -144,19 +132,17 @@ static int parse_args(int argc, char **argv, options *o) {
             if (parse_int(v, 0, MAX_CTX, &o->ctx))
                 return usage_error("--ctx: '%s' is not a whole number in 0..1048576", v);
         } else if (!strcmp(a, "--worker-id")) {
-            if (!valid_label(v, SW_MAX_ID_LEN))
+            if (!sw_id_valid(v, SW_MAX_ID_LEN))
                 return usage_error("--worker-id: '%s' must be 1-128 printable characters, no spaces",
                                    v);
             o->worker_id = v;
         } else if (!strcmp(a, "--quantization")) {
-            if (!valid_label(v, 32))
+            if (!sw_id_valid(v, 32))
                 return usage_error("--quantization: '%s' must be 1-32 printable characters", v);
             o->quantization = v;
         } else if (!strcmp(a, "--test-echo")) {
-            char *end;
-            errno = 0;
-            double r = strtod(v, &end);
-            if (errno || end == v || *end || !isfinite(r) || r <= 0 || r > 1e6)
+            double r;
+            if (!sw_parse_double(v, 0, 1e6, &r) || r == 0)
                 return usage_error("--test-echo: '%s' is not a rate in (0, 1000000] tokens/s", v);
             o->echo_rate = r;
         }
@@ -219,12 +205,7 @@ static int run_model(const options *o) {
     Spillway__ModelInfo mi = SPILLWAY__MODEL_INFO__INIT;
     mi.name = (char *)o->model_name;
     mi.quantization = (char *)(o->quantization ? o->quantization : m->quant_name);
-    /* The context a request can use, as sw_cpu_engine_new sizes it: --ctx,
-     * else the model's own capped at CPU_ENGINE_DEFAULT_CTX_CAP. (Keep in
-     * step with worker-cpu/engine.c; engine.h has no accessor for it.) */
-    uint32_t ctx = o->ctx > 0 ? (uint32_t)o->ctx
-                 : m->hp.n_ctx_train < CPU_ENGINE_DEFAULT_CTX_CAP ? m->hp.n_ctx_train
-                                                                 : CPU_ENGINE_DEFAULT_CTX_CAP;
+    uint32_t ctx = (uint32_t)sw_cpu_engine_n_ctx(e);
     mi.context_length = ctx;
     Spillway__ModelInfo *models[1] = {&mi};
     sw_worker_config cfg = {

@@ -6,9 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 #include "llm/generate.h"
+#include "llm/util.h"
+#include "llm/clock.h"
 
 typedef struct {
     char id[SW_MAX_ID_LEN + 1];
@@ -46,20 +47,6 @@ struct sw_gpu_engine {
     double last_log;
     int log_peak, log_steps_n;      /* since the last log line */
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static uint64_t now_unix_ms(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (uint64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 static int blocks_for(int n_tokens) { return (n_tokens + SW_KV_BLOCK - 1) / SW_KV_BLOCK; }
 
@@ -226,7 +213,7 @@ static void expire(sw_gpu_engine *e, sw_fail_fn fail, void *ctx)
         for (int i = 0; i < *n; i++) {
             seq *s = list[i];
             if (!s->deadline_ms) continue;
-            if (!now) now = now_unix_ms();
+            if (!now) now = sw_wall_ms();
             if (now < s->deadline_ms) continue;
             fail(ctx, s->id, 504, "deadline exceeded");
             memmove(&list[i], &list[i + 1], (size_t)(*n - i - 1) * sizeof(seq *));
@@ -295,14 +282,6 @@ static int plan(sw_gpu_engine *e)
     return total;
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static void remove_running(sw_gpu_engine *e, seq *s)
 {
     for (int i = 0; i < e->n_running; i++)
@@ -313,7 +292,7 @@ static void remove_running(sw_gpu_engine *e, seq *s)
 /* One stderr line: the last step, the peak batch since the previous line. */
 static void log_line(sw_gpu_engine *e, int n_seqs, int n_tok)
 {
-    e->last_log = now_s();
+    e->last_log = sw_clock_s();
     fprintf(stderr, "sched: batch %d seqs / %d tokens (peak %d over %d steps), running %d, waiting %d, "
             "kv %.0f%%, preempted %llu\n", n_seqs, n_tok, e->log_peak, e->log_steps_n, e->n_running,
             e->n_waiting, 100.0 * (1.0 - (double)e->n_free / e->be->n_kv_blocks),
@@ -361,7 +340,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
             const sw_sampling_params *sp = &s->gen.sampler.p;
             e->b_sample[n_logits] = (sw_dev_sample){
                 .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k,
-                .uniform = (float)((splitmix(&s->rng) >> 40) * 0x1p-24),
+                .uniform = (float)((sw_splitmix64(&s->rng) >> 40) * 0x1p-24),
             };
             e->b_logits_idx[n_logits++] = n - 1;
             if (!s->dev_sample_ok) dev_sample = false;
@@ -407,7 +386,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
     update_load(e, n_seqs, sampled);
     if (n_seqs > e->log_peak) e->log_peak = n_seqs;
     e->log_steps_n++;
-    if (e->cfg.log_steps && (now_s() - e->last_log >= 1.0 || e->n_running + e->n_waiting == 0))
+    if (e->cfg.log_steps && (sw_clock_s() - e->last_log >= 1.0 || e->n_running + e->n_waiting == 0))
         log_line(e, n_seqs, n);
     return e->n_running + e->n_waiting;
 }

@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "llm/cli.h"
+#include "llm/clock.h"
 #include "llm/generate.h"
 #include "proto/worker_link.h"
 #include "worker-cpu/model.h"
@@ -71,71 +73,14 @@ static void usage(FILE *f)
         "  -q                         fewer log lines\n", SW_KV_BLOCK);
 }
 
-static void die2(const char *fmt, const char *a, const char *b)
-{
-    fprintf(stderr, PROG ": ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\n");
-    exit(2);
-}
-
 static long parse_int(const char *flag, const char *s, long lo, long hi)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, PROG ": %s: invalid value '%s' (integer %ld..%ld)\n", flag, s, lo, hi);
-        exit(2);
-    }
-    return v;
+    return sw_cli_long(PROG, flag, s, lo, hi);
 }
 
 static double parse_num(const char *flag, const char *s, double lo, double hi)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !(v >= lo && v <= hi)) {
-        fprintf(stderr, PROG ": %s: invalid value '%s' (number %g..%g)\n", flag, s, lo, hi);
-        exit(2);
-    }
-    return v;
-}
-
-/* "1,2,3" -> ids (each 0..max). */
-static int32_t *parse_list(const char *flag, const char *s, long max, int *n_out)
-{
-    size_t cap = 16, n = 0;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    const char *p = s;
-    if (!ids) { fprintf(stderr, PROG ": out of memory\n"); exit(1); }
-    for (;;) {
-        while (*p == ' ') p++;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > max) {
-            fprintf(stderr, PROG ": %s: invalid value at offset %zu in '%s'\n", flag, (size_t)(p - s), s);
-            exit(2);
-        }
-        if (n == cap) {
-            int32_t *q = realloc(ids, (cap *= 2) * sizeof *ids);
-            if (!q) { fprintf(stderr, PROG ": out of memory\n"); exit(1); }
-            ids = q;
-        }
-        ids[n++] = (int32_t)v;
-        p = end;
-        while (*p == ' ') p++;
-        if (!*p) break;
-        if (*p != ',') {
-            fprintf(stderr, PROG ": %s: expected ',' at offset %zu in '%s'\n", flag, (size_t)(p - s), s);
-            exit(2);
-        }
-        p++;
-    }
-    *n_out = (int)n;
-    return ids;
+    return sw_cli_double(PROG, flag, s, lo, hi);
 }
 
 static opts parse_args(int argc, char **argv)
@@ -145,12 +90,12 @@ static opts parse_args(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define TAKES(name) (!strcmp(a, name) && (v ? (i++, 1) : (die2("%s: missing value%s", a, ""), 0)))
+#define TAKES(name) (!strcmp(a, name) && (v ? (i++, 1) : (sw_cli_die(PROG, "%s: missing value", a), 0)))
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
         else if (!strcmp(a, "--selftest")) o.selftest = 1;
         else if (!strcmp(a, "-q")) o.quiet = 1;
         else if (TAKES("--backend")) {
-            if (strcmp(v, "cuda") && strcmp(v, "emulate")) die2("--backend: '%s' is not cuda or emulate%s", v, "");
+            if (strcmp(v, "cuda") && strcmp(v, "emulate")) sw_cli_die(PROG, "--backend: '%s' is not cuda or emulate", v);
             o.backend = v;
         }
         else if (TAKES("--gateway")) o.gateway = v;
@@ -166,27 +111,27 @@ static opts parse_args(int argc, char **argv)
         else if (TAKES("--temp")) o.temp = (float)parse_num(a, v, 0, 100);
         else if (TAKES("--top-k")) o.top_k = (int)parse_int(a, v, 0, INT32_MAX);
         else if (TAKES("--top-p")) o.top_p = (float)parse_num(a, v, 0, 1);
-        else if (TAKES("--seed")) { o.seed = (unsigned long long)parse_num(a, v, 0, 1.8e19); o.seed_set = 1; }
+        else if (TAKES("--seed")) { o.seed = sw_cli_u64(PROG, a, v); o.seed_set = 1; }
         else if (TAKES("--max-batch")) o.max_batch = (int)parse_int(a, v, 1, 4096);
         else if (TAKES("--kv-blocks")) o.kv_blocks = parse_int(a, v, 1, 1 << 24);
         else if (TAKES("--kv-dtype")) {
             if (!strcmp(v, "bf16")) o.kv = SW_KV_BF16;
             else if (!strcmp(v, "fp8")) o.kv = SW_KV_FP8;
-            else die2("--kv-dtype: '%s' is not bf16 or fp8%s", v, "");
+            else sw_cli_die(PROG, "--kv-dtype: '%s' is not bf16 or fp8", v);
         }
         else if (TAKES("--max-tokens-per-step")) o.max_tokens_per_step = (int)parse_int(a, v, 1, 65536);
         else if (TAKES("--ctx")) o.n_ctx = (int)parse_int(a, v, 2, 1 << 24);
         else if (TAKES("-t") || TAKES("--threads")) o.threads = (int)parse_int(a, v, 1, 1024);
         else if (TAKES("--bench-decode")) o.bench_decode = v;
         else if (TAKES("--bench-shape")) {
-            if (strcmp(v, "8b")) die2("--bench-shape: '%s' is not a known shape (8b)%s", v, "");
+            if (strcmp(v, "8b")) sw_cli_die(PROG, "--bench-shape: '%s' is not a known shape (8b)", v);
             o.bench_shape = v;
         }
         else if (TAKES("--bench-layers")) o.bench_layers = (int)parse_int(a, v, 1, 1024);
         else if (TAKES("--bench-ctx")) o.bench_ctx = (int)parse_int(a, v, 1, 1 << 20);
         else if (TAKES("--bench-steps")) o.bench_steps = (int)parse_int(a, v, 1, 100000);
-        else if (a[0] == '-') die2("unknown option '%s'%s", a, "");
-        else die2("unexpected argument '%s'%s", a, "");
+        else if (a[0] == '-') sw_cli_die(PROG, "unknown option '%s'", a);
+        else sw_cli_die(PROG, "unexpected argument '%s'", a);
 #undef TAKES
     }
     int modes = !!o.gateway + !!o.tokens + !!o.prompt + !!o.bench_decode + o.selftest;
@@ -196,19 +141,19 @@ static opts parse_args(int argc, char **argv)
         exit(2);
     }
     if (o.gateway) {
-        if (!o.pool || !o.model_spec) die2("daemon mode needs --pool and --model NAME=PATH%s%s", "", "");
+        if (!o.pool || !o.model_spec) sw_cli_die(PROG, "daemon mode needs --pool and --model NAME=PATH");
         const char *eq = strchr(o.model_spec, '=');
-        if (!eq || eq == o.model_spec || !eq[1]) die2("--model: '%s' is not NAME=PATH%s", o.model_spec, "");
-        if (o.model_path) die2("-m is for the evaluation modes; the daemon takes --model NAME=PATH%s%s", "", "");
+        if (!eq || eq == o.model_spec || !eq[1]) sw_cli_die(PROG, "--model: '%s' is not NAME=PATH", o.model_spec);
+        if (o.model_path) sw_cli_die(PROG, "-m is for the evaluation modes; the daemon takes --model NAME=PATH");
     } else if (o.model_spec) {
-        die2("--model NAME=PATH is for daemon mode (with --gateway); use -m MODEL%s%s", "", "");
+        sw_cli_die(PROG, "--model NAME=PATH is for daemon mode (with --gateway); use -m MODEL");
     }
-    if (o.prompt && !o.model_path) die2("-m MODEL is required%s%s", "", "");
-    if (o.tokens && !o.model_path == !o.bench_shape) die2("--tokens needs -m MODEL (or --bench-shape 8b for random weights)%s%s", "", "");
-    if ((o.logits_out || o.ref_logits) && !o.tokens) die2("--logits-out and --ref-logits need --tokens%s%s", "", "");
-    if (o.bench_decode && !o.model_path == !o.bench_shape) die2("--bench-decode needs either -m MODEL or --bench-shape 8b%s%s", "", "");
-    if (o.bench_shape && !o.tokens && !o.bench_decode) die2("--bench-shape goes with --bench-decode or --tokens%s%s", "", "");
-    if (o.bench_layers && !o.bench_shape) die2("--bench-layers needs --bench-shape%s%s", "", "");
+    if (o.prompt && !o.model_path) sw_cli_die(PROG, "-m MODEL is required");
+    if (o.tokens && !o.model_path == !o.bench_shape) sw_cli_die(PROG, "--tokens needs -m MODEL (or --bench-shape 8b for random weights)");
+    if ((o.logits_out || o.ref_logits) && !o.tokens) sw_cli_die(PROG, "--logits-out and --ref-logits need --tokens");
+    if (o.bench_decode && !o.model_path == !o.bench_shape) sw_cli_die(PROG, "--bench-decode needs either -m MODEL or --bench-shape 8b");
+    if (o.bench_shape && !o.tokens && !o.bench_decode) sw_cli_die(PROG, "--bench-shape goes with --bench-decode or --tokens");
+    if (o.bench_layers && !o.bench_shape) sw_cli_die(PROG, "--bench-layers needs --bench-shape");
     if (!o.seed_set) o.seed = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 16);
     return o;
 }
@@ -270,7 +215,7 @@ static sw_model *load_model(const char *path, sw_fp8_weights **w, int quiet)
 static int run_tokens(const opts *o)
 {
     int n;
-    int32_t *ids = parse_list("--tokens", o->tokens, INT32_MAX, &n);
+    int32_t *ids = sw_cli_ids(PROG, "--tokens", o->tokens, INT32_MAX, &n);
     sw_fp8_weights *w;
     sw_model *m = NULL;
     if (o->bench_shape) {
@@ -440,20 +385,13 @@ static int run_prompt(const opts *o)
 }
 
 /* ---- --bench-decode ---- */
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int run_bench(const opts *o)
 {
     int n_b;
-    int32_t *batches = parse_list("--bench-decode", o->bench_decode, 65536, &n_b);
+    int32_t *batches = sw_cli_ids(PROG, "--bench-decode", o->bench_decode, 65536, &n_b);
     int maxb = 0;
     for (int i = 0; i < n_b; i++) {
-        if (batches[i] < 1) die2("--bench-decode: batch sizes must be >= 1%s%s", "", "");
+        if (batches[i] < 1) sw_cli_die(PROG, "--bench-decode: batch sizes must be >= 1");
         if (batches[i] > maxb) maxb = batches[i];
     }
     sw_fp8_weights *w;
@@ -462,11 +400,11 @@ static int run_bench(const opts *o)
     if (o->bench_shape) {
         sw_hparams hp;
         sw_hparams_8b(&hp, (uint32_t)o->bench_layers);
-        double t0 = mono();
+        double t0 = sw_clock_s();
         w = sw_fp8_weights_random(&hp, 1234, err, sizeof err);
         if (!w) { fprintf(stderr, PROG ": %s\n", err); return 1; }
         fprintf(stderr, PROG ": random FP8 weights, 8b shape with %u layers: %.2f GB, made in %.1f s\n",
-                hp.n_layer, w->fp8_bytes / 1e9, mono() - t0);
+                hp.n_layer, w->fp8_bytes / 1e9, sw_clock_s() - t0);
     } else if (!(m = load_model(o->model_path, &w, o->quiet))) {
         return 1;
     }
@@ -506,7 +444,7 @@ static int run_bench(const opts *o)
         int warm = 3, steps = o->bench_steps;
         double t0 = 0;
         for (int s = 0; s < warm + steps; s++) {
-            if (s == warm) t0 = mono();
+            if (s == warm) t0 = sw_clock_s();
             for (int i = 0; i < B; i++) {
                 tok[i] = (i * 7919 + s * 31) % (int)hp.n_vocab;
                 pos[i] = ctx + s;
@@ -521,7 +459,7 @@ static int run_bench(const opts *o)
             if (r) { fprintf(stderr, PROG ": batch %d: %s\n", B, err); rc = 1; break; }
         }
         if (rc) break;
-        double dt = (mono() - t0) / steps;
+        double dt = (sw_clock_s() - t0) / steps;
         /* bytes a step must move: every weight once, plus each sequence's K and V */
         double kv_bytes = (double)B * (ctx + steps / 2.0) * kv_dim * 2 * hp.n_layer * (o->kv == SW_KV_FP8 ? 1 : 2);
         double gbs = (weight_bytes + kv_bytes) / dt / 1e9;

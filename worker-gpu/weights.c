@@ -8,15 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llm/quant.h"
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "llm/util.h"
 
 static bool matrix_alloc(sw_fp8_matrix *M, uint32_t rows, uint32_t cols)
 {
@@ -41,7 +33,7 @@ static bool convert_rows(const gguf_tensor *t, sw_fp8_matrix *M, uint32_t row0, 
     uint64_t cols = t->ne[0], rows = t->ne[1];
     size_t rs = sw_row_size(t->type, cols);
     if (cols != M->cols || row0 + rows > M->rows || rs == 0 || t->nbytes < rs * rows) {
-        seterr(err, errlen, "tensor '%s': shape [%llu, %llu] does not fit the FP8 layout", t->name,
+        sw_errf(err, errlen, "tensor '%s': shape [%llu, %llu] does not fit the FP8 layout", t->name,
                (unsigned long long)cols, (unsigned long long)rows);
         return false;
     }
@@ -62,7 +54,7 @@ static bool convert_rows(const gguf_tensor *t, sw_fp8_matrix *M, uint32_t row0, 
         free(buf);
     }
     if (bad) {
-        seterr(err, errlen, "tensor '%s': cannot dequantize type %u", t->name, (unsigned)t->type);
+        sw_errf(err, errlen, "tensor '%s': cannot dequantize type %u", t->name, (unsigned)t->type);
         return false;
     }
     return true;
@@ -72,7 +64,7 @@ static float *vector_f32(const gguf_tensor *t, uint32_t n, char *err, size_t err
 {
     float *v = malloc(n * sizeof(float));
     if (!v || t->ne[0] != n || !sw_dequantize_row(t->type, t->data, v, n)) {
-        seterr(err, errlen, "tensor '%s': cannot read as a float vector of %u", t->name, n);
+        sw_errf(err, errlen, "tensor '%s': cannot read as a float vector of %u", t->name, n);
         free(v);
         return NULL;
     }
@@ -87,7 +79,7 @@ static const gguf_tensor *tensor(const sw_model *m, char *err, size_t errlen, co
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     const gguf_tensor *t = gguf_find_tensor(m->file, name);
-    if (!t) seterr(err, errlen, "missing tensor '%s'", name);
+    if (!t) sw_errf(err, errlen, "missing tensor '%s'", name);
     return t;
 }
 
@@ -134,7 +126,7 @@ static sw_fp8_weights *alloc_shapes(const sw_hparams *hp, char *err, size_t errl
              matrix_alloc(&L->wdown, E, F);
     }
     if (!ok) {
-        seterr(err, errlen, "out of host memory for the FP8 weights");
+        sw_errf(err, errlen, "out of host memory for the FP8 weights");
         sw_fp8_weights_free(w);
         return NULL;
     }
@@ -169,7 +161,7 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
             }
             free(buf);
         }
-        if (bad) { seterr(err, errlen, "token_embd.weight: cannot dequantize"); goto fail; }
+        if (bad) { sw_errf(err, errlen, "token_embd.weight: cannot dequantize"); goto fail; }
     }
     /* output.weight, or the embedding when the output is tied to it */
     t = gguf_find_tensor(m->file, "output.weight");
@@ -214,15 +206,6 @@ fail:
     return NULL;
 }
 
-/* splitmix64: a fast, seedable generator for benchmark weights. */
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static void random_matrix(sw_fp8_matrix *M, uint64_t seed)
 {
     /* Random codes of magnitude < 2 with scale 1/sqrt(cols): outputs of
@@ -235,7 +218,7 @@ static void random_matrix(sw_fp8_matrix *M, uint64_t seed)
         uint64_t s = seed ^ ((uint64_t)r * 0x100000001B3ull);
         sw_fp8 *row = M->q + (size_t)r * M->cols;
         for (uint32_t c = 0; c < M->cols; c += 8) {
-            uint64_t x = splitmix(&s);
+            uint64_t x = sw_splitmix64(&s);
             for (int b = 0; b < 8 && c + b < M->cols; b++) {
                 uint8_t code = (uint8_t)(x >> (8 * b));
                 row[c + b] = (sw_fp8)((code & 0x80) | (code & 0x3F)); /* |v| < 2: never NaN */
@@ -252,7 +235,7 @@ sw_fp8_weights *sw_fp8_weights_random(const sw_hparams *hp, uint64_t seed, char 
     uint32_t E = hp->n_embd;
     uint64_t s = seed;
     for (size_t i = 0; i < (size_t)hp->n_vocab * E; i++)
-        w->tok_embd[i] = sw_f32_to_bf16(((int)(splitmix(&s) & 1023) - 512) / 512.0f);
+        w->tok_embd[i] = sw_f32_to_bf16(((int)(sw_splitmix64(&s) & 1023) - 512) / 512.0f);
     for (uint32_t c = 0; c < E; c++) w->output_norm[c] = 1.0f;
     random_matrix(&w->output, seed + 1);
     for (uint32_t l = 0; l < hp->n_layer; l++) {

@@ -1,6 +1,7 @@
 /* Chat template tests: detection from representative Jinja sources of each
  * family, exact formatted output per family, and detection from a GGUF file. */
 #include "tests/unit/check.h"
+#include "tests/unit/testutil.h"
 #include "llm/chat.h"
 #include "llm/gguf.h"
 
@@ -125,11 +126,7 @@ static void test_gguf_detect(void) {
         gguf_writer *w = gguf_writer_new();
         gguf_w_str(w, "general.architecture", arch[i]);
         if (tmpl[i]) gguf_w_str(w, "tokenizer.chat_template", tmpl[i]);
-        char err[256] = "";
-        CHECK(gguf_writer_write(w, path, err, sizeof err), "%s", err);
-        gguf_writer_free(w);
-        gguf_file *f = gguf_open(path, err, sizeof err);
-        CHECK(f != NULL, "%s", err);
+        gguf_file *f = write_and_open(w, path);
         if (!f) continue;
         CHECK(sw_chat_detect_gguf(f) == want[i], "case %d: %s", i, sw_chat_name(sw_chat_detect_gguf(f)));
         gguf_close(f);

@@ -3,6 +3,7 @@
  * byte, and the real files in $SPILLWAY_SHARED. */
 #include "llm/gguf.h"
 #include "tests/unit/check.h"
+#include "tests/unit/testutil.h"
 
 /* check.h's CHECK(cond) without a message expands to fprintf(stderr, ""). */
 #pragma GCC diagnostic ignored "-Wformat-zero-length"
@@ -16,19 +17,6 @@ static char tmpdir[256];
 static const char *tmp_path(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", tmpdir, name);
     return buf;
-}
-
-static uint8_t *slurp(const char *path, size_t *size) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
-    if (fread(b, 1, (size_t)n, fp) != (size_t)n) { free(b); fclose(fp); return NULL; }
-    fclose(fp);
-    *size = (size_t)n;
-    return b;
 }
 
 /* Opens a private copy of exactly `n` bytes, so any over-read is caught by ASan. */
@@ -206,7 +194,7 @@ static void test_roundtrip(void) {
             if (g) { check_roundtrip(g, custom ? 64 : 32); gguf_close(g); }
             /* And byte-identical, since the writer is deterministic. */
             size_t n1, n2;
-            uint8_t *b1 = slurp(path, &n1), *b2 = slurp(p2, &n2);
+            uint8_t *b1 = (uint8_t *)read_file(path, &n1), *b2 = (uint8_t *)read_file(p2, &n2);
             CHECK(b1 && b2 && n1 == n2 && !memcmp(b1, b2, n1), "copy is not byte-identical");
             CHECK(n1 % (custom ? 64 : 32) == 0, "file size %zu not padded to alignment", n1);
             free(b1); free(b2);
@@ -271,7 +259,7 @@ static void test_truncation(void) {
     char path[300], err[512];
     tmp_path(path, sizeof path, "rt.gguf");
     size_t size;
-    uint8_t *full = slurp(path, &size);
+    uint8_t *full = (uint8_t *)read_file(path, &size);
     CHECK(full, "need rt.gguf");
     if (!full) return;
     gguf_file *f = gguf_open_buffer(full, size, err, sizeof err);

@@ -4,19 +4,10 @@
 #include "llm/quant.h"
 #include "llm/gguf.h"
 #include "tests/unit/check.h"
+#include "tests/unit/testutil.h"
 
 #include <math.h>
 #include <stdint.h>
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_unit(void) { return ((rng_u64() >> 11) + 0.5) * 0x1p-53; }
-static float rng_normal(void) { return (float)(sqrt(-2 * log(rng_unit())) * cos(6.283185307179586 * rng_unit())); }
 
 static float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint32_t f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

@@ -3,6 +3,7 @@
  * hold-back and replacement, special-token parsing, and the Llama-3
  * pre-tokenizer split on a vocabulary built here. */
 #include "tests/unit/check.h"
+#include "tests/unit/testutil.h"
 #include "llm/gguf.h"
 #include "llm/tokenizer.h"
 
@@ -10,20 +11,6 @@
 
 #include <stdint.h>
 #include <unistd.h>
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
-    if (s) s[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return s;
-}
 
 /* Decodes ids with the streaming detokenizer into a malloc'd string. */
 static char *detok_all(const sw_tokenizer *t, const int32_t *ids, int n, bool strip) {
@@ -418,10 +405,8 @@ static void test_constructed_spm(void) {
     gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 9);
     gguf_w_arr_f32(w, "tokenizer.ggml.scores", scores, 9);
     gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 9);
+    gguf_file *f = write_and_open(w, path);
     char err[256] = "";
-    CHECK(gguf_writer_write(w, path, err, sizeof err), "%s", err);
-    gguf_writer_free(w);
-    gguf_file *f = gguf_open(path, err, sizeof err);
     sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
     CHECK(t != NULL, "%s", err);
     if (t) {
@@ -460,13 +445,9 @@ static void test_bad_metadata(void) {
         if (cases[c][0]) gguf_w_str(w, "tokenizer.ggml.model", cases[c][0]);
         gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 2);
         if (c == 0) gguf_w_arr_f32(w, "tokenizer.ggml.scores", scores, 1);   /* wrong length */
-        char err[256] = "";
-        CHECK(gguf_writer_write(w, path, err, sizeof err), "%s", err);
-        gguf_writer_free(w);
-        gguf_file *f = gguf_open(path, err, sizeof err);
-        CHECK(f != NULL, "%s", err);
+        gguf_file *f = write_and_open(w, path);
         if (!f) continue;
-        err[0] = 0;
+        char err[256] = "";
         sw_tokenizer *t = sw_tok_load(f, err, sizeof err);
         CHECK(t == NULL && strstr(err, cases[c][1]) != NULL, "case %d: error '%s' should name %s", c, err, cases[c][1]);
         sw_tok_free(t);

@@ -1,0 +1,23 @@
+/* Small helpers every layer needs: error messages, a seedable generator.
+ * (Text checks are in llm/text.h.) */
+#ifndef SW_UTIL_H
+#define SW_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* printf into a caller's error buffer; a NULL or empty buffer is fine. */
+void sw_errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* splitmix64: a small, fast, seedable generator (advances *state). Inline:
+ * random weight generation calls it once per element. */
+static inline uint64_t sw_splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+#endif
