@@ -398,7 +398,7 @@ sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
         else if (!gguf_str_eq(pre, "gpt-2") && !gguf_str_eq(pre, "gpt2") && !gguf_str_eq(pre, "default"))
             /* Not fatal: the GPT-2 split is the closest general rule, but the
              * ids may differ from the model's own tokenizer. */
-            fprintf(stderr, "tokenizer: pre-tokenizer '%.*s' not implemented, using gpt2's split\n",
+            fprintf(stderr, "tokenizer: pre-tokenizer '%.*s' is not supported, using gpt2's split\n",
                     (int)(pre.len < 60 ? pre.len : 60), pre.ptr);
     }
     if (!types) {   /* ... and BOS/EOS/UNK by their ids */
