@@ -43,6 +43,9 @@ struct sw_ctx {
     int att_threads;
     /* precise mode: activations are quantized twice (value + residual) */
     bool precise;
+    /* prepacked copies of the layer matrices ([layer][NPACK], NULL where the
+     * kernels have no packed form); see pack_weights */
+    sw_packed **pk, *pk_out;
     float *px, *py;           /* [2*B][max cols], [2*B*max rows] (see matmul) */
     size_t py_cap;
 };
@@ -128,6 +131,45 @@ static bool norm_to_float(const gguf_tensor *t, float *dst)
     return sw_dequantize_row(t->type, t->data, dst, (int64_t)t->ne[0]);
 }
 
+/* The layer matrices in a fixed order, for the pack table. */
+enum { PK_Q, PK_K, PK_V, PK_O, PK_GATE, PK_UP, PK_DOWN, NPACK };
+
+static const gguf_tensor *layer_matrix(const sw_layer *L, int k)
+{
+    switch (k) {
+    case PK_Q: return L->wq;
+    case PK_K: return L->wk;
+    case PK_V: return L->wv;
+    case PK_O: return L->wo;
+    case PK_GATE: return L->w_gate;
+    case PK_UP: return L->w_up;
+    default: return L->w_down;
+    }
+}
+
+/* Repacks the layer matrices once for the kernels' packed form (Q4_K and
+ * Q6_K with AVX-512 VNNI today), which serves every batch size from one layout. The
+ * packs take about the original's size; the mmap'd originals are then only
+ * read for the rare leftovers, so their pages can be evicted. A pack that
+ * fails (memory) just leaves that matrix on the raw-row path.
+ * SPILLWAY_PACK=0 turns this off (comparisons, memory-tight hosts). */
+static void pack_weights(sw_ctx *c)
+{
+    const char *env = getenv("SPILLWAY_PACK");
+    if (env && !strcmp(env, "0")) return;
+    const uint32_t nl = c->m->hp.n_layer;
+    c->pk = calloc((size_t)nl * NPACK, sizeof *c->pk);
+    if (!c->pk) return;
+    for (uint32_t l = 0; l < nl; l++)
+        for (int k = 0; k < NPACK; k++) c->pk[(size_t)l * NPACK + k] = sw_pack_tensor(layer_matrix(&c->m->layers[l], k));
+    c->pk_out = sw_pack_tensor(c->m->output);
+}
+
+static const sw_packed *packed(const sw_ctx *c, uint32_t l, int k)
+{
+    return c->pk ? c->pk[(size_t)l * NPACK + k] : NULL;
+}
+
 sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen)
 {
     const sw_hparams *hp = &m->hp;
@@ -201,12 +243,17 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
         c->inv_freq[i] = f;
     }
     free(factors);
+    pack_weights(c);
     return c;
 }
 
 void sw_ctx_free(sw_ctx *c)
 {
     if (!c) return;
+    if (c->pk)
+        for (size_t i = 0; i < (size_t)c->m->hp.n_layer * NPACK; i++) sw_packed_free(c->pk[i]);
+    free(c->pk);
+    sw_packed_free(c->pk_out);
     free(c->kv_k); free(c->kv_v);
     free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq);
     free(c->x); free(c->xb); free(c->xb2);
@@ -256,11 +303,12 @@ int sw_ctx_set_precise(sw_ctx *c, bool precise)
     return 0;
 }
 
-static void matmul(sw_ctx *c, const gguf_tensor *w, const float *x, int n, float *y)
+static void matmul(sw_ctx *c, const gguf_tensor *w, const sw_packed *pk, const float *x, int n, float *y)
 {
     sw_type at = sw_type_info(w->type)->vec_dot_type;
     if (!c->precise || at == SW_TYPE_F32 || at == SW_TYPE_F16 || at == SW_TYPE_BF16) {
-        sw_matmul_tensor(w, x, n, y);
+        if (pk) sw_matmul_packed(pk, x, n, y);
+        else sw_matmul_tensor(w, x, n, y);
         return;
     }
     const int64_t cols = (int64_t)w->ne[0], rows = (int64_t)w->ne[1];
@@ -296,6 +344,19 @@ static void matmul(sw_ctx *c, const gguf_tensor *w, const float *x, int n, float
         for (size_t i = 0; i < (size_t)nc * rows; i++) yc[i] = y1[i] + y2[i];
     }
 }
+/* Matrices that share an input (q/k/v, gate/up) as one product when all of
+ * them are packed: one activation quantization and one parallel region
+ * instead of one each. Returns false (nothing done) otherwise. */
+static bool fused_packed(sw_ctx *c, uint32_t l, int first, int np, const float *x, int n, float *const *y)
+{
+    const sw_packed *p[3];
+    if (c->precise || np > 3) return false;
+    for (int k = 0; k < np; k++)
+        if (!(p[k] = packed(c, l, first + k))) return false;
+    sw_matmul_packed_n(p, np, x, n, y);
+    return true;
+}
+
 int sw_ctx_max_batch(const sw_ctx *c) { return c->max_batch; }
 
 /* ---- attention ----
@@ -483,9 +544,11 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
 
         /* Attention block: normalize, project to q/k/v for all tokens at once. */
         norm_rows(c->xb, c->x, an, n, E, eps);
-        matmul(c, L->wq, c->xb, n, c->q);
-        matmul(c, L->wk, c->xb, n, c->k);
-        matmul(c, L->wv, c->xb, n, c->v);
+        if (!fused_packed(c, l, PK_Q, 3, c->xb, n, (float *const[]){c->q, c->k, c->v})) {
+            matmul(c, L->wq, packed(c, l, PK_Q), c->xb, n, c->q);
+            matmul(c, L->wk, packed(c, l, PK_K), c->xb, n, c->k);
+            matmul(c, L->wv, packed(c, l, PK_V), c->xb, n, c->v);
+        }
 
         /* Rotate q and k by position, then file k and v into each token's
          * sequence cache before any attention reads it (tokens of the same
@@ -499,19 +562,21 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
         }
 
         attention(c, (int)l, toks, n, c->xb);
-        matmul(c, L->wo, c->xb, n, c->xb2);
+        matmul(c, L->wo, packed(c, l, PK_O), c->xb, n, c->xb2);
         add_rows(c->x, c->xb2, n, E);
 
         /* Feed-forward block (SwiGLU). */
         norm_rows(c->xb, c->x, fn, n, E, eps);
-        matmul(c, L->w_gate, c->xb, n, c->hb);
-        matmul(c, L->w_up, c->xb, n, c->hb2);
+        if (!fused_packed(c, l, PK_GATE, 2, c->xb, n, (float *const[]){c->hb, c->hb2})) {
+            matmul(c, L->w_gate, packed(c, l, PK_GATE), c->xb, n, c->hb);
+            matmul(c, L->w_up, packed(c, l, PK_UP), c->xb, n, c->hb2);
+        }
 #pragma omp parallel for if (n > 4)
         for (int t = 0; t < n; t++) {
             float *g = c->hb + (size_t)t * F, *u = c->hb2 + (size_t)t * F;
             for (int i = 0; i < F; i++) g[i] = silu(g[i]) * u[i];
         }
-        matmul(c, L->w_down, c->hb, n, c->xb2);
+        matmul(c, L->w_down, packed(c, l, PK_DOWN), c->hb, n, c->xb2);
         add_rows(c->x, c->xb2, n, E);
     }
 
@@ -523,6 +588,6 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
         rmsnorm(c->xb + (size_t)nl * E, c->x + (size_t)t * E, c->out_norm, E, eps);
         nl++;
     }
-    if (nl) matmul(c, m->output, c->xb, nl, logits_out);
+    if (nl) matmul(c, m->output, c->pk_out, c->xb, nl, logits_out);
     return 0;
 }

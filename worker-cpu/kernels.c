@@ -10,6 +10,14 @@
  * 32+ K-quant tokens with AVX-512 -> 16 rows repacked row-interleaved
  * (sw_kpack16) so vpdpbusd works on 16 rows at once (gemm16), which is what
  * makes prefill compute-efficient.
+ *
+ * The forward pass does not use those raw-row paths for Q4_K / Q6_K on
+ * AVX-512 VNNI: sw_pack_tensor repacks each matrix once at load into 16-row
+ * interleaved blocks that keep the 4/6-bit quants (sw_q4k16 / sw_q6k16, about
+ * the original's size), and sw_matmul_packed runs every batch size, 1
+ * included, on them: one vpdpbusd per 4 weights x 16 rows x token, no
+ * per-call repacking, and at batch 1 a few instructions per block instead
+ * of the dot kernels' unpacking, so decode runs at memory speed.
  */
 #include "worker-cpu/kernels.h"
 #include "worker-cpu/kernels_impl.h"
@@ -343,4 +351,235 @@ void sw_get_row(const gguf_tensor *w, int64_t r, float *out) {
     size_t rs = sw_row_size(w->type, (uint64_t)cols);
     if (!sw_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)r * rs, out, cols))
         fill_nan(out, (size_t)cols);
+}
+
+/* ---- prepacked weights -------------------------------------------------------
+ * Q4_K and Q6_K, when the ISA has kernels for their packed forms (AVX-512
+ * VNNI). The pack keeps the source tensor for leftover rows and other ISAs. */
+
+struct sw_packed {
+    const gguf_tensor *src;
+    sw_type type;
+    int64_t rows, cols, groups;   /* groups of 16 rows; rows past 16*groups use src */
+    size_t block_bytes;           /* sizeof(sw_q4k16) or sizeof(sw_q6k16) */
+    uint8_t *blocks;              /* [group][block] */
+};
+
+/* 6-bit scale and min j of a K-quant scales field (the GGUF Q4_K layout). */
+static void q4k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4));
+        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+/* Low nibbles of row r's 256 quants q into the shared 16-row interleave. */
+static void pack_nibbles(const uint8_t q[QK_K], int r, uint8_t dst[8][4][64]) {
+    for (int j = 0; j < 8; j++)
+        for (int c = 0; c < 4; c++)
+            for (int k = 0; k < 4; k++)
+                dst[j][c][4 * r + k] = (uint8_t)((q[32 * j + 8 * c + k] & 0x0f) | (q[32 * j + 8 * c + 4 + k] & 0x0f) << 4);
+}
+
+/* Packs block i of the 16 rows starting at w (row_size bytes apart). */
+static void pack_q4k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q4k16 *dst) {
+    for (int r = 0; r < 16; r++) {
+        const block_q4_k *b = (const block_q4_k *)(w + (size_t)r * row_size) + i;
+        /* bytes 32m..32m+31 hold weights 64m+l (low nibble) and 64m+32+l
+         * (high): sub-block j is the nibbles j%2 of bytes 32(j/2).. */
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *src = b->qs + 32 * (j / 2);
+            const int sh = 4 * (j % 2);
+            for (int c = 0; c < 4; c++)
+                for (int k = 0; k < 4; k++)
+                    dst->qs[j][c][4 * r + k] = (uint8_t)(((src[8 * c + k] >> sh) & 0x0f) |
+                                                         ((src[8 * c + 4 + k] >> sh) & 0x0f) << 4);
+        }
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            q4k_scale_min(b->scales, j, &sc, &m);
+            dst->sc[j][r] = sc;
+            dst->mn[j / 2][r][j % 2] = m;
+        }
+        dst->d[r] = b->d;
+        dst->dmin[r] = b->dmin;
+    }
+}
+
+static void pack_q6k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q6k16 *dst) {
+    memset(dst->pad, 0, sizeof dst->pad);
+    for (int r = 0; r < 16; r++) {
+        const block_q6_k *b = (const block_q6_k *)(w + (size_t)r * row_size) + i;
+        uint8_t q[QK_K];
+        float scale[16], offs[16];
+        sw_kblock_unpack(SW_TYPE_Q6_K, b, q, scale, offs);   /* q: stored 0..63 */
+        pack_nibbles(q, r, dst->ql);
+        for (int j = 0; j < 8; j++)
+            for (int h = 0; h < 2; h++)
+                for (int k = 0; k < 4; k++) {
+                    uint8_t v = 0;
+                    for (int m = 0; m < 4; m++) v |= (uint8_t)((q[32 * j + 16 * h + 4 * m + k] >> 4) << (2 * m));
+                    dst->qh[j][h][4 * r + k] = v;
+                }
+        for (int j = 0; j < 8; j++) {
+            dst->sc[j][r][0] = b->scales[2 * j];
+            dst->sc[j][r][1] = b->scales[2 * j + 1];
+        }
+        dst->d[r] = b->d;
+    }
+}
+
+sw_packed *sw_pack_tensor(const gguf_tensor *w) {
+    int64_t rows, cols;
+    const sw_kernel_table *kt = ktab();
+    if (!w || !tensor_dims(w, &rows, &cols) || rows < 16) return NULL;
+    size_t bb;
+    if (w->type == SW_TYPE_Q4_K && kt->q4k16) bb = sizeof(sw_q4k16);
+    else if (w->type == SW_TYPE_Q6_K && kt->q6k16) bb = sizeof(sw_q6k16);
+    else return NULL;
+    sw_packed *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->src = w;
+    p->type = w->type;
+    p->rows = rows;
+    p->cols = cols;
+    p->groups = rows / 16;
+    p->block_bytes = bb;
+    int64_t nb = cols / QK_K;
+    p->blocks = aligned_alloc(64, (size_t)p->groups * (size_t)nb * bb);
+    if (!p->blocks) { free(p); return NULL; }
+    size_t row_size = sw_row_size(w->type, (uint64_t)cols);
+    const uint8_t *src = w->data;
+    #pragma omp parallel for schedule(static)
+    for (int64_t g = 0; g < p->groups; g++)
+        for (int64_t i = 0; i < nb; i++) {
+            uint8_t *dst = p->blocks + (size_t)(g * nb + i) * bb;
+            if (p->type == SW_TYPE_Q4_K) pack_q4k16_block(src + (size_t)g * 16 * row_size, row_size, i, (sw_q4k16 *)dst);
+            else pack_q6k16_block(src + (size_t)g * 16 * row_size, row_size, i, (sw_q6k16 *)dst);
+        }
+    return p;
+}
+
+void sw_packed_free(sw_packed *p) {
+    if (!p) return;
+    free(p->blocks);
+    free(p);
+}
+
+size_t sw_packed_bytes(const sw_packed *p) {
+    return p ? (size_t)p->groups * (size_t)(p->cols / QK_K) * p->block_bytes : 0;
+}
+
+/* Per token and block: Q4_K 4 dwords, the int16 pairs of 32-sums
+ * (bsums[4q] + bsums[4q+1], bsums[4q+2] + bsums[4q+3]); Q6_K 16 dwords
+ * -32 * bsums[k]. See sw_q4k16_fn / sw_q6k16_fn. */
+static void packed_bsums(sw_type type, const block_q8_k *a, int64_t nb, int32_t *out) {
+    for (int64_t i = 0; i < nb; i++) {
+        const int16_t *s = a[i].bsums;
+        if (type == SW_TYPE_Q4_K) {
+            for (int q = 0; q < 4; q++) {
+                uint16_t lo = (uint16_t)(s[4 * q] + s[4 * q + 1]), hi = (uint16_t)(s[4 * q + 2] + s[4 * q + 3]);
+                out[4 * i + q] = (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
+            }
+        } else {
+            for (int k = 0; k < 16; k++) out[16 * i + k] = -32 * (int32_t)s[k];
+        }
+    }
+}
+
+/* Leftover rows (past the 16-row groups) from the original tensor. Runs
+ * before the packed part takes the scratch (sw_matmul uses the same buffer). */
+static bool packed_tail(const sw_packed *p, const float *x, int n_tok, float *y) {
+    const int64_t rows = p->rows, r_tail = p->groups * 16, nt = rows - r_tail;
+    if (nt <= 0) return true;
+    size_t rs = sw_row_size(p->type, (uint64_t)p->cols);
+    float *yt = malloc(sizeof(float) * (size_t)nt * (size_t)n_tok);
+    if (!yt) return false;
+    sw_matmul(p->type, (const uint8_t *)p->src->data + (size_t)r_tail * rs, nt, p->cols, x, n_tok, yt);
+    for (int t = 0; t < n_tok; t++) memcpy(y + (size_t)t * rows + r_tail, yt + (size_t)t * nt, sizeof(float) * (size_t)nt);
+    free(yt);
+    return true;
+}
+
+static bool packed_usable(const sw_kernel_table *kt, const sw_packed *p) {
+    return p->type == SW_TYPE_Q4_K ? kt->q4k16 != NULL : kt->q6k16 != NULL;
+}
+
+void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n_tok, float *const *y) {
+    const sw_kernel_table *kt = ktab();
+    if (np <= 0 || n_tok <= 0) return;
+    for (int k = 0; k < np; k++)
+        if (!p[k] || !packed_usable(kt, p[k]) || p[k]->cols != p[0]->cols) {
+            /* not one fused product: each on its own (another ISA was
+             * selected after packing: from the original tensors) */
+            for (int m = 0; m < np; m++) {
+                if (!p[m]) continue;
+                if (packed_usable(kt, p[m])) sw_matmul_packed_n(&p[m], 1, x, n_tok, &y[m]);
+                else sw_matmul_tensor(p[m]->src, x, n_tok, y[m]);
+            }
+            return;
+        }
+    for (int k = 0; k < np; k++)
+        if (!packed_tail(p[k], x, n_tok, y[k])) {
+            for (int m = 0; m < np; m++) fill_nan(y[m], (size_t)p[m]->rows * (size_t)n_tok);
+            return;
+        }
+    const int64_t cols = p[0]->cols, nb = cols / QK_K;
+    bool any4 = false, any6 = false;
+    int64_t groups = 0;
+    double work = 0;
+    for (int k = 0; k < np; k++) {
+        any4 |= p[k]->type == SW_TYPE_Q4_K;
+        any6 |= p[k]->type == SW_TYPE_Q6_K;
+        groups += p[k]->groups;
+        work += (double)p[k]->rows * (double)cols * n_tok;
+    }
+    /* activations once for all the matrices; the per-type bsum forms after them */
+    size_t act_rs = sw_act_row_size(SW_TYPE_Q4_K, cols);
+    size_t act_bytes = (act_rs * (size_t)n_tok + 63) & ~(size_t)63;
+    size_t rs4 = any4 ? (size_t)nb * 4 : 0, rs6 = any6 ? (size_t)nb * 16 : 0;
+    uint8_t *buf = scratch_get(SCRATCH_ACT, act_bytes + (rs4 + rs6) * sizeof(int32_t) * (size_t)n_tok);
+    if (!buf) {
+        fprintf(stderr, "sw_matmul_packed: out of memory for %d activation rows\n", n_tok);
+        for (int m = 0; m < np; m++) fill_nan(y[m], (size_t)p[m]->rows * (size_t)n_tok);
+        return;
+    }
+    int32_t *bsp4 = (int32_t *)(buf + act_bytes), *bsp6 = bsp4 + rs4 * (size_t)n_tok;
+    #pragma omp parallel for if (n_tok >= 4) schedule(static)
+    for (int t = 0; t < n_tok; t++) {
+        const block_q8_k *a = (const block_q8_k *)(buf + (size_t)t * act_rs);
+        kt->quant_q8_k(x + (size_t)t * cols, buf + (size_t)t * act_rs, cols);
+        if (any4) packed_bsums(SW_TYPE_Q4_K, a, nb, bsp4 + (size_t)t * rs4);
+        if (any6) packed_bsums(SW_TYPE_Q6_K, a, nb, bsp6 + (size_t)t * rs6);
+    }
+    /* Threads take contiguous runs of the matrices' 16-row groups, counted
+     * across all of them (one parallel region for the lot; 64 bytes of y
+     * per token and group, so no shared cache lines). */
+    #pragma omp parallel if (work > 65536)
+    {
+        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth, base = 0;
+        for (int k = 0; k < np && base < g1; base += p[k]->groups, k++) {
+            const sw_packed *pk = p[k];
+            int64_t lo = g0 > base ? g0 - base : 0, hi = g1 - base < pk->groups ? g1 - base : pk->groups;
+            for (int64_t g = lo; g < hi; g++)
+                for (int t = 0; t < n_tok; t += SW_DOTN_MAX) {
+                    int cnt = n_tok - t < SW_DOTN_MAX ? n_tok - t : SW_DOTN_MAX;
+                    const void *blk = pk->blocks + (size_t)(g * nb) * pk->block_bytes;
+                    const uint8_t *a = buf + (size_t)t * act_rs;
+                    float *out = y[k] + (size_t)t * pk->rows + g * 16;
+                    if (pk->type == SW_TYPE_Q4_K)
+                        kt->q4k16(blk, nb, a, act_rs, bsp4 + (size_t)t * rs4, rs4, cnt, out, (size_t)pk->rows);
+                    else
+                        kt->q6k16(blk, nb, a, act_rs, bsp6 + (size_t)t * rs6, rs6, cnt, out, (size_t)pk->rows);
+                }
+        }
+    }
+}
+
+void sw_matmul_packed(const sw_packed *p, const float *x, int n_tok, float *y) {
+    sw_matmul_packed_n(&p, 1, x, n_tok, &y);
 }

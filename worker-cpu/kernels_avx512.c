@@ -190,6 +190,162 @@ static inline __m256i dot_u8s8(__m256i w, __m256i a) {
 #include "worker-cpu/kernels_avx512_body.h"
 #undef SW_VNNI
 #undef SW_SFX
+
+#define ACT_BLOCK_Q(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
+
+/* ---- prepacked Q4_K x tokens (sw_q4k16) -------------------------------------
+ * Per 64 bytes of packed quants: one and, one shift + and, then per token two
+ * vpdpbusd against broadcast activation dwords. Per sub-block and token the
+ * int32 sums become floats times the rows' integer scales (blk); per block
+ * the mins go through vpdpwssd with the token's paired 32-sums, and one
+ * multiply-add applies d, dmin and the token's scale. Lanes are rows. */
+#ifndef SW_Q16_PREFETCH
+#define SW_Q16_PREFETCH (4 * (int)sizeof(sw_q4k16))
+#endif
+static inline __attribute__((always_inline)) void
+q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
+           const int NT, float *out, size_t ostride) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 total[SW_DOTN_MAX];
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) total[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, p++) {
+        __m512 blk[SW_DOTN_MAX];
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) blk[t] = _mm512_setzero_ps();
+        for (int j = 0; j < 8; j++) {
+            __m512i acc[SW_DOTN_MAX];
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 4; c++) {
+                __m512i v = _mm512_load_si512(p->qs[j][c]);
+                /* a few blocks ahead: the hardware prefetcher alone falls
+                 * behind once each line feeds several tokens */
+                _mm_prefetch((const char *)p->qs[j][c] + SW_Q16_PREFETCH, _MM_HINT_T0);
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                _Pragma("GCC unroll 8")
+                for (int t = 0; t < NT; t++) {
+                    const int8_t *a = ACT_BLOCK_Q(act, stride, t, i)->qs + 32 * j + 8 * c;
+                    int32_t a0, a1;
+                    memcpy(&a0, a, 4);
+                    memcpy(&a1, a + 4, 4);
+                    acc[t] = _mm512_dpbusd_epi32(acc[t], lo, _mm512_set1_epi32(a0));
+                    acc[t] = _mm512_dpbusd_epi32(acc[t], hi, _mm512_set1_epi32(a1));
+                }
+            }
+            __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)p->sc[j])));
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < NT; t++) blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), sc, blk[t]);
+        }
+        /* the 5 lines of scales, mins and d/dmin */
+        for (int k = 0; k < 5; k++) _mm_prefetch((const char *)p->sc + 64 * k + SW_Q16_PREFETCH, _MM_HINT_T0);
+        __m512i mn[4];
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < 4; q++) mn[q] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)p->mn[q]));
+        __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p->d));
+        __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p->dmin));
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) {
+            const int32_t *bs = bsp + (size_t)t * bsp_stride + 4 * i;
+            __m512i m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mn[0], _mm512_set1_epi32(bs[0]));
+            m = _mm512_dpwssd_epi32(m, mn[1], _mm512_set1_epi32(bs[1]));
+            m = _mm512_dpwssd_epi32(m, mn[2], _mm512_set1_epi32(bs[2]));
+            m = _mm512_dpwssd_epi32(m, mn[3], _mm512_set1_epi32(bs[3]));
+            __m512 r = _mm512_fmsub_ps(d, blk[t], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m)));
+            total[t] = _mm512_fmadd_ps(r, _mm512_set1_ps(ACT_BLOCK_Q(act, stride, t, i)->d), total[t]);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
+}
+
+#define SW_Q16_CASE(k) case k: q4k16_rows(p, nb, act, stride, bsp, bsp_stride, k, out, ostride); break;
+static void q4k16_vnni(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
+                       size_t bsp_stride, int ntok, float *out, size_t ostride) {
+    switch (ntok) {
+    SW_Q16_CASE(1) SW_Q16_CASE(2) SW_Q16_CASE(3) SW_Q16_CASE(4)
+    SW_Q16_CASE(5) SW_Q16_CASE(6) SW_Q16_CASE(7) SW_Q16_CASE(8)
+    default: break;
+    }
+}
+#undef SW_Q16_CASE
+
+/* Prepacked Q6_K: two 64-byte quant loads and one high-bit load give four
+ * vectors of 6-bit quants (one ternarylogic each), the +32 offset is the
+ * sums' starting value (bsp), and the int8 sub-block scales are applied per
+ * 16 weights as float vectors over the rows. */
+static inline __attribute__((always_inline)) void
+q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
+           const int NT, float *out, size_t ostride) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    __m512 total[SW_DOTN_MAX];
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) total[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, p++) {
+        __m512 blk[SW_DOTN_MAX];
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) blk[t] = _mm512_setzero_ps();
+        for (int j = 0; j < 8; j++) {
+            __m512i scw = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *)p->sc[j]));
+            _Pragma("GCC unroll 2")
+            for (int h = 0; h < 2; h++) {
+                __m512i hb = _mm512_load_si512(p->qh[j][h]);
+                _mm_prefetch((const char *)p->qh[j][h] + SW_Q16_PREFETCH, _MM_HINT_T0);
+                __m512i acc[SW_DOTN_MAX];
+                _Pragma("GCC unroll 8")
+                for (int t = 0; t < NT; t++) acc[t] = _mm512_set1_epi32(bsp[(size_t)t * bsp_stride + 16 * i + 2 * j + h]);
+                _Pragma("GCC unroll 2")
+                for (int e = 0; e < 2; e++) {
+                    const int c = 2 * h + e;
+                    __m512i v = _mm512_load_si512(p->ql[j][c]);
+                    _mm_prefetch((const char *)p->ql[j][c] + SW_Q16_PREFETCH, _MM_HINT_T0);
+                    __m512i hlo = e ? hb : _mm512_slli_epi16(hb, 4);
+                    __m512i hhi = e ? _mm512_srli_epi16(hb, 2) : _mm512_slli_epi16(hb, 2);
+                    __m512i lo = _mm512_ternarylogic_epi32(_mm512_and_si512(v, m4), hlo, m30, 0xF8);
+                    __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hhi, m30, 0xF8);
+                    _Pragma("GCC unroll 8")
+                    for (int t = 0; t < NT; t++) {
+                        const int8_t *a = ACT_BLOCK_Q(act, stride, t, i)->qs + 32 * j + 8 * c;
+                        int32_t a0, a1;
+                        memcpy(&a0, a, 4);
+                        memcpy(&a1, a + 4, 4);
+                        acc[t] = _mm512_dpbusd_epi32(acc[t], lo, _mm512_set1_epi32(a0));
+                        acc[t] = _mm512_dpbusd_epi32(acc[t], hi, _mm512_set1_epi32(a1));
+                    }
+                }
+                /* scale of sub-block 2j + h: word h of each row's dword, sign-extended */
+                __m512i s32 = h ? _mm512_srai_epi32(scw, 16) : _mm512_srai_epi32(_mm512_slli_epi32(scw, 16), 16);
+                __m512 sc = _mm512_cvtepi32_ps(s32);
+                _Pragma("GCC unroll 8")
+                for (int t = 0; t < NT; t++) blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), sc, blk[t]);
+            }
+        }
+        _mm_prefetch((const char *)p->sc + SW_Q16_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)p->sc + 64 + SW_Q16_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)p->sc + 128 + SW_Q16_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)p->sc + 192 + SW_Q16_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)p->d + SW_Q16_PREFETCH, _MM_HINT_T0);
+        __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p->d));
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++)
+            total[t] = _mm512_fmadd_ps(blk[t], _mm512_mul_ps(d, _mm512_set1_ps(ACT_BLOCK_Q(act, stride, t, i)->d)), total[t]);
+    }
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
+}
+
+#define SW_Q16_CASE(k) case k: q6k16_rows(p, nb, act, stride, bsp, bsp_stride, k, out, ostride); break;
+static void q6k16_vnni(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
+                       size_t bsp_stride, int ntok, float *out, size_t ostride) {
+    switch (ntok) {
+    SW_Q16_CASE(1) SW_Q16_CASE(2) SW_Q16_CASE(3) SW_Q16_CASE(4)
+    SW_Q16_CASE(5) SW_Q16_CASE(6) SW_Q16_CASE(7) SW_Q16_CASE(8)
+    default: break;
+    }
+}
+#undef SW_Q16_CASE
+#undef ACT_BLOCK_Q
 #pragma GCC pop_options
 
 #pragma GCC pop_options
@@ -214,6 +370,8 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni) {
         t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_vnni;
         t->gemm16 = gemm16_vnni;
         t->pack16 = pack16_vnni;
+        t->q4k16 = q4k16_vnni;
+        t->q6k16 = q6k16_vnni;
     } else {
         t->dot[SW_TYPE_Q4_K] = dot_q4_k_bw;
         t->dotn[SW_TYPE_Q4_K] = dotn_q4_k_bw;

@@ -46,12 +46,56 @@ int sw_kpack16_rows(sw_type type, const uint8_t *w, size_t row_size, int64_t nb,
 typedef void (*sw_gemm16_fn)(const sw_kpack16 *p, int64_t nb, int nsub, const void *act, size_t act_stride,
                              const float *aux, size_t aux_stride, int ntok, float *out, size_t out_stride);
 
+/* 16 Q4_K rows x one 256-weight block, prepacked once at model load
+ * (sw_pack_tensor) in a row-interleaved form that keeps 4-bit quants, so it
+ * is as small as the original (148 bytes per row-block against 144) and
+ * every batch size, 1 included, runs one vpdpbusd per 4 weights x 16 rows:
+ *   qs[j][c][4r + k] = q(r, 32j + 8c + k) | q(r, 32j + 8c + 4 + k) << 4
+ * so for row r one 64-byte load masked with 0x0f gives quants matching
+ * activation dword 8j + 2c, and shifted right by 4 the dword 8j + 2c + 1;
+ * sc[j][r] / mn[p][r][e] are the 6-bit sub-block scales / mins (mins paired
+ * 2p, 2p+1 so one vpmovzxbw + vpdpwssd handles two sub-blocks), d / dmin
+ * the rows' fp16 block scales. */
+typedef struct {
+    uint8_t qs[8][4][64];
+    uint8_t sc[8][16];
+    uint8_t mn[4][16][2];
+    uint16_t d[16], dmin[16];
+} sw_q4k16;
+
+/* Y for 16 packed Q4_K rows (nb consecutive sw_q4k16) x ntok (1..SW_DOTN_MAX)
+ * Q8_K tokens: out[t*out_stride + r]. bsp: per token bsp_stride int32, per
+ * block 4 dwords; dword p holds the int16 pair (bsum32_{2p}, bsum32_{2p+1}),
+ * bsum32_j the sum of the token's 32 quants of sub-block j. */
+typedef void (*sw_q4k16_fn)(const sw_q4k16 *p, int64_t nb, const void *act, size_t act_stride,
+                            const int32_t *bsp, size_t bsp_stride, int ntok, float *out, size_t out_stride);
+
+/* 16 Q6_K rows x one block, the same idea: ql as sw_q4k16.qs (low 4 bits of
+ * the stored 0..63 quants), qh[j][h][4r + k] the top 2 bits of weights
+ * 32j + 16h + 4m + k at bits 2m, 2m+1 (m = 0..3: the four 4-weight pieces of
+ * chunks 2h and 2h+1), sc[j][r][e] the int8 scale of 16-weight sub-block
+ * 2j + e, d the fp16 block scales. 212 bytes per row-block against 210. */
+typedef struct {
+    uint8_t ql[8][4][64];
+    uint8_t qh[8][2][64];
+    int8_t sc[8][16][2];
+    uint16_t d[16];
+    uint8_t pad[32];
+} sw_q6k16;
+
+/* As sw_q4k16_fn for sw_q6k16; bsp here: per block 16 int32, -32 * bsums[k]
+ * (the stored quants' +32 offset, applied as the sums' starting value). */
+typedef void (*sw_q6k16_fn)(const sw_q6k16 *p, int64_t nb, const void *act, size_t act_stride,
+                            const int32_t *bsp, size_t bsp_stride, int ntok, float *out, size_t out_stride);
+
 typedef struct {
     sw_dot_fn dot[SW_TYPE_COUNT];
     sw_dotn_fn dotn[SW_TYPE_COUNT];
     sw_qact_fn quant_q8_k, quant_q8_0;
     sw_gemm16_fn gemm16;   /* K-quants x many tokens over sw_kpack16; NULL: dotn only */
     int (*pack16)(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk); /* as sw_kpack16_rows */
+    sw_q4k16_fn q4k16;     /* prepacked Q4_K (sw_pack_tensor); NULL: the raw-row paths */
+    sw_q6k16_fn q6k16;     /* prepacked Q6_K */
 } sw_kernel_table;
 
 /* aux for one Q8_K row of n values (n/256 blocks): out[16*b + k] = d_b * bsums_b[k]. */

@@ -6,19 +6,11 @@
 #include "worker-cpu/kernels.h"
 #include "worker-cpu/kernels_impl.h"
 #include "tests/unit/check.h"
+#define TEST_RNG_SEED 0x243f6a8885a308d3ull
+#include "tests/unit/testutil.h"
 
 #include <math.h>
 #include <stdint.h>
-
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_unit(void) { return ((rng_u64() >> 11) + 0.5) * 0x1p-53; }
-static float rng_normal(void) { return (float)(sqrt(-2 * log(rng_unit())) * cos(6.283185307179586 * rng_unit())); }
 
 static const sw_type WTYPES[] = {SW_TYPE_F32, SW_TYPE_F16, SW_TYPE_BF16, SW_TYPE_Q4_0, SW_TYPE_Q4_1,
                                  SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_Q4_K, SW_TYPE_Q5_K,
@@ -326,6 +318,126 @@ static void test_avx512_bw_table(void) {
     }
 }
 
+/* Prepacked Q4_K (sw_pack_tensor) against the reference: row counts that
+ * leave 0..15 rows outside the 16-row groups, every token count 1..40, all
+ * weight scale modes. On ISAs without a packed kernel there is no pack, and
+ * sw_matmul_tensor must be used; that is checked too. */
+static void test_packed(sw_isa isa) {
+    static const int64_t ROWS[] = {16, 17, 33, 48, 15};
+    for (int ri = 0; ri < 10; ri++) {
+        gguf_tensor t;
+        memset(&t, 0, sizeof t);
+        strcpy(t.name, "packed.weight");
+        t.n_dims = 2;
+        t.type = ri < 5 ? SW_TYPE_Q4_K : SW_TYPE_Q6_K;
+        int64_t rows = ROWS[ri % 5], cols = 256 * (1 + ri % 3);
+        t.ne[0] = (uint64_t)cols; t.ne[1] = (uint64_t)rows; t.ne[2] = t.ne[3] = 1;
+        size_t rs = sw_row_size(t.type, (uint64_t)cols), ars = sw_act_row_size(t.type, cols);
+        t.nbytes = rs * (size_t)rows;
+        uint8_t *w = malloc(t.nbytes), *a = malloc(ars * 40);
+        float *x = malloc(sizeof(float) * (size_t)cols * 40), *y = malloc(sizeof(float) * (size_t)rows * 40);
+        for (int64_t r = 0; r < rows; r++) random_weights(t.type, w + r * rs, cols, (int)((r + ri) % 4));
+        t.data = w;
+        for (int i = 0; i < 40; i++) {
+            random_x(x + i * cols, cols, i % 3);
+            sw_quantize_row(SW_TYPE_Q8_K, x + i * cols, a + i * ars, cols);
+        }
+        sw_packed *pk = sw_pack_tensor(&t);
+        bool expect = isa == SW_ISA_AVX512 && __builtin_cpu_supports("avx512vnni") && rows >= 16;
+        CHECK((pk != NULL) == expect, "isa %s rows %lld: pack %s", sw_isa_name(isa), (long long)rows,
+              pk ? "made" : "not made");
+        if (!pk) { free(w); free(a); free(x); free(y); continue; }
+        CHECK(sw_packed_bytes(pk) == (size_t)(rows / 16) * (size_t)(cols / 256) *
+                                         (t.type == SW_TYPE_Q4_K ? sizeof(sw_q4k16) : sizeof(sw_q6k16)), "packed size");
+        int bad = 0;
+        for (int ntok = 1; ntok <= 40; ntok++) {
+            for (int64_t i = 0; i < rows * ntok; i++) y[i] = -12345.0f;
+            sw_matmul_packed(pk, x, ntok, y);
+            for (int i = 0; i < ntok; i++)
+                for (int64_t r = 0; r < rows; r++) {
+                    float ref = sw_vec_dot_ref(t.type, cols, w + r * rs, a + i * ars);
+                    double mag = dot_magnitude(t.type, w + r * rs, a + i * ars, cols);
+                    float got = y[i * rows + r];
+                    if (!close_enough(got, ref, mag, 2e-6) && bad++ < 3)
+                        CHECK(0, "isa %s packed %s rows %lld cols %lld tok %d/%d row %lld: %.9g vs ref %.9g",
+                              sw_isa_name(isa), sw_type_info(t.type)->name, (long long)rows, (long long)cols, i, ntok, (long long)r, got, ref);
+                }
+        }
+        CHECK(bad == 0, "isa %s packed %s rows %lld: %d wrong", sw_isa_name(isa), sw_type_info(t.type)->name,
+              (long long)rows, bad);
+        /* another ISA chosen after packing: same results from the original rows */
+        sw_isa_set(SW_ISA_SCALAR);
+        sw_matmul_packed(pk, x, 3, y);
+        sw_isa_set(isa);
+        for (int i = 0; i < 3; i++)
+            for (int64_t r = 0; r < rows; r++)
+                if (y[i * rows + r] != sw_vec_dot_ref(t.type, cols, w + r * rs, a + i * ars)) bad++;
+        CHECK(bad == 0, "packed tensor under the scalar ISA equals the reference");
+        sw_packed_free(pk);
+        free(w); free(a); free(x); free(y);
+    }
+    gguf_tensor t5;
+    memset(&t5, 0, sizeof t5);
+    t5.type = SW_TYPE_Q5_K;
+    t5.ne[0] = 256; t5.ne[1] = 32; t5.ne[2] = t5.ne[3] = 1;
+    t5.nbytes = sw_row_size(t5.type, 256) * 32;
+    static uint8_t dummy[176 * 32];
+    t5.data = dummy;
+    CHECK(sw_pack_tensor(&t5) == NULL && sw_pack_tensor(NULL) == NULL, "no pack for other types / NULL");
+}
+
+/* Several packs sharing one input (q/k/v style): a Q4_K with leftover rows,
+ * a Q6_K and a Q4_K, through one sw_matmul_packed_n, against the reference. */
+static void test_packed_n(sw_isa isa) {
+    enum { NP = 3, COLS = 512, NTOK = 11 };
+    static const int64_t ROWS[NP] = {33, 32, 64};
+    static const sw_type TYPES[NP] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q4_K};
+    gguf_tensor t[NP];
+    sw_packed *pk[NP];
+    float *y[NP];
+    uint8_t *w[NP];
+    size_t ars = sw_act_row_size(SW_TYPE_Q4_K, COLS);
+    float *x = malloc(sizeof(float) * COLS * NTOK);
+    uint8_t *a = malloc(ars * NTOK);
+    for (int i = 0; i < NTOK; i++) {
+        random_x(x + i * COLS, COLS, i % 3);
+        sw_quantize_row(SW_TYPE_Q8_K, x + i * COLS, a + i * ars, COLS);
+    }
+    for (int k = 0; k < NP; k++) {
+        memset(&t[k], 0, sizeof t[k]);
+        t[k].type = TYPES[k];
+        t[k].ne[0] = COLS; t[k].ne[1] = (uint64_t)ROWS[k]; t[k].ne[2] = t[k].ne[3] = 1;
+        size_t rs = sw_row_size(TYPES[k], COLS);
+        t[k].nbytes = rs * (size_t)ROWS[k];
+        w[k] = malloc(t[k].nbytes);
+        for (int64_t r = 0; r < ROWS[k]; r++) random_weights(TYPES[k], w[k] + r * rs, COLS, (int)(r % 4));
+        t[k].data = w[k];
+        pk[k] = sw_pack_tensor(&t[k]);
+        y[k] = malloc(sizeof(float) * (size_t)ROWS[k] * NTOK);
+        for (int64_t i = 0; i < ROWS[k] * NTOK; i++) y[k][i] = -12345.0f;
+    }
+    if (!pk[0]) {   /* no packed kernels on this ISA */
+        for (int k = 0; k < NP; k++) { free(w[k]); free(y[k]); }
+        free(x); free(a);
+        return;
+    }
+    sw_matmul_packed_n((const sw_packed *const *)pk, NP, x, NTOK, y);
+    int bad = 0;
+    for (int k = 0; k < NP; k++) {
+        size_t rs = sw_row_size(TYPES[k], COLS);
+        for (int i = 0; i < NTOK; i++)
+            for (int64_t r = 0; r < ROWS[k]; r++) {
+                float ref = sw_vec_dot_ref(TYPES[k], COLS, w[k] + r * rs, a + i * ars);
+                double mag = dot_magnitude(TYPES[k], w[k] + r * rs, a + i * ars, COLS);
+                if (!close_enough(y[k][i * ROWS[k] + r], ref, mag, 2e-6)) bad++;
+            }
+        sw_packed_free(pk[k]);
+        free(w[k]); free(y[k]);
+    }
+    CHECK(bad == 0, "isa %s: fused packed product %d wrong", sw_isa_name(isa), bad);
+    free(x); free(a);
+}
+
 static void test_bad_input(void) {
     float x[100] = {0}, y[10];
     uint8_t w[1000] = {0};
@@ -347,6 +459,8 @@ int main(void) {
         test_dots(isa);
         test_matmul(isa);
         test_tensor_paths(isa);
+        test_packed(isa);
+        test_packed_n(isa);
     }
     if (best == SW_ISA_AVX512) test_avx512_bw_table();
     test_bad_input();
