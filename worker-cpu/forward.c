@@ -10,6 +10,7 @@
  * once per step); attention is parallel over (token, head) with OpenMP.
  */
 #include "worker-cpu/forward.h"
+#include "llm/util.h"
 #include "worker-cpu/kernels.h"
 
 #include <math.h>
@@ -49,15 +50,6 @@ struct sw_ctx {
     float *px, *py;           /* [2*B][max cols], [2*B*max rows] (see matmul) */
     size_t py_cap;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- small vector helpers ----
  * Cloned per ISA by the compiler: attention is a significant share of a long
@@ -173,11 +165,11 @@ static const sw_packed *packed(const sw_ctx *c, uint32_t l, int k)
 sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen)
 {
     const sw_hparams *hp = &m->hp;
-    if (n_seq < 1 || n_seq > 4096) { seterr(err, errlen, "number of sequences %d out of range", n_seq); return NULL; }
-    if (n_ctx < 1 || n_ctx > (1 << 24)) { seterr(err, errlen, "context length %d out of range", n_ctx); return NULL; }
-    if (max_batch < 1 || max_batch > (1 << 16)) { seterr(err, errlen, "batch size %d out of range", max_batch); return NULL; }
+    if (n_seq < 1 || n_seq > 4096) { sw_errf(err, errlen, "number of sequences %d out of range", n_seq); return NULL; }
+    if (n_ctx < 1 || n_ctx > (1 << 24)) { sw_errf(err, errlen, "context length %d out of range", n_ctx); return NULL; }
+    if (max_batch < 1 || max_batch > (1 << 16)) { sw_errf(err, errlen, "batch size %d out of range", max_batch); return NULL; }
     sw_ctx *c = calloc(1, sizeof *c);
-    if (!c) { seterr(err, errlen, "out of memory"); return NULL; }
+    if (!c) { sw_errf(err, errlen, "out of memory"); return NULL; }
     c->m = m;
     c->n_seq = n_seq;
     c->n_ctx = n_ctx;
@@ -213,7 +205,7 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     if (!c->kv_k || !c->kv_v || !c->attn_norm || !c->ffn_norm || !c->out_norm || !c->inv_freq ||
         !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->att ||
         !c->zeros) {
-        seterr(err, errlen, "out of memory for %d sequences x %d positions (KV %.1f MiB)", n_seq, n_ctx,
+        sw_errf(err, errlen, "out of memory for %d sequences x %d positions (KV %.1f MiB)", n_seq, n_ctx,
                2.0 * c->seq_stride * n_seq * sizeof(float) / 1048576.0);
         sw_ctx_free(c);
         return NULL;
@@ -221,13 +213,13 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (!norm_to_float(m->layers[l].attn_norm, c->attn_norm + l * E) ||
             !norm_to_float(m->layers[l].ffn_norm, c->ffn_norm + l * E)) {
-            seterr(err, errlen, "layer %u: cannot convert norm weights", l);
+            sw_errf(err, errlen, "layer %u: cannot convert norm weights", l);
             sw_ctx_free(c);
             return NULL;
         }
     }
     if (!norm_to_float(m->output_norm, c->out_norm)) {
-        seterr(err, errlen, "cannot convert output_norm weights");
+        sw_errf(err, errlen, "cannot convert output_norm weights");
         sw_ctx_free(c);
         return NULL;
     }
@@ -509,18 +501,18 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
 
 static int check_batch(const sw_ctx *c, const sw_tok_in *toks, int n, char *err, size_t errlen)
 {
-    if (n < 1 || n > c->max_batch) { seterr(err, errlen, "batch of %d tokens (max %d)", n, c->max_batch); return -1; }
+    if (n < 1 || n > c->max_batch) { sw_errf(err, errlen, "batch of %d tokens (max %d)", n, c->max_batch); return -1; }
     for (int i = 0; i < n; i++) {
         if (toks[i].token < 0 || (uint32_t)toks[i].token >= c->m->hp.n_vocab) {
-            seterr(err, errlen, "token %d at batch index %d out of range (vocabulary %u)", toks[i].token, i, c->m->hp.n_vocab);
+            sw_errf(err, errlen, "token %d at batch index %d out of range (vocabulary %u)", toks[i].token, i, c->m->hp.n_vocab);
             return -1;
         }
         if (toks[i].pos < 0 || toks[i].pos >= c->n_ctx) {
-            seterr(err, errlen, "position %d at batch index %d out of range (context %d)", toks[i].pos, i, c->n_ctx);
+            sw_errf(err, errlen, "position %d at batch index %d out of range (context %d)", toks[i].pos, i, c->n_ctx);
             return -1;
         }
         if (toks[i].seq < 0 || toks[i].seq >= c->n_seq) {
-            seterr(err, errlen, "sequence %d at batch index %d out of range (%d sequences)", toks[i].seq, i, c->n_seq);
+            sw_errf(err, errlen, "sequence %d at batch index %d out of range (%d sequences)", toks[i].seq, i, c->n_seq);
             return -1;
         }
     }

@@ -16,6 +16,8 @@
 #include <time.h>
 
 #include "llm/sampler.h"
+#include "llm/cli.h"
+#include "llm/clock.h"
 #include "worker-cpu/forward.h"
 #include "worker-cpu/kernels.h"
 #include "worker-cpu/model.h"
@@ -30,13 +32,6 @@ typedef struct {
 
 typedef struct { int batch; double tok_s, gb_s, step_ms; } decode_result;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -48,36 +43,18 @@ static void usage(FILE *f)
         "  --precise   use residual-corrected activations (default: the serving path)\n");
 }
 
-static long parse_long(const char *flag, const char *s, long lo, long hi)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "spillway-bench: %s: invalid value '%s' (integer %ld..%ld)\n", flag, s, lo, hi);
-        exit(2);
-    }
-    return v;
-}
-
 static void parse_batches(options *o, const char *s)
 {
+    int n = 0;
+    int32_t *ids = sw_cli_ids("spillway-bench", "-b", s, 1024, &n);
     o->n_batches = 0;
-    const char *p = s;
-    for (;;) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 1 || v > 1024 || o->n_batches == MAX_BATCHES ||
-            (*end && *end != ',')) {
-            fprintf(stderr, "spillway-bench: -b: invalid list '%s' (up to %d sizes in 1..1024, comma-separated)\n",
-                    s, MAX_BATCHES);
-            exit(2);
-        }
-        o->batches[o->n_batches++] = (int)v;
-        if (!*end) break;
-        p = end + 1;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 1 || o->n_batches == MAX_BATCHES)
+            sw_cli_die("spillway-bench", "-b: invalid list '%s' (up to %d sizes in 1..1024, comma-separated)",
+                       s, MAX_BATCHES);
+        o->batches[o->n_batches++] = (int)ids[i];
     }
+    free(ids);
 }
 
 static options parse_args(int argc, char **argv)
@@ -91,11 +68,11 @@ static options parse_args(int argc, char **argv)
         if (i + 1 >= argc) { fprintf(stderr, "spillway-bench: %s: missing value (or unknown option)\n", a); exit(2); }
         const char *v = argv[++i];
         if (!strcmp(a, "-m")) o.model = v;
-        else if (!strcmp(a, "-t")) o.threads = (int)parse_long(a, v, 1, 1024);
-        else if (!strcmp(a, "-p")) o.n_prompt = (int)parse_long(a, v, 1, 65536);
-        else if (!strcmp(a, "-n")) o.n_gen = (int)parse_long(a, v, 1, 65536);
+        else if (!strcmp(a, "-t")) o.threads = (int)sw_cli_long("spillway-bench", a, v, 1, 1024);
+        else if (!strcmp(a, "-p")) o.n_prompt = (int)sw_cli_long("spillway-bench", a, v, 1, 65536);
+        else if (!strcmp(a, "-n")) o.n_gen = (int)sw_cli_long("spillway-bench", a, v, 1, 65536);
         else if (!strcmp(a, "-b")) parse_batches(&o, v);
-        else if (!strcmp(a, "--mem-mib")) o.mem_mib = (int)parse_long(a, v, 16, 1 << 20);
+        else if (!strcmp(a, "--mem-mib")) o.mem_mib = (int)sw_cli_long("spillway-bench", a, v, 16, 1 << 20);
         else { fprintf(stderr, "spillway-bench: unknown option '%s'\n", a); usage(stderr); exit(2); }
     }
     if (!o.model) { fprintf(stderr, "spillway-bench: -m MODEL is required\n"); usage(stderr); exit(2); }
@@ -136,7 +113,7 @@ static double measure_read_gbs(size_t bytes, double *sink)
     double best = 0.0;
     for (int pass = 0; pass < 5; pass++) {
         double total = 0.0;
-        double t0 = now_s();
+        double t0 = sw_clock_s();
 #pragma omp parallel reduction(+:total)
         {
             int nth = omp_get_num_threads(), ith = omp_get_thread_num();
@@ -144,7 +121,7 @@ static double measure_read_gbs(size_t bytes, double *sink)
             size_t lo = chunk * ith, hi = lo + chunk < n ? lo + chunk : n;
             if (lo < hi) total += sum_floats(buf + lo, hi - lo);
         }
-        double dt = now_s() - t0;
+        double dt = sw_clock_s() - t0;
         *sink += total;
         double gbs = bytes / dt / 1e9;
         if (gbs > best) best = gbs;
@@ -178,9 +155,9 @@ static double bench_prefill(const sw_model *m, int n_prompt, int precise, uint32
         *rng = *rng * 1664525u + 1013904223u;
         b[i] = (sw_tok_in){ .token = (int32_t)(*rng % m->hp.n_vocab), .pos = i, .seq = 0, .logits = i == n_prompt - 1 };
     }
-    double t0 = now_s();
+    double t0 = sw_clock_s();
     int rc = run_batch(ctx, b, n_prompt, logits);
-    double dt = now_s() - t0;
+    double dt = sw_clock_s() - t0;
     free(b);
     free(logits);
     sw_ctx_free(ctx);
@@ -198,7 +175,7 @@ static int bench_decode(const sw_model *m, int batch, int n_gen, int precise, ui
     sw_tok_in *b = calloc((size_t)batch, sizeof *b);
     float *logits = malloc((size_t)batch * m->hp.n_vocab * sizeof(float));
     int rc = 0;
-    double t0 = now_s();
+    double t0 = sw_clock_s();
     for (int step = 0; step < n_gen && !rc; step++) {
         for (int s = 0; s < batch; s++) {
             /* the next token is the argmax, as in greedy decoding (cheap next to the step) */
@@ -209,7 +186,7 @@ static int bench_decode(const sw_model *m, int batch, int n_gen, int precise, ui
         }
         rc = run_batch(ctx, b, batch, logits);
     }
-    double dt = now_s() - t0;
+    double dt = sw_clock_s() - t0;
     out->batch = batch;
     out->tok_s = (double)batch * n_gen / dt;
     out->step_ms = dt / n_gen * 1e3;
