@@ -256,6 +256,7 @@ static bool dispatch(sw_req *r, sw_decision *d)
     if (r->phase == SW_PH_QUEUED) queue_del(r);
     pthread_mutex_lock(&B.g->reg.mu);
     w->inflight++;
+    w->dispatched++;
     pthread_mutex_unlock(&B.g->reg.mu);
     r->w = w;
     r->stats = d->stats;

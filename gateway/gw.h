@@ -54,6 +54,7 @@ typedef struct sw_worker {
     float hb_kv;
     uint64_t hb_tokens;
     uint32_t inflight;                      /* requests we dispatched, not finished */
+    uint64_t dispatched;                    /* requests we ever sent it (retries included) */
     int64_t last_seen_ms, last_sent_ms, registered_ms;
     struct sw_worker *next;
 } sw_worker;

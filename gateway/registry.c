@@ -161,6 +161,7 @@ char *sw_registry_json(sw_registry *r)
         cJSON_AddBoolToObject(o, "alive", sw_worker_alive(w, now));
         cJSON_AddNumberToObject(o, "slots", w->slots);
         cJSON_AddNumberToObject(o, "inflight", w->inflight);
+        cJSON_AddNumberToObject(o, "dispatched", (double)w->dispatched);
         cJSON_AddNumberToObject(o, "active", w->hb_active);
         cJSON_AddNumberToObject(o, "queued", w->hb_queued);
         cJSON_AddNumberToObject(o, "kv_utilization", w->hb_kv);

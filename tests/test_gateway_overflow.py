@@ -229,3 +229,53 @@ def test_match_conditions(cluster):
     assert st == 400 and body["error"]["code"] == "no_matching_route"
     st, _, body = pool_of("echo", headers={"X-Spillway-Priority": "urgent"})
     assert st == 400
+
+
+ERROR_RATE_POLICY = TWO_POOLS + """\
+routes:
+  - model: "echo"
+    target: "gpu-pool"
+    priority: primary
+  - model: "echo"
+    target: "cpu-pool"
+    priority: overflow
+defaults:
+  error_rate_threshold: 0.5
+"""
+
+
+def test_error_rate_degrades_the_route(cluster):
+    """A gpu-pool worker that fails every request: each failure is retried on
+    the overflow pool (nothing is lost), and once the route's recent error
+    rate is above the threshold the gateway stops sending it work at all."""
+    cluster.start_gateway(ERROR_RATE_POLICY)
+    cluster.start_echo("gpu-pool", 1000, ["--test-fail-rate", "1"], name="bad-gpu")
+    cluster.start_echo("cpu-pool", 1000, name="cpu")
+    cluster.wait_workers(2)
+
+    def dispatched(pool):
+        return sum(w["dispatched"] for w in cluster.workers() if w["pool"] == pool)
+
+    results = [complete(cluster, "echo", 2) for _ in range(30)]
+    assert all(st == 200 for st, _, _ in results), results
+    assert all(h["X-Spillway-Pool"] == "cpu-pool" for _, h, _ in results)
+    sent_to_gpu = dispatched("gpu-pool")
+    print("requests sent to the failing gpu worker:", sent_to_gpu)
+    # The error rate needs a few samples before it counts, then it stops traffic.
+    assert 1 <= sent_to_gpu < 30, sent_to_gpu
+    assert dispatched("cpu-pool") == 30
+    for _ in range(10):
+        st, h, _ = complete(cluster, "echo", 2)
+        assert st == 200 and h["X-Spillway-Pool"] == "cpu-pool"
+    assert dispatched("gpu-pool") == sent_to_gpu          # degraded: no new attempts
+    assert metric(cluster, "spillway_overflow_total", from_pool="gpu-pool", to_pool="cpu-pool",
+                  reason="degraded") == 40
+
+
+def test_fail_rate_needs_test_mode(tmp_path):
+    import subprocess
+    from conftest import bin_path
+    r = subprocess.run([bin_path("spillway-worker-cpu"), "--gateway", "tcp://127.0.0.1:1", "--pool", "p",
+                        "--model", "m=/dev/null", "--test-fail-rate", "0.5"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "--test-fail-rate only works with --test-echo" in r.stderr

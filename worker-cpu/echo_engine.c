@@ -35,6 +35,7 @@ struct sw_echo_engine {
     int n_queued;
     uint64_t tokens_generated;
     uint32_t last_batch;
+    double fail_rate, fail_acc;      /* --test-fail-rate: injected 500s */
     /* load() runs on the link thread: it reads this snapshot, which the
      * compute thread refreshes after every submit/cancel/step. */
     pthread_mutex_t load_mu;
@@ -100,8 +101,19 @@ static uint32_t estimate_prompt_tokens(const Spillway__GenerateRequest *req) {
     return n ? n : 1;
 }
 
+void sw_echo_engine_set_fail_rate(sw_echo_engine *e, double rate) {
+    e->fail_rate = rate < 0 ? 0 : rate > 1 ? 1 : rate;
+}
+
 static int echo_submit(void *eng, const Spillway__GenerateRequest *req, char *err, size_t errlen) {
     sw_echo_engine *e = eng;
+    /* Accumulating the rate spreads failures evenly and deterministically. */
+    e->fail_acc += e->fail_rate;
+    if (e->fail_acc >= 1.0) {
+        e->fail_acc -= 1.0;
+        snprintf(err, errlen, "test mode: injected failure (--test-fail-rate %g)", e->fail_rate);
+        return 500;
+    }
     if (e->n_queued >= ECHO_MAX_QUEUE) {
         snprintf(err, errlen, "echo engine queue is full (%d requests)", e->n_queued);
         return 503;

@@ -22,5 +22,8 @@ typedef struct sw_echo_engine sw_echo_engine;
 sw_echo_engine *sw_echo_engine_new(double tokens_per_s, int n_slots);
 void sw_echo_engine_free(sw_echo_engine *e);
 extern const sw_engine_ops sw_echo_engine_ops;
+/* Test mode only (--test-fail-rate): refuses this fraction of requests with a
+ * 500 error, spread evenly, so gateway error handling can be tested. */
+void sw_echo_engine_set_fail_rate(sw_echo_engine *e, double rate);
 
 #endif

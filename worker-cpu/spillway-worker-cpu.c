@@ -34,7 +34,7 @@
 static const char *usage_text =
     "usage: spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH\n"
     "           [--threads N] [--parallel N] [--ctx N] [--worker-id ID]\n"
-    "           [--quantization Q] [--test-echo TOKENS_PER_S]\n"
+    "           [--quantization Q] [--test-echo TOKENS_PER_S [--test-fail-rate F]]\n"
     "\n"
     "  --gateway ENDPOINT   gateway worker endpoint, e.g. tcp://127.0.0.1:5555\n"
     "  --pool NAME          pool this worker joins (as in routes.yaml)\n"
@@ -45,7 +45,8 @@ static const char *usage_text =
     "  --worker-id ID       id to register with (default: host-pid-random)\n"
     "  --quantization Q     quantization to register (default: the GGUF's; \"test\" with --test-echo)\n"
     "  --test-echo R        TEST MODE: no model, emit max_tokens placeholder tokens at R tokens/s\n"
-    "                       per sequence; refused unless SPILLWAY_ALLOW_TEST_MODE=1\n";
+    "                       per sequence; refused unless SPILLWAY_ALLOW_TEST_MODE=1\n"
+    "  --test-fail-rate F   TEST MODE (with --test-echo): refuse a fraction F of requests with error 500\n";
 
 typedef struct {
     const char *gateway, *pool, *worker_id, *quantization;
@@ -53,6 +54,7 @@ typedef struct {
     const char *model_path;
     int threads, parallel, ctx;
     double echo_rate; /* 0 = normal mode */
+    double fail_rate; /* --test-fail-rate, test mode only */
 } options;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -96,7 +98,8 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (strncmp(a, "--", 2) != 0) return usage_error("unexpected argument '%s'", a);
         static const char *known[] = {"--gateway", "--pool", "--model", "--threads", "--parallel",
-                                      "--ctx", "--worker-id", "--test-echo", "--quantization"};
+                                      "--ctx", "--worker-id", "--test-echo", "--quantization",
+                                      "--test-fail-rate"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= !strcmp(a, known[k]);
         if (!is_known) return usage_error("unknown option '%s'", a);
@@ -145,11 +148,16 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!sw_parse_double(v, 0, 1e6, &r) || r == 0)
                 return usage_error("--test-echo: '%s' is not a rate in (0, 1000000] tokens/s", v);
             o->echo_rate = r;
+        } else if (!strcmp(a, "--test-fail-rate")) {
+            if (!sw_parse_double(v, 0, 1, &o->fail_rate))
+                return usage_error("--test-fail-rate: '%s' is not a fraction in [0, 1]", v);
         }
     }
     if (!o->gateway) return usage_error("%s is required", "--gateway");
     if (!o->pool) return usage_error("%s is required", "--pool");
     if (!have_model) return usage_error("%s is required", "--model NAME=PATH");
+    if (o->fail_rate > 0 && o->echo_rate == 0)
+        return usage_error("%s", "--test-fail-rate only works with --test-echo");
     if (o->echo_rate > 0) {
         const char *allow = getenv("SPILLWAY_ALLOW_TEST_MODE");
         if (!allow || strcmp(allow, "1") != 0) {
@@ -173,6 +181,7 @@ static int run_echo(const options *o) {
         fprintf(stderr, "spillway-worker-cpu: cannot create the echo engine\n");
         return 1;
     }
+    sw_echo_engine_set_fail_rate(e, o->fail_rate);
     Spillway__ModelInfo mi = SPILLWAY__MODEL_INFO__INIT;
     mi.name = (char *)o->model_name;
     mi.quantization = (char *)(o->quantization ? o->quantization : "test");
