@@ -53,15 +53,7 @@ static void quant_q8_k_avx2(const float *x, void *dst, int64_t n) {
         for (int j = 0; j < 8; j++) mx = fmaxf(mx, tmp[j]);
         _mm256_storeu_ps(tmp, vmin);
         for (int j = 0; j < 8; j++) mn = fminf(mn, tmp[j]);
-        float pick;
-        if (mx == -mn || mx != mx || mn != mn) {
-            float amax = 0;
-            pick = 0;
-            for (int j = 0; j < QK_K; j++)
-                if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); pick = x[j]; }
-        } else {
-            pick = mx > -mn ? mx : mn;
-        }
+        float pick = sw_q8k_pick(x, mx, mn);
         if (pick == 0) { memset(&y[i], 0, sizeof y[i]); continue; }
         float iscale = -128.0f / pick;
         __m256 vs = _mm256_set1_ps(iscale);

@@ -72,16 +72,7 @@ static void quant_q8_k_avx512(const float *x, void *dst, int64_t n) {
             vmin = _mm512_min_ps(vmin, v);
         }
         float mx = _mm512_reduce_max_ps(vmax), mn = _mm512_reduce_min_ps(vmin);
-        float pick;
-        if (mx == -mn || mx != mx || mn != mn) {
-            /* magnitude tie (or NaN): the reference takes the first such value */
-            float amax = 0;
-            pick = 0;
-            for (int j = 0; j < QK_K; j++)
-                if (__builtin_fabsf(x[j]) > amax) { amax = __builtin_fabsf(x[j]); pick = x[j]; }
-        } else {
-            pick = mx > -mn ? mx : mn;
-        }
+        float pick = sw_q8k_pick(x, mx, mn);
         if (pick == 0) { memset(&y[i], 0, sizeof y[i]); continue; }
         float iscale = -128.0f / pick;
         __m512 vs = _mm512_set1_ps(iscale);

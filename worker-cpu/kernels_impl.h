@@ -109,4 +109,19 @@ static inline void sw_q8k_aux(const block_q8_k *y, int64_t n, float *out) {
 void sw_kernels_fill_avx2(sw_kernel_table *t);
 void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni);
 
+/* Q8_K scale choice shared by the SIMD quantizers: given the block's max and
+ * min (from vector reductions), the signed value of largest magnitude. On a
+ * magnitude tie (or NaN) the scalar reference takes the first such value in
+ * order, so we rescan to match it bit for bit. */
+static inline float sw_q8k_pick(const float *x, float mx, float mn)
+{
+    if (mx == -mn || mx != mx || mn != mn) {
+        float amax = 0, pick = 0;
+        for (int j = 0; j < 256; j++)
+            if (__builtin_fabsf(x[j]) > amax) { amax = __builtin_fabsf(x[j]); pick = x[j]; }
+        return pick;
+    }
+    return mx > -mn ? mx : mn;
+}
+
 #endif
