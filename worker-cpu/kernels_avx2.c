@@ -16,18 +16,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline __m128 load_2h(const void *p) {
-    uint32_t u;
-    memcpy(&u, p, 4);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
-}
+#include "worker-cpu/kernels_x86_common.h"
 
 /* 8 int32 -> 8 int8 with saturation, as the reference clamps. */
 static inline void store_q8x32(int8_t *dst, __m256i a, __m256i b, __m256i c, __m256i d) {
@@ -111,7 +100,7 @@ static float dot_f32_avx2(int64_t n, const void *w, const void *act) {
         acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
     }
-    float s = hsum8(_mm256_add_ps(acc0, acc1));
+    float s = hsum256(_mm256_add_ps(acc0, acc1));
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
@@ -126,7 +115,7 @@ static float dot_f16_avx2(int64_t n, const void *w, const void *act) {
         acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i + 8))),
                                _mm256_loadu_ps(b + i + 8), acc1);
     }
-    float s = hsum8(_mm256_add_ps(acc0, acc1));
+    float s = hsum256(_mm256_add_ps(acc0, acc1));
     for (; i < n; i++) s += _cvtsh_ss(a[i]) * b[i];
     return s;
 }
@@ -140,7 +129,7 @@ static float dot_bf16_avx2(int64_t n, const void *w, const void *act) {
         __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
         acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), _mm256_loadu_ps(b + i), acc);
     }
-    float s = hsum8(acc);
+    float s = hsum256(acc);
     for (; i < n; i++) s += sw_bf16_to_f32(a[i]) * b[i];
     return s;
 }
@@ -236,7 +225,7 @@ k45_rows(int64_t n, const uint8_t *wbase, size_t bsize, bool five, const void *a
         }
     }
     _Pragma("GCC unroll 4")
-    for (int t = 0; t < NT; t++) out[t * ostride] = hsum8(facc[t]);
+    for (int t = 0; t < NT; t++) out[t * ostride] = hsum256(facc[t]);
 }
 
 static inline __attribute__((always_inline)) void
@@ -300,7 +289,7 @@ q6_k_rows(int64_t n, const void *wv, const void *act, size_t stride, const int N
         }
     }
     _Pragma("GCC unroll 4")
-    for (int t = 0; t < NT; t++) out[t * ostride] = hsum8(facc[t]);
+    for (int t = 0; t < NT; t++) out[t * ostride] = hsum256(facc[t]);
 }
 
 /* AVX2 has 16 registers: at most 4 tokens per pass; aux is not used (the

@@ -35,19 +35,7 @@
 
 static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-static inline float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Two fp16 values at p (d, dmin) as floats. */
-static inline __m128 load_2h(const void *p) {
-    uint32_t u;
-    memcpy(&u, p, 4);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
-}
+#include "worker-cpu/kernels_x86_common.h"
 
 /* Q4_K / Q5_K 6-bit scales and mins as 16 words: 0..7 scales, 8..15 mins. */
 static inline __m256i k_scales_words(const uint8_t *s) {
@@ -165,7 +153,6 @@ static float dot_bf16_avx512(int64_t n, const void *w, const void *act) {
 
 /* 32-weight blocks with ymm vpdpbusd: one instruction per 32 products and no
  * int16 saturation. s8 x s8 moves the weight's sign onto the activation. */
-static inline float hsum8(__m256 v) { return hsum256(v); }
 static inline __m256i dot_s8s8(__m256i w, __m256i a) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
 }

@@ -4,7 +4,7 @@
  *   Q32_SFX(name)      the instantiation's name
  *   dot_s8s8(w, a)     8 int32 partial sums of s8 x s8 (activations within +-127)
  *   dot_u8s8(w, a)     8 int32 partial sums of u8 (<= 31) x s8
- * and the helpers hsum8 and load_2h. Not a standalone header. */
+ * and the helpers hsum256 and load_2h (kernels_x86_common.h). Not a standalone header. */
 
 /* 32 nibbles of a Q4_0/Q4_1 block as bytes: weights 0..15 low nibbles, 16..31 high. */
 static inline __m256i nibbles32(const uint8_t *qs) {
@@ -33,7 +33,7 @@ static float Q32_SFX(dot_q8_0)(int64_t n, const void *w, const void *act) {
         float d = _cvtsh_ss(x[i].d) * _cvtsh_ss(y[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
     }
-    return hsum8(acc);
+    return hsum256(acc);
 }
 
 static float Q32_SFX(dot_q4_0)(int64_t n, const void *w, const void *act) {
@@ -46,7 +46,7 @@ static float Q32_SFX(dot_q4_0)(int64_t n, const void *w, const void *act) {
         float d = _cvtsh_ss(x[i].d) * _cvtsh_ss(y[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
     }
-    return hsum8(acc);
+    return hsum256(acc);
 }
 
 static float Q32_SFX(dot_q5_0)(int64_t n, const void *w, const void *act) {
@@ -60,7 +60,7 @@ static float Q32_SFX(dot_q5_0)(int64_t n, const void *w, const void *act) {
         float d = _cvtsh_ss(x[i].d) * _cvtsh_ss(y[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
     }
-    return hsum8(acc);
+    return hsum256(acc);
 }
 
 /* Q4_1 / Q5_1: d*q + m, so sum = d*da*sum(q*a) + m*da*sum(a). */
@@ -77,7 +77,7 @@ static float Q32_SFX(dot_q4_1)(int64_t n, const void *w, const void *act) {
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_mm_cvtss_f32(dm) * da), acc);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dm)) * da), acc);
     }
-    return hsum8(acc);
+    return hsum256(acc);
 }
 
 static float Q32_SFX(dot_q5_1)(int64_t n, const void *w, const void *act) {
@@ -94,6 +94,6 @@ static float Q32_SFX(dot_q5_1)(int64_t n, const void *w, const void *act) {
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_mm_cvtss_f32(dm) * da), acc);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dm)) * da), acc);
     }
-    return hsum8(acc);
+    return hsum256(acc);
 }
 
