@@ -234,3 +234,38 @@ def test_cli_errors(tmp_path, tiny_f32):
     r = run([s, "--shape", "tiny", "--seed", "abc", tmp_path / "x.gguf"], ok=False)
     assert r.returncode != 0 and "bad seed" in r.stderr
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_bench_reports_table_and_json(tmp_path):
+    """spillway-bench on a tiny q4_k_m model: the table rows and the JSON
+    line carry every figure the benchmark promises (no timing assertions:
+    only that the figures exist, are positive and agree with each other)."""
+    import json
+    model = synth(tmp_path / "tiny-q4km.gguf", type_="q4_k_m")
+    r = run([bin_path("spillway-bench"), "-m", model, "-t", "2", "-p", "32", "-n", "20",
+             "-b", "1,3", "--mem-mib", "32"])
+    lines = r.stdout.strip().splitlines()
+    assert any(l.startswith("prefill ") for l in lines), r.stdout
+    assert any(l.startswith("decode batch 3 ") for l in lines), r.stdout
+    j = json.loads(lines[-1])
+    assert j["threads"] == 2 and j["prefill_tokens"] == 32
+    assert [d["batch"] for d in j["decode"]] == [1, 3]
+    for d in j["decode"]:
+        assert d["tokens_per_s"] > 0 and d["gb_per_s"] > 0 and d["mem_read_beside_gb_per_s"] > 0
+        assert d["weight_bytes_per_token"] == j["weight_bytes_per_token"] // d["batch"]
+    b1 = j["decode"][0]
+    assert j["mem_read_gb_per_s"] == b1["mem_read_beside_gb_per_s"]
+    assert j["mem_read_best_gb_per_s"] >= j["mem_read_gb_per_s"] * 0.999
+    assert abs(j["decode_b1_bw_fraction"] - b1["gb_per_s"] / b1["mem_read_beside_gb_per_s"]) < 0.01
+    assert abs(j["prefill_over_decode_b1"] - j["prefill_tokens_per_s"] / b1["tokens_per_s"]) < 0.05
+    assert abs(j["decode_b3_over_b1"] - j["decode"][1]["tokens_per_s"] / b1["tokens_per_s"]) < 0.05
+
+
+def test_bench_cli_errors(tmp_path):
+    b = bin_path("spillway-bench")
+    r = run([b, "-m", tmp_path / "missing.gguf"], ok=False)
+    assert r.returncode != 0 and "missing.gguf" in r.stderr
+    r = run([b, "-m", "x.gguf", "-b", "1,0"], ok=False)
+    assert r.returncode != 0 and "-b" in r.stderr
+    r = run([b, "-p", "5"], ok=False)
+    assert r.returncode != 0 and "-m MODEL is required" in r.stderr

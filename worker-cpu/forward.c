@@ -378,8 +378,8 @@ static void matmul(sw_ctx *c, const gguf_tensor *w, const sw_packed *pk, const f
  * instead of one each. Returns false (nothing done) otherwise. */
 static bool fused_packed(sw_ctx *c, uint32_t l, int first, int np, const float *x, int n, float *const *y)
 {
-    const sw_packed *p[3];
-    if (c->precise || np > 3) return false;
+    const sw_packed *p[SW_PACKED_FUSE_MAX];
+    if (c->precise || np > SW_PACKED_FUSE_MAX) return false;
     for (int k = 0; k < np; k++)
         if (!(p[k] = packed(c, l, first + k))) return false;
     sw_matmul_packed_n(p, np, x, n, y);

@@ -504,6 +504,20 @@ static bool packed_tail(const sw_packed *p, const float *x, int n_tok, float *y)
     return true;
 }
 
+/* One 16-row group g of p times all n_tok tokens, SW_DOTN_MAX at a time. */
+static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t g, const uint8_t *act,
+                         size_t act_rs, const int32_t *bsp, size_t bsp_rs, int n_tok, float *y) {
+    const int64_t nb = p->cols / QK_K;
+    const void *blk = p->blocks + (size_t)(g * nb) * p->block_bytes;
+    for (int t = 0; t < n_tok; t += SW_DOTN_MAX) {
+        int cnt = n_tok - t < SW_DOTN_MAX ? n_tok - t : SW_DOTN_MAX;
+        const uint8_t *a = act + (size_t)t * act_rs;
+        float *out = y + (size_t)t * p->rows + g * 16;
+        if (p->type == SW_TYPE_Q4_K) kt->q4k16(blk, nb, a, act_rs, bsp + (size_t)t * bsp_rs, bsp_rs, cnt, out, (size_t)p->rows);
+        else kt->q6k16(blk, nb, a, act_rs, bsp + (size_t)t * bsp_rs, bsp_rs, cnt, out, (size_t)p->rows);
+    }
+}
+
 static bool packed_usable(const sw_kernel_table *kt, const sw_packed *p) {
     return p->type == SW_TYPE_Q4_K ? kt->q4k16 != NULL : kt->q6k16 != NULL;
 }
@@ -511,6 +525,10 @@ static bool packed_usable(const sw_kernel_table *kt, const sw_packed *p) {
 void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n_tok, float *const *y) {
     const sw_kernel_table *kt = ktab();
     if (np <= 0 || n_tok <= 0) return;
+    if (np > SW_PACKED_FUSE_MAX) {
+        for (int m = 0; m < np; m++) sw_matmul_packed_n(&p[m], 1, x, n_tok, &y[m]);
+        return;
+    }
     for (int k = 0; k < np; k++)
         if (!p[k] || !packed_usable(kt, p[k]) || p[k]->cols != p[0]->cols) {
             /* not one fused product: each on its own (another ISA was
@@ -555,27 +573,29 @@ void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n
         if (any4) packed_bsums(SW_TYPE_Q4_K, a, nb, bsp4 + (size_t)t * rs4);
         if (any6) packed_bsums(SW_TYPE_Q6_K, a, nb, bsp6 + (size_t)t * rs6);
     }
-    /* Threads take contiguous runs of the matrices' 16-row groups, counted
-     * across all of them (one parallel region for the lot; 64 bytes of y
-     * per token and group, so no shared cache lines). */
+    /* Threads take runs of the matrices' 16-row groups, counted across all
+     * of them (one parallel region for the lot; 64 bytes of y per token
+     * and group, so no shared cache lines). The runs are handed out
+     * dynamically, about four per thread: on a shared host one core is
+     * often slowed for a while, and a static split left the other spinning
+     * at the barrier for ~10% of a batch-1 step. Runs stay long (>= 4
+     * groups) so the kernels' prefetch rarely runs past a run's end. */
+    int64_t first[SW_PACKED_FUSE_MAX + 1] = {0};
+    for (int k = 0; k < np; k++) first[k + 1] = first[k] + p[k]->groups;
     #pragma omp parallel if (work > 65536)
     {
-        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-        int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth, base = 0;
-        for (int k = 0; k < np && base < g1; base += p[k]->groups, k++) {
-            const sw_packed *pk = p[k];
-            int64_t lo = g0 > base ? g0 - base : 0, hi = g1 - base < pk->groups ? g1 - base : pk->groups;
-            for (int64_t g = lo; g < hi; g++)
-                for (int t = 0; t < n_tok; t += SW_DOTN_MAX) {
-                    int cnt = n_tok - t < SW_DOTN_MAX ? n_tok - t : SW_DOTN_MAX;
-                    const void *blk = pk->blocks + (size_t)(g * nb) * pk->block_bytes;
-                    const uint8_t *a = buf + (size_t)t * act_rs;
-                    float *out = y[k] + (size_t)t * pk->rows + g * 16;
-                    if (pk->type == SW_TYPE_Q4_K)
-                        kt->q4k16(blk, nb, a, act_rs, bsp4 + (size_t)t * rs4, rs4, cnt, out, (size_t)pk->rows);
-                    else
-                        kt->q6k16(blk, nb, a, act_rs, bsp6 + (size_t)t * rs6, rs6, cnt, out, (size_t)pk->rows);
-                }
+        int nth = omp_get_num_threads();
+        int64_t run = groups / (4 * (int64_t)nth);
+        if (run < 4) run = 4;
+        #pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t r0 = 0; r0 < groups; r0 += run) {
+            int64_t r1 = r0 + run < groups ? r0 + run : groups;
+            for (int64_t gg = r0; gg < r1; gg++) {
+                int k = 0;
+                while (gg >= first[k + 1]) k++;
+                packed_group(kt, p[k], gg - first[k], buf, act_rs, p[k]->type == SW_TYPE_Q4_K ? bsp4 : bsp6,
+                             p[k]->type == SW_TYPE_Q4_K ? rs4 : rs6, n_tok, y[k]);
+            }
         }
     }
 }

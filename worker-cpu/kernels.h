@@ -55,6 +55,7 @@ size_t sw_packed_bytes(const sw_packed *p);
 void sw_matmul_packed(const sw_packed *p, const float *x, int n_tok, float *y);
 /* y[k] = p[k] * x for np packs of the same width (q/k/v, gate/up): the
  * activations are quantized once and one parallel region covers all. */
+#define SW_PACKED_FUSE_MAX 3   /* more than this many: one product each */
 void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n_tok, float *const *y);
 
 /* Row r of a tensor as floats (embedding lookup). */
