@@ -504,18 +504,15 @@ static bool packed_tail(const sw_packed *p, const float *x, int n_tok, float *y)
     return true;
 }
 
-/* One 16-row group g of p times all n_tok tokens, SW_DOTN_MAX at a time. */
+/* One 16-row group g of p times tokens t..t+cnt-1 (cnt <= SW_DOTN_MAX). */
 static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t g, const uint8_t *act,
-                         size_t act_rs, const int32_t *bsp, size_t bsp_rs, int n_tok, float *y) {
+                         size_t act_rs, const int32_t *bsp, size_t bsp_rs, int t, int cnt, float *y) {
     const int64_t nb = p->cols / QK_K;
     const void *blk = p->blocks + (size_t)(g * nb) * p->block_bytes;
-    for (int t = 0; t < n_tok; t += SW_DOTN_MAX) {
-        int cnt = n_tok - t < SW_DOTN_MAX ? n_tok - t : SW_DOTN_MAX;
-        const uint8_t *a = act + (size_t)t * act_rs;
-        float *out = y + (size_t)t * p->rows + g * 16;
-        if (p->type == SW_TYPE_Q4_K) kt->q4k16(blk, nb, a, act_rs, bsp + (size_t)t * bsp_rs, bsp_rs, cnt, out, (size_t)p->rows);
-        else kt->q6k16(blk, nb, a, act_rs, bsp + (size_t)t * bsp_rs, bsp_rs, cnt, out, (size_t)p->rows);
-    }
+    const uint8_t *a = act + (size_t)t * act_rs;
+    float *out = y + (size_t)t * p->rows + g * 16;
+    if (p->type == SW_TYPE_Q4_K) kt->q4k16(blk, nb, a, act_rs, bsp + (size_t)t * bsp_rs, bsp_rs, cnt, out, (size_t)p->rows);
+    else kt->q6k16(blk, nb, a, act_rs, bsp + (size_t)t * bsp_rs, bsp_rs, cnt, out, (size_t)p->rows);
 }
 
 static bool packed_usable(const sw_kernel_table *kt, const sw_packed *p) {
@@ -590,11 +587,16 @@ void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n
         #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t r0 = 0; r0 < groups; r0 += run) {
             int64_t r1 = r0 + run < groups ? r0 + run : groups;
-            for (int64_t gg = r0; gg < r1; gg++) {
-                int k = 0;
-                while (gg >= first[k + 1]) k++;
-                packed_group(kt, p[k], gg - first[k], buf, act_rs, p[k]->type == SW_TYPE_Q4_K ? bsp4 : bsp6,
-                             p[k]->type == SW_TYPE_Q4_K ? rs4 : rs6, n_tok, y[k]);
+            /* token slices outside, groups inside: the slice's activations
+             * stay in L1/L2 across the run and the run's weights in L2 */
+            for (int t = 0; t < n_tok; t += SW_DOTN_MAX) {
+                int cnt = n_tok - t < SW_DOTN_MAX ? n_tok - t : SW_DOTN_MAX;
+                for (int64_t gg = r0; gg < r1; gg++) {
+                    int k = 0;
+                    while (gg >= first[k + 1]) k++;
+                    bool q4 = p[k]->type == SW_TYPE_Q4_K;
+                    packed_group(kt, p[k], gg - first[k], buf, act_rs, q4 ? bsp4 : bsp6, q4 ? rs4 : rs6, t, cnt, y[k]);
+                }
             }
         }
     }
