@@ -443,6 +443,8 @@ static int setup(cuda_be *c, sw_fp8_weights *w, uint32_t n_kv_blocks, sw_kv_dtyp
     if (c->F > c->maxC) c->maxC = c->F;
     c->maxR = c->QKV > 2 * c->F ? c->QKV : 2 * c->F;
     if (c->E > c->maxR) c->maxR = c->E;
+    // dacc also takes the output projection's D when cuBLASLt only offers bf16 output (V x 2 bytes a token)
+    if ((c->V + 1) / 2 > c->maxR) c->maxR = (c->V + 1) / 2;
     c->kv_elt = kv == SW_KV_FP8 ? 1 : 2;
     c->max_pos = (int)((hp.n_ctx_train + SW_KV_BLOCK - 1) / SW_KV_BLOCK * SW_KV_BLOCK);
     size_t T = (size_t)c->T;
@@ -554,6 +556,9 @@ static int setup(cuda_be *c, sw_fp8_weights *w, uint32_t n_kv_blocks, sw_kv_dtyp
     }
     const char *ng = getenv("SPILLWAY_NO_GRAPHS");
     c->use_graphs = !(ng && *ng && strcmp(ng, "0"));
+    // the KV memsets (and pageable uploads) ran on the legacy stream, which the
+    // non-blocking c->st does not wait for: finish them before the first step
+    CK(cudaDeviceSynchronize());
     return 0;
 }
 
@@ -740,7 +745,9 @@ extern "C" int sw_cuda_selftest(char *err, size_t errlen)
                 el = rel_err(l, ref8, (size_t)T * R, &cl);   // same numerics as the host fp8-act reference
                 ex = rel_err(l, g, (size_t)T * R, &cx);       // cuBLASLt vs GEMV: differ by activation fp8 rounding
                 lt_plan *pl = get_plan(&c, R, C, T);
-                double tol = pl && pl->d_bf16 ? 5e-3 : 1e-4;   // bf16 output rounds at 2^-9
+                // bf16 output rounds at 2^-9; Hopper's FP8 tensor cores accumulate in ~13-bit
+                // truncating mantissas, so even float output is not within 1e-4 of a double sum
+                double tol = pl && pl->d_bf16 ? 5e-3 : 2e-3;
                 ok = ok && pl && pl->ok && el < tol && cx > 0.995;
             }
             CK(cudaGetLastError());
