@@ -169,6 +169,16 @@ static inline __m256i dot_u8s8(__m256i w, __m256i a) {
 #undef SW_VNNI
 #undef SW_SFX
 
+/* acc += w . broadcast(4 activation bytes at a), with the broadcast folded
+ * into the instruction ({1to16} memory operand). GCC emits a separate
+ * vpbroadcastd for _mm512_set1_epi32 here; folding it measured +3-4% on
+ * the 8-token kernels (one instruction per 64 MACs instead of two). */
+typedef int32_t __attribute__((may_alias, aligned(1))) i32_any;
+static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __m512i w, const int8_t *a) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const i32_any *)a));
+    return acc;
+}
+
 #define ACT_BLOCK_Q(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
 
 /* ---- prepacked Q4_K x tokens (sw_q4k16) -------------------------------------
@@ -215,11 +225,8 @@ q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const 
                 _Pragma("GCC unroll 8")
                 for (int t = 0; t < NT; t++) {
                     const int8_t *a = ACT_BLOCK_Q(act, stride, t, i)->qs + 32 * j + 8 * c;
-                    int32_t a0, a1;
-                    memcpy(&a0, a, 4);
-                    memcpy(&a1, a + 4, 4);
-                    acc[t] = _mm512_dpbusd_epi32(acc[t], lo, _mm512_set1_epi32(a0));
-                    acc[t] = _mm512_dpbusd_epi32(acc[t], hi, _mm512_set1_epi32(a1));
+                    acc[t] = dpbusd_bcst(acc[t], lo, a);
+                    acc[t] = dpbusd_bcst(acc[t], hi, a + 4);
                 }
             }
             __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)p->sc[j])));
@@ -295,11 +302,8 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
                     _Pragma("GCC unroll 8")
                     for (int t = 0; t < NT; t++) {
                         const int8_t *a = ACT_BLOCK_Q(act, stride, t, i)->qs + 32 * j + 8 * c;
-                        int32_t a0, a1;
-                        memcpy(&a0, a, 4);
-                        memcpy(&a1, a + 4, 4);
-                        acc[t] = _mm512_dpbusd_epi32(acc[t], lo, _mm512_set1_epi32(a0));
-                        acc[t] = _mm512_dpbusd_epi32(acc[t], hi, _mm512_set1_epi32(a1));
+                        acc[t] = dpbusd_bcst(acc[t], lo, a);
+                        acc[t] = dpbusd_bcst(acc[t], hi, a + 4);
                     }
                 }
                 /* scale of sub-block 2j + h: word h of each row's dword, sign-extended */
