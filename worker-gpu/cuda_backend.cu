@@ -82,6 +82,16 @@ static in_layout layout(int32_t *base, int Tb)
 
 // ---------------------------------------------------------------- matmul
 
+// cuBLASLt plans are made for bucketed token counts: multiples of 16 up to
+// 128, of 64 above. A daemon's steps take every count from 17 to the step
+// budget; one plan per exact count would fill the cache within minutes and
+// send every later shape to the slow GEMV. The rows past T are computed and
+// ignored (qact's spare rows hold zeros or an earlier step's finite values).
+static int lt_tokens(int T)
+{
+    return T <= 128 ? (T + 15) / 16 * 16 : (T + 63) / 64 * 64;
+}
+
 static lt_plan *get_plan(cuda_be *c, int R, int C, int T)
 {
     for (int i = 0; i < c->n_plans; i++)
@@ -161,12 +171,13 @@ static void gemv_swiglu(cuda_be *c, const dmat &M, const bf16 *X, int T, bf16 *a
 }
 
 // y = W x for T tokens; mode OUT_BF16 (ob), OUT_RESID (of += ), OUT_F32 (of).
-// force: 0 = choose by T, 1 = GEMV, 2 = cuBLASLt.
+// force: 0 = choose by T, 1 = GEMV, 2 = cuBLASLt. With OUT_F32, `of` must
+// hold lt_tokens(T) rows (cuBLASLt writes the bucket's rows there).
 static void matmul(cuda_be *c, const dmat &M, const bf16 *X, int T, int mode, bf16 *ob, float *of, int force = 0)
 {
     bool use_lt = force ? force == 2 : T > SW_GEMV_MAX_TOKENS;
     lt_plan *p = NULL;
-    if (use_lt && (M.cols % 16 || M.rows % 16 || !(p = get_plan(c, M.rows, M.cols, T)) || !p->ok)) {
+    if (use_lt && (M.cols % 16 || M.rows % 16 || !(p = get_plan(c, M.rows, M.cols, lt_tokens(T))) || !p->ok)) {
         if (!c->lt_warned++)
             fprintf(stderr, "cuda: no cuBLASLt FP8 algorithm for %d x %d x %d tokens: using the GEMV kernel\n",
                     M.rows, M.cols, T);
@@ -447,13 +458,13 @@ static int setup(cuda_be *c, sw_fp8_weights *w, uint32_t n_kv_blocks, sw_kv_dtyp
     if ((c->V + 1) / 2 > c->maxR) c->maxR = (c->V + 1) / 2;
     c->kv_elt = kv == SW_KV_FP8 ? 1 : 2;
     c->max_pos = (int)((hp.n_ctx_train + SW_KV_BLOCK - 1) / SW_KV_BLOCK * SW_KV_BLOCK);
-    size_t T = (size_t)c->T;
+    size_t T = (size_t)c->T, TL = (size_t)lt_tokens(c->T);   // TL: rows of the cuBLASLt buffers
 
     // ---- memory plan, before allocating anything big
     size_t weights = w->fp8_bytes + (size_t)hp.n_layer * (c->QKV + c->E + 2 * c->F + c->E + 2 * c->E) * sizeof(float) +
                      (size_t)c->V * sizeof(float);
     size_t acts = T * c->E * 4 + T * c->E * 2 + T * c->QKV * 2 + T * c->QD * 2 + T * 2 * c->F * 2 + T * c->F * 2 +
-                  T * c->V * 4 + T * c->maxC + T * c->maxR * 4 + LT_WORKSPACE + (64u << 20);
+                  TL * c->V * 4 + TL * c->maxC + TL * c->maxR * 4 + LT_WORKSPACE + (64u << 20);
     size_t per_block = 2 * (size_t)hp.n_layer * SW_KV_BLOCK * c->KVD * c->kv_elt;
     size_t free_b = 0, total_b = 0;
     CK(cudaMemGetInfo(&free_b, &total_b));
@@ -514,14 +525,15 @@ static int setup(cuda_be *c, sw_fp8_weights *w, uint32_t n_kv_blocks, sw_kv_dtyp
         upload((void **)&c->att, NULL, T * c->QD * 2, err, errlen) ||
         upload((void **)&c->gu, NULL, T * 2 * c->F * 2, err, errlen) ||
         upload((void **)&c->act, NULL, T * c->F * 2, err, errlen) ||
-        upload((void **)&c->logits, NULL, T * c->V * 4, err, errlen) ||
-        upload((void **)&c->qact, NULL, T * c->maxC, err, errlen) ||
-        upload((void **)&c->dacc, NULL, T * c->maxR * 4, err, errlen) ||
-        upload((void **)&c->ascale, NULL, T * 4, err, errlen) ||
+        upload((void **)&c->logits, NULL, TL * c->V * 4, err, errlen) ||
+        upload((void **)&c->qact, NULL, TL * c->maxC, err, errlen) ||
+        upload((void **)&c->dacc, NULL, TL * c->maxR * 4, err, errlen) ||
+        upload((void **)&c->ascale, NULL, TL * 4, err, errlen) ||
         upload((void **)&c->one, &one, 4, err, errlen) ||
         upload(&c->ws, NULL, LT_WORKSPACE, err, errlen) ||
         upload((void **)&c->d_out, NULL, T * 4, err, errlen))
         return -1;
+    CK(cudaMemset(c->qact, 0, TL * c->maxC));   // spare bucket rows: FP8 zeros
     int dev = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&c->n_sms, cudaDevAttrMultiProcessorCount, dev));
@@ -744,7 +756,7 @@ extern "C" int sw_cuda_selftest(char *err, size_t errlen)
                 CK(cudaStreamSynchronize(c.st));
                 el = rel_err(l, ref8, (size_t)T * R, &cl);   // same numerics as the host fp8-act reference
                 ex = rel_err(l, g, (size_t)T * R, &cx);       // cuBLASLt vs GEMV: differ by activation fp8 rounding
-                lt_plan *pl = get_plan(&c, R, C, T);
+                lt_plan *pl = get_plan(&c, R, C, lt_tokens(T));
                 // bf16 output rounds at 2^-9; Hopper's FP8 tensor cores accumulate in ~13-bit
                 // truncating mantissas, so even float output is not within 1e-4 of a double sum
                 double tol = pl && pl->d_bf16 ? 5e-3 : 2e-3;
