@@ -572,20 +572,24 @@ void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n
     }
     /* Threads take runs of the matrices' 16-row groups, counted across all
      * of them (one parallel region for the lot; 64 bytes of y per token
-     * and group, so no shared cache lines). The runs are handed out
-     * dynamically, about four per thread: on a shared host one core is
-     * often slowed for a while, and a static split left the other spinning
-     * at the barrier for ~10% of a batch-1 step. Runs stay long (>= 4
-     * groups) so the kernels' prefetch rarely runs past a run's end. */
+     * and group, so no shared cache lines). Runs are handed out guided:
+     * each takes a share of what is left (at least min_run groups), so runs
+     * are long while much remains and short at the end. On a shared host
+     * one core is often slowed for a while; a static split left the other
+     * spinning at the barrier for ~10% of a batch-1 step. Few tokens keep
+     * runs >= 4 groups so the kernels' prefetch rarely runs past a run. */
     int64_t first[SW_PACKED_FUSE_MAX + 1] = {0};
     for (int k = 0; k < np; k++) first[k + 1] = first[k] + p[k]->groups;
+    const int64_t min_run = n_tok < 16 ? 4 : 1;
+    int64_t next = 0;
     #pragma omp parallel if (work > 65536)
     {
-        int nth = omp_get_num_threads();
-        int64_t run = groups / (4 * (int64_t)nth);
-        if (run < 4) run = 4;
-        #pragma omp for schedule(dynamic, 1) nowait
-        for (int64_t r0 = 0; r0 < groups; r0 += run) {
+        const int64_t share = 3 * (int64_t)omp_get_num_threads();
+        for (;;) {
+            int64_t left = groups - __atomic_load_n(&next, __ATOMIC_RELAXED);
+            int64_t run = left / share > min_run ? left / share : min_run;
+            int64_t r0 = __atomic_fetch_add(&next, run, __ATOMIC_RELAXED);
+            if (r0 >= groups) break;
             int64_t r1 = r0 + run < groups ? r0 + run : groups;
             /* token slices outside, groups inside: the slice's activations
              * stay in L1/L2 across the run and the run's weights in L2 */
