@@ -540,8 +540,18 @@ static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t 
     }
     sw_worker *w = sw_registry_find(&B.g->reg, id, idlen);
     if (!w) {
-        /* Not registered (e.g. we restarted): it will re-register once it
-         * misses our heartbeats. */
+        /* Not registered (we restarted, or dropped it as dead): as in
+         * Majordomo, tell it to register again, so it is back within one
+         * heartbeat instead of after its liveness runs out. Only heartbeats
+         * are answered: they come about once a second, chunks in floods. */
+        if (env->body_case == SPILLWAY__ENVELOPE__BODY_HEARTBEAT) {
+            Spillway__Disconnect d = SPILLWAY__DISCONNECT__INIT;
+            d.reason = "unknown worker: register again";
+            sw_env out = SPILLWAY__ENVELOPE__INIT;
+            out.body_case = SPILLWAY__ENVELOPE__BODY_DISCONNECT;
+            out.disconnect = &d;
+            sw_wire_send(B.router, id, idlen, &out, ZMQ_DONTWAIT);
+        }
         sw_wire_free(env);
         return;
     }

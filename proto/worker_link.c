@@ -302,6 +302,14 @@ static void on_gateway_message(link_state *L) {
         }
         sw_worker_log("internal pipe send failed: %s", zmq_strerror(errno));
         break;
+    case SPILLWAY__ENVELOPE__BODY_DISCONNECT:
+        /* The gateway does not know us (it restarted): whatever we were
+         * doing was for its previous life, so drop it and register again on
+         * this connection. */
+        sw_worker_log("gateway says: %s; registering again", env->disconnect->reason);
+        pipe_send_ctrl(L->pipe, CTRL_RESET);
+        send_register(L);
+        break;
     case SPILLWAY__ENVELOPE__BODY_ERROR:
         sw_worker_log("gateway reports error %u%s%s: %s", env->error->code,
                       env->error->request_id[0] ? " for " : "", env->error->request_id,

@@ -163,3 +163,25 @@ def test_sigterm_ends_streams_cleanly(cluster):
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["choices"][0]["finish_reason"] == "error"
     assert cluster.gateway.p.wait(10) == 0
+
+
+def test_gateway_restart_workers_register_again_quickly(cluster):
+    """A restarted gateway answers the first heartbeat of a worker it does
+    not know with Disconnect, and the worker registers again at once, well
+    instead of waiting out its 3 s heartbeat liveness. Requests then flow
+    again."""
+    start(cluster, 500)
+    cluster.gateway.kill9()
+    cluster.start_gateway(POLICY)
+    t0 = time.monotonic()
+    cluster.wait_workers(1, timeout=10)
+    took = time.monotonic() - t0
+    print(f"worker registered again {took * 1000:.0f} ms after the gateway answered /healthz")
+    # Without the Disconnect answer the worker would come back only through
+    # its liveness (3 missed 1 s heartbeats) and a reconnect; its log shows
+    # which path it took.
+    logs = [p.output() for p in cluster.procs if p is not cluster.gateway]
+    assert any("unknown worker: register again; registering again" in l for l in logs), logs
+    st, _, body = http_post(cluster.base + "/v1/completions",
+                            {"model": "echo", "prompt": "hi", "max_tokens": 3})
+    assert st == 200 and json.loads(body)["choices"][0]["finish_reason"] == "length", body

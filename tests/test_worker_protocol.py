@@ -419,6 +419,27 @@ def test_silent_gateway_makes_worker_reregister(gw, worker_factory):
     assert hb["active"] == 0 and hb["queued"] == 0
 
 
+def test_disconnect_from_gateway_makes_worker_register_again(gw, worker_factory):
+    """A restarted gateway answers an unknown worker's heartbeat with
+    Disconnect: the worker registers again on the same connection at once
+    and drops the requests of the gateway's previous life."""
+    w = worker_factory(rate=20)
+    _, reg1, _ = gw.recv(10, want="register")
+    first_peer = gw.last_ident
+    gw.send(generate("old-life", max_tokens=100000))
+    gw.recv(5, want="chunk")
+    gw.send(envelope(DISCONNECT, f_bytes(1, "unknown worker: register again")))
+    _, reg2, _ = gw.recv(2, want="register")
+    assert reg2 == reg1
+    assert gw.last_ident == first_peer   # same socket, no reconnect
+    assert "registering again" in w.output()
+    wait_until(lambda: gw.recv(3, want="heartbeat")[1]["active"] == 0, 5,
+               what="the old request to be dropped")
+    gw.send(generate("new-life", max_tokens=3))
+    for c, _ in collect_stream(gw, "new-life"):
+        assert c["request_id"] == "new-life"
+
+
 def test_sigterm_sends_errors_then_disconnect_and_exits_0(gw, worker_factory):
     w = worker_factory(rate=50)
     gw.recv(10, want="register")
