@@ -62,11 +62,13 @@ SW_CLONES static void axpyf(float *y, float a, const float *x, int n)
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+SW_CLONES static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
     double ss = 0.0;   /* double: the sum over thousands of squares loses bits in float */
+#pragma omp simd reduction(+:ss)
     for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
     float scale = (float)(1.0 / sqrt(ss / n + eps));
+#pragma omp simd
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
