@@ -218,8 +218,8 @@ q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const 
             _Pragma("GCC unroll 4")
             for (int c = 0; c < 4; c++) {
                 __m512i v = _mm512_load_si512(p->qs[j][c]);
-                /* a few blocks ahead: the hardware prefetcher alone falls
-                 * behind once each line feeds several tokens */
+                /* SW_Q16_PREFETCH ahead: the hardware prefetcher alone
+                 * falls behind once each line feeds several tokens */
                 _mm_prefetch((const char *)p->qs[j][c] + SW_Q16_PREFETCH, SW_Q16_HINT);
                 __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 _Pragma("GCC unroll 8")
