@@ -386,6 +386,61 @@ static void test_packed(sw_isa isa) {
     CHECK(sw_pack_tensor(&t5) == NULL && sw_pack_tensor(NULL) == NULL, "no pack for other types / NULL");
 }
 
+/* Wide matrices (8192 columns: a Q6_K group is 106 KB, so an L2 tile holds
+ * only 4 groups) through one fused product: runs longer than a tile, tiles
+ * that cross from one matrix to the next, leftover rows, a few tokens and
+ * many. Checks the matmul's work split, not the kernels. */
+static void test_packed_wide(sw_isa isa) {
+    enum { NP = 2, COLS = 8192, MAXTOK = 20 };
+    static const int64_t ROWS[NP] = {264, 512};
+    static const sw_type TYPES[NP] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K};
+    static const int NTOKS[] = {3, MAXTOK};
+    gguf_tensor t[NP];
+    sw_packed *pk[NP];
+    float *y[NP];
+    uint8_t *w[NP];
+    size_t ars = sw_act_row_size(SW_TYPE_Q4_K, COLS);
+    float *x = malloc(sizeof(float) * COLS * MAXTOK);
+    uint8_t *a = malloc(ars * MAXTOK);
+    for (int i = 0; i < MAXTOK; i++) {
+        random_x(x + (size_t)i * COLS, COLS, i % 3);
+        sw_quantize_row(SW_TYPE_Q8_K, x + (size_t)i * COLS, a + i * ars, COLS);
+    }
+    for (int k = 0; k < NP; k++) {
+        memset(&t[k], 0, sizeof t[k]);
+        t[k].type = TYPES[k];
+        t[k].ne[0] = COLS; t[k].ne[1] = (uint64_t)ROWS[k]; t[k].ne[2] = t[k].ne[3] = 1;
+        size_t rs = sw_row_size(TYPES[k], COLS);
+        t[k].nbytes = rs * (size_t)ROWS[k];
+        w[k] = malloc(t[k].nbytes);
+        for (int64_t r = 0; r < ROWS[k]; r++) random_weights(TYPES[k], w[k] + r * rs, COLS, (int)(r % 4));
+        t[k].data = w[k];
+        pk[k] = sw_pack_tensor(&t[k]);
+        y[k] = malloc(sizeof(float) * (size_t)ROWS[k] * MAXTOK);
+    }
+    int bad = 0;
+    for (int n = 0; pk[0] && n < 2; n++) {
+        int ntok = NTOKS[n];
+        for (int k = 0; k < NP; k++)
+            for (int64_t i = 0; i < ROWS[k] * ntok; i++) y[k][i] = -12345.0f;
+        sw_matmul_packed_n((const sw_packed *const *)pk, NP, x, ntok, y);
+        for (int k = 0; k < NP; k++) {
+            size_t rs = sw_row_size(TYPES[k], COLS);
+            for (int i = 0; i < ntok; i++)
+                for (int64_t r = 0; r < ROWS[k]; r++) {
+                    float ref = sw_vec_dot_ref(TYPES[k], COLS, w[k] + r * rs, a + i * ars);
+                    double mag = dot_magnitude(TYPES[k], w[k] + r * rs, a + i * ars, COLS);
+                    if (!close_enough(y[k][(size_t)i * ROWS[k] + r], ref, mag, 2e-6) && bad++ < 3)
+                        CHECK(0, "isa %s wide %s tok %d/%d row %lld: %.9g vs ref %.9g", sw_isa_name(isa),
+                              sw_type_info(TYPES[k])->name, i, ntok, (long long)r, y[k][(size_t)i * ROWS[k] + r], ref);
+                }
+        }
+    }
+    CHECK(bad == 0, "isa %s: wide fused packed product %d wrong", sw_isa_name(isa), bad);
+    for (int k = 0; k < NP; k++) { sw_packed_free(pk[k]); free(w[k]); free(y[k]); }
+    free(x); free(a);
+}
+
 /* Several packs sharing one input (q/k/v style): a Q4_K with leftover rows,
  * a Q6_K and a Q4_K, through one sw_matmul_packed_n, against the reference. */
 static void test_packed_n(sw_isa isa) {
@@ -461,6 +516,7 @@ int main(void) {
         test_tensor_paths(isa);
         test_packed(isa);
         test_packed_n(isa);
+        test_packed_wide(isa);
     }
     if (best == SW_ISA_AVX512) test_avx512_bw_table();
     test_bad_input();
