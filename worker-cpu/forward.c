@@ -10,6 +10,7 @@
  * once per step); attention is parallel over (token, head) with OpenMP.
  */
 #include "worker-cpu/forward.h"
+#include "worker-cpu/attention.h"
 #include "llm/util.h"
 #include "worker-cpu/kernels.h"
 
@@ -24,12 +25,13 @@ struct sw_ctx {
     const sw_model *m;
     int n_seq, n_ctx, max_batch;
     int kv_dim, q_dim;
-    /* KV cache, per sequence, layer and KV head: K transposed [head_dim][ctx_pad]
-     * (so scores vectorize over positions), V as [ctx_pad][head_dim]. */
+    /* KV cache in IEEE half, per sequence, layer and KV head: K transposed
+     * [head_dim][ctx_pad] (so scores vectorize over positions), V as
+     * [ctx_pad][head_dim]. See attention.h. */
     int ctx_pad;              /* n_ctx rounded up to the score tile (32) */
-    size_t head_stride;       /* floats per (sequence, layer, KV head): head_dim * ctx_pad */
-    size_t seq_stride;        /* floats per sequence: n_layer * n_head_kv * head_stride */
-    float *kv_k, *kv_v;
+    size_t head_stride;       /* elements per (sequence, layer, KV head): head_dim * ctx_pad */
+    size_t seq_stride;        /* elements per sequence: n_layer * n_head_kv * head_stride */
+    sw_f16 *kv_k, *kv_v;
     float *zeros;             /* max(head_dim, ctx_pad) zeros: padding rows for the tiles */
     /* norm weights as float (files may store them as f16) */
     float *attn_norm, *ffn_norm, *out_norm;   /* [n_layer][n_embd], ..., [n_embd] */
@@ -52,15 +54,10 @@ struct sw_ctx {
 };
 
 /* ---- small vector helpers ----
- * Cloned per ISA by the compiler: attention is a significant share of a long
- * prefill, and these loops only vectorize with the wider targets enabled. */
+ * Cloned per ISA by the compiler: softmax, SwiGLU and the norms run over every
+ * token of a prefill, and these loops only vectorize with the wider targets
+ * enabled. */
 #define SW_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-
-SW_CLONES static void axpyf(float *y, float a, const float *x, int n)
-{
-#pragma omp simd
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
 
 SW_CLONES static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
@@ -221,8 +218,8 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
 
     /* calloc of a large block maps fresh zero pages: KV memory is committed
      * only as positions are written. */
-    c->kv_k = calloc(c->seq_stride * n_seq, sizeof(float));
-    c->kv_v = calloc(c->seq_stride * n_seq, sizeof(float));
+    c->kv_k = calloc(c->seq_stride * n_seq, sizeof(sw_f16));
+    c->kv_v = calloc(c->seq_stride * n_seq, sizeof(sw_f16));
 
     size_t E = hp->n_embd, B = (size_t)max_batch;
     size_t wide = E > (size_t)c->q_dim ? E : (size_t)c->q_dim;
@@ -245,7 +242,7 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
         !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->att ||
         !c->zeros) {
         sw_errf(err, errlen, "out of memory for %d sequences x %d positions (KV %.1f MiB)", n_seq, n_ctx,
-               2.0 * c->seq_stride * n_seq * sizeof(float) / 1048576.0);
+               2.0 * c->seq_stride * n_seq * sizeof(sw_f16) / 1048576.0);
         sw_ctx_free(c);
         return NULL;
     }
@@ -391,80 +388,9 @@ static bool fused_packed(sw_ctx *c, uint32_t l, int first, int np, const float *
 int sw_ctx_max_batch(const sw_ctx *c) { return c->max_batch; }
 
 /* ---- attention ----
- * For each (token, KV head) the `group` query heads that share the KV head are
- * done together: scores S = Q K^T as a register tile of 4 queries x 32
- * positions (K is stored transposed, so a tile row is one contiguous load),
- * softmax, then O = P V as a tile of 4 queries x 64 dims. Each loaded K/V
- * element feeds 4 queries and no horizontal sums are needed. */
-
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-
-/* S[r*ss + j] = Q[r] . K[:, j] for r < M (query rows hd apart), j < N
- * rounded up to 32; K^T rows are kts apart. `zero` pads the last tile. */
-SW_CLONES static void attn_scores(const float *Q, int M, int hd, const float *KT, size_t kts, int N,
-                                  float *S, size_t ss, const float *zero)
-{
-    for (int r0 = 0; r0 < M; r0 += 4) {
-        const float *q0 = Q + (size_t)r0 * hd;
-        const float *q1 = r0 + 1 < M ? q0 + hd : zero;
-        const float *q2 = r0 + 2 < M ? q0 + 2 * hd : zero;
-        const float *q3 = r0 + 3 < M ? q0 + 3 * hd : zero;
-        for (int j = 0; j < N; j += 32) {
-            v16 a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
-            for (int d = 0; d < hd; d++) {
-                const float *kr = KT + (size_t)d * kts + j;
-                v16 k0 = *(const v16u *)kr, k1 = *(const v16u *)(kr + 16);
-                a00 += q0[d] * k0; a01 += q0[d] * k1;
-                a10 += q1[d] * k0; a11 += q1[d] * k1;
-                a20 += q2[d] * k0; a21 += q2[d] * k1;
-                a30 += q3[d] * k0; a31 += q3[d] * k1;
-            }
-            float *s0 = S + (size_t)r0 * ss + j;
-            *(v16u *)s0 = a00; *(v16u *)(s0 + 16) = a01;
-            if (r0 + 1 < M) { *(v16u *)(s0 + ss) = a10; *(v16u *)(s0 + ss + 16) = a11; }
-            if (r0 + 2 < M) { *(v16u *)(s0 + 2 * ss) = a20; *(v16u *)(s0 + 2 * ss + 16) = a21; }
-            if (r0 + 3 < M) { *(v16u *)(s0 + 3 * ss) = a30; *(v16u *)(s0 + 3 * ss + 16) = a31; }
-        }
-    }
-}
-
-/* O[r*hd + d] = sum_{j<N} P[r*ps + j] * V[j*hd + d], for hd a multiple of 64. */
-SW_CLONES static void attn_pv64(const float *P, size_t ps, int M, const float *V, int hd, int N,
-                                float *O, const float *zero)
-{
-    for (int r0 = 0; r0 < M; r0 += 4) {
-        const float *p0 = P + (size_t)r0 * ps;
-        const float *p1 = r0 + 1 < M ? p0 + ps : zero;
-        const float *p2 = r0 + 2 < M ? p0 + 2 * ps : zero;
-        const float *p3 = r0 + 3 < M ? p0 + 3 * ps : zero;
-        for (int d0 = 0; d0 < hd; d0 += 64) {
-            v16 a[4][4] = {{{0}}};
-            for (int j = 0; j < N; j++) {
-                const float *vr = V + (size_t)j * hd + d0;
-                v16 v0 = *(const v16u *)vr, v1 = *(const v16u *)(vr + 16);
-                v16 v2 = *(const v16u *)(vr + 32), v3 = *(const v16u *)(vr + 48);
-                float x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];
-                a[0][0] += x0 * v0; a[0][1] += x0 * v1; a[0][2] += x0 * v2; a[0][3] += x0 * v3;
-                a[1][0] += x1 * v0; a[1][1] += x1 * v1; a[1][2] += x1 * v2; a[1][3] += x1 * v3;
-                a[2][0] += x2 * v0; a[2][1] += x2 * v1; a[2][2] += x2 * v2; a[2][3] += x2 * v3;
-                a[3][0] += x3 * v0; a[3][1] += x3 * v1; a[3][2] += x3 * v2; a[3][3] += x3 * v3;
-            }
-            for (int r = 0; r < 4 && r0 + r < M; r++)
-                for (int k = 0; k < 4; k++) *(v16u *)(O + (size_t)(r0 + r) * hd + d0 + 16 * k) = a[r][k];
-        }
-    }
-}
-
-/* The same for any head size (small models). */
-static void attn_pv_any(const float *P, size_t ps, int M, const float *V, int hd, int N, float *O)
-{
-    for (int r = 0; r < M; r++) {
-        float *o = O + (size_t)r * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int j = 0; j < N; j++) axpyf(o, P[(size_t)r * ps + j], V + (size_t)j * hd, hd);
-    }
-}
+ * For each (token, KV head) the `group` query heads that share the KV head
+ * are done together, with the tile kernels of attention.c over the
+ * half-precision cache. */
 
 /* In-place softmax of the first n entries of one row. */
 SW_CLONES static void softmax_row(float *a, int n, float scale)
@@ -497,9 +423,11 @@ static void kv_store(sw_ctx *c, int layer, int seq, int pos, const float *k, con
     const int hd = (int)c->m->hp.head_dim;
     for (int g = 0; g < (int)c->m->hp.n_head_kv; g++) {
         size_t b = kv_base(c, seq, layer, g);
-        float *KT = c->kv_k + b, *V = c->kv_v + b + (size_t)pos * hd;
-        for (int d = 0; d < hd; d++) KT[(size_t)d * c->ctx_pad + pos] = k[g * hd + d];
-        memcpy(V, v + (size_t)g * hd, (size_t)hd * sizeof(float));
+        sw_f16 *KT = c->kv_k + b, *V = c->kv_v + b + (size_t)pos * hd;
+        for (int d = 0; d < hd; d++) {
+            KT[(size_t)d * c->ctx_pad + pos] = sw_attn_to_f16(k[g * hd + d]);
+            V[d] = sw_attn_to_f16(v[g * hd + d]);
+        }
     }
 }
 
@@ -513,6 +441,7 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
     const int hd = (int)hp->head_dim, n_kv = (int)hp->n_head_kv;
     const int group = (int)(hp->n_head / hp->n_head_kv);
     const float scale = 1.0f / sqrtf((float)hd);
+    const sw_attn_kernels *ak = sw_attn_kernels_for(sw_isa_active());
 
     /* Small work runs on one thread: waking the pool costs more than it saves. */
     long work = 0;
@@ -534,10 +463,9 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
         const size_t b = kv_base(c, toks[t].seq, layer, g);
         const float *Q = c->q + (size_t)t * c->q_dim + (size_t)g * group * hd;
         float *O = out + (size_t)t * c->q_dim + (size_t)g * group * hd;
-        attn_scores(Q, group, hd, c->kv_k + b, ss, N, S, ss, c->zeros);
+        ak->scores(Q, group, hd, c->kv_k + b, ss, N, S, ss, c->zeros);
         softmax_rows(S, ss, group, N, scale);
-        if (hd % 64 == 0) attn_pv64(S, ss, group, c->kv_v + b, hd, N, O, c->zeros);
-        else attn_pv_any(S, ss, group, c->kv_v + b, hd, N, O);
+        ak->pv(S, ss, group, c->kv_v + b, hd, N, O, c->zeros);
         free(tmp);
     }
 }

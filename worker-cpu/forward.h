@@ -23,7 +23,7 @@ typedef struct {
 
 typedef struct sw_ctx sw_ctx;
 
-/* n_seq KV caches of n_ctx positions each (float32, [layer][pos][kv_dim]),
+/* n_seq KV caches of n_ctx positions each (IEEE half; see attention.h),
  * scratch for batches of up to max_batch tokens. KV memory is only touched
  * as positions are used. */
 sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen);

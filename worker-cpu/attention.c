@@ -1,0 +1,60 @@
+/* Attention tile kernels over the half-precision KV cache: the same body
+ * (attn_body.h) compiled for AVX-512, AVX2+F16C and plain C, differing only
+ * in how 16 halves become 16 floats (one vcvtph2ps, two, or a loop). The
+ * ISA follows the matmul kernels' choice (cpuid, or SPILLWAY_ISA). */
+#include "worker-cpu/attention.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+typedef float v8 __attribute__((vector_size(32)));
+
+sw_f16 sw_attn_to_f16(float f)
+{
+    if (f > 65504.0f) f = 65504.0f;
+    if (f < -65504.0f) f = -65504.0f;
+    return sw_f32_to_f16(f);
+}
+
+/* ---- plain C ----
+ * (The loaders are statement expressions: a function returning a 64-byte
+ * vector has a different ABI with and without AVX-512, which GCC warns of.) */
+#define ATTN_SFX(name) name##_scalar
+#define LOAD16(p) ({ const sw_f16 *p_ = (p); v16 r_; for (int i_ = 0; i_ < 16; i_++) r_[i_] = sw_f16_to_f32(p_[i_]); r_; })
+#include "worker-cpu/attn_body.h"
+#undef ATTN_SFX
+#undef LOAD16
+
+/* ---- AVX2 + F16C ---- */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define ATTN_SFX(name) name##_avx2
+#define LOAD16(p) ({ const sw_f16 *p_ = (p); \
+    __builtin_shufflevector((v8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p_)), \
+                            (v8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p_ + 8))), \
+                            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); })
+#include "worker-cpu/attn_body.h"
+#undef ATTN_SFX
+#undef LOAD16
+#pragma GCC pop_options
+
+/* ---- AVX-512 ---- */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx2")
+#define ATTN_SFX(name) name##_avx512
+#define LOAD16(p) ((v16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p))))
+#include "worker-cpu/attn_body.h"
+#undef ATTN_SFX
+#undef LOAD16
+#pragma GCC pop_options
+
+const sw_attn_kernels *sw_attn_kernels_for(sw_isa isa)
+{
+    switch (isa) {
+    case SW_ISA_AVX512: return &kernels_avx512;
+    case SW_ISA_AVX2: return &kernels_avx2;
+    default: return &kernels_scalar;
+    }
+}
