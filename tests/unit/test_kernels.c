@@ -386,111 +386,77 @@ static void test_packed(sw_isa isa) {
     CHECK(sw_pack_tensor(&t5) == NULL && sw_pack_tensor(NULL) == NULL, "no pack for other types / NULL");
 }
 
-/* Wide matrices (8192 columns: a Q6_K group is 106 KB, so an L2 tile holds
- * only 4 groups) through one fused product: runs longer than a tile, tiles
- * that cross from one matrix to the next, leftover rows, a few tokens and
- * many. Checks the matmul's work split, not the kernels. */
-static void test_packed_wide(sw_isa isa) {
-    enum { NP = 2, COLS = 8192, MAXTOK = 20 };
-    static const int64_t ROWS[NP] = {264, 512};
-    static const sw_type TYPES[NP] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K};
-    static const int NTOKS[] = {3, MAXTOK};
-    gguf_tensor t[NP];
-    sw_packed *pk[NP];
-    float *y[NP];
-    uint8_t *w[NP];
-    size_t ars = sw_act_row_size(SW_TYPE_Q4_K, COLS);
-    float *x = malloc(sizeof(float) * COLS * MAXTOK);
-    uint8_t *a = malloc(ars * MAXTOK);
-    for (int i = 0; i < MAXTOK; i++) {
-        random_x(x + (size_t)i * COLS, COLS, i % 3);
-        sw_quantize_row(SW_TYPE_Q8_K, x + (size_t)i * COLS, a + i * ars, COLS);
+/* np packs sharing one input (q/k/v style) through one sw_matmul_packed_n,
+ * for each token count in ntoks, against the reference. */
+static void check_fused(sw_isa isa, const char *what, int np, const sw_type *types, const int64_t *rows, int cols,
+                        const int *ntoks, int n_ntoks) {
+    enum { MAXNP = 3 };
+    int maxtok = 0;
+    for (int n = 0; n < n_ntoks; n++) maxtok = ntoks[n] > maxtok ? ntoks[n] : maxtok;
+    gguf_tensor t[MAXNP];
+    sw_packed *pk[MAXNP];
+    float *y[MAXNP];
+    uint8_t *w[MAXNP];
+    size_t ars = sw_act_row_size(SW_TYPE_Q4_K, cols);
+    float *x = malloc(sizeof(float) * (size_t)cols * maxtok);
+    uint8_t *a = malloc(ars * maxtok);
+    for (int i = 0; i < maxtok; i++) {
+        random_x(x + (size_t)i * cols, cols, i % 3);
+        sw_quantize_row(SW_TYPE_Q8_K, x + (size_t)i * cols, a + i * ars, cols);
     }
-    for (int k = 0; k < NP; k++) {
+    for (int k = 0; k < np; k++) {
         memset(&t[k], 0, sizeof t[k]);
-        t[k].type = TYPES[k];
-        t[k].ne[0] = COLS; t[k].ne[1] = (uint64_t)ROWS[k]; t[k].ne[2] = t[k].ne[3] = 1;
-        size_t rs = sw_row_size(TYPES[k], COLS);
-        t[k].nbytes = rs * (size_t)ROWS[k];
+        t[k].type = types[k];
+        t[k].ne[0] = (uint64_t)cols; t[k].ne[1] = (uint64_t)rows[k]; t[k].ne[2] = t[k].ne[3] = 1;
+        size_t rs = sw_row_size(types[k], (uint64_t)cols);
+        t[k].nbytes = rs * (size_t)rows[k];
         w[k] = malloc(t[k].nbytes);
-        for (int64_t r = 0; r < ROWS[k]; r++) random_weights(TYPES[k], w[k] + r * rs, COLS, (int)(r % 4));
+        for (int64_t r = 0; r < rows[k]; r++) random_weights(types[k], w[k] + r * rs, cols, (int)(r % 4));
         t[k].data = w[k];
         pk[k] = sw_pack_tensor(&t[k]);
-        y[k] = malloc(sizeof(float) * (size_t)ROWS[k] * MAXTOK);
+        y[k] = malloc(sizeof(float) * (size_t)rows[k] * maxtok);
     }
     int bad = 0;
-    for (int n = 0; pk[0] && n < 2; n++) {
-        int ntok = NTOKS[n];
-        for (int k = 0; k < NP; k++)
-            for (int64_t i = 0; i < ROWS[k] * ntok; i++) y[k][i] = -12345.0f;
-        sw_matmul_packed_n((const sw_packed *const *)pk, NP, x, ntok, y);
-        for (int k = 0; k < NP; k++) {
-            size_t rs = sw_row_size(TYPES[k], COLS);
+    for (int n = 0; pk[0] && n < n_ntoks; n++) {   /* no pack: no packed kernels on this ISA */
+        int ntok = ntoks[n];
+        for (int k = 0; k < np; k++)
+            for (int64_t i = 0; i < rows[k] * ntok; i++) y[k][i] = -12345.0f;
+        sw_matmul_packed_n((const sw_packed *const *)pk, np, x, ntok, y);
+        for (int k = 0; k < np; k++) {
+            size_t rs = sw_row_size(types[k], (uint64_t)cols);
             for (int i = 0; i < ntok; i++)
-                for (int64_t r = 0; r < ROWS[k]; r++) {
-                    float ref = sw_vec_dot_ref(TYPES[k], COLS, w[k] + r * rs, a + i * ars);
-                    double mag = dot_magnitude(TYPES[k], w[k] + r * rs, a + i * ars, COLS);
-                    if (!close_enough(y[k][(size_t)i * ROWS[k] + r], ref, mag, 2e-6) && bad++ < 3)
-                        CHECK(0, "isa %s wide %s tok %d/%d row %lld: %.9g vs ref %.9g", sw_isa_name(isa),
-                              sw_type_info(TYPES[k])->name, i, ntok, (long long)r, y[k][(size_t)i * ROWS[k] + r], ref);
+                for (int64_t r = 0; r < rows[k]; r++) {
+                    float ref = sw_vec_dot_ref(types[k], cols, w[k] + r * rs, a + i * ars);
+                    double mag = dot_magnitude(types[k], w[k] + r * rs, a + i * ars, cols);
+                    float got = y[k][(size_t)i * rows[k] + r];
+                    if (!close_enough(got, ref, mag, 2e-6) && bad++ < 3)
+                        CHECK(0, "isa %s %s: %s tok %d/%d row %lld: %.9g vs ref %.9g", sw_isa_name(isa), what,
+                              sw_type_info(types[k])->name, i, ntok, (long long)r, got, ref);
                 }
         }
     }
-    CHECK(bad == 0, "isa %s: wide fused packed product %d wrong", sw_isa_name(isa), bad);
-    for (int k = 0; k < NP; k++) { sw_packed_free(pk[k]); free(w[k]); free(y[k]); }
+    CHECK(bad == 0, "isa %s: %s: %d wrong", sw_isa_name(isa), what, bad);
+    for (int k = 0; k < np; k++) { sw_packed_free(pk[k]); free(w[k]); free(y[k]); }
     free(x); free(a);
 }
 
-/* Several packs sharing one input (q/k/v style): a Q4_K with leftover rows,
- * a Q6_K and a Q4_K, through one sw_matmul_packed_n, against the reference. */
+/* A Q4_K with leftover rows, a Q6_K and a Q4_K in one fused product. */
 static void test_packed_n(sw_isa isa) {
-    enum { NP = 3, COLS = 512, NTOK = 11 };
-    static const int64_t ROWS[NP] = {33, 32, 64};
-    static const sw_type TYPES[NP] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q4_K};
-    gguf_tensor t[NP];
-    sw_packed *pk[NP];
-    float *y[NP];
-    uint8_t *w[NP];
-    size_t ars = sw_act_row_size(SW_TYPE_Q4_K, COLS);
-    float *x = malloc(sizeof(float) * COLS * NTOK);
-    uint8_t *a = malloc(ars * NTOK);
-    for (int i = 0; i < NTOK; i++) {
-        random_x(x + i * COLS, COLS, i % 3);
-        sw_quantize_row(SW_TYPE_Q8_K, x + i * COLS, a + i * ars, COLS);
-    }
-    for (int k = 0; k < NP; k++) {
-        memset(&t[k], 0, sizeof t[k]);
-        t[k].type = TYPES[k];
-        t[k].ne[0] = COLS; t[k].ne[1] = (uint64_t)ROWS[k]; t[k].ne[2] = t[k].ne[3] = 1;
-        size_t rs = sw_row_size(TYPES[k], COLS);
-        t[k].nbytes = rs * (size_t)ROWS[k];
-        w[k] = malloc(t[k].nbytes);
-        for (int64_t r = 0; r < ROWS[k]; r++) random_weights(TYPES[k], w[k] + r * rs, COLS, (int)(r % 4));
-        t[k].data = w[k];
-        pk[k] = sw_pack_tensor(&t[k]);
-        y[k] = malloc(sizeof(float) * (size_t)ROWS[k] * NTOK);
-        for (int64_t i = 0; i < ROWS[k] * NTOK; i++) y[k][i] = -12345.0f;
-    }
-    if (!pk[0]) {   /* no packed kernels on this ISA */
-        for (int k = 0; k < NP; k++) { free(w[k]); free(y[k]); }
-        free(x); free(a);
-        return;
-    }
-    sw_matmul_packed_n((const sw_packed *const *)pk, NP, x, NTOK, y);
-    int bad = 0;
-    for (int k = 0; k < NP; k++) {
-        size_t rs = sw_row_size(TYPES[k], COLS);
-        for (int i = 0; i < NTOK; i++)
-            for (int64_t r = 0; r < ROWS[k]; r++) {
-                float ref = sw_vec_dot_ref(TYPES[k], COLS, w[k] + r * rs, a + i * ars);
-                double mag = dot_magnitude(TYPES[k], w[k] + r * rs, a + i * ars, COLS);
-                if (!close_enough(y[k][i * ROWS[k] + r], ref, mag, 2e-6)) bad++;
-            }
-        sw_packed_free(pk[k]);
-        free(w[k]); free(y[k]);
-    }
-    CHECK(bad == 0, "isa %s: fused packed product %d wrong", sw_isa_name(isa), bad);
-    free(x); free(a);
+    static const int64_t ROWS[] = {33, 32, 64};
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q4_K};
+    static const int NTOK[] = {11};
+    check_fused(isa, "fused packed product", 3, TYPES, ROWS, 512, NTOK, 1);
+}
+
+/* Wide matrices (8192 columns: a Q6_K group is 106 KB, so an L2 tile holds
+ * only 4 groups): runs longer than a tile, tiles that cross from one matrix
+ * to the next, leftover rows, a few tokens and many. Checks the matmul's
+ * work split, not the kernels. */
+static void test_packed_wide(sw_isa isa) {
+    static const int64_t ROWS[] = {264, 512};
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K};
+    static const int NTOKS[] = {3, 20};
+    check_fused(isa, "wide fused packed product", 2, TYPES, ROWS, 8192, NTOKS, 2);
 }
 
 static void test_bad_input(void) {
