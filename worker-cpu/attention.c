@@ -18,6 +18,14 @@ sw_f16 sw_attn_to_f16(float f)
     return sw_f32_to_f16(f);
 }
 
+/* Rows r0..r0+3 of a tile of 4 (stride apart); rows at or past M read the
+ * zero row instead, so the kernels need no tail cases. */
+static inline void tile_rows(const float *base, size_t stride, int M, int r0, const float *zero,
+                             const float *rows[4])
+{
+    for (int i = 0; i < 4; i++) rows[i] = r0 + i < M ? base + (size_t)(r0 + i) * stride : zero;
+}
+
 /* ---- plain C ----
  * (The loaders are statement expressions: a function returning a 64-byte
  * vector has a different ABI with and without AVX-512, which GCC warns of.) */

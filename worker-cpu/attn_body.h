@@ -10,10 +10,9 @@ static void ATTN_SFX(scores)(const float *Q, int M, int hd, const sw_f16 *KT, si
                              size_t ss, const float *zero)
 {
     for (int r0 = 0; r0 < M; r0 += 4) {
-        const float *q0 = Q + (size_t)r0 * hd;
-        const float *q1 = r0 + 1 < M ? q0 + hd : zero;
-        const float *q2 = r0 + 2 < M ? q0 + 2 * hd : zero;
-        const float *q3 = r0 + 3 < M ? q0 + 3 * hd : zero;
+        const float *q[4];
+        tile_rows(Q, (size_t)hd, M, r0, zero, q);
+        const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
         for (int j = 0; j < N; j += 32) {
             v16 a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
             for (int d = 0; d < hd; d++) {
@@ -48,10 +47,9 @@ static void ATTN_SFX(pv)(const float *P, size_t ps, int M, const sw_f16 *V, int 
         return;
     }
     for (int r0 = 0; r0 < M; r0 += 4) {
-        const float *p0 = P + (size_t)r0 * ps;
-        const float *p1 = r0 + 1 < M ? p0 + ps : zero;
-        const float *p2 = r0 + 2 < M ? p0 + 2 * ps : zero;
-        const float *p3 = r0 + 3 < M ? p0 + 3 * ps : zero;
+        const float *p[4];
+        tile_rows(P, ps, M, r0, zero, p);
+        const float *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
         for (int d0 = 0; d0 < hd; d0 += 64) {
             v16 a[4][4] = {{{0}}};
             for (int j = 0; j < N; j++) {
