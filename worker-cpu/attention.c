@@ -29,6 +29,10 @@ static inline void tile_rows(const float *base, size_t stride, int M, int r0, co
 /* ---- plain C ----
  * (The loaders are statement expressions: a function returning a 64-byte
  * vector has a different ABI with and without AVX-512, which GCC warns of.) */
+static void to_f16_scalar(const float *x, sw_f16 *y, int n)
+{
+    for (int i = 0; i < n; i++) y[i] = sw_attn_to_f16(x[i]);
+}
 #define ATTN_SFX(name) name##_scalar
 #define LOAD16(p) ({ const sw_f16 *p_ = (p); v16 r_; for (int i_ = 0; i_ < 16; i_++) r_[i_] = sw_f16_to_f32(p_[i_]); r_; })
 #include "worker-cpu/attn_body.h"
@@ -38,6 +42,18 @@ static inline void tile_rows(const float *base, size_t stride, int M, int r0, co
 /* ---- AVX2 + F16C ---- */
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+/* min(C, x) then max(-C, .) with x second: a NaN comes through as NaN, as in
+ * sw_attn_to_f16; vcvtps2ph rounds to nearest even like it. */
+static void to_f16_avx2(const float *x, sw_f16 *y, int n)
+{
+    const __m256 hi = _mm256_set1_ps(65504.0f), lo = _mm256_set1_ps(-65504.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_max_ps(lo, _mm256_min_ps(hi, _mm256_loadu_ps(x + i)));
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; i++) y[i] = sw_attn_to_f16(x[i]);
+}
 #define ATTN_SFX(name) name##_avx2
 #define LOAD16(p) ({ const sw_f16 *p_ = (p); \
     __builtin_shufflevector((v8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p_)), \
@@ -51,6 +67,16 @@ static inline void tile_rows(const float *base, size_t stride, int M, int r0, co
 /* ---- AVX-512 ---- */
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx2")
+static void to_f16_avx512(const float *x, sw_f16 *y, int n)
+{
+    const __m512 hi = _mm512_set1_ps(65504.0f), lo = _mm512_set1_ps(-65504.0f);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_max_ps(lo, _mm512_min_ps(hi, _mm512_loadu_ps(x + i)));
+        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; i++) y[i] = sw_attn_to_f16(x[i]);
+}
 #define ATTN_SFX(name) name##_avx512
 #define LOAD16(p) ((v16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p))))
 #include "worker-cpu/attn_body.h"

@@ -20,6 +20,8 @@ typedef struct {
     /* O[r*hd + d] = sum_{j<N} P[r*ps + j] * V[j*hd + d] for r < M; `zero`
      * (>= N floats of 0) stands in for missing rows of P. */
     void (*pv)(const float *P, size_t ps, int M, const sw_f16 *V, int hd, int N, float *O, const float *zero);
+    /* y[i] = sw_attn_to_f16(x[i]) for i < n: filing K and V into the cache */
+    void (*to_f16)(const float *x, sw_f16 *y, int n);
 } sw_attn_kernels;
 
 /* The kernels for an ISA (each ISA's own, tested against the scalar set). */

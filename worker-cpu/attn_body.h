@@ -67,4 +67,4 @@ static void ATTN_SFX(pv)(const float *P, size_t ps, int M, const sw_f16 *V, int 
     }
 }
 
-static const sw_attn_kernels ATTN_SFX(kernels) = { ATTN_SFX(scores), ATTN_SFX(pv) };
+static const sw_attn_kernels ATTN_SFX(kernels) = { ATTN_SFX(scores), ATTN_SFX(pv), ATTN_SFX(to_f16) };

@@ -41,6 +41,7 @@ struct sw_ctx {
     float *xb;                /* [B][max(n_embd, q_dim)] normed input / attention output */
     float *xb2;               /* [B][n_embd] matmul output */
     float *q, *k, *v;         /* [B][q_dim], [B][kv_dim], [B][kv_dim] */
+    sw_f16 *kh;               /* [B][kv_dim] k as halves, on its way into the cache */
     float *hb, *hb2;          /* [B][n_ff] */
     float *att;               /* [threads][group][ctx_pad] attention scores */
     int att_threads;
@@ -233,13 +234,14 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     c->q = falloc(B * c->q_dim);
     c->k = falloc(B * c->kv_dim);
     c->v = falloc(B * c->kv_dim);
+    c->kh = malloc(B * c->kv_dim * sizeof(sw_f16));
     c->hb = falloc(B * hp->n_ff);
     c->hb2 = falloc(B * hp->n_ff);
     c->att_threads = omp_get_max_threads();
     c->att = falloc((size_t)c->att_threads * (hp->n_head / hp->n_head_kv) * c->ctx_pad);
     c->zeros = falloc(hp->head_dim > (uint32_t)c->ctx_pad ? hp->head_dim : (size_t)c->ctx_pad);
     if (!c->kv_k || !c->kv_v || !c->attn_norm || !c->ffn_norm || !c->out_norm || !c->inv_freq ||
-        !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->att ||
+        !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->kh || !c->hb || !c->hb2 || !c->att ||
         !c->zeros) {
         sw_errf(err, errlen, "out of memory for %d sequences x %d positions (KV %.1f MiB)", n_seq, n_ctx,
                2.0 * c->seq_stride * n_seq * sizeof(sw_f16) / 1048576.0);
@@ -285,7 +287,7 @@ void sw_ctx_free(sw_ctx *c)
     free(c->kv_k); free(c->kv_v);
     free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq);
     free(c->x); free(c->xb); free(c->xb2);
-    free(c->q); free(c->k); free(c->v);
+    free(c->q); free(c->k); free(c->v); free(c->kh);
     free(c->hb); free(c->hb2); free(c->att); free(c->zeros); free(c->px); free(c->py);
     free(c);
 }
@@ -418,16 +420,16 @@ static inline size_t kv_base(const sw_ctx *c, int seq, int layer, int g)
 }
 
 /* Files k and v of token (seq, pos) into the cache of one layer. */
-static void kv_store(sw_ctx *c, int layer, int seq, int pos, const float *k, const float *v)
+static void kv_store(sw_ctx *c, const sw_attn_kernels *ak, int layer, int seq, int pos, const float *k,
+                     const float *v, sw_f16 *kh)
 {
     const int hd = (int)c->m->hp.head_dim;
+    ak->to_f16(k, kh, c->kv_dim);
     for (int g = 0; g < (int)c->m->hp.n_head_kv; g++) {
         size_t b = kv_base(c, seq, layer, g);
-        sw_f16 *KT = c->kv_k + b, *V = c->kv_v + b + (size_t)pos * hd;
-        for (int d = 0; d < hd; d++) {
-            KT[(size_t)d * c->ctx_pad + pos] = sw_attn_to_f16(k[g * hd + d]);
-            V[d] = sw_attn_to_f16(v[g * hd + d]);
-        }
+        sw_f16 *KT = c->kv_k + b;
+        for (int d = 0; d < hd; d++) KT[(size_t)d * c->ctx_pad + pos] = kh[g * hd + d];
+        ak->to_f16(v + (size_t)g * hd, c->kv_v + b + (size_t)pos * hd, hd);
     }
 }
 
@@ -498,6 +500,7 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
     const sw_model *m = c->m;
     const sw_hparams *hp = &m->hp;
     const int E = (int)hp->n_embd, F = (int)hp->n_ff, QD = c->q_dim, KVD = c->kv_dim;
+    const sw_attn_kernels *ak = sw_attn_kernels_for(sw_isa_active());
     const float eps = hp->rms_eps;
 
     /* Embedding lookup. */
@@ -523,7 +526,7 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
             float *q = c->q + (size_t)t * QD, *k = c->k + (size_t)t * KVD;
             rope(q, (int)hp->n_head, (int)hp->head_dim, (int)hp->n_rot, toks[t].pos, c->inv_freq);
             rope(k, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->n_rot, toks[t].pos, c->inv_freq);
-            kv_store(c, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD);
+            kv_store(c, ak, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD, c->kh + (size_t)t * KVD);
         }
 
         attention(c, (int)l, toks, n, c->xb);
