@@ -269,3 +269,19 @@ def test_bench_cli_errors(tmp_path):
     assert r.returncode != 0 and "-b" in r.stderr
     r = run([b, "-p", "5"], ok=False)
     assert r.returncode != 0 and "-m MODEL is required" in r.stderr
+
+
+def test_bench_kernels_mode(tmp_path):
+    """spillway-bench --kernels needs no model: the packed matmul in cache and
+    streamed, at 1 and 8 tokens, as a table and a JSON line."""
+    import json
+    r = run([bin_path("spillway-bench"), "--kernels", "-t", "2", "--mem-mib", "64"], ok=False)
+    if r.returncode != 0 and "cannot pack" in r.stderr:
+        pytest.skip("this CPU has no packed (AVX-512 VNNI) kernels")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    got = {(k["type"], k["weights"], k["tokens"]) for k in j["kernels"]}
+    assert got == {(t, w, n) for t in ("q4_K", "q6_K") for w in ("cache", "stream") for n in (1, 8)}, got
+    for k in j["kernels"]:
+        assert k["gb_per_s"] > 0 and k["gmac_per_s"] > 0, k
+    assert j["mem_read_gb_per_s"] > 0 and j["threads"] == 2

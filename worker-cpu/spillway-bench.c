@@ -18,6 +18,8 @@
 #include "llm/sampler.h"
 #include "llm/cli.h"
 #include "llm/clock.h"
+#include "llm/quant.h"
+#include "llm/util.h"
 #include "worker-cpu/forward.h"
 #include "worker-cpu/kernels.h"
 #include "worker-cpu/model.h"
@@ -26,7 +28,7 @@
 
 typedef struct {
     const char *model;
-    int threads, n_prompt, n_gen, mem_mib, precise;
+    int threads, n_prompt, n_gen, mem_mib, precise, kernels;
     int batches[MAX_BATCHES], n_batches;
 } options;
 
@@ -36,11 +38,14 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: spillway-bench -m MODEL [-t THREADS] [-p N] [-n N] [-b B1,B2,...] [--mem-mib MIB] [--precise]\n"
+        "       spillway-bench --kernels [-t THREADS] [--mem-mib MIB]\n"
         "  -p N        prompt tokens for the prefill measurement (default 512)\n"
         "  -n N        decode steps per batch size (default 128)\n"
         "  -b LIST     decode batch sizes (default 1,4,16)\n"
         "  --mem-mib   size of the streaming-read buffer (default 1024)\n"
-        "  --precise   use residual-corrected activations (default: the serving path)\n");
+        "  --precise   use residual-corrected activations (default: the serving path)\n"
+        "  --kernels   no model: the packed Q4_K/Q6_K matmul on random weights, in cache\n"
+        "              and streamed from memory (MIB/4 of weights), at 1 and 8 tokens\n");
 }
 
 static void parse_batches(options *o, const char *s)
@@ -65,6 +70,7 @@ static options parse_args(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
         if (!strcmp(a, "--precise")) { o.precise = 1; continue; }
+        if (!strcmp(a, "--kernels")) { o.kernels = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "spillway-bench: %s: missing value (or unknown option)\n", a); exit(2); }
         const char *v = argv[++i];
         if (!strcmp(a, "-m")) o.model = v;
@@ -75,7 +81,7 @@ static options parse_args(int argc, char **argv)
         else if (!strcmp(a, "--mem-mib")) o.mem_mib = (int)sw_cli_long("spillway-bench", a, v, 16, 1 << 20);
         else { fprintf(stderr, "spillway-bench: unknown option '%s'\n", a); usage(stderr); exit(2); }
     }
-    if (!o.model) { fprintf(stderr, "spillway-bench: -m MODEL is required\n"); usage(stderr); exit(2); }
+    if (!o.model && !o.kernels) { fprintf(stderr, "spillway-bench: -m MODEL is required\n"); usage(stderr); exit(2); }
     return o;
 }
 
@@ -216,11 +222,115 @@ static int bench_decode(const sw_model *m, int batch, int n_gen, int precise, ui
     return rc;
 }
 
+/* ---- --kernels: the packed matmul alone ----
+ * In cache (512 rows a thread, inside the L2s) the figure is the kernel's
+ * instruction throughput plus the per-call costs (activation quantization,
+ * waking the threads), which weigh more on such a small call; streamed
+ * (4096-row matrices totalling MIB/4, far past L3) it is what decode and
+ * prefill can reach. GMAC/s is to be set against the core's int8
+ * multiply-add peak (one zmm vpdpbusd a cycle: 64 MACs). */
+
+typedef struct { const char *type, *where; int tokens; double gb_s, gmac_s; } kernel_result;
+
+/* n_mat packed copies of one rows x cols matrix of random quantized rows. */
+static sw_packed **make_packs(sw_type type, int64_t rows, int64_t cols, int n_mat, gguf_tensor *t, uint8_t **data)
+{
+    size_t rs = sw_row_size(type, (uint64_t)cols);
+    float *src = malloc(sizeof(float) * (size_t)cols);
+    uint8_t *w = malloc(rs * (size_t)rows);
+    sw_packed **pk = calloc((size_t)n_mat, sizeof *pk);
+    if (!src || !w || !pk) { free(src); free(w); free(pk); return NULL; }
+    uint64_t r = 1;
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t c = 0; c < cols; c++) src[c] = (float)((int64_t)(sw_splitmix64(&r) >> 33) % 2001 - 1000) * 1e-3f;
+        sw_quantize_row(type, src, w + (size_t)i * rs, cols);
+    }
+    free(src);
+    memset(t, 0, sizeof *t);
+    t->n_dims = 2;
+    t->ne[0] = (uint64_t)cols; t->ne[1] = (uint64_t)rows; t->ne[2] = t->ne[3] = 1;
+    t->type = type;
+    t->data = w;
+    t->nbytes = rs * (size_t)rows;
+    for (int m = 0; m < n_mat; m++)
+        if (!(pk[m] = sw_pack_tensor(t))) {
+            for (int k = 0; k < m; k++) sw_packed_free(pk[k]);
+            free(pk); free(w);
+            return NULL;
+        }
+    *data = w;
+    return pk;
+}
+
+static int bench_kernels(const options *o, int threads)
+{
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K};
+    static const int TOKENS[] = {1, 8};
+    const int64_t cols = 4096;
+    kernel_result res[8];
+    int nres = 0;
+    float *x = malloc(sizeof(float) * (size_t)cols * 8);
+    float *y = malloc(sizeof(float) * 8 * (size_t)(threads > 8 ? 512 * threads : 4096));
+    if (!x || !y) { fprintf(stderr, "spillway-bench: out of memory\n"); return 1; }
+    for (int i = 0; i < cols * 8; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
+    read_meter rm;
+    if (meter_init(&rm, (size_t)o->mem_mib << 20)) { fprintf(stderr, "spillway-bench: out of memory\n"); return 1; }
+    for (int ti = 0; ti < 2; ti++)
+        for (int where = 0; where < 2; where++) {
+            /* cache: one matrix of 512 rows a thread (about 1.2 MB of Q4_K a
+             * thread, inside its L2); stream: 4096 x 4096 ones adding up to MIB/4 */
+            int64_t rows = where ? 4096 : 512 * (int64_t)threads;
+            size_t one = sw_row_size(TYPES[ti], (uint64_t)cols) * (size_t)rows;
+            int n_mat = where ? (int)(((size_t)o->mem_mib << 18) / one) : 1;
+            if (n_mat < 1) n_mat = 1;
+            gguf_tensor t;
+            uint8_t *data = NULL;
+            sw_packed **pk = make_packs(TYPES[ti], rows, cols, n_mat, &t, &data);
+            if (!pk) {
+                fprintf(stderr, "spillway-bench: cannot pack %s (an ISA without packed kernels, or memory)\n",
+                        sw_type_info(TYPES[ti])->name);
+                return 1;
+            }
+            for (int k = 0; k < 2; k++) {
+                int ntok = TOKENS[k];
+                int reps = where ? 2 : (int)(200000000 / ((double)rows * cols * ntok) + 1);
+                for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);   /* warm-up */
+                double t0 = sw_clock_s();
+                for (int it = 0; it < reps; it++)
+                    for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);
+                double dt = sw_clock_s() - t0;
+                double bytes = (double)sw_packed_bytes(pk[0]) * n_mat * reps;
+                res[nres++] = (kernel_result){ sw_type_info(TYPES[ti])->name, where ? "stream" : "cache", ntok,
+                                               bytes / dt / 1e9, (double)rows * cols * ntok * n_mat * reps / dt / 1e9 };
+            }
+            for (int m = 0; m < n_mat; m++) sw_packed_free(pk[m]);
+            free(pk);
+            free(data);
+        }
+    double bw = 0;
+    for (int i = 0; i < 3; i++) bw += meter_pass(&rm) / 3;
+    printf("packed matmul kernels, %d threads, isa %s; streaming read %.1f GB/s\n", threads,
+           sw_isa_name(sw_isa_active()), bw);
+    printf("%-6s %-7s %7s %9s %9s\n", "type", "weights", "tokens", "GB/s", "GMAC/s");
+    for (int i = 0; i < nres; i++)
+        printf("%-6s %-7s %7d %9.1f %9.1f\n", res[i].type, res[i].where, res[i].tokens, res[i].gb_s, res[i].gmac_s);
+    printf("{\"threads\":%d,\"isa\":\"%s\",\"mem_read_gb_per_s\":%.2f,\"kernels\":[", threads,
+           sw_isa_name(sw_isa_active()), bw);
+    for (int i = 0; i < nres; i++)
+        printf("%s{\"type\":\"%s\",\"weights\":\"%s\",\"tokens\":%d,\"gb_per_s\":%.2f,\"gmac_per_s\":%.2f}",
+               i ? "," : "", res[i].type, res[i].where, res[i].tokens, res[i].gb_s, res[i].gmac_s);
+    printf("]}\n");
+    if (rm.sink == 12345.678) fprintf(stderr, " ");
+    free(rm.buf); free(x); free(y);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     options o = parse_args(argc, argv);
     if (o.threads) omp_set_num_threads(o.threads);
     int threads = omp_get_max_threads();
+    if (o.kernels) return bench_kernels(&o, threads);
     char err[1024];
     sw_model *m = sw_model_load(o.model, err, sizeof err);
     if (!m) { fprintf(stderr, "spillway-bench: %s\n", err); return 1; }
