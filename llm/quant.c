@@ -292,39 +292,6 @@ int sw_kblock_unpack(sw_type type, const void *block, uint8_t q[QK_K], float sca
     }
 }
 
-bool sw_dequantize_row(sw_type type, const void *src, float *dst, int64_t n) {
-    const sw_type_traits *t = sw_type_info(type);
-    if (!t || n < 0 || n % t->block_size) return false;
-    int64_t nb = n / t->block_size;
-    const uint8_t *p = src;
-    switch (type) {
-    case SW_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return true;
-    case SW_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) { sw_f16 h; memcpy(&h, p + 2 * i, 2); dst[i] = sw_f16_to_f32(h); }
-        return true;
-    case SW_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) { sw_bf16 h; memcpy(&h, p + 2 * i, 2); dst[i] = sw_bf16_to_f32(h); }
-        return true;
-    default: break;
-    }
-    for (int64_t i = 0; i < nb; i++) {
-        const void *blk = p + i * t->type_size;
-        float *y = dst + i * t->block_size;
-        switch (type) {
-        case SW_TYPE_Q4_0: deq_q4_0(blk, y); break;
-        case SW_TYPE_Q4_1: deq_q4_1(blk, y); break;
-        case SW_TYPE_Q5_0: deq_q5_0(blk, y); break;
-        case SW_TYPE_Q5_1: deq_q5_1(blk, y); break;
-        case SW_TYPE_Q8_0: deq_q8_0(blk, y); break;
-        case SW_TYPE_Q4_K: deq_q4_k(blk, y); break;
-        case SW_TYPE_Q5_K: deq_q5_k(blk, y); break;
-        case SW_TYPE_Q6_K: deq_q6_k(blk, y); break;
-        case SW_TYPE_Q8_K: deq_q8_k(blk, y); break;
-        default: return false;
-        }
-    }
-    return true;
-}
 
 /* ---- quantize: scale searches --------------------------------------------
  * Each search tries a handful of candidate step sizes around the naive one
@@ -574,39 +541,6 @@ static void quant_q6_k(const float *x, block_q6_k *b) {
         }
 }
 
-bool sw_quantize_row(sw_type type, const float *src, void *dst, int64_t n) {
-    const sw_type_traits *t = sw_type_info(type);
-    if (!t || n < 0 || n % t->block_size) return false;
-    uint8_t *p = dst;
-    switch (type) {
-    case SW_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return true;
-    case SW_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) { sw_f16 h = sw_f32_to_f16(src[i]); memcpy(p + 2 * i, &h, 2); }
-        return true;
-    case SW_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) { sw_bf16 h = sw_f32_to_bf16(src[i]); memcpy(p + 2 * i, &h, 2); }
-        return true;
-    default: break;
-    }
-    int64_t nb = n / t->block_size;
-    for (int64_t i = 0; i < nb; i++) {
-        void *blk = p + i * t->type_size;
-        const float *x = src + i * t->block_size;
-        switch (type) {
-        case SW_TYPE_Q4_0: quant_q4_0(x, blk); break;
-        case SW_TYPE_Q4_1: quant_q4_1(x, blk); break;
-        case SW_TYPE_Q5_0: quant_q5_0(x, blk); break;
-        case SW_TYPE_Q5_1: quant_q5_1(x, blk); break;
-        case SW_TYPE_Q8_0: quant_q8_0(x, blk); break;
-        case SW_TYPE_Q4_K: quant_q4_k(x, blk); break;
-        case SW_TYPE_Q5_K: quant_q5_k(x, blk); break;
-        case SW_TYPE_Q6_K: quant_q6_k(x, blk); break;
-        case SW_TYPE_Q8_K: quant_q8_k(x, blk); break;
-        default: return false;
-        }
-    }
-    return true;
-}
 
 /* ---- reference dot products ----------------------------------------------
  * Integer sums inside a block, one float multiply-add per block (or per
@@ -717,6 +651,75 @@ static float dot_q8_k(const block_q8_k *w, const block_q8_k *a) {
     return w->d * a->d * (float)s;
 }
 
+/* ---- the scalar reference of each block type, and the row functions ----
+ * One table, so that dequantize, quantize and dot find a type's block
+ * functions the same way. The adapters take void pointers (calling a
+ * function through a pointer of another type is undefined). */
+
+typedef struct {
+    void (*deq)(const void *blk, float *y);
+    void (*quant)(const float *x, void *blk);
+    float (*dot)(const void *w, const void *act);
+} block_ref;
+
+#define BLOCK_REF(T)                                                                      \
+    static void deq_##T##_v(const void *b, float *y) { deq_##T(b, y); }                  \
+    static void quant_##T##_v(const float *x, void *b) { quant_##T(x, b); }              \
+    static float dot_##T##_v(const void *w, const void *a) { return dot_##T(w, a); }
+BLOCK_REF(q4_0) BLOCK_REF(q4_1) BLOCK_REF(q5_0) BLOCK_REF(q5_1) BLOCK_REF(q8_0)
+BLOCK_REF(q4_k) BLOCK_REF(q5_k) BLOCK_REF(q6_k) BLOCK_REF(q8_k)
+#undef BLOCK_REF
+
+#define REF(T) { deq_##T##_v, quant_##T##_v, dot_##T##_v }
+static const block_ref BLOCK_REFS[SW_TYPE_COUNT] = {
+    [SW_TYPE_Q4_0] = REF(q4_0), [SW_TYPE_Q4_1] = REF(q4_1), [SW_TYPE_Q5_0] = REF(q5_0),
+    [SW_TYPE_Q5_1] = REF(q5_1), [SW_TYPE_Q8_0] = REF(q8_0), [SW_TYPE_Q4_K] = REF(q4_k),
+    [SW_TYPE_Q5_K] = REF(q5_k), [SW_TYPE_Q6_K] = REF(q6_k), [SW_TYPE_Q8_K] = REF(q8_k),
+};
+#undef REF
+
+bool sw_dequantize_row(sw_type type, const void *src, float *dst, int64_t n) {
+    const sw_type_traits *t = sw_type_info(type);
+    if (!t || n < 0 || n % t->block_size) return false;
+    int64_t nb = n / t->block_size;
+    const uint8_t *p = src;
+    switch (type) {
+    case SW_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return true;
+    case SW_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) { sw_f16 h; memcpy(&h, p + 2 * i, 2); dst[i] = sw_f16_to_f32(h); }
+        return true;
+    case SW_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) { sw_bf16 h; memcpy(&h, p + 2 * i, 2); dst[i] = sw_bf16_to_f32(h); }
+        return true;
+    default: break;
+    }
+    const block_ref *r = &BLOCK_REFS[type];
+    if (!r->deq) return false;
+    for (int64_t i = 0; i < nb; i++) r->deq(p + i * t->type_size, dst + i * t->block_size);
+    return true;
+}
+
+bool sw_quantize_row(sw_type type, const float *src, void *dst, int64_t n) {
+    const sw_type_traits *t = sw_type_info(type);
+    if (!t || n < 0 || n % t->block_size) return false;
+    uint8_t *p = dst;
+    switch (type) {
+    case SW_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return true;
+    case SW_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) { sw_f16 h = sw_f32_to_f16(src[i]); memcpy(p + 2 * i, &h, 2); }
+        return true;
+    case SW_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) { sw_bf16 h = sw_f32_to_bf16(src[i]); memcpy(p + 2 * i, &h, 2); }
+        return true;
+    default: break;
+    }
+    const block_ref *r = &BLOCK_REFS[type];
+    if (!r->quant) return false;
+    int64_t nb = n / t->block_size;
+    for (int64_t i = 0; i < nb; i++) r->quant(src + i * t->block_size, p + i * t->type_size);
+    return true;
+}
+
 float sw_vec_dot_ref(sw_type type, int64_t n, const void *w, const void *act) {
     const sw_type_traits *t = sw_type_info(type);
     if (!t || n < 0 || n % t->block_size) return NAN;
@@ -735,22 +738,10 @@ float sw_vec_dot_ref(sw_type type, int64_t n, const void *w, const void *act) {
         return sum;
     default: break;
     }
+    const block_ref *r = &BLOCK_REFS[type];
+    if (!r->dot) return NAN;
     const sw_type_traits *at = sw_type_info(t->vec_dot_type);
     int64_t nb = n / t->block_size;
-    for (int64_t i = 0; i < nb; i++) {
-        const void *bw = pw + i * t->type_size, *ba = pa + i * at->type_size;
-        switch (type) {
-        case SW_TYPE_Q4_0: sum += dot_q4_0(bw, ba); break;
-        case SW_TYPE_Q4_1: sum += dot_q4_1(bw, ba); break;
-        case SW_TYPE_Q5_0: sum += dot_q5_0(bw, ba); break;
-        case SW_TYPE_Q5_1: sum += dot_q5_1(bw, ba); break;
-        case SW_TYPE_Q8_0: sum += dot_q8_0(bw, ba); break;
-        case SW_TYPE_Q4_K: sum += dot_q4_k(bw, ba); break;
-        case SW_TYPE_Q5_K: sum += dot_q5_k(bw, ba); break;
-        case SW_TYPE_Q6_K: sum += dot_q6_k(bw, ba); break;
-        case SW_TYPE_Q8_K: sum += dot_q8_k(bw, ba); break;
-        default: return NAN;
-        }
-    }
+    for (int64_t i = 0; i < nb; i++) sum += r->dot(pw + i * t->type_size, pa + i * at->type_size);
     return sum;
 }
