@@ -524,14 +524,19 @@ static void touch(sw_worker *w, int64_t now)
     pthread_mutex_unlock(&B.g->reg.mu);
 }
 
-static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t len)
+/* A frame's envelope, validated; NULL (and a log line naming `from`) if not. */
+static sw_env *decode_or_drop(const void *buf, size_t len, const char *from)
 {
     char err[256];
     sw_env *env = sw_wire_decode(buf, len, err, sizeof err);
-    if (!env) {
-        fprintf(stderr, "gateway: dropped an invalid frame (%zu bytes) from a peer: %s\n", len, err);
-        return;
-    }
+    if (!env) fprintf(stderr, "gateway: dropped an invalid frame (%zu bytes) from %s: %s\n", len, from, err);
+    return env;
+}
+
+static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t len)
+{
+    sw_env *env = decode_or_drop(buf, len, "a peer");
+    if (!env) return;
     int64_t now = sw_now_ms();
     if (env->body_case == SPILLWAY__ENVELOPE__BODY_REGISTER) {
         on_register(id, idlen, env->register_);
@@ -647,12 +652,8 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
 
 static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, size_t len)
 {
-    char err[256];
-    sw_env *env = sw_wire_decode(buf, len, err, sizeof err);
-    if (!env) {
-        fprintf(stderr, "gateway: dropped an invalid frame (%zu bytes) from an SDK client: %s\n", len, err);
-        return;
-    }
+    sw_env *env = decode_or_drop(buf, len, "an SDK client");
+    if (!env) return;
     if (idlen > sizeof(((sw_req *)0)->sdk_ident)) {
         sw_wire_free(env);
         return;
