@@ -31,7 +31,7 @@ ifneq ($(NVCC),)
 CUDA_HOME := $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
 CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
 CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublasLt -lcudart -lstdc++
-NVCCFLAGS := -O3 -std=c++17 -I. -I$(B)/gen -Xcompiler -fPIC,-Wall \
+NVCCFLAGS := -O3 -std=c++17 -I. -I$(B)/gen -MMD -MP -Xcompiler -fPIC,-Wall \
              -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_89,code=sm_89 \
              -gencode=arch=compute_90a,code=compute_90a
 CFLAGS_GPU := -DSW_HAVE_CUDA=1
