@@ -40,56 +40,41 @@ __device__ __forceinline__ void store_out(int mode, float v, size_t i, bf16 *ob,
     else of[i] = v;
 }
 
-__device__ __forceinline__ float warp_sum(float v)
+struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
+struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+
+template <class Op> __device__ __forceinline__ float warp_reduce(float v, Op op)
 {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
-__device__ __forceinline__ float warp_max(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, SumOp()); }
+__device__ __forceinline__ float warp_max(float v) { return warp_reduce(v, MaxOp()); }
 
-// Block-wide sum (any blockDim multiple of 32, <= 1024). All threads get the result.
-__device__ float block_sum(float v)
+// Block-wide reduction (any blockDim multiple of 32, <= 1024); every thread
+// gets the result. `identity` fills the slots of missing warps.
+template <class Op> __device__ float block_reduce(float v, float identity, Op op)
 {
     __shared__ float part[32];
     __shared__ float total;
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = warp_sum(v);
+    v = warp_reduce(v, op);
     __syncthreads();
     if (lane == 0) part[wid] = v;
     __syncthreads();
     if (wid == 0) {
-        float s = lane < nw ? part[lane] : 0.0f;
-        s = warp_sum(s);
+        float s = lane < nw ? part[lane] : identity;
+        s = warp_reduce(s, op);
         if (lane == 0) total = s;
     }
     __syncthreads();
     return total;
 }
 
-__device__ float block_max(float v)
-{
-    __shared__ float part[32];
-    __shared__ float total;
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) part[wid] = v;
-    __syncthreads();
-    if (wid == 0) {
-        float s = lane < nw ? part[lane] : -INFINITY;
-        s = warp_max(s);
-        if (lane == 0) total = s;
-    }
-    __syncthreads();
-    return total;
-}
+__device__ float block_sum(float v) { return block_reduce(v, 0.0f, SumOp()); }
+__device__ float block_max(float v) { return block_reduce(v, -INFINITY, MaxOp()); }
 
 // ---------------------------------------------------------------- small ops
 
