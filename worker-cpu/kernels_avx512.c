@@ -255,16 +255,12 @@ q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const 
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
 }
 
-#define SW_Q16_CASE(k) case k: q4k16_rows(p, nb, act, stride, bsp, bsp_stride, k, out, ostride); break;
+#define SW_Q16_CALL(k) q4k16_rows(p, nb, act, stride, bsp, bsp_stride, k, out, ostride)
 static void q4k16_vnni(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
                        size_t bsp_stride, int ntok, float *out, size_t ostride) {
-    switch (ntok) {
-    SW_Q16_CASE(1) SW_Q16_CASE(2) SW_Q16_CASE(3) SW_Q16_CASE(4)
-    SW_Q16_CASE(5) SW_Q16_CASE(6) SW_Q16_CASE(7) SW_Q16_CASE(8)
-    default: break;
-    }
+    SW_FOR_NT(ntok, SW_Q16_CALL)
 }
-#undef SW_Q16_CASE
+#undef SW_Q16_CALL
 
 /* Prepacked Q6_K: two 64-byte quant loads and one high-bit load give four
  * vectors of 6-bit quants (one ternarylogic each), the +32 offset is the
@@ -327,16 +323,12 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
 }
 
-#define SW_Q16_CASE(k) case k: q6k16_rows(p, nb, act, stride, bsp, bsp_stride, k, out, ostride); break;
+#define SW_Q16_CALL(k) q6k16_rows(p, nb, act, stride, bsp, bsp_stride, k, out, ostride)
 static void q6k16_vnni(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
                        size_t bsp_stride, int ntok, float *out, size_t ostride) {
-    switch (ntok) {
-    SW_Q16_CASE(1) SW_Q16_CASE(2) SW_Q16_CASE(3) SW_Q16_CASE(4)
-    SW_Q16_CASE(5) SW_Q16_CASE(6) SW_Q16_CASE(7) SW_Q16_CASE(8)
-    default: break;
-    }
+    SW_FOR_NT(ntok, SW_Q16_CALL)
 }
-#undef SW_Q16_CASE
+#undef SW_Q16_CALL
 #undef ACT_BLOCK_Q
 #pragma GCC pop_options
 

@@ -289,28 +289,20 @@ static int SW_SFX(pack16)(sw_type type, const uint8_t *w, size_t row_size, int64
     return type == SW_TYPE_Q6_K ? 16 : 8;
 }
 
-#define SW_G16_CASE(k)                                                                                     \
-    case k:                                                                                                \
-        if (nsub == 8) SW_SFX(gemm16_rows)(p, nb, 8, act, stride, aux, aux_stride, k, out, ostride);       \
-        else SW_SFX(gemm16_rows)(p, nb, 16, act, stride, aux, aux_stride, k, out, ostride);                \
-        break;
+#define SW_G16_CALL(k)                                                                            \
+    (nsub == 8 ? SW_SFX(gemm16_rows)(p, nb, 8, act, stride, aux, aux_stride, k, out, ostride)      \
+               : SW_SFX(gemm16_rows)(p, nb, 16, act, stride, aux, aux_stride, k, out, ostride))
 static void SW_SFX(gemm16)(const sw_kpack16 *p, int64_t nb, int nsub, const void *act, size_t stride,
                            const float *aux, size_t aux_stride, int ntok, float *out, size_t ostride) {
-    switch (ntok) {
-    SW_G16_CASE(1) SW_G16_CASE(2) SW_G16_CASE(3) SW_G16_CASE(4)
-    SW_G16_CASE(5) SW_G16_CASE(6) SW_G16_CASE(7) SW_G16_CASE(8)
-    default: break;
-    }
+    SW_FOR_NT(ntok, SW_G16_CALL)
 }
-#undef SW_G16_CASE
+#undef SW_G16_CALL
 
 /* ---- entry points: one token, and 1..SW_DOTN_MAX tokens ----------------------------- */
 
-#define SW_KQ_CASE(kind, k)                                                                                 \
-    case k:                                                                                                 \
-        if (aux) SW_SFX(kind##_rows)(n, w, act, stride, aux, aux_stride, k, true, out, ostride);             \
-        else SW_SFX(kind##_rows)(n, w, act, stride, NULL, 0, k, false, out, ostride);                        \
-        break;
+#define SW_KQ_CALL(k)                                                                                     \
+    (aux ? SW_KQ_ROWS(n, w, act, stride, aux, aux_stride, k, true, out, ostride)                           \
+         : SW_KQ_ROWS(n, w, act, stride, NULL, 0, k, false, out, ostride))
 #define SW_KQ_ENTRY(kind)                                                                                   \
     static float SW_SFX(dot_##kind)(int64_t n, const void *w, const void *act) {                            \
         float r;                                                                                            \
@@ -319,18 +311,20 @@ static void SW_SFX(gemm16)(const sw_kpack16 *p, int64_t nb, int nsub, const void
     }                                                                                                       \
     static void SW_SFX(dotn_##kind)(int64_t n, const void *w, const void *act, size_t stride,               \
                                     const float *aux, size_t aux_stride, int ntok, float *out, size_t ostride) { \
-        switch (ntok) {                                                                                     \
-        SW_KQ_CASE(kind, 1) SW_KQ_CASE(kind, 2) SW_KQ_CASE(kind, 3) SW_KQ_CASE(kind, 4)                     \
-        SW_KQ_CASE(kind, 5) SW_KQ_CASE(kind, 6) SW_KQ_CASE(kind, 7) SW_KQ_CASE(kind, 8)                     \
-        default: break;                                                                                     \
-        }                                                                                                   \
+        SW_FOR_NT(ntok, SW_KQ_CALL)                                                                         \
     }
 
+#define SW_KQ_ROWS SW_SFX(q4_k_rows)
 SW_KQ_ENTRY(q4_k)
+#undef SW_KQ_ROWS
+#define SW_KQ_ROWS SW_SFX(q5_k_rows)
 SW_KQ_ENTRY(q5_k)
+#undef SW_KQ_ROWS
+#define SW_KQ_ROWS SW_SFX(q6_k_rows)
 SW_KQ_ENTRY(q6_k)
+#undef SW_KQ_ROWS
 #undef SW_KQ_ENTRY
-#undef SW_KQ_CASE
+#undef SW_KQ_CALL
 #undef DP_U8S8
 #undef DP_S16
 #undef ACT_BLOCK

@@ -25,6 +25,16 @@ typedef void (*sw_qact_fn)(const float *x, void *dst, int64_t n);
 
 #define SW_DOTN_MAX 8
 
+/* Runs CALL(k) for k = ntok (1..SW_DOTN_MAX) as a compile-time constant, so
+ * that every token count gets its own fully unrolled kernel instance. */
+#define SW_FOR_NT(ntok, CALL)                                                          \
+    switch (ntok) {                                                                    \
+    case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break;            \
+    case 4: CALL(4); break; case 5: CALL(5); break; case 6: CALL(6); break;            \
+    case 7: CALL(7); break; case 8: CALL(8); break;                                    \
+    default: break;                                                                    \
+    }
+
 /* 16 weight rows x one 256-weight K-quant block, row-interleaved for the
  * many-token kernel: for sub-block j and step s, the 64 bytes
  * q[(j*steps + s)*64 ..] hold 4 consecutive quants of each of the 16 rows, so
