@@ -84,23 +84,61 @@ SW_SFX(kq_scales)(const uint8_t *scales, __m512i *s01, __m512i *s23, __m256i *mi
     *mins = _mm256_permutexvar_epi16(_mm256_loadu_si256((const __m256i *)IDX_KMIN), sw);
 }
 
+/* The 256 unsigned quants of a Q4_K block (qh NULL) or Q5_K block (qh its
+ * high bits) as w[0..3]: the quants that meet activation bytes 0-63,
+ * 64-127, 128-191 and 192-255. Shared by the dot kernels and pack16. */
 static inline __attribute__((always_inline)) void
-SW_SFX(q4_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, const float *aux, size_t aux_stride,
-                  const int NT, const bool has_aux, float *out, size_t ostride) {
-    const block_q4_k *b = wv;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+SW_SFX(kq_unpack)(const uint8_t *qs, const uint8_t *qh, __m512i w[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
+    __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
+    __m512i lo0 = _mm512_and_si512(q0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+    __m512i lo1 = _mm512_and_si512(q1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+    w[0] = _mm512_shuffle_i64x2(lo0, hi0, 0x44);
+    w[1] = _mm512_shuffle_i64x2(lo0, hi0, 0xEE);
+    w[2] = _mm512_shuffle_i64x2(lo1, hi1, 0x44);
+    w[3] = _mm512_shuffle_i64x2(lo1, hi1, 0xEE);
+    if (qh) {
+        /* high bits: [qh | qh>>1], so bit 2c lands on the low half and bit
+         * 2c+1 on the high half; A | (B & C) = 0xF8 */
+        __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+        __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 1), 1);
+        w[0] = _mm512_ternarylogic_epi32(w[0], _mm512_slli_epi16(hz, 4), bit4, 0xF8);
+        w[1] = _mm512_ternarylogic_epi32(w[1], _mm512_slli_epi16(hz, 2), bit4, 0xF8);
+        w[2] = _mm512_ternarylogic_epi32(w[2], hz, bit4, 0xF8);
+        w[3] = _mm512_ternarylogic_epi32(w[3], _mm512_srli_epi16(hz, 2), bit4, 0xF8);
+    }
+}
+
+/* The 256 quants of a Q6_K block, stored +32 (0..63), in the same order. */
+static inline __attribute__((always_inline)) void
+SW_SFX(k6_unpack)(const block_q6_k *b, __m512i q[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++) {
+        __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
+        /* weights 128h + 0..63 and 128h + 64..127 */
+        q[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(l, m4), _mm512_slli_epi16(hz, 4), m30, 0xF8);
+        q[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), hz, m30, 0xF8);
+    }
+}
+
+/* Q4_K and Q5_K rows: the same block layout but for Q5_K's high bits. */
+static inline __attribute__((always_inline)) void
+SW_SFX(kq_rows)(int64_t n, const void *wv, const void *act, size_t stride, const float *aux, size_t aux_stride,
+                const int NT, const bool has_aux, float *out, size_t ostride, const bool q5) {
+    const uint8_t *blk = wv;
+    const size_t bsize = q5 ? sizeof(block_q5_k) : sizeof(block_q4_k);
     __m512 facc[SW_DOTN_MAX];
     __m256 macc[1] = {_mm256_setzero_ps()};
     _Pragma("GCC unroll 8")
     for (int t = 0; t < NT; t++) facc[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++, b++) {
-        __m512i q0 = _mm512_loadu_si512(b->qs), q1 = _mm512_loadu_si512(b->qs + 64);
-        __m512i lo0 = _mm512_and_si512(q0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
-        __m512i lo1 = _mm512_and_si512(q1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
-        __m512i w[4] = {
-            _mm512_shuffle_i64x2(lo0, hi0, 0x44), _mm512_shuffle_i64x2(lo0, hi0, 0xEE),
-            _mm512_shuffle_i64x2(lo1, hi1, 0x44), _mm512_shuffle_i64x2(lo1, hi1, 0xEE),
-        };
+    for (int64_t i = 0; i < n / QK_K; i++, blk += bsize) {
+        const block_q4_k *b = (const block_q4_k *)blk;   /* d, dmin, scales: same place in both */
+        __m512i w[4];
+        if (q5) SW_SFX(kq_unpack)(((const block_q5_k *)blk)->qs, ((const block_q5_k *)blk)->qh, w);
+        else SW_SFX(kq_unpack)(b->qs, NULL, w);
         __m128 dd = load_2h(&b->d);
         __m512i s01, s23;
         __m256i mins;
@@ -113,37 +151,15 @@ SW_SFX(q4_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, con
 }
 
 static inline __attribute__((always_inline)) void
+SW_SFX(q4_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, const float *aux, size_t aux_stride,
+                  const int NT, const bool has_aux, float *out, size_t ostride) {
+    SW_SFX(kq_rows)(n, wv, act, stride, aux, aux_stride, NT, has_aux, out, ostride, false);
+}
+
+static inline __attribute__((always_inline)) void
 SW_SFX(q5_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, const float *aux, size_t aux_stride,
                   const int NT, const bool has_aux, float *out, size_t ostride) {
-    const block_q5_k *b = wv;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
-    __m512 facc[SW_DOTN_MAX];
-    __m256 macc[1] = {_mm256_setzero_ps()};
-    _Pragma("GCC unroll 8")
-    for (int t = 0; t < NT; t++) facc[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++, b++) {
-        __m512i q0 = _mm512_loadu_si512(b->qs), q1 = _mm512_loadu_si512(b->qs + 64);
-        __m512i lo0 = _mm512_and_si512(q0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
-        __m512i lo1 = _mm512_and_si512(q1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
-        /* high bits: [qh | qh>>1], so bit 2c lands on the low half and bit 2c+1 on the high half */
-        __m256i qh = _mm256_loadu_si256((const __m256i *)b->qh);
-        __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 1), 1);
-        /* A | (B & C) = 0xF8 */
-        __m512i w[4] = {
-            _mm512_ternarylogic_epi32(_mm512_shuffle_i64x2(lo0, hi0, 0x44), _mm512_slli_epi16(hz, 4), bit4, 0xF8),
-            _mm512_ternarylogic_epi32(_mm512_shuffle_i64x2(lo0, hi0, 0xEE), _mm512_slli_epi16(hz, 2), bit4, 0xF8),
-            _mm512_ternarylogic_epi32(_mm512_shuffle_i64x2(lo1, hi1, 0x44), hz, bit4, 0xF8),
-            _mm512_ternarylogic_epi32(_mm512_shuffle_i64x2(lo1, hi1, 0xEE), _mm512_srli_epi16(hz, 2), bit4, 0xF8),
-        };
-        __m128 dd = load_2h(&b->d);
-        __m512i s01, s23;
-        __m256i mins;
-        SW_SFX(kq_scales)(b->scales, &s01, &s23, &mins);
-        SW_SFX(k_tokens)(w, s01, s23, _mm_cvtss_f32(dd), mins, _mm_cvtss_f32(_mm_movehdup_ps(dd)), act, stride,
-                         aux, aux_stride, i, NT, has_aux, facc, macc);
-    }
-    _Pragma("GCC unroll 8")
-    for (int t = 0; t < NT; t++) out[t * ostride] = hsum512(facc[t]) - (NT == 1 ? hsum256(macc[0]) : 0.0f);
+    SW_SFX(kq_rows)(n, wv, act, stride, aux, aux_stride, NT, has_aux, out, ostride, true);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------------ */
@@ -152,7 +168,6 @@ static inline __attribute__((always_inline)) void
 SW_SFX(q6_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, const float *aux, size_t aux_stride,
                   const int NT, const bool has_aux, float *out, size_t ostride) {
     const block_q6_k *b = wv;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     const __m512i idx0 = _mm512_loadu_si512(IDX_K6_0), idx1 = _mm512_loadu_si512(IDX_K6_1);
     __m512 facc[SW_DOTN_MAX];
     __m256 macc[1] = {_mm256_setzero_ps()};
@@ -160,15 +175,7 @@ SW_SFX(q6_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, con
     for (int t = 0; t < NT; t++) facc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++, b++) {
         __m512i q[4];
-        _Pragma("GCC unroll 2")
-        for (int h = 0; h < 2; h++) {
-            __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-            __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
-            /* weights 128h + 0..63 and 128h + 64..127, values 0..63 (stored +32) */
-            q[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(l, m4), _mm512_slli_epi16(hz, 4), m30, 0xF8);
-            q[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), hz, m30, 0xF8);
-        }
+        SW_SFX(k6_unpack)(b, q);
         __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
         __m512i scz = _mm512_castsi256_si512(sc);
         __m512i s0 = _mm512_permutexvar_epi16(idx0, scz), s1 = _mm512_permutexvar_epi16(idx1, scz);
@@ -230,7 +237,6 @@ SW_SFX(gemm16_rows)(const sw_kpack16 *p, int64_t nb, const int nsub, const void 
  * the row interleave: row r's dword m goes to dword 16m + r. */
 static int SW_SFX(pack16)(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk) {
     if (type != SW_TYPE_Q4_K && type != SW_TYPE_Q5_K && type != SW_TYPE_Q6_K) return 0;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10), m30 = _mm512_set1_epi8(0x30);
     const __m512i lane16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                               _mm512_set1_epi32(16));
     const size_t bsize = type == SW_TYPE_Q4_K ? sizeof(block_q4_k) : type == SW_TYPE_Q5_K ? sizeof(block_q5_k)
@@ -242,35 +248,15 @@ static int SW_SFX(pack16)(sw_type type, const uint8_t *w, size_t row_size, int64
             __m512 scale, offs;
             if (type == SW_TYPE_Q6_K) {
                 const block_q6_k *b = (const block_q6_k *)blk;
-                for (int h = 0; h < 2; h++) {
-                    __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
-                    __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-                    __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
-                    q[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(l, m4), _mm512_slli_epi16(hz, 4), m30, 0xF8);
-                    q[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), hz, m30, 0xF8);
-                }
+                SW_SFX(k6_unpack)(b, q);
                 float d = _cvtsh_ss(b->d);
                 scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales))),
                                       _mm512_set1_ps(d));
                 offs = _mm512_mul_ps(scale, _mm512_set1_ps(32.0f));
             } else {
                 const block_q4_k *b = (const block_q4_k *)blk;
-                const uint8_t *qs = type == SW_TYPE_Q4_K ? b->qs : ((const block_q5_k *)blk)->qs;
-                __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
-                __m512i lo0 = _mm512_and_si512(q0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
-                __m512i lo1 = _mm512_and_si512(q1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
-                q[0] = _mm512_shuffle_i64x2(lo0, hi0, 0x44);
-                q[1] = _mm512_shuffle_i64x2(lo0, hi0, 0xEE);
-                q[2] = _mm512_shuffle_i64x2(lo1, hi1, 0x44);
-                q[3] = _mm512_shuffle_i64x2(lo1, hi1, 0xEE);
-                if (type == SW_TYPE_Q5_K) {
-                    __m256i qh = _mm256_loadu_si256((const __m256i *)((const block_q5_k *)blk)->qh);
-                    __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 1), 1);
-                    q[0] = _mm512_ternarylogic_epi32(q[0], _mm512_slli_epi16(hz, 4), bit4, 0xF8);
-                    q[1] = _mm512_ternarylogic_epi32(q[1], _mm512_slli_epi16(hz, 2), bit4, 0xF8);
-                    q[2] = _mm512_ternarylogic_epi32(q[2], hz, bit4, 0xF8);
-                    q[3] = _mm512_ternarylogic_epi32(q[3], _mm512_srli_epi16(hz, 2), bit4, 0xF8);
-                }
+                if (type == SW_TYPE_Q5_K) SW_SFX(kq_unpack)(((const block_q5_k *)blk)->qs, ((const block_q5_k *)blk)->qh, q);
+                else SW_SFX(kq_unpack)(b->qs, NULL, q);
                 __m128 dd = load_2h(blk);
                 /* words 0..7 scales, 8..15 mins -> lanes 0..7 d*sc_j (8..15 unused), offs[k] = dmin*m_{k/2} */
                 __m256i sw = k_scales_words(b->scales);
