@@ -188,39 +188,27 @@ static void deq_q8_0(const block_q8_0 *b, float *y) {
 
 /* Q4_K: chunk c (64 weights) uses qs[32c..32c+31]; low nibbles are sub-block
  * 2c, high nibbles sub-block 2c+1. */
-static inline int q4k_value(const block_q4_k *b, int i) {
+static inline int kq_value(const uint8_t *qs, const uint8_t *qh, int i) {
     int c = i / 64, l = i % 32, hi = (i / 32) & 1;
-    uint8_t byte = b->qs[32 * c + l];
-    return hi ? byte >> 4 : byte & 0xf;
+    uint8_t byte = qs[32 * c + l];
+    int v = hi ? byte >> 4 : byte & 0xf;
+    /* Q5_K: plus qh[l] bit 2c (low half) / 2c+1 (high half) of chunk c */
+    return qh ? v | (((qh[l] >> (2 * c + hi)) & 1) << 4) : v;
 }
 
-static void deq_q4_k(const block_q4_k *b, float *y) {
-    float d = F16(b->d), dmin = F16(b->dmin);
+/* Q4_K (qh NULL) and Q5_K share everything but the fifth bit. */
+static void deq_kq(sw_f16 d16, sw_f16 dmin16, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float *y) {
+    float d = F16(d16), dmin = F16(dmin16);
     for (int j = 0; j < 8; j++) {
         int sc, m;
-        k_scale_min(b->scales, j, &sc, &m);
+        k_scale_min(scales, j, &sc, &m);
         float ds = d * sc, dm = dmin * m;
-        for (int l = 0; l < 32; l++) y[32 * j + l] = ds * q4k_value(b, 32 * j + l) - dm;
+        for (int l = 0; l < 32; l++) y[32 * j + l] = ds * kq_value(qs, qh, 32 * j + l) - dm;
     }
 }
 
-/* Q5_K: as Q4_K, plus qh[l] bit 2c (low half) / 2c+1 (high half) of chunk c. */
-static inline int q5k_value(const block_q5_k *b, int i) {
-    int c = i / 64, l = i % 32, hi = (i / 32) & 1;
-    uint8_t byte = b->qs[32 * c + l];
-    int lo = hi ? byte >> 4 : byte & 0xf;
-    return lo | (((b->qh[l] >> (2 * c + hi)) & 1) << 4);
-}
-
-static void deq_q5_k(const block_q5_k *b, float *y) {
-    float d = F16(b->d), dmin = F16(b->dmin);
-    for (int j = 0; j < 8; j++) {
-        int sc, m;
-        k_scale_min(b->scales, j, &sc, &m);
-        float ds = d * sc, dm = dmin * m;
-        for (int l = 0; l < 32; l++) y[32 * j + l] = ds * q5k_value(b, 32 * j + l) - dm;
-    }
-}
+static void deq_q4_k(const block_q4_k *b, float *y) { deq_kq(b->d, b->dmin, b->scales, b->qs, NULL, y); }
+static void deq_q5_k(const block_q5_k *b, float *y) { deq_kq(b->d, b->dmin, b->scales, b->qs, b->qh, y); }
 
 /* Q6_K: each 128-weight half h uses ql[64h..64h+63] and qh[32h..32h+31].
  * Weight 128h + 32k + l (k 0..3, l 0..31): low 4 bits from ql[64h + l + 32*(k&1)]
@@ -587,42 +575,27 @@ static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *a) {
 /* Q4_K / Q5_K: chunk c (64 weights) holds sub-block 2c in the low nibbles of
  * qs[32c..32c+31] and sub-block 2c+1 in the high nibbles (Q5_K: plus bits 2c
  * and 2c+1 of qh[l]). */
-static float dot_q4_k(const block_q4_k *w, const block_q8_k *a) {
+/* Q4_K (qh NULL) and Q5_K x Q8_K. */
+static float dot_kq(sw_f16 d, sw_f16 dmin, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                    const block_q8_k *a) {
     int isum = 0, msum = 0;
     for (int c = 0; c < 4; c++) {
         int sc0, m0, sc1, m1, s0 = 0, s1 = 0;
-        k_scale_min(w->scales, 2 * c, &sc0, &m0);
-        k_scale_min(w->scales, 2 * c + 1, &sc1, &m1);
-        const uint8_t *q = w->qs + 32 * c;
+        k_scale_min(scales, 2 * c, &sc0, &m0);
+        k_scale_min(scales, 2 * c + 1, &sc1, &m1);
         const int8_t *y = a->qs + 64 * c;
         for (int l = 0; l < 32; l++) {
-            s0 += (q[l] & 0xf) * y[l];
-            s1 += (q[l] >> 4) * y[l + 32];
+            s0 += kq_value(qs, qh, 64 * c + l) * y[l];
+            s1 += kq_value(qs, qh, 64 * c + 32 + l) * y[l + 32];
         }
         isum += sc0 * s0 + sc1 * s1;
         msum += m0 * (a->bsums[4 * c] + a->bsums[4 * c + 1]) + m1 * (a->bsums[4 * c + 2] + a->bsums[4 * c + 3]);
     }
-    return a->d * (F16(w->d) * (float)isum - F16(w->dmin) * (float)msum);
+    return a->d * (F16(d) * (float)isum - F16(dmin) * (float)msum);
 }
 
-static float dot_q5_k(const block_q5_k *w, const block_q8_k *a) {
-    int isum = 0, msum = 0;
-    for (int c = 0; c < 4; c++) {
-        int sc0, m0, sc1, m1, s0 = 0, s1 = 0;
-        k_scale_min(w->scales, 2 * c, &sc0, &m0);
-        k_scale_min(w->scales, 2 * c + 1, &sc1, &m1);
-        const uint8_t *q = w->qs + 32 * c;
-        const int8_t *y = a->qs + 64 * c;
-        for (int l = 0; l < 32; l++) {
-            int h0 = ((w->qh[l] >> (2 * c)) & 1) << 4, h1 = ((w->qh[l] >> (2 * c + 1)) & 1) << 4;
-            s0 += ((q[l] & 0xf) | h0) * y[l];
-            s1 += ((q[l] >> 4) | h1) * y[l + 32];
-        }
-        isum += sc0 * s0 + sc1 * s1;
-        msum += m0 * (a->bsums[4 * c] + a->bsums[4 * c + 1]) + m1 * (a->bsums[4 * c + 2] + a->bsums[4 * c + 3]);
-    }
-    return a->d * (F16(w->d) * (float)isum - F16(w->dmin) * (float)msum);
-}
+static float dot_q4_k(const block_q4_k *w, const block_q8_k *a) { return dot_kq(w->d, w->dmin, w->scales, w->qs, NULL, a); }
+static float dot_q5_k(const block_q5_k *w, const block_q8_k *a) { return dot_kq(w->d, w->dmin, w->scales, w->qs, w->qh, a); }
 
 /* Q6_K: see q6k_value. For half h and l in one 16-run (sub-block 8h + l/16),
  * the same ql/qh bytes give weights 128h + l + 32k of sub-blocks +2k. */
