@@ -7,7 +7,8 @@
  *   logits = Wout * norm(x)
  *
  * Matrices go through sw_matmul_tensor with all tokens at once (weights read
- * once per step); attention is parallel over (token, head) with OpenMP.
+ * once per step); attention is parallel over (token, head) with OpenMP. The
+ * last layer runs past K and V only for the tokens that want logits.
  */
 #include "worker-cpu/forward.h"
 #include "worker-cpu/attention.h"
@@ -45,6 +46,9 @@ struct sw_ctx {
     float *hb, *hb2;          /* [B][n_ff] */
     float *att;               /* [threads][group][ctx_pad] attention scores */
     int att_threads;
+    /* the batch's tokens that want logits, in batch order, and their indexes */
+    sw_tok_in *out_toks;      /* [B] */
+    int *out_idx;             /* [B] */
     /* precise mode: activations are quantized twice (value + residual) */
     bool precise;
     /* prepacked copies of the layer matrices ([layer][NPACK], NULL where the
@@ -240,7 +244,9 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     c->att_threads = omp_get_max_threads();
     c->att = falloc((size_t)c->att_threads * (hp->n_head / hp->n_head_kv) * c->ctx_pad);
     c->zeros = falloc(hp->head_dim > (uint32_t)c->ctx_pad ? hp->head_dim : (size_t)c->ctx_pad);
-    if (!c->kv_k || !c->kv_v || !c->attn_norm || !c->ffn_norm || !c->out_norm || !c->inv_freq ||
+    c->out_toks = malloc(B * sizeof *c->out_toks);
+    c->out_idx = malloc(B * sizeof *c->out_idx);
+    if (!c->out_toks || !c->out_idx ||!c->kv_k || !c->kv_v || !c->attn_norm || !c->ffn_norm || !c->out_norm || !c->inv_freq ||
         !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->kh || !c->hb || !c->hb2 || !c->att ||
         !c->zeros) {
         sw_errf(err, errlen, "out of memory for %d sequences x %d positions (KV %.1f MiB)", n_seq, n_ctx,
@@ -289,6 +295,7 @@ void sw_ctx_free(sw_ctx *c)
     free(c->x); free(c->xb); free(c->xb2);
     free(c->q); free(c->k); free(c->v); free(c->kh);
     free(c->hb); free(c->hb2); free(c->att); free(c->zeros); free(c->px); free(c->py);
+    free(c->out_toks); free(c->out_idx);
     free(c);
 }
 
@@ -494,68 +501,106 @@ static int check_batch(const sw_ctx *c, const sw_tok_in *toks, int n, char *err,
     return 0;
 }
 
-int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char *err, size_t errlen)
+/* Moves rows idx[0..n-1] (increasing) of a [][width] array to rows 0..n-1. */
+static void compact_rows(float *a, size_t width, const int *idx, int n)
 {
-    if (check_batch(c, toks, n, err, errlen)) return -1;
-    const sw_model *m = c->m;
-    const sw_hparams *hp = &m->hp;
-    const int E = (int)hp->n_embd, F = (int)hp->n_ff, QD = c->q_dim, KVD = c->kv_dim;
+    for (int i = 0; i < n; i++)
+        if (idx[i] != i) memcpy(a + (size_t)i * width, a + (size_t)idx[i] * width, width * sizeof(float));
+}
+
+/* x += Wo * attention(...) for the nq query tokens qtoks, after filing all n
+ * tokens' K and V into the cache. nq < n only in the last layer (see
+ * sw_forward): there qtoks are the tokens that want logits, at batch
+ * indexes qidx, and x and xb are compacted to them once K and V are made. */
+static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n, const sw_tok_in *qtoks,
+                            const int *qidx, int nq)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const sw_layer *L = &c->m->layers[l];
+    const int E = (int)hp->n_embd, QD = c->q_dim, KVD = c->kv_dim;
     const sw_attn_kernels *ak = sw_attn_kernels_for(sw_isa_active());
-    const float eps = hp->rms_eps;
 
-    /* Embedding lookup. */
-    for (int t = 0; t < n; t++) sw_get_row(m->token_embd, toks[t].token, c->x + (size_t)t * E);
-
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        const sw_layer *L = &m->layers[l];
-        const float *an = c->attn_norm + (size_t)l * E, *fn = c->ffn_norm + (size_t)l * E;
-
-        /* Attention block: normalize, project to q/k/v for all tokens at once. */
-        norm_rows(c->xb, c->x, an, n, E, eps);
+    norm_rows(c->xb, c->x, c->attn_norm + (size_t)l * E, n, E, hp->rms_eps);
+    if (nq == n) {
         if (!fused_packed(c, l, PK_Q, 3, c->xb, n, (float *const[]){c->q, c->k, c->v})) {
             matmul(c, L->wq, packed(c, l, PK_Q), c->xb, n, c->q);
             matmul(c, L->wk, packed(c, l, PK_K), c->xb, n, c->k);
             matmul(c, L->wv, packed(c, l, PK_V), c->xb, n, c->v);
         }
-
-        /* Rotate q and k by position, then file k and v into each token's
-         * sequence cache before any attention reads it (tokens of the same
-         * sequence in this batch see each other, causally). */
-#pragma omp parallel for if (n > 4)
-        for (int t = 0; t < n; t++) {
-            float *q = c->q + (size_t)t * QD, *k = c->k + (size_t)t * KVD;
-            rope(q, (int)hp->n_head, (int)hp->head_dim, (int)hp->n_rot, toks[t].pos, c->inv_freq);
-            rope(k, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->n_rot, toks[t].pos, c->inv_freq);
-            kv_store(c, ak, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD, c->kh + (size_t)t * KVD);
+    } else {
+        if (!fused_packed(c, l, PK_K, 2, c->xb, n, (float *const[]){c->k, c->v})) {
+            matmul(c, L->wk, packed(c, l, PK_K), c->xb, n, c->k);
+            matmul(c, L->wv, packed(c, l, PK_V), c->xb, n, c->v);
         }
-
-        attention(c, (int)l, toks, n, c->xb);
-        matmul(c, L->wo, packed(c, l, PK_O), c->xb, n, c->xb2);
-        add_rows(c->x, c->xb2, n, E);
-
-        /* Feed-forward block (SwiGLU). */
-        norm_rows(c->xb, c->x, fn, n, E, eps);
-        if (!fused_packed(c, l, PK_GATE, 2, c->xb, n, (float *const[]){c->hb, c->hb2})) {
-            matmul(c, L->w_gate, packed(c, l, PK_GATE), c->xb, n, c->hb);
-            matmul(c, L->w_up, packed(c, l, PK_UP), c->xb, n, c->hb2);
-        }
-#pragma omp parallel for if (n > 4)
-        for (int t = 0; t < n; t++) {
-            float *g = c->hb + (size_t)t * F, *u = c->hb2 + (size_t)t * F;
-            swiglu(g, u, F);
-        }
-        matmul(c, L->w_down, packed(c, l, PK_DOWN), c->hb, n, c->xb2);
-        add_rows(c->x, c->xb2, n, E);
+        compact_rows(c->xb, (size_t)E, qidx, nq);
+        compact_rows(c->x, (size_t)E, qidx, nq);
+        if (nq) matmul(c, L->wq, packed(c, l, PK_Q), c->xb, nq, c->q);
     }
 
-    /* Final norm and output projection, only for the tokens that want logits
-     * (during prefill usually just the last one): pack those rows first. */
-    int nl = 0;
+    /* Rotate q and k by position, then file k and v into each token's
+     * sequence cache before any attention reads it (tokens of the same
+     * sequence in this batch see each other, causally). */
+#pragma omp parallel for if (n > 4)
     for (int t = 0; t < n; t++) {
-        if (!toks[t].logits) continue;
-        rmsnorm(c->xb + (size_t)nl * E, c->x + (size_t)t * E, c->out_norm, E, eps);
-        nl++;
+        float *k = c->k + (size_t)t * KVD;
+        if (t < nq)
+            rope(c->q + (size_t)t * QD, (int)hp->n_head, (int)hp->head_dim, (int)hp->n_rot, qtoks[t].pos, c->inv_freq);
+        rope(k, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->n_rot, toks[t].pos, c->inv_freq);
+        kv_store(c, ak, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD, c->kh + (size_t)t * KVD);
     }
+    if (!nq) return;
+    attention(c, (int)l, qtoks, nq, c->xb);
+    matmul(c, L->wo, packed(c, l, PK_O), c->xb, nq, c->xb2);
+    add_rows(c->x, c->xb2, nq, E);
+}
+
+/* x += W_down * (silu(W_gate * norm(x)) * (W_up * norm(x))) for n rows. */
+static void ffn_block(sw_ctx *c, uint32_t l, int n)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const sw_layer *L = &c->m->layers[l];
+    const int E = (int)hp->n_embd, F = (int)hp->n_ff;
+    if (!n) return;
+    norm_rows(c->xb, c->x, c->ffn_norm + (size_t)l * E, n, E, hp->rms_eps);
+    if (!fused_packed(c, l, PK_GATE, 2, c->xb, n, (float *const[]){c->hb, c->hb2})) {
+        matmul(c, L->w_gate, packed(c, l, PK_GATE), c->xb, n, c->hb);
+        matmul(c, L->w_up, packed(c, l, PK_UP), c->xb, n, c->hb2);
+    }
+#pragma omp parallel for if (n > 4)
+    for (int t = 0; t < n; t++) swiglu(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
+    matmul(c, L->w_down, packed(c, l, PK_DOWN), c->hb, n, c->xb2);
+    add_rows(c->x, c->xb2, n, E);
+}
+
+int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char *err, size_t errlen)
+{
+    if (check_batch(c, toks, n, err, errlen)) return -1;
+    const sw_model *m = c->m;
+    const sw_hparams *hp = &m->hp;
+    const int E = (int)hp->n_embd;
+
+    /* The tokens that want logits (in prefill usually only the last one). */
+    int nl = 0;
+    for (int t = 0; t < n; t++)
+        if (toks[t].logits) { c->out_toks[nl] = toks[t]; c->out_idx[nl++] = t; }
+
+    /* Embedding lookup. */
+    for (int t = 0; t < n; t++) sw_get_row(m->token_embd, toks[t].token, c->x + (size_t)t * E);
+
+    /* Every layer but the last runs all n tokens. The last one only feeds
+     * the logits and its own K/V cache entries, so past K and V it runs
+     * just the tokens that want logits: a 512-token prefill skips wq, wo,
+     * attention and the FFN of one layer for 511 of them (1/n_layer of its
+     * work; llama.cpp does the same). */
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        bool last = l + 1 == hp->n_layer && nl < n;
+        attention_block(c, l, toks, n, last ? c->out_toks : toks, c->out_idx, last ? nl : n);
+        ffn_block(c, l, last ? nl : n);
+    }
+
+    /* Final norm and output projection of the rows that want logits: after
+     * the last layer they are rows 0..nl-1 (compacted, or all n). */
+    for (int i = 0; i < nl; i++) rmsnorm(c->xb + (size_t)i * E, c->x + (size_t)i * E, c->out_norm, E, hp->rms_eps);
     if (nl) matmul(c, m->output, c->pk_out, c->xb, nl, logits_out);
     return 0;
 }
