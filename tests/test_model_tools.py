@@ -259,6 +259,22 @@ def test_bench_reports_table_and_json(tmp_path):
     assert abs(j["decode_b1_bw_fraction"] - b1["gb_per_s"] / b1["mem_read_beside_gb_per_s"]) < 0.01
     assert abs(j["prefill_over_decode_b1"] - j["prefill_tokens_per_s"] / b1["tokens_per_s"]) < 0.05
     assert abs(j["decode_b3_over_b1"] - j["decode"][1]["tokens_per_s"] / b1["tokens_per_s"]) < 0.05
+    # Weight multiply-adds per token of the tiny shape (dim 128, 2 layers,
+    # 4/2 heads of 32, ffn 256, vocab 1024): wk+wv, the rest of a layer, and
+    # the output. The 32-token prompt runs its last layer past K/V and the
+    # output for its last token only; a decode token runs everything.
+    kv, rest, out = 128 * 2 * 64, 2 * 128 * 128 + 3 * 128 * 256, 128 * 1024
+    prompt = (1 * 32 * (kv + rest) + 32 * kv + rest + out) / 32
+    assert abs(j["prefill_gmac_per_s"] * 1e9 / j["prefill_tokens_per_s"] / prompt - 1) < 0.01
+    for d in j["decode"]:
+        assert abs(d["gmac_per_s"] * 1e9 / d["tokens_per_s"] / (2 * (kv + rest) + out) - 1) < 0.01
+    assert j["int8_peak_gmac_per_s"] >= 0
+    if j["int8_peak_gmac_per_s"] > 0:   # a CPU with the VNNI path
+        peak = j["int8_peak_gmac_per_s"]
+        assert abs(j["prefill_fraction_of_int8_peak"] - j["prefill_gmac_per_s"] / peak) < 0.002
+        ceiling = peak * 1e9 / prompt
+        assert abs(j["prefill_at_int8_peak_over_decode_b1"] / (ceiling / b1["tokens_per_s"]) - 1) < 0.01
+        assert any(l.startswith("int8 multiply-add peak") for l in lines), r.stdout
 
 
 def test_bench_cli_errors(tmp_path):
@@ -285,3 +301,4 @@ def test_bench_kernels_mode(tmp_path):
     for k in j["kernels"]:
         assert k["gb_per_s"] > 0 and k["gmac_per_s"] > 0, k
     assert j["mem_read_gb_per_s"] > 0 and j["threads"] == 2
+    assert j["int8_peak_gmac_per_s"] > 0   # the packed kernels are the VNNI path

@@ -604,3 +604,12 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
     if (nl) matmul(c, m->output, c->pk_out, c->xb, nl, logits_out);
     return 0;
 }
+
+double sw_forward_weight_macs(const sw_model *m, int n, int n_logits)
+{
+    const sw_hparams *hp = &m->hp;
+    const double E = hp->n_embd, QD = (double)hp->n_head * hp->head_dim, KVD = (double)hp->n_head_kv * hp->head_dim;
+    const double kv = E * 2 * KVD, rest = E * QD + QD * E + 3 * E * hp->n_ff;   /* wk+wv; wq, wo, FFN */
+    int nq = n_logits < n ? n_logits : n;
+    return (hp->n_layer - 1.0) * n * (kv + rest) + n * kv + nq * rest + (double)n_logits * E * hp->n_vocab;
+}

@@ -42,4 +42,9 @@ int sw_ctx_set_precise(sw_ctx *c, bool precise);
  * -1 with err filled when the batch is invalid (token/pos/seq out of range). */
 int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char *err, size_t errlen);
 
+/* Weight multiply-adds of one sw_forward call over n tokens of which
+ * n_logits want logits (the last layer and the output run only those; see
+ * sw_forward). Attention, which is float work over the cache, not counted. */
+double sw_forward_weight_macs(const sw_model *m, int n, int n_logits);
+
 #endif

@@ -21,6 +21,7 @@
  */
 #include "worker-cpu/kernels.h"
 #include "worker-cpu/kernels_impl.h"
+#include "llm/clock.h"
 
 #include <math.h>
 #include <omp.h>
@@ -125,6 +126,29 @@ const char *sw_isa_name(sw_isa isa) {
     case SW_ISA_AVX512: return "avx512";
     }
     return "?";
+}
+
+/* ---- the int8 multiply-add peak --------------------------------------------- */
+
+double sw_int8_peak_gmac_s(double seconds) {
+    const sw_kernel_table *kt = ktab();
+    if (!kt->int8_peak) return 0.0;
+    const int64_t iters = 1 << 16;   /* ~50M MACs: well under a millisecond a call */
+    volatile int64_t sink = 0;
+    double total = 0.0;
+    #pragma omp parallel reduction(+:total)
+    {
+        int64_t n = 0, s = 0;
+        double t0 = sw_clock_s(), dt;
+        do {
+            s += kt->int8_peak(iters);
+            n += iters;
+        } while ((dt = sw_clock_s() - t0) < seconds);
+        total += (double)n * SW_INT8_PEAK_MACS / dt;
+        sink += s;
+    }
+    (void)sink;
+    return total / 1e9;
 }
 
 /* ---- activations ---------------------------------------------------------- */

@@ -58,6 +58,13 @@ void sw_matmul_packed(const sw_packed *p, const float *x, int n_tok, float *y);
 #define SW_PACKED_FUSE_MAX 3   /* more than this many: one product each */
 void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n_tok, float *const *y);
 
+/* The CPU's int8 multiply-add peak, measured: every OpenMP thread runs
+ * independent chains of the instruction the packed kernels are built on
+ * (vpdpbusd, 64 MACs each) for `seconds`. GMAC/s over all threads; 0 when
+ * the active ISA has no such path. The yardstick for prefill and batched
+ * decode, which are bound by it. */
+double sw_int8_peak_gmac_s(double seconds);
+
 /* Row r of a tensor as floats (embedding lookup). */
 void sw_get_row(const gguf_tensor *w, int64_t r, float *out);
 

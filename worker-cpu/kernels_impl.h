@@ -106,7 +106,14 @@ typedef struct {
     int (*pack16)(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk); /* as sw_kpack16_rows */
     sw_q4k16_fn q4k16;     /* prepacked Q4_K (sw_pack_tensor); NULL: the raw-row paths */
     sw_q6k16_fn q6k16;     /* prepacked Q6_K */
+    /* iters x SW_INT8_PEAK_MACS int8 multiply-adds in independent chains of
+     * the instruction the packed kernels are built on (sw_int8_peak_gmac_s);
+     * returns a value that depends on all of them. NULL: no such path. */
+    int64_t (*int8_peak)(int64_t iters);
 } sw_kernel_table;
+
+/* int8 multiply-adds per iteration of int8_peak: 12 vpdpbusd x 64. */
+#define SW_INT8_PEAK_MACS (12 * 64)
 
 /* aux for one Q8_K row of n values (n/256 blocks): out[16*b + k] = d_b * bsums_b[k]. */
 static inline void sw_q8k_aux(const block_q8_k *y, int64_t n, float *out) {

@@ -32,7 +32,7 @@ typedef struct {
     int batches[MAX_BATCHES], n_batches;
 } options;
 
-typedef struct { int batch; double tok_s, gb_s, step_ms, mem_gb_s; } decode_result;
+typedef struct { int batch; double tok_s, gb_s, step_ms, mem_gb_s, gmac_s; } decode_result;
 
 static void usage(FILE *f)
 {
@@ -216,6 +216,7 @@ static int bench_decode(const sw_model *m, int batch, int n_gen, int precise, ui
     out->step_ms = dt / n_gen * 1e3;
     out->gb_s = (double)m->weight_bytes * n_gen / dt / 1e9;
     out->mem_gb_s = passes ? bw / passes : 0.0;
+    out->gmac_s = sw_forward_weight_macs(m, batch, batch) * n_gen / dt / 1e9;
     free(b);
     free(logits);
     sw_ctx_free(ctx);
@@ -309,13 +310,15 @@ static int bench_kernels(const options *o, int threads)
         }
     double bw = 0;
     for (int i = 0; i < 3; i++) bw += meter_pass(&rm) / 3;
-    printf("packed matmul kernels, %d threads, isa %s; streaming read %.1f GB/s\n", threads,
-           sw_isa_name(sw_isa_active()), bw);
-    printf("%-6s %-7s %7s %9s %9s\n", "type", "weights", "tokens", "GB/s", "GMAC/s");
+    double peak = sw_int8_peak_gmac_s(0.25);
+    printf("packed matmul kernels, %d threads, isa %s; streaming read %.1f GB/s; int8 multiply-add peak "
+           "(vpdpbusd) %.1f GMAC/s\n", threads, sw_isa_name(sw_isa_active()), bw, peak);
+    printf("%-6s %-7s %7s %9s %9s %8s\n", "type", "weights", "tokens", "GB/s", "GMAC/s", "of peak");
     for (int i = 0; i < nres; i++)
-        printf("%-6s %-7s %7d %9.1f %9.1f\n", res[i].type, res[i].where, res[i].tokens, res[i].gb_s, res[i].gmac_s);
-    printf("{\"threads\":%d,\"isa\":\"%s\",\"mem_read_gb_per_s\":%.2f,\"kernels\":[", threads,
-           sw_isa_name(sw_isa_active()), bw);
+        printf("%-6s %-7s %7d %9.1f %9.1f %7.0f%%\n", res[i].type, res[i].where, res[i].tokens, res[i].gb_s,
+               res[i].gmac_s, 100.0 * res[i].gmac_s / peak);
+    printf("{\"threads\":%d,\"isa\":\"%s\",\"mem_read_gb_per_s\":%.2f,\"int8_peak_gmac_per_s\":%.1f,\"kernels\":[",
+           threads, sw_isa_name(sw_isa_active()), bw, peak);
     for (int i = 0; i < nres; i++)
         printf("%s{\"type\":\"%s\",\"weights\":\"%s\",\"tokens\":%d,\"gb_per_s\":%.2f,\"gmac_per_s\":%.2f}",
                i ? "," : "", res[i].type, res[i].where, res[i].tokens, res[i].gb_s, res[i].gmac_s);
@@ -351,8 +354,13 @@ int main(int argc, char **argv)
     decode_result warm;
     if (bench_decode(m, 1, 4, o.precise, &rng, NULL, &warm)) return 1;
 
+    /* The int8 multiply-add peak, right before the prefill it bounds. */
+    double peak = sw_int8_peak_gmac_s(0.25);
     double prefill = bench_prefill(m, o.n_prompt, o.precise, &rng);
     if (prefill < 0) return 1;
+    /* weight multiply-adds per prompt token, and what the peak alone would allow */
+    double prefill_macs = sw_forward_weight_macs(m, o.n_prompt, 1) / o.n_prompt;
+    double prefill_gmac = prefill * prefill_macs / 1e9, prefill_ceiling = peak * 1e9 / prefill_macs;
     decode_result res[MAX_BATCHES];
     for (int i = 0; i < o.n_batches; i++)
         if (bench_decode(m, o.batches[i], o.n_gen, o.precise, &rng, &rm, &res[i])) return 1;
@@ -368,17 +376,31 @@ int main(int argc, char **argv)
            m->weight_bytes / 1048576.0, (unsigned long long)m->weight_bytes);
     printf("streaming read (%d MiB, %d threads): best pass of the run %.1f GB/s; \"beside\" = mean of the passes\n"
            "interleaved with that batch's steps (one per %d steps)\n", o.mem_mib, threads, rm.best, SEGMENT_STEPS);
-    printf("%-18s %10s %9s %8s %12s %11s %11s\n", "test", "tokens/s", "ms/step", "GB/s", "beside GB/s", "of beside",
-           "of best");
-    printf("%-18s %10.1f %9s %8s %12s %11s %11s\n", "prefill", prefill, "-", "-", "-", "-", "-");
+    if (peak > 0)
+        printf("int8 multiply-add peak (vpdpbusd, %d threads, measured before the prefill): %.1f GMAC/s;\n"
+               "GMAC/s below = weight multiply-adds (attention not counted)\n", threads, peak);
+    else
+        printf("int8 multiply-add peak: not measured (no VNNI path on isa %s)\n", sw_isa_name(sw_isa_active()));
+    printf("%-18s %10s %9s %8s %12s %11s %11s %9s %9s\n", "test", "tokens/s", "ms/step", "GB/s", "beside GB/s",
+           "of beside", "of best", "GMAC/s", "of peak");
+    char pk[16] = "-";
+    if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * prefill_gmac / peak);
+    printf("%-18s %10.1f %9s %8s %12s %11s %11s %9.1f %9s\n", "prefill", prefill, "-", "-", "-", "-", "-",
+           prefill_gmac, pk);
     for (int i = 0; i < o.n_batches; i++) {
         char label[32];
         snprintf(label, sizeof label, "decode batch %d", res[i].batch);
-        printf("%-18s %10.1f %9.2f %8.1f %12.1f %10.0f%% %10.0f%%\n", label, res[i].tok_s, res[i].step_ms,
-               res[i].gb_s, res[i].mem_gb_s, 100.0 * res[i].gb_s / res[i].mem_gb_s, 100.0 * res[i].gb_s / rm.best);
+        if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * res[i].gmac_s / peak);
+        printf("%-18s %10.1f %9.2f %8.1f %12.1f %10.0f%% %10.0f%% %9.1f %9s\n", label, res[i].tok_s, res[i].step_ms,
+               res[i].gb_s, res[i].mem_gb_s, 100.0 * res[i].gb_s / res[i].mem_gb_s, 100.0 * res[i].gb_s / rm.best,
+               res[i].gmac_s, pk);
     }
     if (b1) {
-        printf("prefill / decode(batch 1): %.2fx\n", prefill / b1->tok_s);
+        printf("prefill / decode(batch 1): %.2fx", prefill / b1->tok_s);
+        if (peak > 0)
+            printf(" (at the int8 peak itself prefill would run %.0f tokens/s = %.2fx)", prefill_ceiling,
+                   prefill_ceiling / b1->tok_s);
+        printf("\n");
         for (int i = 0; i < o.n_batches; i++)
             if (res[i].batch != 1)
                 printf("decode batch %d / batch 1 throughput: %.2fx\n", res[i].batch, res[i].tok_s / b1->tok_s);
@@ -386,13 +408,15 @@ int main(int argc, char **argv)
 
     /* ---- JSON ---- */
     printf("{\"model\":\"%s\",\"quantization\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"precise\":%s,"
-           "\"weight_bytes_per_token\":%llu,\"prefill_tokens\":%d,\"prefill_tokens_per_s\":%.2f,\"decode\":[",
+           "\"weight_bytes_per_token\":%llu,\"int8_peak_gmac_per_s\":%.1f,\"prefill_tokens\":%d,"
+           "\"prefill_tokens_per_s\":%.2f,\"prefill_gmac_per_s\":%.3f,\"decode\":[",
            name, m->quant_name, threads, sw_isa_name(sw_isa_active()), o.precise ? "true" : "false",
-           (unsigned long long)m->weight_bytes, o.n_prompt, prefill);
+           (unsigned long long)m->weight_bytes, peak, o.n_prompt, prefill, prefill_gmac);
     for (int i = 0; i < o.n_batches; i++)
         printf("%s{\"batch\":%d,\"tokens_per_s\":%.2f,\"gb_per_s\":%.2f,\"weight_bytes_per_token\":%llu,"
-               "\"mem_read_beside_gb_per_s\":%.2f}", i ? "," : "", res[i].batch, res[i].tok_s, res[i].gb_s,
-               (unsigned long long)(m->weight_bytes / (uint64_t)res[i].batch), res[i].mem_gb_s);
+               "\"mem_read_beside_gb_per_s\":%.2f,\"gmac_per_s\":%.3f}", i ? "," : "", res[i].batch, res[i].tok_s,
+               res[i].gb_s, (unsigned long long)(m->weight_bytes / (uint64_t)res[i].batch), res[i].mem_gb_s,
+               res[i].gmac_s);
     /* mem_read_gb_per_s: the figure the batch-1 ratio is taken against */
     printf("],\"mem_read_gb_per_s\":%.2f,\"mem_read_best_gb_per_s\":%.2f", b1 ? b1->mem_gb_s : rm.best, rm.best);
     if (b1) {
@@ -400,7 +424,10 @@ int main(int argc, char **argv)
                b1->gb_s / b1->mem_gb_s, b1->gb_s / rm.best, prefill / b1->tok_s);
         for (int i = 0; i < o.n_batches; i++)
             if (res[i].batch != 1) printf(",\"decode_b%d_over_b1\":%.2f", res[i].batch, res[i].tok_s / b1->tok_s);
+        /* what the int8 peak would allow prefill at best, against batch 1 */
+        if (peak > 0) printf(",\"prefill_at_int8_peak_over_decode_b1\":%.2f", prefill_ceiling / b1->tok_s);
     }
+    if (peak > 0) printf(",\"prefill_fraction_of_int8_peak\":%.3f", prefill_gmac / peak);
     printf("}\n");
     fflush(stdout);
     if (rm.sink == 12345.678) fprintf(stderr, " ");   /* keeps the bandwidth sums alive */
