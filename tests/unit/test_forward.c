@@ -63,76 +63,79 @@ static int forward(sw_ctx *c, const sw_tok_in *t, int n, float *out)
     return rc;
 }
 
+/* What every case is checked against: the plain run of the model. */
+typedef struct {
+    const char *name;
+    const sw_model *m;
+    bool precise;
+    double tol;
+    int V;
+    const float *full;   /* logits of every position: seq 0's N, then seq 1's N2 */
+    const float *next;   /* seq 0 position N, decoded after the plain prefill */
+    sw_tok_in one;       /* that decode step */
+    float *got;          /* room for 4 rows */
+} fixture;
+
+/* Runs n tokens on a fresh context (in two calls when split > 0: a chunked
+ * prefill), checks the logits rows it returns against rows want[] of the
+ * plain run, then decodes one more token of seq 0 against the plain decode
+ * step: that step reads the cache the batch left, the last layer included. */
+static void run_case(const fixture *f, const char *what, int n_seq, const sw_tok_in *t, int n, int split,
+                     const int *want, int nw)
+{
+    const char *mode = f->precise ? " (precise)" : "";
+    sw_ctx *c = new_ctx(f->m, n_seq, f->precise);
+    if (!c) return;
+    if ((split > 0 && forward(c, t, split, f->got)) || forward(c, t + split, n - split, f->got)) goto out;
+    for (int k = 0; k < nw; k++) {
+        double d = diff(f->got + (size_t)k * f->V, f->full + (size_t)want[k] * f->V, f->V);
+        CHECK(d <= f->tol, "%s%s: %s, logits row %d differ by %g", f->name, mode, what, k, d);
+    }
+    if (forward(c, &f->one, 1, f->got)) goto out;
+    double d = diff(f->got, f->next, f->V);
+    CHECK(d <= f->tol, "%s%s: decode after %s differs by %g", f->name, mode, what, d);
+out:
+    sw_ctx_free(c);
+}
+
 static void check_model(const char *name, const sw_model *m, bool precise)
 {
-    const double tol = precise ? 1e-4 : 1e-3;
     precise_mode = precise;
     const int V = vocab = (int)m->hp.n_vocab;
-    float *full = malloc(sizeof(float) * (size_t)V * (N + N2));   /* seq 0's positions, then seq 1's: plain */
-    float *next = malloc(sizeof(float) * (size_t)V);          /* seq 0, position N, after the plain prefill */
+    float *full = malloc(sizeof(float) * (size_t)V * (N + N2));
+    float *next = malloc(sizeof(float) * (size_t)V);
     float *got = malloc(sizeof(float) * (size_t)V * 4);
     sw_tok_in t[N + N2];
-    sw_ctx *ref = new_ctx(m, 2, precise), *c = NULL;
+    sw_ctx *ref = new_ctx(m, 2, precise);
     if (!full || !next || !got || !ref) goto out;
 
     /* The plain computation: every token wants logits. */
     for (int i = 0; i < N; i++) t[i] = (sw_tok_in){ tok_id(0, i), i, 0, true };
     for (int i = 0; i < N2; i++) t[N + i] = (sw_tok_in){ tok_id(1, i), i, 1, true };
-    if (forward(ref, t, N + N2, full)) goto out;
     sw_tok_in one = { tok_id(0, N), N, 0, true };
-    if (forward(ref, &one, 1, next)) goto out;
+    if (forward(ref, t, N + N2, full) || forward(ref, &one, 1, next)) goto out;
+    fixture f = { name, m, precise, precise ? 1e-4 : 1e-3, V, full, next, one, got };
 
-    /* 1. Prefill with only the last token's logits, then one decode step:
-     * the decode step reads the last layer's cache of the skipped tokens. */
-    c = new_ctx(m, 1, precise);
-    if (!c) goto out;
+    /* 1. A prefill that wants only the last token's logits; 2. the same
+     * chunked, where the first chunk wants none (its last layer only files
+     * K and V). */
     for (int i = 0; i < N; i++) t[i] = (sw_tok_in){ tok_id(0, i), i, 0, i == N - 1 };
-    if (forward(c, t, N, got)) goto out;
-    double d = diff(got, full + (size_t)(N - 1) * V, V);
-    CHECK(d <= tol, "%s%s: last-token logits differ by %g", name, precise ? " (precise)" : "", d);
-    if (forward(c, &one, 1, got)) goto out;
-    d = diff(got, next, V);
-    CHECK(d <= tol, "%s%s: decode after a last-only prefill differs by %g", name, precise ? " (precise)" : "", d);
-    sw_ctx_free(c);
-
-    /* 2. Chunked prefill: a first chunk that wants no logits at all (its last
-     * layer only files K and V), then the rest. */
-    c = new_ctx(m, 1, precise);
-    if (!c) goto out;
-    for (int i = 0; i < N; i++) t[i] = (sw_tok_in){ tok_id(0, i), i, 0, i == N - 1 };
-    if (forward(c, t, N / 2, got) || forward(c, t + N / 2, N - N / 2, got)) goto out;
-    d = diff(got, full + (size_t)(N - 1) * V, V);
-    CHECK(d <= tol, "%s%s: chunked prefill logits differ by %g", name, precise ? " (precise)" : "", d);
-    if (forward(c, &one, 1, got)) goto out;
-    d = diff(got, next, V);
-    CHECK(d <= tol, "%s%s: decode after a chunked prefill differs by %g", name, precise ? " (precise)" : "", d);
-    sw_ctx_free(c);
+    run_case(&f, "a last-only prefill", 1, t, N, 0, (const int[]){ N - 1 }, 1);
+    run_case(&f, "a chunked prefill", 1, t, N, N / 2, (const int[]){ N - 1 }, 1);
 
     /* 3. Two sequences interleaved in one batch, logits wanted at a few
      * scattered tokens: they come out in batch order. */
-    c = new_ctx(m, 2, precise);
-    if (!c) goto out;
-    int n = 0, want[4], nw = 0;
+    int n = 0;
     for (int i = 0; i < N; i++) {
         if (i == 20)
             for (int k = 0; k < N2; k++) t[n++] = (sw_tok_in){ tok_id(1, k), k, 1, k == 6 };
         t[n++] = (sw_tok_in){ tok_id(0, i), i, 0, i == 3 || i == N - 1 };
     }
-    if (forward(c, t, n, got)) goto out;
-    want[nw++] = 3;          /* seq 0 position 3 */
-    want[nw++] = N + 6;      /* seq 1 position 6 */
-    want[nw++] = N - 1;      /* seq 0 position N-1 */
-    for (int k = 0; k < nw; k++) {
-        d = diff(got + (size_t)k * V, full + (size_t)want[k] * V, V);
-        CHECK(d <= tol, "%s%s: mixed batch, logits row %d differ by %g", name, precise ? " (precise)" : "", k, d);
-    }
-    if (forward(c, &one, 1, got)) goto out;
-    d = diff(got, next, V);
-    CHECK(d <= tol, "%s%s: decode after the mixed batch differs by %g", name, precise ? " (precise)" : "", d);
-    printf("%s%s: ok\n", name, precise ? " (precise)" : "");
+    /* seq 0 position 3, seq 1 position 6, seq 0 position N-1 */
+    run_case(&f, "the mixed batch", 2, t, n, 0, (const int[]){ 3, N + 6, N - 1 }, 3);
+    printf("%s%s: done\n", name, precise ? " (precise)" : "");
 
 out:
-    sw_ctx_free(c);
     sw_ctx_free(ref);
     free(full); free(next); free(got);
 }
