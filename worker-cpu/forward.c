@@ -246,9 +246,9 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     c->zeros = falloc(hp->head_dim > (uint32_t)c->ctx_pad ? hp->head_dim : (size_t)c->ctx_pad);
     c->out_toks = malloc(B * sizeof *c->out_toks);
     c->out_idx = malloc(B * sizeof *c->out_idx);
-    if (!c->out_toks || !c->out_idx ||!c->kv_k || !c->kv_v || !c->attn_norm || !c->ffn_norm || !c->out_norm || !c->inv_freq ||
+    if (!c->kv_k || !c->kv_v || !c->attn_norm || !c->ffn_norm || !c->out_norm || !c->inv_freq ||
         !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->kh || !c->hb || !c->hb2 || !c->att ||
-        !c->zeros) {
+        !c->zeros || !c->out_toks || !c->out_idx) {
         sw_errf(err, errlen, "out of memory for %d sequences x %d positions (KV %.1f MiB)", n_seq, n_ctx,
                2.0 * c->seq_stride * n_seq * sizeof(sw_f16) / 1048576.0);
         sw_ctx_free(c);
@@ -610,6 +610,8 @@ double sw_forward_weight_macs(const sw_model *m, int n, int n_logits)
     const sw_hparams *hp = &m->hp;
     const double E = hp->n_embd, QD = (double)hp->n_head * hp->head_dim, KVD = (double)hp->n_head_kv * hp->head_dim;
     const double kv = E * 2 * KVD, rest = E * QD + QD * E + 3 * E * hp->n_ff;   /* wk+wv; wq, wo, FFN */
+    const double out = (double)n_logits * E * hp->n_vocab;
+    if (!hp->n_layer) return out;
     int nq = n_logits < n ? n_logits : n;
-    return (hp->n_layer - 1.0) * n * (kv + rest) + n * kv + nq * rest + (double)n_logits * E * hp->n_vocab;
+    return (hp->n_layer - 1.0) * n * (kv + rest) + n * kv + nq * rest + out;
 }
