@@ -67,9 +67,20 @@ static void quant_q8_k_avx512(const float *x, void *dst, int64_t n) {
         for (int j = 0; j < 16; j++) {
             __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), vs));
             _mm_storeu_si128((__m128i *)(y[i].qs + 16 * j), _mm512_cvtsepi32_epi8(q));
-            /* bsums from the saturated bytes, as stored */
-            __m512i qs = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(y[i].qs + 16 * j)));
-            y[i].bsums[j] = (int16_t)_mm512_reduce_add_epi32(qs);
+        }
+        /* bsums from the saturated bytes, as stored: vpsadbw sums 8 bytes at
+         * a time (made unsigned by +128), pairs of those make the 16-sums.
+         * One horizontal sum per 16 quants cost ~4% of a batch-16 step. */
+        const __m512i bias = _mm512_set1_epi8((char)0x80);
+        for (int c = 0; c < 4; c++) {
+            __m512i v = _mm512_loadu_si512(y[i].qs + 64 * c);
+            __m512i s8 = _mm512_sad_epu8(_mm512_xor_si512(v, bias), _mm512_setzero_si512());
+            /* qwords 2k + 2k+1 -> the sum of 16 bytes, less the 16 * 128 bias */
+            __m512i s16 = _mm512_add_epi64(s8, _mm512_shuffle_epi32(s8, _MM_PERM_BADC));
+            __m128i w = _mm512_cvtepi64_epi16(s16);   /* words: b0 b0 b1 b1 b2 b2 b3 b3 */
+            w = _mm_sub_epi16(_mm_shuffle_epi8(w, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1)),
+                              _mm_set1_epi16(16 * 128));
+            _mm_storel_epi64((__m128i *)(y[i].bsums + 4 * c), w);
         }
         y[i].d = 1.0f / iscale;
     }

@@ -114,6 +114,8 @@ static void test_quantize_act(sw_isa isa) {
             random_x(x, n, trial % 3);
             if (trial == 3) memset(x, 0, sizeof x);                  /* all zero */
             if (trial == 5) for (int64_t i = 0; i < n; i++) x[i] = 7.0f; /* all equal, positive max */
+            if (trial == 6)   /* +-5: a magnitude tie, and +5 quantizes to +128, which saturates to 127 */
+                for (int64_t i = 0; i < n; i++) x[i] = i % 2 ? 5.0f : -5.0f;
             size_t rs = sw_act_row_size(kinds[k], n);
             CHECK(rs == sw_row_size(at, (uint64_t)n), "act row size");
             sw_quantize_act(kinds[k], x, a, n);
