@@ -266,13 +266,6 @@ q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const 
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
 }
 
-#define SW_Q16_CALL(k) q4k16_rows(p, nb, act, stride, bsp, bsp_stride, k, out, ostride)
-static void q4k16_vnni(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                       size_t bsp_stride, int ntok, float *out, size_t ostride) {
-    SW_FOR_NT(ntok, SW_Q16_CALL)
-}
-#undef SW_Q16_CALL
-
 /* Prepacked Q6_K: two 64-byte quant loads and one high-bit load give four
  * vectors of 6-bit quants (one ternarylogic each), the +32 offset is the
  * sums' starting value (bsp), and the int8 sub-block scales are applied per
@@ -334,11 +327,21 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
 }
 
-#define SW_Q16_CALL(k) q6k16_rows(p, nb, act, stride, bsp, bsp_stride, k, out, ostride)
-static void q6k16_vnni(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                       size_t bsp_stride, int ntok, float *out, size_t ostride) {
-    SW_FOR_NT(ntok, SW_Q16_CALL)
-}
+/* Entry points of the packed kernels: every token count gets its own
+ * unrolled instance of the rows function SW_Q16_ROWS. */
+#define SW_Q16_CALL(k) SW_Q16_ROWS(p, nb, act, stride, bsp, bsp_stride, k, out, ostride)
+#define SW_Q16_ENTRY(name, blk_t)                                                                          \
+    static void name(const blk_t *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,       \
+                     size_t bsp_stride, int ntok, float *out, size_t ostride) {                            \
+        SW_FOR_NT(ntok, SW_Q16_CALL)                                                                       \
+    }
+#define SW_Q16_ROWS q4k16_rows
+SW_Q16_ENTRY(q4k16_vnni, sw_q4k16)
+#undef SW_Q16_ROWS
+#define SW_Q16_ROWS q6k16_rows
+SW_Q16_ENTRY(q6k16_vnni, sw_q6k16)
+#undef SW_Q16_ROWS
+#undef SW_Q16_ENTRY
 #undef SW_Q16_CALL
 #undef ACT_BLOCK_Q
 
