@@ -40,6 +40,19 @@ static void test_to_f16(sw_isa isa, const sw_attn_kernels *k) {
           y[14]);
 }
 
+/* sum_k a[k] * h[k * hs] in double, and sum_k |a[k] * h[k * hs]| in *mag. */
+static double ref_dot(const float *a, const sw_f16 *h, size_t hs, int n, double *mag)
+{
+    double sum = 0;
+    *mag = 0;
+    for (int k = 0; k < n; k++) {
+        double t = (double)a[k] * sw_f16_to_f32(h[(size_t)k * hs]);
+        sum += t;
+        *mag += fabs(t);
+    }
+    return sum;
+}
+
 /* Scores and P.V of M query rows over N cached positions, head size hd. */
 static void test_tiles(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int N) {
     const int pad = (N + 31) & ~31, ss = pad;
@@ -55,24 +68,14 @@ static void test_tiles(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int 
     k->pv(P, (size_t)ss, M, V, hd, N, O, zero);
     int bad = 0;
     for (int r = 0; r < M; r++) {
-        for (int j = 0; j < N; j++) {
-            double ref = 0, mag = 0;
-            for (int d = 0; d < hd; d++) {
-                double t = (double)Q[r * hd + d] * sw_f16_to_f32(KT[(size_t)d * pad + j]);
-                ref += t;
-                mag += fabs(t);
-            }
+        for (int j = 0; j < N; j++) {   /* S[r][j] = Q[r] . K^T column j */
+            double mag, ref = ref_dot(Q + r * hd, KT + j, (size_t)pad, hd, &mag);
             if (fabs(S[r * ss + j] - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
                 CHECK(0, "isa %s M %d hd %d N %d: S[%d][%d] = %.9g, ref %.9g", sw_isa_name(isa), M, hd, N, r, j,
                       S[r * ss + j], ref);
         }
-        for (int d = 0; d < hd; d++) {
-            double ref = 0, mag = 0;
-            for (int j = 0; j < N; j++) {
-                double t = (double)P[r * ss + j] * sw_f16_to_f32(V[(size_t)j * hd + d]);
-                ref += t;
-                mag += fabs(t);
-            }
+        for (int d = 0; d < hd; d++) {  /* O[r][d] = P[r] . V column d */
+            double mag, ref = ref_dot(P + r * ss, V + d, (size_t)hd, N, &mag);
             if (fabs(O[r * hd + d] - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
                 CHECK(0, "isa %s M %d hd %d N %d: O[%d][%d] = %.9g, ref %.9g", sw_isa_name(isa), M, hd, N, r, d,
                       O[r * hd + d], ref);
