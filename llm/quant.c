@@ -124,16 +124,6 @@ static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? 
 static inline float minf(float a, float b) { return a < b ? a : b; }
 static inline float maxf(float a, float b) { return a > b ? a : b; }
 
-/* Stored 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
-static inline void k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
 
 static void k_pack_scales(uint8_t *s, const uint8_t *sc, const uint8_t *m) {
     for (int j = 0; j < 4; j++) {
@@ -201,7 +191,7 @@ static void deq_kq(sw_f16 d16, sw_f16 dmin16, const uint8_t *scales, const uint8
     float d = F16(d16), dmin = F16(dmin16);
     for (int j = 0; j < 8; j++) {
         int sc, m;
-        k_scale_min(scales, j, &sc, &m);
+        sw_k_scale_min(scales, j, &sc, &m);
         float ds = d * sc, dm = dmin * m;
         for (int l = 0; l < 32; l++) y[32 * j + l] = ds * kq_value(qs, qh, 32 * j + l) - dm;
     }
@@ -250,7 +240,7 @@ int sw_kblock_unpack(sw_type type, const void *block, uint8_t q[QK_K], float sca
             }
         for (int j = 0; j < 8; j++) {
             int sc, m;
-            k_scale_min(b4->scales, j, &sc, &m);
+            sw_k_scale_min(b4->scales, j, &sc, &m);
             scale[j] = d * sc;
             offs[2 * j] = offs[2 * j + 1] = dmin * m;
         }
@@ -581,8 +571,8 @@ static float dot_kq(sw_f16 d, sw_f16 dmin, const uint8_t *scales, const uint8_t 
     int isum = 0, msum = 0;
     for (int c = 0; c < 4; c++) {
         int sc0, m0, sc1, m1, s0 = 0, s1 = 0;
-        k_scale_min(scales, 2 * c, &sc0, &m0);
-        k_scale_min(scales, 2 * c + 1, &sc1, &m1);
+        sw_k_scale_min(scales, 2 * c, &sc0, &m0);
+        sw_k_scale_min(scales, 2 * c + 1, &sc1, &m1);
         const int8_t *y = a->qs + 64 * c;
         for (int l = 0; l < 32; l++) {
             s0 += kq_value(qs, qh, 64 * c + l) * y[l];

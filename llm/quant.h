@@ -97,6 +97,18 @@ bool sw_dequantize_row(sw_type type, const void *src, float *dst, int64_t n);
 bool sw_quantize_row(sw_type type, const float *src, void *dst, int64_t n);
 float sw_vec_dot_ref(sw_type type, int64_t n, const void *w, const void *act);
 
+/* Stored 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block's
+ * 12-byte scales field. */
+static inline void sw_k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
 /* Integer form of one K-quant block (Q4_K, Q5_K, Q6_K), for kernels that
  * repack weights: weight i = scale[i / (256/nsub)] * q[i] - offs[i / 16],
  * with q the stored unsigned quant (Q6_K's includes its +32), so a dot with

@@ -1,6 +1,7 @@
 /* Attention tile kernels, included once per ISA by attention.c with
- * ATTN_SFX(name) naming the instantiation and LOAD16(p) turning 16 halves at
- * p into a v16 of floats. Not a standalone header.
+ * ATTN_SFX(name) naming the instantiation, LOAD16(p) turning 16 halves at
+ * p into a v16 of floats and TO_F16_16(x, y) storing 16 floats at x as
+ * halves at y (clamped and rounded as sw_attn_to_f16). Not a standalone header.
  *
  * Scores: a register tile of 4 queries x 32 positions, so each loaded K
  * element feeds 4 queries (the GQA group) with no horizontal sums. P.V: a
@@ -65,6 +66,14 @@ static void ATTN_SFX(pv)(const float *P, size_t ps, int M, const sw_f16 *V, int 
                 for (int k = 0; k < 4; k++) *(v16u *)(O + (size_t)(r0 + r) * hd + d0 + 16 * k) = a[r][k];
         }
     }
+}
+
+/* y = sw_attn_to_f16(x) for n floats, 16 at a time with TO_F16_16. */
+static void ATTN_SFX(to_f16)(const float *x, sw_f16 *y, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16) TO_F16_16(x + i, y + i);
+    for (; i < n; i++) y[i] = sw_attn_to_f16(x[i]);
 }
 
 static const sw_attn_kernels ATTN_SFX(kernels) = { ATTN_SFX(scores), ATTN_SFX(pv), ATTN_SFX(to_f16) };
