@@ -386,7 +386,6 @@ sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
     t->bos = meta_id(f, "tokenizer.ggml.bos_token_id", kind == SW_TOK_SPM ? 1 : -1, nv);
     t->eos = meta_id(f, "tokenizer.ggml.eos_token_id", kind == SW_TOK_SPM ? 2 : -1, nv);
     t->unk = meta_id(f, "tokenizer.ggml.unknown_token_id", kind == SW_TOK_SPM ? 0 : -1, nv);
-    if (!gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos)) t->add_bos = kind == SW_TOK_SPM;
     if (!gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix))
         t->add_space_prefix = kind == SW_TOK_SPM;
 
@@ -401,6 +400,11 @@ sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
             fprintf(stderr, "tokenizer: pre-tokenizer '%.*s' is not supported, using gpt2's split\n",
                     (int)(pre.len < 60 ? pre.len : 60), pre.ptr);
     }
+    /* Without the key, BOS goes first for SentencePiece and for Llama 3's
+     * BPE (whose models are trained with <|begin_of_text|> first, and which
+     * llama.cpp also defaults to), not for GPT-2's. */
+    if (!gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos))
+        t->add_bos = kind == SW_TOK_SPM || t->pre == PRE_LLAMA3;
     if (!types) {   /* ... and BOS/EOS/UNK by their ids */
         if (t->bos >= 0) t->type[t->bos] = TT_CONTROL;
         if (t->eos >= 0) t->type[t->eos] = TT_CONTROL;

@@ -368,7 +368,7 @@ static void test_llama3_split(void) {
     sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
     CHECK(t != NULL, "%s", err);
     if (t) {
-        CHECK(sw_tok_kind_of(t) == SW_TOK_BPE && !sw_tok_add_bos(t), "%s", "failed");
+        CHECK(sw_tok_kind_of(t) == SW_TOK_BPE, "%s", "failed");
         int32_t ids[256];
         int n = sw_tok_encode(t, text, strlen(text), false, false, ids, 256);
         int k = 0;
@@ -456,6 +456,44 @@ static void test_bad_metadata(void) {
     unlink(path);
 }
 
+/* Whether BOS goes first when the file has no tokenizer.ggml.add_bos_token:
+ * yes for Llama 3's BPE, no for GPT-2's (as llama.cpp decides it); the key,
+ * when present, wins. */
+static void test_add_bos_default(void) {
+    char path[] = "/tmp/sw_test_addbos_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    const char *toks[] = { "a", "b", "ab", "<|begin_of_text|>" }, *merges[] = { "a b" };
+    const struct { const char *pre; int key; bool want; } cases[] = {
+        { "gpt2", -1, false }, { "llama-bpe", -1, true }, { "llama-bpe", 0, false }, { "gpt2", 1, true } };
+    for (int c = 0; c < 4; c++) {
+        gguf_writer *w = gguf_writer_new();
+        gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+        gguf_w_str(w, "tokenizer.ggml.pre", cases[c].pre);
+        gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+        gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+        gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 3);
+        if (cases[c].key >= 0) gguf_w_bool(w, "tokenizer.ggml.add_bos_token", cases[c].key);
+        gguf_file *f = write_and_open(w, path);
+        if (!f) continue;
+        char err[256] = "";
+        sw_tokenizer *t = sw_tok_load(f, err, sizeof err);
+        CHECK(t != NULL, "case %d: %s", c, err);
+        if (t) {
+            CHECK(sw_tok_add_bos(t) == cases[c].want, "case %d (pre %s, key %d): add_bos %d", c, cases[c].pre,
+                  cases[c].key, sw_tok_add_bos(t));
+            int32_t ids[8];
+            int n = sw_tok_encode(t, "ab", 2, sw_tok_add_bos(t), false, ids, 8);
+            CHECK(n == 1 + cases[c].want && ids[0] == (cases[c].want ? 3 : 2), "case %d: %d tokens, first %d", c, n,
+                  n > 0 ? ids[0] : -1);
+        }
+        sw_tok_free(t);
+        gguf_close(f);
+    }
+    unlink(path);
+}
+
 int main(void) {
     char path[512];
     if (access(shared_path(path, sizeof path, "vocab/ggml-vocab-llama-spm.gguf"), R_OK) != 0)
@@ -473,6 +511,7 @@ int main(void) {
     test_stories();
     test_spm_details();
     test_llama3_split();
+    test_add_bos_default();
     test_constructed_spm();
     test_bad_metadata();
     CHECK_DONE();
