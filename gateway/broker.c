@@ -313,7 +313,10 @@ static void route(sw_req *r, const char *exclude, bool from_queue)
             continue;   /* that worker vanished; decide again without it */
         }
         if (d.kind == SW_DECIDE_REJECT) {
-            fail(r, d.http_status, d.err_type, d.err_code, d.message, SW_ST_REJECTED);
+            if (exclude && r->retry_error[0])   /* the retry found no one: the cause is the worker's error */
+                fail(r, r->retry_status, "server_error", "worker_error", r->retry_error, SW_ST_ERROR);
+            else
+                fail(r, d.http_status, d.err_type, d.err_code, d.message, SW_ST_REJECTED);
             break;
         }
         /* QUEUE */
@@ -505,6 +508,8 @@ static void on_error(sw_worker *w, const Spillway__Error *e)
         snprintf(wid, sizeof wid, "%s", w->id);
         detach(r, true);
         r->retries++;
+        r->retry_status = e->code < 600 ? (int)e->code : 500;
+        snprintf(r->retry_error, sizeof r->retry_error, "%s", msg);
         pthread_mutex_lock(&r->mu);
         r->phase = SW_PH_NEW;
         pthread_mutex_unlock(&r->mu);

@@ -203,6 +203,8 @@ typedef struct sw_req {
     sw_worker *w;
     sw_route_stats *stats;
     int retries;
+    int retry_status;                   /* the worker error that caused the retry, */
+    char retry_error[256];              /* reported if no other worker can take it */
     int64_t dispatch_ms;
     int64_t enq_ms, queue_deadline_ms, deadline_ms, first_token_deadline_ms;
     char queued_pool[64];

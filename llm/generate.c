@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -214,6 +215,10 @@ void sw_gen_free(sw_gen *g)
 int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits)
 {
     int32_t n = n_logits < g->n_vocab ? n_logits : g->n_vocab;
+    /* A NaN here means the model computed garbage (NaN or overflowing
+     * weights in the file): sampling around it would stream nonsense. */
+    for (int32_t i = 0; i < n; i++)
+        if (isnan(logits[i])) return -1;
     return sw_sampler_sample(&g->sampler, logits, n);
 }
 

@@ -35,6 +35,7 @@ enum { SW_FINISH_NONE = 0, SW_FINISH_STOP = 1, SW_FINISH_LENGTH = 2,
        SW_FINISH_CANCELLED = 3, SW_FINISH_ERROR = 4 };
 
 #define SW_GEN_MAX_STOPS 16
+#define SW_GEN_NAN_ERROR "the model computed NaN logits (are its weights damaged?)"
 #define SW_GEN_MAX_STOP_LEN 256
 
 typedef struct {
@@ -81,7 +82,8 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
                         const Spillway__GenerateRequest *req, int n_ctx, char *err, size_t errlen);
 void sw_gen_free(sw_gen *g);
 
-/* Picks the next token from a row of logits (modified in place). */
+/* Picks the next token from a row of logits (modified in place). Returns -1
+ * if the row holds a NaN: the caller fails the request with SW_GEN_NAN_ERROR. */
 int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits);
 /* Accepts a generated token. *delta (NUL-terminated, valid until the next
  * call) receives the text to emit now, possibly empty. Returns SW_FINISH_NONE

@@ -146,6 +146,26 @@ def test_missing_tensor(tmp_path, model_bytes):
     assert "missing" in r.stderr
 
 
+def test_nan_weights_fail_clearly(tmp_path, model_bytes):
+    """A well-formed file whose weights hold NaN loads, but its logits come out
+    NaN: the first sample is refused with an error instead of streaming junk
+    tokens."""
+    import gguf
+    import numpy as np
+    p = write(tmp_path, model_bytes)
+    reader = gguf.GGUFReader(str(p), "r+")
+    t = next(t for t in reader.tensors if t.name == "blk.0.ffn_gate.weight")
+    t.data[0][:] = np.nan
+    t.data.flush()
+    del reader, t
+    r = run_model(p)
+    assert r.returncode == 1, r.stderr
+    for m in CRASH_MARKERS:
+        assert m not in r.stderr, r.stderr
+    assert "NaN logits" in r.stderr, r.stderr
+    assert r.stdout.strip() == "Once", "nothing may be generated: " + r.stdout
+
+
 def test_wrong_hparam_gives_shape_error(tmp_path, model_bytes):
     """embedding_length no longer matches the tensors: a shape error naming a tensor."""
     kvs, _ = walk(model_bytes)

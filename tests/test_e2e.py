@@ -60,3 +60,31 @@ def test_chat_answers(e2e):
                                        messages=[{"role": "user", "content": "Hi"}])
     text = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
     assert text.strip()
+
+
+def test_nan_weights_give_an_error_not_junk(cluster, tmp_path):
+    """A model whose weights hold NaN computes NaN logits: the worker fails the
+    request with a message that says so, and the client gets that error, not
+    a stream of junk tokens."""
+    import gguf
+    import numpy as np
+    bad = tmp_path / "nan.gguf"
+    bad.write_bytes(shared_file("models/stories260K.gguf").read_bytes())
+    reader = gguf.GGUFReader(str(bad), "r+")
+    t = next(t for t in reader.tensors if t.name == "blk.0.ffn_gate.weight")
+    t.data[0][:] = np.nan
+    t.data.flush()
+    del reader, t
+    cluster.start_gateway(POLICY)
+    cluster.start_worker("cpu-pool", "stories260K", bad, ["--threads", "1"], name="cpu")
+    cluster.wait_model("stories260K", timeout=60)
+    c = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    with pytest.raises(openai.APIStatusError) as e:
+        c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=8, temperature=0)
+    assert e.value.status_code >= 500
+    assert "NaN logits" in str(e.value)
+    stream = c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=8, temperature=0, stream=True)
+    with pytest.raises(openai.APIError) as e:
+        for _ in stream:
+            pass
+    assert "NaN logits" in str(e.value)

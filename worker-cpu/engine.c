@@ -288,6 +288,11 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
             for (int r = 0; r < n_rows; r++) {
                 slot *s = &e->slots[e->row_slot[r]];
                 int32_t tok = sw_gen_sample(&s->gen, e->logits + (size_t)r * V, (int32_t)V);
+                if (tok < 0) {
+                    fail(ectx, s->id, 500, SW_GEN_NAN_ERROR);
+                    slot_release(s);
+                    continue;
+                }
                 const char *delta;
                 size_t dlen;
                 int fin = sw_gen_accept(&s->gen, tok, &delta, &dlen);

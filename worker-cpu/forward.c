@@ -111,9 +111,11 @@ static inline float exp_fast(float x)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t ti, bits;
+    /* n + 127 in the exponent field; unsigned, so that a NaN's bits (a NaN
+     * weight in a file) shift without undefined behaviour */
+    uint32_t ti, bits;
     __builtin_memcpy(&ti, &t, 4);
-    bits = (ti - 0x4B400000 + 127) << 23;   /* n + 127 in the exponent field */
+    bits = (ti - 0x4B400000u + 127u) << 23;
     float scale;
     __builtin_memcpy(&scale, &bits, 4);
     float y = p * scale;

@@ -259,6 +259,11 @@ static int run_model(const options *o, sw_model *m)
     long generated = 0;
     while (generated < n_predict) {
         int32_t tok = sw_gen_sample(&g, last, (int32_t)hp->n_vocab);
+        if (tok < 0) {
+            fprintf(stderr, "\nspillway-run: %s\n", SW_GEN_NAN_ERROR);
+            rc = 1;
+            break;
+        }
         const char *delta;
         size_t dlen;
         int fin = sw_gen_accept(&g, tok, &delta, &dlen);

@@ -375,6 +375,11 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
         int32_t tok = dev_sample ? e->b_sampled[li] : sw_gen_sample(&s->gen, e->logits + (size_t)li * V, V);
         li++;
         sampled++;
+        if (tok < 0) {
+            fail(ctx, s->id, 500, SW_GEN_NAN_ERROR);
+            remove_running(e, s);
+            continue;
+        }
         const char *delta = "";
         size_t len = 0;
         int fin = sw_gen_accept(&s->gen, tok, &delta, &len);

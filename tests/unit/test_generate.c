@@ -4,6 +4,7 @@
 #include "tests/unit/check.h"
 #include "llm/generate.h"
 
+#include <math.h>
 #include <string.h>
 
 static sw_tokenizer *tok;
@@ -116,6 +117,18 @@ int main(void)
     n = 0;
     fin = feed(&g, " there was a little girl named Lily", out, sizeof out, &n, NULL);
     CHECK(fin == SW_FINISH_LENGTH && n == 3, "fin %d after %d", fin, n);
+    sw_gen_free(&g);
+
+    /* NaN logits are refused (-1), not sampled around. */
+    init(&g, "Once upon a time", 100, NULL, 512);
+    {
+        float row[512];
+        for (int i = 0; i < 512; i++) row[i] = (float)(i % 7);
+        CHECK(sw_gen_sample(&g, row, 512) >= 0);
+        for (int i = 0; i < 512; i++) row[i] = (float)(i % 7);
+        row[300] = NAN;
+        CHECK(sw_gen_sample(&g, row, 512) == -1);
+    }
     sw_gen_free(&g);
 
     /* A prompt given as token ids is used as is (no BOS added). */
