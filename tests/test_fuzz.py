@@ -2,25 +2,41 @@
 
 Each is a deterministic mutation fuzzer with a main(): it exits 0 when no
 input crashed it and no invariant broke. SPILLWAY_FUZZ_SECONDS bounds the run
-time, so a sanitizer build (much slower) still finishes in time.
+time, so a sanitizer build (much slower) still finishes in time. fuzz_model
+mutates real model files: a Q4_K_M model that spillway-synth makes here, and
+the trained f32 stories260K when $SPILLWAY_SHARED has it.
 """
 import os
 import subprocess
 
 import pytest
 
-from conftest import BUILD, ROOT
+from conftest import BUILD, ROOT, SHARED, bin_path
 
 FUZZ_DIR = ROOT / "tests" / "fuzz"
 PROGRAMS = sorted(p.stem for p in FUZZ_DIR.glob("fuzz_*.c"))
 SECONDS = 20
 
 
+def program_args(name, tmp_path):
+    if name != "fuzz_model":
+        return []
+    seed = tmp_path / "tiny-q4km.gguf"
+    r = subprocess.run([bin_path("spillway-synth"), "--shape", "tiny", "--type", "q4_k_m", str(seed)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    stories = SHARED / "models" / "stories260K.gguf"
+    return [str(seed)] + ([str(stories)] if stories.exists() else [])
+
+
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_fuzz_program(name):
+def test_fuzz_program(name, tmp_path):
     exe = BUILD / "tests" / "fuzz" / name
     assert exe.exists(), f"{exe} not built"
     env = dict(os.environ, SPILLWAY_FUZZ_SECONDS=str(SECONDS))
-    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=SECONDS + 40,
-                       env=env, cwd=ROOT)
+    r = subprocess.run([str(exe), *program_args(name, tmp_path)], capture_output=True, text=True,
+                       timeout=SECONDS + 40, env=env, cwd=ROOT)
+    if r.returncode == 77:
+        pytest.skip(r.stderr.strip())
     assert r.returncode == 0, f"{name} failed (rc={r.returncode})\n{r.stdout[-4000:]}\n{r.stderr[-6000:]}"
+    assert " 0 invariant failures" in r.stdout, r.stdout
