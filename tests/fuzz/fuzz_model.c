@@ -20,7 +20,6 @@
 #include "llm/tokenizer.h"
 #include "tests/fuzz/mutate.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,13 +55,16 @@ static bool read_seed(const char *path, seed_file *s) {
 static const uint32_t bad_f32[] = { 0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x00000001u, 0x80000000u };
 static const uint16_t bad_f16[] = { 0x7e00, 0x7c00, 0xfc00, 0x7bff, 0x0001, 0x8000 };
 
-/* One mutant of s into buf (capacity cap); returns its length. */
-static size_t make_mutant(const seed_file *s, uint8_t *buf, size_t cap) {
+/* Room a mutant may need past its seed: mutate() grows by at most 4 x 16. */
+#define MUTANT_SLACK 64
+
+/* One mutant of s into buf (s->size + MUTANT_SLACK bytes); returns its length. */
+static size_t make_mutant(const seed_file *s, uint8_t *buf) {
     size_t head = s->data_offset, n;
     if (rnd_below(8) || head >= s->size) {
         /* the header: its length may change, the data follows it */
         memcpy(buf, s->bytes, head);
-        n = mutate(buf, head, head + 64);
+        n = mutate(buf, head, head + MUTANT_SLACK);
         memcpy(buf + n, s->bytes + head, s->size - head);
         return n + s->size - head;
     }
@@ -73,7 +75,6 @@ static size_t make_mutant(const seed_file *s, uint8_t *buf, size_t cap) {
         if (rnd_below(2)) memcpy(buf + at, &bad_f32[rnd_below(6)], 4);
         else memcpy(buf + at, &bad_f16[rnd_below(6)], 2);
     }
-    (void)cap;
     return n;
 }
 
@@ -130,14 +131,13 @@ int main(int argc, char **argv) {
     long done = 0, loaded = 0;
     for (long it = 0; it < iters && !broken; it++, done++) {
         const seed_file *s = &seeds[it % n_seeds];
-        size_t cap = s->size + 64;
-        uint8_t *buf = malloc(cap);
-        size_t n = make_mutant(s, buf, cap);
+        uint8_t *buf = malloc(s->size + MUTANT_SLACK);
+        size_t n = make_mutant(s, buf);
         FILE *f = fopen(path, "wb");
         bool wrote = f && fwrite(buf, 1, n, f) == n;
         if (f) fclose(f);
         free(buf);
-        if (!wrote) { perror("fuzz_model: writing the mutant"); break; }
+        if (!wrote) { perror("fuzz_model: writing the mutant"); unlink(path); return 2; }
         char err[256] = "";
         sw_model *m = sw_model_load(path, err, sizeof err);
         if (m) { loaded++; exercise(m); sw_model_free(m); }
