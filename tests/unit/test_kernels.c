@@ -345,7 +345,9 @@ static void test_packed(sw_isa isa) {
             sw_quantize_row(SW_TYPE_Q8_K, x + i * cols, a + i * ars, cols);
         }
         sw_packed *pk = sw_pack_tensor(&t);
-        bool expect = isa == SW_ISA_AVX512 && __builtin_cpu_supports("avx512vnni") && rows >= 16;
+        /* Q4_K has a packed kernel from AVX2 up (vpmaddubsw without VNNI), Q6_K with VNNI only */
+        bool vnni = isa == SW_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
+        bool expect = (t.type == SW_TYPE_Q4_K ? isa >= SW_ISA_AVX2 : vnni) && rows >= 16;
         CHECK((pk != NULL) == expect, "isa %s rows %lld: pack %s", sw_isa_name(isa), (long long)rows,
               pk ? "made" : "not made");
         if (!pk) { free(w); free(a); free(x); free(y); continue; }
@@ -419,7 +421,9 @@ static void check_fused(sw_isa isa, const char *what, int np, const sw_type *typ
         y[k] = malloc(sizeof(float) * (size_t)rows[k] * maxtok);
     }
     int bad = 0;
-    for (int n = 0; pk[0] && n < n_ntoks; n++) {   /* no pack: no packed kernels on this ISA */
+    bool all_packed = true;   /* as the forward pass fuses: only when every matrix has its pack */
+    for (int k = 0; k < np; k++) all_packed &= pk[k] != NULL;
+    for (int n = 0; all_packed && n < n_ntoks; n++) {
         int ntok = ntoks[n];
         for (int k = 0; k < np; k++)
             for (int64_t i = 0; i < rows[k] * ntok; i++) y[k][i] = -12345.0f;
@@ -448,6 +452,11 @@ static void test_packed_n(sw_isa isa) {
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q4_K};
     static const int NTOK[] = {11};
     check_fused(isa, "fused packed product", 3, TYPES, ROWS, 512, NTOK, 1);
+    /* Q4_K alone: fused on every ISA with a packed Q4_K kernel (AVX2 up) */
+    static const int64_t ROWS4[] = {33, 64};
+    static const sw_type Q4[] = {SW_TYPE_Q4_K, SW_TYPE_Q4_K};
+    static const int NTOK4[] = {1, 5, 11};
+    check_fused(isa, "fused packed Q4_K product", 2, Q4, ROWS4, 512, NTOK4, 3);
 }
 
 /* Wide matrices (8192 columns: a Q6_K group is 106 KB, so an L2 tile holds
