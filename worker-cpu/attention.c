@@ -1,15 +1,14 @@
 /* Attention tile kernels over the half-precision KV cache: the same body
  * (attn_body.h) compiled for AVX-512, AVX2+F16C and plain C, differing only
- * in how 16 halves become 16 floats and back (one vcvtph2ps / vcvtps2ph,
- * two, or a loop). The
- * ISA follows the matmul kernels' choice (cpuid, or SPILLWAY_ISA). */
+ * in how halves become floats and back (one vcvtph2ps / vcvtps2ph, or a
+ * loop) and in the register width the tiles are sized for. The ISA follows
+ * the matmul kernels' choice (cpuid, or SPILLWAY_ISA). */
 #include "worker-cpu/attention.h"
 
 #include <immintrin.h>
 #include <string.h>
 
 typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
 typedef float v8 __attribute__((vector_size(32)));
 
 sw_f16 sw_attn_to_f16(float f)
@@ -31,11 +30,17 @@ static inline void tile_rows(const float *base, size_t stride, int M, int r0, co
  * (The loaders are statement expressions: a function returning a 64-byte
  * vector has a different ABI with and without AVX-512, which GCC warns of.) */
 #define ATTN_SFX(name) name##_scalar
+#define VEC v16
+#define VEC_W 16
+#define PV_VECS 4
 #define TO_F16_16(x, y) do { for (int i_ = 0; i_ < 16; i_++) (y)[i_] = sw_attn_to_f16((x)[i_]); } while (0)
-#define LOAD16(p) ({ const sw_f16 *p_ = (p); v16 r_; for (int i_ = 0; i_ < 16; i_++) r_[i_] = sw_f16_to_f32(p_[i_]); r_; })
+#define LOADV(p) ({ const sw_f16 *p_ = (p); v16 r_; for (int i_ = 0; i_ < 16; i_++) r_[i_] = sw_f16_to_f32(p_[i_]); r_; })
 #include "worker-cpu/attn_body.h"
 #undef ATTN_SFX
-#undef LOAD16
+#undef VEC
+#undef VEC_W
+#undef PV_VECS
+#undef LOADV
 #undef TO_F16_16
 
 /* ---- AVX2 + F16C ----
@@ -48,13 +53,16 @@ static inline void tile_rows(const float *base, size_t stride, int M, int r0, co
     _mm256_min_ps(_mm256_set1_ps(65504.0f), _mm256_loadu_ps(x))), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #define TO_F16_16(x, y) do { CVT8((x), (y)); CVT8((x) + 8, (y) + 8); } while (0)
 #define ATTN_SFX(name) name##_avx2
-#define LOAD16(p) ({ const sw_f16 *p_ = (p); \
-    __builtin_shufflevector((v8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p_)), \
-                            (v8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p_ + 8))), \
-                            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); })
+#define VEC v8
+#define VEC_W 8
+#define PV_VECS 2
+#define LOADV(p) ((v8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
 #include "worker-cpu/attn_body.h"
 #undef ATTN_SFX
-#undef LOAD16
+#undef VEC
+#undef VEC_W
+#undef PV_VECS
+#undef LOADV
 #undef TO_F16_16
 #undef CVT8
 #pragma GCC pop_options
@@ -65,10 +73,16 @@ static inline void tile_rows(const float *base, size_t stride, int M, int r0, co
 #define TO_F16_16(x, y) _mm256_storeu_si256((__m256i *)(y), _mm512_cvtps_ph(_mm512_max_ps(_mm512_set1_ps(-65504.0f), \
     _mm512_min_ps(_mm512_set1_ps(65504.0f), _mm512_loadu_ps(x))), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #define ATTN_SFX(name) name##_avx512
-#define LOAD16(p) ((v16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p))))
+#define VEC v16
+#define VEC_W 16
+#define PV_VECS 4
+#define LOADV(p) ((v16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p))))
 #include "worker-cpu/attn_body.h"
 #undef ATTN_SFX
-#undef LOAD16
+#undef VEC
+#undef VEC_W
+#undef PV_VECS
+#undef LOADV
 #undef TO_F16_16
 #pragma GCC pop_options
 

@@ -13,7 +13,8 @@
 
 typedef struct {
     /* S[r*ss + j] = Q[r] . K[:, j] for r < M (query rows hd apart) and j < N
-     * rounded up to 32; K^T rows are kts apart. `zero` (>= hd floats of 0)
+     * rounded up to the tile (16 or 32 positions: K^T and S must have that
+     * many, so rows are padded to 32); K^T rows are kts apart. `zero` (>= hd floats of 0)
      * stands in for missing query rows of the last tile of 4. */
     void (*scores)(const float *Q, int M, int hd, const sw_f16 *KT, size_t kts, int N, float *S, size_t ss,
                    const float *zero);
