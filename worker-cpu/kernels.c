@@ -12,10 +12,11 @@
  * makes prefill compute-efficient.
  *
  * The forward pass does not use those raw-row paths for Q4_K / Q6_K on
- * AVX-512 VNNI: sw_pack_tensor repacks each matrix once at load into 16-row
- * interleaved blocks that keep the 4/6-bit quants (sw_q4k16 / sw_q6k16, about
- * the original's size), and sw_matmul_packed runs every batch size, 1
- * included, on them: one vpdpbusd per 4 weights x 16 rows x token, no
+ * AVX-512 VNNI (and Q4_K on AVX2): sw_pack_tensor repacks each matrix once
+ * at load into 16-row interleaved blocks that keep the 4/6-bit quants
+ * (sw_q4k16 / sw_q6k16, about the original's size), and sw_matmul_packed
+ * runs every batch size, 1 included, on them: one vpdpbusd per 4 weights x
+ * 16 rows x token (on AVX2, one vpmaddubsw per 4 weights x 8 rows), no
  * per-call repacking, and at batch 1 a few instructions per block instead
  * of the dot kernels' unpacking, so decode runs at memory speed.
  */
