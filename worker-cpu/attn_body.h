@@ -60,8 +60,11 @@ static void ATTN_SFX(pv)(const float *P, size_t ps, int M, const sw_f16 *V, int 
             for (int j = 0; j < N; j++) {
                 const sw_f16 *vr = V + (size_t)j * hd + d0;
                 VEC v[PV_VECS];
+                /* unrolled, so that a[][] stays in registers */
+                _Pragma("GCC unroll 4")
                 for (int k = 0; k < PV_VECS; k++) v[k] = LOADV(vr + k * VEC_W);
                 float x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];
+                _Pragma("GCC unroll 4")
                 for (int k = 0; k < PV_VECS; k++) {
                     a[0][k] += x0 * v[k]; a[1][k] += x1 * v[k]; a[2][k] += x2 * v[k]; a[3][k] += x3 * v[k];
                 }
