@@ -192,7 +192,7 @@ k45_rows(int64_t n, const uint8_t *wbase, size_t bsize, bool five, const void *a
         __m256i mins = _mm256_shuffle_epi8(mb, dup_lo);
         __m256i hbits = five ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
         __m256i isum[SW_DOTN_MAX];
-        _Pragma("GCC unroll 2")
+        _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
         _Pragma("GCC unroll 4")
         for (int c = 0; c < 4; c++) {
@@ -216,7 +216,7 @@ k45_rows(int64_t n, const uint8_t *wbase, size_t bsize, bool five, const void *a
         }
         __m128 dd = load_2h(blk);
         float d = _mm_cvtss_f32(dd), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
-        _Pragma("GCC unroll 2")
+        _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) {
             const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
             __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mins);
@@ -248,7 +248,7 @@ q6_k_rows(int64_t n, const void *wv, const void *act, size_t stride, const int N
     for (int64_t i = 0; i < n / QK_K; i++, b++) {
         __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
         __m256i isum[SW_DOTN_MAX];
-        _Pragma("GCC unroll 2")
+        _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
         _Pragma("GCC unroll 2")
         for (int h = 0; h < 2; h++) {
@@ -280,7 +280,7 @@ q6_k_rows(int64_t n, const void *wv, const void *act, size_t stride, const int N
             }
         }
         float d = _cvtsh_ss(b->d);
-        _Pragma("GCC unroll 2")
+        _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) {
             const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
             /* quants are stored +32: subtract 32 * sum_j sc_j * bsum_j */
