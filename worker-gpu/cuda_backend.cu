@@ -700,6 +700,53 @@ static double rel_err(const float *a, const float *b, size_t n, double *cosine)
     return sqrt(num / (den + 1e-30));
 }
 
+// The device sampler against the host: greedy rows give the host's argmax
+// (lowest id on ties), top_k 1 gives it at any temperature, and a row with a
+// NaN anywhere gives -1 whether greedy or not. Returns the failed cases.
+static int selftest_sample(cuda_be *c, char *err, size_t errlen)
+{
+    enum { V = 32000, ROWS = 6 };
+    float *l = (float *)malloc((size_t)ROWS * V * 4);
+    for (size_t i = 0; i < (size_t)ROWS * V; i++) l[i] = frand() * 8.0f;
+    l[1 * V + 7] = l[1 * V + 9] = 100.0f;            // a tie: the lower id wins
+    l[2 * V + V - 1] = NAN;                          // NaN in the last slot, greedy
+    l[3 * V + 0] = NAN;                              // NaN in the first slot, sampled
+    const dev_sample sp[ROWS] = { {0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}, {0.8f, 0.9f, 0.5f, 40},
+                                  {1.5f, 0, 0.99f, 1}, {0.7f, 0.95f, 0.3f, 0} };
+    int32_t want[ROWS], got[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        int best = 0;
+        for (int i = 1; i < V; i++) if (l[(size_t)r * V + i] > l[(size_t)r * V + best]) best = i;
+        want[r] = best;
+    }
+    want[2] = want[3] = -1;
+    want[5] = -2;                                    // any valid id
+    float *dl; dev_sample *dsp; int32_t *dout;
+    if (upload((void **)&dl, l, (size_t)ROWS * V * 4, err, errlen) || upload((void **)&dsp, sp, sizeof sp, err, errlen) ||
+        upload((void **)&dout, NULL, sizeof got, err, errlen)) {
+        free(l);
+        return 1;
+    }
+    k_sample<<<ROWS, 1024, 0, c->st>>>(dl, V, dsp, dout);
+    int fails = 0;
+    if (cudaMemcpyAsync(got, dout, sizeof got, cudaMemcpyDeviceToHost, c->st) != cudaSuccess ||
+        cudaStreamSynchronize(c->st) != cudaSuccess) {
+        fprintf(stderr, "selftest sampler: %s  <-- FAIL\n", cudaGetErrorString(cudaGetLastError()));
+        fails = 1;
+    } else {
+        for (int r = 0; r < ROWS; r++) {
+            bool ok = want[r] == -2 ? got[r] >= 0 && got[r] < V : got[r] == want[r];
+            char w[32];
+            if (want[r] == -2) snprintf(w, sizeof w, "an id below %d", V); else snprintf(w, sizeof w, "%d", want[r]);
+            fprintf(stderr, "selftest sampler row %d: got %d, want %s%s\n", r, got[r], w, ok ? "" : "  <-- FAIL");
+            fails += !ok;
+        }
+    }
+    cudaFree(dl); cudaFree(dsp); cudaFree(dout);
+    free(l);
+    return fails;
+}
+
 extern "C" int sw_cuda_selftest(char *err, size_t errlen)
 {
     struct { int R, C; } shapes[] = { {4096, 4096}, {1024, 14336}, {6144, 4096}, {512, 176} };
@@ -811,6 +858,7 @@ extern "C" int sw_cuda_selftest(char *err, size_t errlen)
         cudaFree(d.q); cudaFree(d.scale); cudaFree(dx); cudaFree(da);
         free(m.q); free(m.scale); free(row); free(x); free(ref); free(want); free(got); free(xb); free(gb);
     }
+    fails += selftest_sample(&c, err, errlen);
     for (int i = 0; i < c.n_plans; i++) {
         cublasLtMatmulDescDestroy(c.plans[i].desc);
         cublasLtMatrixLayoutDestroy(c.plans[i].a);

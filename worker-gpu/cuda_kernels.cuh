@@ -473,7 +473,10 @@ __device__ int block_sum_i(int v)
     return (int)block_sum((float)v);   // counts <= 2^24: exact in float
 }
 
-// One block per logits row. Greedy: argmax, lowest id on ties. Otherwise
+// One block per logits row. A row with any NaN gives -1 (the scheduler fails
+// that request, as the host sampler does: NaN logits mean broken weights or
+// an overflow, and no token drawn from them means anything). Greedy: argmax,
+// lowest id on ties. Otherwise
 // temperature, then top-k and top-p by exact bisection over the ordered
 // bit patterns of the logits, then an inverse-CDF draw with the caller's
 // uniform number, scanning tokens in id order.
@@ -487,8 +490,16 @@ __global__ void __launch_bounds__(1024) k_sample(const float *logits, int V, con
     // argmax (also needed as the max for the softmax)
     float bv = -INFINITY;
     int bi = 0x7fffffff;
-    for (int i = tid; i < V; i += blockDim.x)
-        if (l[i] > bv || (l[i] == bv && i < bi)) { bv = l[i]; bi = i; }
+    int nan = 0;
+    for (int i = tid; i < V; i += blockDim.x) {
+        float v = l[i];
+        nan |= v != v;
+        if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
+    }
+    if (__syncthreads_or(nan)) {
+        if (tid == 0) out[blockIdx.x] = -1;
+        return;
+    }
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         int oi = __shfl_xor_sync(0xffffffffu, bi, o);
