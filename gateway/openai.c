@@ -215,6 +215,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
             int n = cJSON_GetArraySize(pr);
             if ((unsigned)n > SW_MAX_TOKENS_PER_REQUEST) { rc = bad(&e, "prompt", "'%s' is too long"); goto out; }
             toks = malloc(n * sizeof *toks);
+            g.prompt_tokens = toks;   /* so the error paths free it */
             cJSON *it;
             cJSON_ArrayForEach(it, pr) {
                 if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 4294967295.0 ||
@@ -222,7 +223,6 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
                     { rc = bad(&e, "prompt", "'%s' must be a string or an array of token ids (one prompt: n=1)"); goto out; }
                 toks[g.n_prompt_tokens++] = (uint32_t)it->valuedouble;
             }
-            g.prompt_tokens = toks;
         } else {
             rc = bad(&e, "prompt", "'%s' must be a string or a non-empty array of token ids");
             goto out;
@@ -242,14 +242,21 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     if ((rc = get_number(o, "min_p", 0, 1, &min_p, &e))) goto out;
     if ((rc = get_number(o, "repetition_penalty", 0, 10, &rep, &e))) goto out;
     if ((rc = get_int(o, "n", 1, 1, &n, &e))) goto out;
-    if ((rc = get_int(o, "seed", -9.2e18, 1.8e19, &seed, &e))) goto out;
+    /* any 64-bit seed, signed or not (JSON numbers are doubles: exact up to
+     * 2^53; 2^64-1 arrives as 2^64 and is taken as 2^64-1) */
+    if ((rc = get_int(o, "seed", -0x1p63, 0x1p64, &seed, &e))) goto out;
     sp.temperature = (float)temp;
     sp.top_p = (float)top_p;
     sp.top_k = (uint32_t)top_k;
     sp.min_p = (float)min_p;
     sp.repetition_penalty = (float)rep;
     cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "seed");
-    if (cJSON_IsNumber(sv)) { sp.has_seed = true; sp.seed = (uint64_t)(int64_t)seed; }
+    /* negative seeds wrap as int64 (-1 is 2^64-1); seeds past 2^63 convert
+     * directly: through int64 they would overflow (undefined) */
+    if (cJSON_IsNumber(sv)) {
+        sp.has_seed = true;
+        sp.seed = seed < 0 ? (uint64_t)(int64_t)seed : seed >= 0x1p64 ? UINT64_MAX : (uint64_t)seed;
+    }
 
     cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
     if (stop && !cJSON_IsNull(stop)) {

@@ -104,7 +104,7 @@ static void write_errors(pctx *c, char *err, size_t errlen) {
 }
 
 static void write_error_lines(pctx *c, char *err, size_t errlen) {
-    qsort(c->errs, (size_t)c->n_errs, sizeof *c->errs, cmp_errors);
+    if (c->n_errs > 1) qsort(c->errs, (size_t)c->n_errs, sizeof *c->errs, cmp_errors);
     size_t used = 0;
     int total = c->n_errs + c->n_dropped;
     for (int i = 0; i < c->n_errs; i++) {
@@ -255,7 +255,7 @@ static bool check_mapping(pctx *c, yaml_node_t *n, const char *what,
                    suggest(hint, sizeof hint, scalar(key), allowed, n_allowed));
         }
     }
-    qsort(refs, nr, sizeof *refs, cmp_keyref);
+    if (nr > 1) qsort(refs, nr, sizeof *refs, cmp_keyref);   /* refs is NULL for an empty mapping */
     for (size_t i = 1, first = 0; i < nr; i++) {
         if (strcmp(refs[i].key, refs[first].key)) { first = i; continue; }
         ERR_AT(c, refs[i].mark, "duplicate key '%s' in %s (first given at line %d)",

@@ -156,7 +156,37 @@ static bool check_error(const Spillway__Error *e, char *err, size_t errlen) {
     return check_text("error: message", e->message, err, errlen);
 }
 
+/* Unknown fields are kept for forward compatibility, and re-sent when a
+ * decoded message is encoded again. protobuf-c accepts one numbered 0 (an
+ * over-long tag varint), which no encoder may write and no decoder reads back:
+ * refuse it here, in every nested message, so that whatever we decode we can
+ * also forward. */
+static bool unknown_fields_ok(const ProtobufCMessage *m) {
+    if (!m) return true;
+    for (unsigned i = 0; i < m->n_unknown_fields; i++)
+        if (m->unknown_fields[i].tag == 0) return false;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned f = 0; f < d->n_fields; f++) {
+        const ProtobufCFieldDescriptor *fd = &d->fields[f];
+        if (fd->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+        if ((fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+            *(const uint32_t *)((const char *)m + fd->quantifier_offset) != fd->id)
+            continue;       /* a oneof member not chosen: its union slot holds another */
+        const char *base = (const char *)m + fd->offset;
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(const size_t *)((const char *)m + fd->quantifier_offset);
+            ProtobufCMessage *const *v = *(ProtobufCMessage *const *const *)base;
+            for (size_t k = 0; k < n; k++)
+                if (!unknown_fields_ok(v[k])) return false;
+        } else if (!unknown_fields_ok(*(const ProtobufCMessage *const *)base)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool check_envelope(const sw_env *env, char *err, size_t errlen) {
+    if (!unknown_fields_ok(&env->base)) return fail(err, errlen, "malformed frame: a field numbered 0");
     if (env->version != SW_PROTOCOL_VERSION)
         return fail(err, errlen, "protocol version %u, expected %u", env->version,
                     SW_PROTOCOL_VERSION);

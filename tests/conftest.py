@@ -79,6 +79,13 @@ def free_port():
         return s.getsockname()[1]
 
 
+# What ASan, LSan and UBSan print. A report in a child's log fails the test
+# that started it, even when the child went on serving: a leak is only
+# reported as the process exits, after the test has got its answers.
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+_PROCS = []   # every Proc started, checked once it has exited
+
+
 class Proc:
     """A child process whose output goes to a log file we can show on failure."""
 
@@ -89,6 +96,17 @@ class Proc:
         e = dict(os.environ)
         e.update(env or {})
         self.p = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=e)
+        self.checked = False
+        _PROCS.append(self)
+
+    def sanitizer_report(self):
+        """The first sanitizer report in the log (with context), or None."""
+        text = self.output()
+        for m in SANITIZER_MARKERS:
+            i = text.find(m)
+            if i >= 0:
+                return f"{self.log_path.name} ({' '.join(self.args[:1])}):\n{text[max(0, i - 300):i + 4000]}"
+        return None
 
     def alive(self):
         return self.p.poll() is None
@@ -213,6 +231,23 @@ def cluster(tmp_path, request):
     c.close()
     if failed is not None and failed.failed:
         print(c.logs())
+
+
+@pytest.fixture(autouse=True)
+def no_sanitizer_reports():
+    """After each test (its other fixtures torn down first, so its processes
+    have exited): no process that ended may have printed a sanitizer report."""
+    yield
+    reports = []
+    for p in _PROCS:
+        if p.checked or p.alive():
+            continue
+        p.checked = True
+        r = p.sanitizer_report()
+        if r:
+            reports.append(r)
+    if reports:
+        pytest.fail("sanitizer report in a child process:\n" + "\n\n".join(reports), pytrace=False)
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

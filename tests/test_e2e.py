@@ -49,6 +49,26 @@ def test_completion_greedy_streaming_matches_reference(e2e):
     assert "".join(parts).rstrip() == want
 
 
+def test_seed_makes_sampling_reproducible(e2e):
+    """OpenAI's `seed`: the same seed samples the same text, other seeds other
+    texts. Seeds are 64-bit, signed or not: -1 is 2^64-1."""
+    cluster, c, _ = e2e
+
+    def sample(seed):
+        r = c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=40,
+                                 temperature=1.0, top_p=1.0, seed=seed)
+        return r.choices[0].text
+
+    a = sample(1234)
+    assert sample(1234) == a
+    others = {sample(s) for s in (1, 2, 3)}
+    assert len(others | {a}) >= 3, "different seeds should sample different texts"
+    assert sample(-1) == sample(2**64 - 1)
+    assert sample(2**63 + 4096) == sample(-(2**63) + 4096)
+    with pytest.raises(openai.BadRequestError, match="out of range"):
+        sample(2**64 + 4096)
+
+
 def test_chat_answers(e2e):
     cluster, c, _ = e2e
     r = c.chat.completions.create(model="stories260K", max_tokens=48,

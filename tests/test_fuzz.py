@@ -2,9 +2,11 @@
 
 Each is a deterministic mutation fuzzer with a main(): it exits 0 when no
 input crashed it and no invariant broke. SPILLWAY_FUZZ_SECONDS bounds the run
-time, so a sanitizer build (much slower) still finishes in time. fuzz_model
-mutates real model files: a Q4_K_M model that spillway-synth makes here, and
-the trained f32 stories260K when $SPILLWAY_SHARED has it.
+time, so a sanitizer build (much slower) still finishes in time; there, a
+leak or undefined behaviour fails the program too. fuzz_model mutates real
+model files: a Q4_K_M model that spillway-synth makes here, and the trained
+f32 stories260K when $SPILLWAY_SHARED has it. fuzz_policy starts from the
+repository's routes.yaml and the documented examples as well as its own.
 """
 import os
 import subprocess
@@ -19,6 +21,8 @@ SECONDS = 20
 
 
 def program_args(name, tmp_path):
+    if name == "fuzz_policy":
+        return [str(ROOT / "routes.yaml")] + sorted(str(p) for p in (ROOT / "docs" / "examples").glob("*.yaml"))
     if name != "fuzz_model":
         return []
     seed = tmp_path / "tiny-q4km.gguf"

@@ -18,7 +18,7 @@
 #include "worker-cpu/model.h"
 #include "llm/chat.h"
 #include "llm/tokenizer.h"
-#include "tests/fuzz/mutate.h"
+#include "tests/fuzz/driver.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,26 +26,17 @@
 #include <time.h>
 #include <unistd.h>
 
-static int broken;
-
-#define INVARIANT(cond, ...) do { if (!(cond)) { broken++; \
-    fprintf(stderr, "invariant failed: %s: ", #cond); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
-
 typedef struct { const char *path; uint8_t *bytes; size_t size, data_offset; } seed_file;
 
 static bool read_seed(const char *path, seed_file *s) {
     s->path = path;
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    fseek(f, 0, SEEK_END);
-    s->size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    s->bytes = malloc(s->size);
-    bool ok = s->bytes && fread(s->bytes, 1, s->size, f) == s->size;
-    fclose(f);
+    fuzz_seed f;
+    if (!fuzz_read_file(path, &f)) return false;
+    s->bytes = (uint8_t *)f.bytes;
+    s->size = f.size;
     char err[256];
-    gguf_file *g = ok ? gguf_open_buffer(s->bytes, s->size, err, sizeof err) : NULL;
-    if (!g) { fprintf(stderr, "fuzz_model: %s is not a usable seed\n", path); return false; }
+    gguf_file *g = gguf_open_buffer(s->bytes, s->size, err, sizeof err);
+    if (!g) { fprintf(stderr, "fuzz_model: %s is not a usable seed\n", path); free(s->bytes); return false; }
     s->data_offset = (size_t)g->data_offset;
     gguf_close(g);
     return true;
@@ -55,8 +46,8 @@ static bool read_seed(const char *path, seed_file *s) {
 static const uint32_t bad_f32[] = { 0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x00000001u, 0x80000000u };
 static const uint16_t bad_f16[] = { 0x7e00, 0x7c00, 0xfc00, 0x7bff, 0x0001, 0x8000 };
 
-/* Room a mutant may need past its seed: mutate() grows by at most 4 x 16. */
-#define MUTANT_SLACK 64
+/* Room a mutant may need past its seed. */
+#define MUTANT_SLACK MUTATE_MAX_GROWTH
 
 /* One mutant of s into buf (s->size + MUTANT_SLACK bytes); returns its length. */
 static size_t make_mutant(const seed_file *s, uint8_t *buf) {

@@ -26,6 +26,9 @@ static const uint64_t interesting[] = {
 };
 #define N_INTERESTING (sizeof interesting / sizeof interesting[0])
 
+/* The most mutate() can grow an input: 4 insertions of at most 16 bytes. */
+#define MUTATE_MAX_GROWTH (4 * 16)
+
 /* Applies 1-4 random mutations to buf (capacity cap), returns the new length. */
 static size_t mutate(uint8_t *buf, size_t n, size_t cap) {
     int rounds = 1 + (int)rnd_below(4);

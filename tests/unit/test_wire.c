@@ -307,6 +307,24 @@ static void test_envelope_errors(void) {
     /* A length that runs past the end of the frame. */
     uint8_t overrun[] = {0x08, SW_PROTOCOL_VERSION, 0x32, 0x7f, 0x0a, 0x01, 'x'};
     expect_reject(overrun, sizeof overrun, "overrun", "malformed");
+    /* A field numbered 0 inside a body, written as an over-long tag varint
+     * (80 00): protobuf-c keeps it as an unknown field, which encodes into a
+     * frame nothing decodes (found by libFuzzer). */
+    uint8_t field0[] = {0x08, SW_PROTOCOL_VERSION, 0x42, 0x05, 0x80, 0x00, 0xcd, 0x87, 0x08};
+    expect_reject(field0, sizeof field0, "field 0", "numbered 0");
+    /* A newer peer's extra field inside a known body is kept, and survives a
+     * re-encoding (so the gateway can forward it). */
+    uint8_t extra[] = {0x08, SW_PROTOCOL_VERSION, 0x42, 0x02, 0x48, 0x01};   /* Disconnect, field 9 = 1 */
+    char err[256];
+    sw_env *e = sw_wire_decode(extra, sizeof extra, err, sizeof err);
+    CHECK(e != NULL, "extra field: %s", err);
+    if (e) {
+        uint8_t *again;
+        size_t n = sw_wire_encode(e, &again);
+        CHECK(n == sizeof extra && !memcmp(again, extra, n), "extra field re-encodes as it came (%zu bytes)", n);
+        free(again);
+        sw_wire_free(e);
+    }
     /* Too large: checked before parsing, so the buffer content is irrelevant. */
     uint8_t small[4] = {0};
     expect_reject(small, (size_t)SW_MAX_FRAME + 1, "oversized", "too large");
