@@ -152,6 +152,7 @@ static void sdk_chunk(sw_req *r, const Spillway__TokenChunk *c, int finish, cons
     if (finish != SPILLWAY__FINISH_REASON__FINISH_NONE && !out.usage) {
         u.prompt_tokens = r->usage_prompt;
         u.completion_tokens = r->usage_completion;
+        u.cached_tokens = r->usage_cached;
         out.usage = &u;
     }
     out.finish_reason = finish;
@@ -477,6 +478,7 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
         if (c->usage) {
             r->usage_prompt = c->usage->prompt_tokens;
             r->usage_completion = c->usage->completion_tokens;
+            r->usage_cached = c->usage->cached_tokens;
         }
         if (c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_ERROR && !r->err_msg[0])
             snprintf(r->err_msg, sizeof r->err_msg, "the worker reported an error");

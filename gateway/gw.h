@@ -184,7 +184,7 @@ typedef struct sw_req {
     int64_t text_rx_ns;           /* when the oldest unrelayed text arrived */
     bool finished;
     int finish;                   /* Spillway__FinishReason */
-    uint32_t usage_prompt, usage_completion;
+    uint32_t usage_prompt, usage_completion, usage_cached;   /* cached: prompt tokens the worker reused */
     bool got_token;
     bool keepalive_due;
     int64_t last_write_ms;

@@ -346,6 +346,9 @@ static void add_usage(cJSON *o, sw_req *r)
     cJSON_AddNumberToObject(u, "prompt_tokens", r->usage_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", r->usage_completion);
     cJSON_AddNumberToObject(u, "total_tokens", r->usage_prompt + r->usage_completion);
+    /* OpenAI's place for prompt tokens served from a cache (our workers' prefix cache) */
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", r->usage_cached);
 }
 
 static void add_finish(cJSON *c, int finish)

@@ -127,9 +127,15 @@ static void fmt_phi3(sbuf *b, const sw_chat_msg *m, size_t n) {
     put(b, "<|assistant|>\n");
 }
 
+/* Our own fallback: "role: content" lines, ending with "assistant:" for the
+ * model to continue. Content that starts with whitespace follows the colon
+ * directly, so an answer the model generated after "assistant:" (usually
+ * starting with a space) reads back in the next turn exactly as it was
+ * generated, and the worker's prefix cache covers it. */
 static void fmt_plain(sbuf *b, const sw_chat_msg *m, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        put(b, role_name(&m[i])); put(b, ": "); put(b, content_of(&m[i])); put(b, "\n");
+        const char *c = content_of(&m[i]);
+        put(b, role_name(&m[i])); put(b, is_ws(c[0]) ? ":" : ": "); put(b, c); put(b, "\n");
     }
     put(b, "assistant:");
 }

@@ -143,6 +143,9 @@ static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen)
     if (c->finish_reason < SPILLWAY__FINISH_REASON__FINISH_NONE ||
         c->finish_reason > SPILLWAY__FINISH_REASON__FINISH_ERROR)
         return fail(err, errlen, "chunk: unknown finish_reason %d", (int)c->finish_reason);
+    if (c->usage && c->usage->cached_tokens > c->usage->prompt_tokens)
+        return fail(err, errlen, "chunk: %u cached of %u prompt tokens", c->usage->cached_tokens,
+                    c->usage->prompt_tokens);
     return true;
 }
 

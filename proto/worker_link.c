@@ -538,7 +538,7 @@ static void send_error(compute *C, const char *id, uint32_t code, const char *ms
 }
 
 static void send_chunk(compute *C, const char *id, const char *text, const uint32_t *ids,
-                       size_t n_ids, int finish, uint32_t prompt_tokens, uint32_t completion_tokens) {
+                       size_t n_ids, int finish, const sw_usage *usage) {
     Spillway__TokenChunk c = SPILLWAY__TOKEN_CHUNK__INIT;
     Spillway__Usage u = SPILLWAY__USAGE__INIT;
     c.request_id = (char *)id;
@@ -547,8 +547,9 @@ static void send_chunk(compute *C, const char *id, const char *text, const uint3
     c.n_token_ids = n_ids;
     c.finish_reason = finish;
     if (finish != SPILLWAY__FINISH_REASON__FINISH_NONE) {
-        u.prompt_tokens = prompt_tokens;
-        u.completion_tokens = completion_tokens;
+        u.prompt_tokens = usage->prompt_tokens;
+        u.completion_tokens = usage->completion_tokens;
+        u.cached_tokens = usage->cached_tokens;
         c.usage = &u;
     }
     sw_env env = SPILLWAY__ENVELOPE__INIT;
@@ -560,12 +561,12 @@ static void send_chunk(compute *C, const char *id, const char *text, const uint3
 /* The engine's callbacks. Output for a request the gateway no longer waits
  * on (cancelled, expired, or lost with the link) is dropped here. */
 static void on_emit(void *ctx, const char *request_id, const char *text, const uint32_t *ids,
-                    size_t n_ids, int finish, uint32_t prompt_tokens, uint32_t completion_tokens) {
+                    size_t n_ids, int finish, const sw_usage *usage) {
     compute *C = ctx;
     inflight *r = table_find(&C->reqs, request_id);
     if (!r) return;
     r->n_tokens += (uint32_t)n_ids;
-    send_chunk(C, request_id, text, ids, n_ids, finish, prompt_tokens, completion_tokens);
+    send_chunk(C, request_id, text, ids, n_ids, finish, usage);
     if (finish != SPILLWAY__FINISH_REASON__FINISH_NONE) table_remove(&C->reqs, request_id);
 }
 
@@ -613,7 +614,8 @@ static void on_cancel(compute *C, const char *id) {
     inflight *r = table_find(&C->reqs, id);
     if (!r) return; /* already finished: the race is normal */
     C->ops->cancel(C->eng, id);
-    send_chunk(C, id, "", NULL, 0, SPILLWAY__FINISH_REASON__FINISH_CANCELLED, 0, r->n_tokens);
+    send_chunk(C, id, "", NULL, 0, SPILLWAY__FINISH_REASON__FINISH_CANCELLED,
+               &(sw_usage){ .completion_tokens = r->n_tokens });
     table_remove(&C->reqs, id);
 }
 

@@ -37,12 +37,17 @@ typedef struct {
     uint64_t tokens_generated;
 } sw_load;
 
+/* A request's token counts, as the final chunk reports them. */
+typedef struct {
+    uint32_t prompt_tokens, completion_tokens;
+    uint32_t cached_tokens;   /* prompt tokens not computed: their KV was reused */
+} sw_usage;
+
 /* Called by the engine (on the compute thread) for every output chunk.
  * finish: a Spillway__FinishReason; FINISH_NONE while more follow. Usage
- * counts are read only on the final chunk. */
+ * is read only on the final chunk. */
 typedef void (*sw_emit_fn)(void *emit_ctx, const char *request_id, const char *text,
-                           const uint32_t *ids, size_t n_ids, int finish,
-                           uint32_t prompt_tokens, uint32_t completion_tokens);
+                           const uint32_t *ids, size_t n_ids, int finish, const sw_usage *usage);
 /* Called by the engine to fail a request it had accepted (e.g. prompt too long). */
 typedef void (*sw_fail_fn)(void *emit_ctx, const char *request_id, uint32_t code, const char *msg);
 

@@ -190,6 +190,7 @@ static int run_request(spillway_client *c, const spillway_request *req, spillway
                 if (ch->usage) {
                     out->prompt_tokens = ch->usage->prompt_tokens;
                     out->completion_tokens = ch->usage->completion_tokens;
+                    out->cached_tokens = ch->usage->cached_tokens;
                 }
                 if (out->finish == SPILLWAY_FINISH_ERROR) {
                     set_err(err, errlen, "spillway: %s", "the worker failed mid-stream");

@@ -109,8 +109,8 @@ int main(int argc, char **argv) {
         printf("\n");
         if (rc) fprintf(stderr, "%s\n", err);
         if (!quiet)
-            fprintf(stderr, "[finish=%s prompt_tokens=%u completion_tokens=%u pool=%s worker=%s]\n",
-                    spillway_finish_name(res.finish), res.prompt_tokens, res.completion_tokens,
+            fprintf(stderr, "[finish=%s prompt_tokens=%u cached_tokens=%u completion_tokens=%u pool=%s worker=%s]\n",
+                    spillway_finish_name(res.finish), res.prompt_tokens, res.cached_tokens, res.completion_tokens,
                     res.pool, res.worker);
         spillway_result_free(&res);
     } else {

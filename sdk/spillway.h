@@ -60,6 +60,7 @@ typedef struct {
     size_t len;
     spillway_finish finish;
     uint32_t prompt_tokens, completion_tokens;
+    uint32_t cached_tokens;     /* prompt tokens the worker took from its prefix cache */
     char pool[64];              /* which pool and worker served it */
     char worker[128];
     int error_code;             /* HTTP-like status when the gateway refused it, else 0 */

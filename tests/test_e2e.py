@@ -49,6 +49,30 @@ def test_completion_greedy_streaming_matches_reference(e2e):
     assert "".join(parts).rstrip() == want
 
 
+def test_prefix_cache_reuses_the_prompt_and_keeps_the_text(e2e):
+    """The worker's prefix cache, seen through the API: a repeated prompt and
+    the next turn of a chat report cached prompt tokens
+    (usage.prompt_tokens_details.cached_tokens), and greedy output is still
+    the model's published text."""
+    cluster, c, want = e2e
+    first = c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=252, temperature=0)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    again = c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=252, temperature=0)
+    assert again.choices[0].text.rstrip() == want
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+
+    turn1 = [{"role": "user", "content": "Tell me a story about a cat and a dog who play in the park."}]
+    r1 = c.chat.completions.create(model="stories260K", max_tokens=40, temperature=0, messages=turn1)
+    turn2 = turn1 + [{"role": "assistant", "content": r1.choices[0].message.content},
+                     {"role": "user", "content": "What happened next?"}]
+    stream = c.chat.completions.create(model="stories260K", max_tokens=8, temperature=0, messages=turn2,
+                                       stream=True, stream_options={"include_usage": True})
+    usage = [ch.usage for ch in stream if ch.usage][-1]
+    # everything up to the first answer was computed in turn 1
+    assert usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens + 30, \
+        (usage, r1.usage)
+
+
 def test_seed_makes_sampling_reproducible(e2e):
     """OpenAI's `seed`: the same seed samples the same text, other seeds other
     texts. Seeds are 64-bit, signed or not: -1 is 2^64-1."""

@@ -156,7 +156,8 @@ def decode(frame):
         usage = parse(one(b, 5)) if 5 in b else None
         d = dict(request_id=s(1), text=s(2), token_ids=packed_u32(b, 3), finish=u(4),
                  usage=None if usage is None else dict(prompt_tokens=one(usage, 1, 0),
-                                                       completion_tokens=one(usage, 2, 0)))
+                                                       completion_tokens=one(usage, 2, 0),
+                                                       cached_tokens=one(usage, 3, 0)))
     elif k == ERROR:
         d = dict(request_id=s(1), code=u(2), message=s(3))
     elif k == DISCONNECT:
@@ -299,7 +300,7 @@ def test_generate_streams_max_tokens_chunks(gw, worker_factory):
     assert all(c["finish"] == FINISH_NONE and c["usage"] is None for c, _ in chunks[:-1])
     last = chunks[-1][0]
     assert last["finish"] == FINISH_LENGTH
-    assert last["usage"] == dict(prompt_tokens=4, completion_tokens=20)
+    assert last["usage"] == dict(prompt_tokens=4, completion_tokens=20, cached_tokens=0)
     # Paced at 100 tokens/s: 20 tokens take about 0.2 s, not an instant burst.
     elapsed = chunks[-1][1] - t_send
     assert 0.15 < elapsed < 3.0, elapsed
@@ -499,6 +500,7 @@ BASE = ["--gateway", "tcp://127.0.0.1:5555", "--pool", "p", "--model", "m=/x"]
     (BASE + ["--test-echo", "nan"], "--test-echo"),
     (BASE + ["--worker-id", "has space"], "--worker-id"),
     (BASE + ["--quantization", ""], "--quantization"),
+    (BASE + ["--prefix-cache", "maybe"], "--prefix-cache"),
     (BASE + ["--model", "m2=/y"], "--model given twice"),
     (["--gateway", "tcp://127.0.0.1:5555", "--pool", "p", "--model", "noequals"], "NAME=PATH"),
     (["--gateway", "tcp://127.0.0.1:5555", "--pool", "p", "--model", "=/x"], "NAME=PATH"),
@@ -540,7 +542,14 @@ def test_real_model_greedy_stream_and_cancel(gw, tmp_path):
         assert ("Once upon a time" + text).rstrip() == expected
         last = chunks[-1][0]
         assert last["finish"] == FINISH_LENGTH
-        assert last["usage"] == dict(prompt_tokens=5, completion_tokens=252)
+        assert last["usage"] == dict(prompt_tokens=5, completion_tokens=252, cached_tokens=0)
+        # The same prompt again: its KV comes from the prefix cache, all but
+        # the last token, and the text is the same.
+        gw.send(generate("again", model="stories260K", prompt="Once upon a time",
+                         max_tokens=252, temperature=0.0))
+        chunks = collect_stream(gw, "again", timeout=120)
+        assert ("Once upon a time" + "".join(c["text"] for c, _ in chunks)).rstrip() == expected
+        assert chunks[-1][0]["usage"] == dict(prompt_tokens=5, completion_tokens=252, cached_tokens=4)
         # Cancel a long generation: the CPU engine frees the slot too.
         gw.send(generate("long", model="stories260K", prompt="Once upon a time",
                          max_tokens=100000, temperature=1.0))

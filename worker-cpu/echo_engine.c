@@ -208,7 +208,7 @@ static int echo_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx) {
             int last = s->emitted == s->max_tokens;
             emit(ctx, s->id, text, &id, 1,
                  last ? SPILLWAY__FINISH_REASON__FINISH_LENGTH : SPILLWAY__FINISH_REASON__FINISH_NONE,
-                 s->prompt_tokens, s->emitted);
+                 &(sw_usage){ .prompt_tokens = s->prompt_tokens, .completion_tokens = s->emitted });
             e->tokens_generated++;
             s->next_due += e->interval;
             emitted_now = 1;

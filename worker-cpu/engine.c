@@ -9,6 +9,14 @@
  * long prompt never stalls the others for more than one chunk. Requests join
  * (from the queue, when a slot is free) and leave (finish, cancel) between
  * steps. Each slot owns one KV cache in the forward context.
+ *
+ * Prefix cache: a slot's KV cache outlives its request, together with the
+ * list of tokens it holds. A new request goes to the free slot whose cached
+ * tokens share the longest prefix with its prompt, and prefills only the
+ * rest. A chat resends the whole conversation every turn, so on a CPU, where
+ * prefill is the slow part, this is what keeps the second turn from costing
+ * as much as the first. (KV entry p depends only on tokens 0..p, so a shared
+ * prefix has the same entries.)
  */
 #include "worker-cpu/engine.h"
 #include "worker-cpu/forward.h"
@@ -27,6 +35,7 @@
 typedef struct {
     bool used;
     bool decoding;            /* prompt done; next_tok is the token to evaluate */
+    int n_cached;             /* prompt tokens taken from the prefix cache */
     char id[SW_MAX_ID_LEN + 1];
     sw_gen gen;
     int n_prefilled;          /* prompt tokens already in the KV cache */
@@ -34,6 +43,14 @@ typedef struct {
     uint64_t deadline_ms;
     uint64_t admitted;        /* admission order: older prompts prefill first */
 } slot;
+
+/* What a slot's KV cache holds: the tokens at positions 0..n-1. It survives
+ * the slot's request, for the prefix cache. */
+typedef struct {
+    int32_t *toks;            /* n_ctx entries */
+    int n;
+    uint64_t last_used;       /* admission counter: the least recently used slot goes first */
+} kv_history;
 
 typedef struct queued {
     char id[SW_MAX_ID_LEN + 1];
@@ -47,6 +64,8 @@ struct sw_cpu_engine {
     sw_ctx *ctx;
     int n_slots, n_ctx, max_batch;
     slot *slots;
+    kv_history *hist;         /* [n_slots] */
+    bool prefix_cache;
     queued *qhead, *qtail;
     int n_queued;
     uint64_t n_admitted;
@@ -69,10 +88,14 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err,
     e->max_batch = n_slots + PREFILL_BUDGET;
     e->ctx = sw_ctx_new(m, n_slots, n_ctx, e->max_batch, err, errlen);
     e->slots = calloc((size_t)n_slots, sizeof *e->slots);
+    e->hist = calloc((size_t)n_slots, sizeof *e->hist);
+    e->prefix_cache = true;
+    for (int i = 0; e->hist && i < n_slots; i++)
+        if (!(e->hist[i].toks = malloc((size_t)n_ctx * sizeof(int32_t)))) { free(e->hist); e->hist = NULL; }
     e->batch = calloc((size_t)e->max_batch, sizeof *e->batch);
     e->row_slot = calloc((size_t)e->max_batch, sizeof *e->row_slot);
     e->logits = malloc((size_t)n_slots * m->hp.n_vocab * sizeof(float));
-    if (!e->ctx || !e->slots || !e->batch || !e->row_slot || !e->logits) {
+    if (!e->ctx || !e->slots || !e->hist || !e->batch || !e->row_slot || !e->logits) {
         if (e->ctx) sw_errf(err, errlen, "out of memory");
         sw_cpu_engine_free(e);
         return NULL;
@@ -81,6 +104,8 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err,
 }
 
 int sw_cpu_engine_n_ctx(const sw_cpu_engine *e) { return e->n_ctx; }
+
+void sw_cpu_engine_set_prefix_cache(sw_cpu_engine *e, bool on) { e->prefix_cache = on; }
 
 static void slot_release(slot *s)
 {
@@ -99,6 +124,8 @@ void sw_cpu_engine_free(sw_cpu_engine *e)
         free(q);
     }
     sw_ctx_free(e->ctx);
+    if (e->hist) for (int i = 0; i < e->n_slots; i++) free(e->hist[i].toks);
+    free(e->hist);
     free(e->slots);
     free(e->batch);
     free(e->row_slot);
@@ -168,13 +195,62 @@ static void engine_cancel(void *eng, const char *request_id)
     }
 }
 
+static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb)
+{
+    int n = 0;
+    while (n < na && n < nb && a[n] == b[n]) n++;
+    return n;
+}
+
+static int cached_prefix(const sw_cpu_engine *e, int slot, const int32_t *prompt, int n_prompt)
+{
+    const kv_history *h = &e->hist[slot];
+    return e->prefix_cache ? common_prefix(h->toks, h->n, prompt, n_prompt) : 0;
+}
+
+/* The free slot for a prompt. One whose cache is mostly a prefix of the
+ * prompt (the same conversation a turn later, or the same prompt) is reused
+ * in place. Otherwise the least recently used free slot: reusing a slot for
+ * a short shared prefix would throw away the rest of its cache, and a copy
+ * of that prefix (below) is cheap. -1 if no slot is free. */
+static int pick_slot(const sw_cpu_engine *e, const int32_t *prompt, int n_prompt)
+{
+    int in_place = -1, in_place_len = 0, lru = -1;
+    for (int i = 0; i < e->n_slots; i++) {
+        if (e->slots[i].used) continue;
+        int len = cached_prefix(e, i, prompt, n_prompt);
+        if (len > in_place_len && 2 * len >= e->hist[i].n) { in_place = i; in_place_len = len; }
+        if (lru < 0 || e->hist[i].last_used < e->hist[lru].last_used) lru = i;
+    }
+    return in_place >= 0 ? in_place : lru;
+}
+
 /* Moves queued requests into free slots (FIFO). The KV cache of a slot needs
- * no clearing: a sequence only ever reads positions it has written. */
+ * no clearing: a sequence only ever reads positions it has written, or,
+ * from the prefix cache, entries computed from the same tokens. */
 static void admit(sw_cpu_engine *e)
 {
-    for (int i = 0; i < e->n_slots && e->qhead; i++) {
+    while (e->qhead) {
+        const int32_t *prompt = e->qhead->gen.prompt;
+        const int n_prompt = e->qhead->gen.n_prompt;
+        int i = pick_slot(e, prompt, n_prompt);
+        if (i < 0) break;
+        /* The longest cached prefix anywhere, running sequences included
+         * (what they hold was computed in earlier steps); at least the last
+         * prompt token is evaluated, since its logits give the first token. */
+        int own = cached_prefix(e, i, prompt, n_prompt), src = i, reuse = own;
+        for (int j = 0; j < e->n_slots; j++) {
+            int len = j == i ? 0 : cached_prefix(e, j, prompt, n_prompt);
+            if (len > reuse) { src = j; reuse = len; }
+        }
+        if (reuse > n_prompt - 1) reuse = n_prompt - 1;
+        if (src != i && reuse > own) {
+            sw_ctx_copy_kv(e->ctx, src, i, own, reuse);
+            memcpy(e->hist[i].toks + own, e->hist[src].toks + own, (size_t)(reuse - own) * sizeof(int32_t));
+        } else if (reuse > own) {
+            reuse = own;
+        }
         slot *s = &e->slots[i];
-        if (s->used) continue;
         queued *q = e->qhead;
         e->qhead = q->next;
         if (!e->qhead) e->qtail = NULL;
@@ -185,6 +261,9 @@ static void admit(sw_cpu_engine *e)
         s->gen = q->gen;          /* the generator owns only heap pointers: moving it is fine */
         s->deadline_ms = q->deadline_ms;
         s->admitted = e->n_admitted++;
+        s->n_cached = s->n_prefilled = reuse;
+        e->hist[i].n = reuse;
+        e->hist[i].last_used = s->admitted;
         free(q);
     }
 }
@@ -229,8 +308,11 @@ static int build_batch(sw_cpu_engine *e, int *n_rows, uint32_t *n_decode)
     for (int i = 0; i < e->n_slots; i++) {
         slot *s = &e->slots[i];
         if (!s->used || !s->decoding) continue;
-        e->batch[n++] = (sw_tok_in){ .token = s->next_tok, .pos = sw_gen_next_pos(&s->gen), .seq = i, .logits = true };
+        int pos = sw_gen_next_pos(&s->gen);
+        e->batch[n++] = (sw_tok_in){ .token = s->next_tok, .pos = pos, .seq = i, .logits = true };
         e->row_slot[rows++] = i;
+        e->hist[i].toks[pos] = s->next_tok;
+        e->hist[i].n = pos + 1;
         (*n_decode)++;
     }
     int budget = PREFILL_BUDGET;
@@ -252,8 +334,10 @@ static int build_batch(sw_cpu_engine *e, int *n_rows, uint32_t *n_decode)
             bool last = p == s->gen.n_prompt - 1;
             e->batch[n++] = (sw_tok_in){ .token = s->gen.prompt[p], .pos = p, .seq = best, .logits = last };
             if (last) e->row_slot[rows++] = best;
+            e->hist[best].toks[p] = s->gen.prompt[p];
         }
         s->n_prefilled += chunk;
+        e->hist[best].n = s->n_prefilled;
         budget -= chunk;
         /* A slot whose prompt is not complete stays in prefill; it is no
          * longer "oldest unfinished" only when done, so the loop moves on. */
@@ -278,6 +362,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
         if (sw_forward(e->ctx, e->batch, n, e->logits, err, sizeof err)) {
             /* Cannot happen for validated requests; fail what was in the batch. */
             for (int i = 0; i < e->n_slots; i++) {
+                e->hist[i].n = 0;    /* what the caches hold is unknown now */
                 if (!e->slots[i].used) continue;
                 fail(ectx, e->slots[i].id, 500, err);
                 slot_release(&e->slots[i]);
@@ -290,6 +375,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
                 int32_t tok = sw_gen_sample(&s->gen, e->logits + (size_t)r * V, (int32_t)V);
                 if (tok < 0) {
                     fail(ectx, s->id, 500, SW_GEN_NAN_ERROR);
+                    e->hist[e->row_slot[r]].n = 0;   /* never reuse a cache that made NaN */
                     slot_release(s);
                     continue;
                 }
@@ -298,7 +384,9 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
                 int fin = sw_gen_accept(&s->gen, tok, &delta, &dlen);
                 e->tokens_generated++;
                 uint32_t id = (uint32_t)tok;
-                emit(ectx, s->id, delta, &id, 1, fin, (uint32_t)s->gen.n_prompt, s->gen.n_generated);
+                emit(ectx, s->id, delta, &id, 1, fin,
+                     &(sw_usage){ .prompt_tokens = (uint32_t)s->gen.n_prompt, .completion_tokens = s->gen.n_generated,
+                                  .cached_tokens = (uint32_t)s->n_cached });
                 if (fin) {
                     slot_release(s);
                 } else {

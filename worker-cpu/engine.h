@@ -14,6 +14,9 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err,
 void sw_cpu_engine_free(sw_cpu_engine *e);
 /* The per-slot context length it was sized with (what a request may use). */
 int sw_cpu_engine_n_ctx(const sw_cpu_engine *e);
+/* The prefix cache (engine.c) is on by default; off, every prompt is
+ * prefilled in full. */
+void sw_cpu_engine_set_prefix_cache(sw_cpu_engine *e, bool on);
 extern const sw_engine_ops sw_cpu_engine_ops;
 
 /* Test mode (--test-echo): no compute; emits max_tokens tokens per request at

@@ -428,6 +428,25 @@ static inline size_t kv_base(const sw_ctx *c, int seq, int layer, int g)
     return (size_t)seq * c->seq_stride + ((size_t)layer * c->m->hp.n_head_kv + (size_t)g) * c->head_stride;
 }
 
+void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to)
+{
+    if (src == dst || src < 0 || dst < 0 || src >= c->n_seq || dst >= c->n_seq) return;
+    if (from < 0) from = 0;
+    if (to > c->n_ctx) to = c->n_ctx;
+    if (from >= to) return;
+    const int hd = (int)c->m->hp.head_dim, n_kv = (int)c->m->hp.n_head_kv;
+    const size_t n = (size_t)(to - from);
+    #pragma omp parallel for schedule(static)
+    for (int lg = 0; lg < (int)c->m->hp.n_layer * n_kv; lg++) {
+        size_t bs = kv_base(c, src, lg / n_kv, lg % n_kv), bd = kv_base(c, dst, lg / n_kv, lg % n_kv);
+        for (int d = 0; d < hd; d++) {   /* K is stored transposed: a row per dimension */
+            size_t off = (size_t)d * c->ctx_pad + (size_t)from;
+            memcpy(c->kv_k + bd + off, c->kv_k + bs + off, n * sizeof(sw_f16));
+        }
+        memcpy(c->kv_v + bd + (size_t)from * hd, c->kv_v + bs + (size_t)from * hd, n * hd * sizeof(sw_f16));
+    }
+}
+
 /* Files k and v of token (seq, pos) into the cache of one layer. */
 static void kv_store(sw_ctx *c, const sw_attn_kernels *ak, int layer, int seq, int pos, const float *k,
                      const float *v, sw_f16 *kh)

@@ -37,6 +37,10 @@ int sw_ctx_max_batch(const sw_ctx *c);
  * single-quantization fast path. Returns -1 if scratch cannot be allocated. */
 int sw_ctx_set_precise(sw_ctx *c, bool precise);
 
+/* Copies the KV entries of positions from..to-1 of sequence src to sequence
+ * dst (all layers): a prompt prefix that another sequence already computed
+ * costs a memory copy instead of a prefill. */
+void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to);
 /* Evaluates n tokens (n <= max_batch). For each token with .logits set, in
  * batch order, writes one row of n_vocab floats to logits_out. Returns 0, or
  * -1 with err filled when the batch is invalid (token/pos/seq out of range). */

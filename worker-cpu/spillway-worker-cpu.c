@@ -2,7 +2,7 @@
  *
  *   spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH
  *       [--threads N] [--parallel N] [--ctx N] [--worker-id ID]
- *       [--quantization Q] [--test-echo TOKENS_PER_S]
+ *       [--quantization Q] [--prefix-cache on|off] [--test-echo TOKENS_PER_S]
  *
  * Loads the GGUF model, connects to the gateway, registers and serves
  * generate requests until SIGINT/SIGTERM (see proto/worker_link.h).
@@ -34,7 +34,7 @@
 static const char *usage_text =
     "usage: spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH\n"
     "           [--threads N] [--parallel N] [--ctx N] [--worker-id ID]\n"
-    "           [--quantization Q] [--test-echo TOKENS_PER_S [--test-fail-rate F]]\n"
+    "           [--quantization Q] [--prefix-cache on|off] [--test-echo TOKENS_PER_S [--test-fail-rate F]]\n"
     "\n"
     "  --gateway ENDPOINT   gateway worker endpoint, e.g. tcp://127.0.0.1:5555\n"
     "  --pool NAME          pool this worker joins (as in routes.yaml)\n"
@@ -44,6 +44,7 @@ static const char *usage_text =
     "  --ctx N              context per sequence (default: the model's, capped by the engine)\n"
     "  --worker-id ID       id to register with (default: host-pid-random)\n"
     "  --quantization Q     quantization to register (default: the GGUF's; \"test\" with --test-echo)\n"
+    "  --prefix-cache on|off reuse the KV cache of a prompt prefix computed before (default on)\n"
     "  --test-echo R        TEST MODE: no model, emit max_tokens placeholder tokens at R tokens/s\n"
     "                       per sequence; refused unless SPILLWAY_ALLOW_TEST_MODE=1\n"
     "  --test-fail-rate F   TEST MODE (with --test-echo): refuse a fraction F of requests with error 500\n";
@@ -53,6 +54,7 @@ typedef struct {
     char model_name[SW_MAX_ID_LEN + 1];
     const char *model_path;
     int threads, parallel, ctx;
+    bool no_prefix_cache;
     double echo_rate; /* 0 = normal mode */
     double fail_rate; /* --test-fail-rate, test mode only */
 } options;
@@ -99,7 +101,7 @@ static int parse_args(int argc, char **argv, options *o) {
         if (strncmp(a, "--", 2) != 0) return usage_error("unexpected argument '%s'", a);
         static const char *known[] = {"--gateway", "--pool", "--model", "--threads", "--parallel",
                                       "--ctx", "--worker-id", "--test-echo", "--quantization",
-                                      "--test-fail-rate"};
+                                      "--test-fail-rate", "--prefix-cache"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= !strcmp(a, known[k]);
         if (!is_known) return usage_error("unknown option '%s'", a);
@@ -148,6 +150,10 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!sw_parse_double(v, 0, 1e6, &r) || r == 0)
                 return usage_error("--test-echo: '%s' is not a rate in (0, 1000000] tokens/s", v);
             o->echo_rate = r;
+        } else if (!strcmp(a, "--prefix-cache")) {
+            if (strcmp(v, "on") && strcmp(v, "off"))
+                return usage_error("--prefix-cache: '%s' is not on or off", v);
+            o->no_prefix_cache = !strcmp(v, "off");
         } else if (!strcmp(a, "--test-fail-rate")) {
             if (!sw_parse_double(v, 0, 1, &o->fail_rate))
                 return usage_error("--test-fail-rate: '%s' is not a fraction in [0, 1]", v);
@@ -211,6 +217,7 @@ static int run_model(const options *o) {
         sw_model_free(m);
         return 1;
     }
+    sw_cpu_engine_set_prefix_cache(e, !o->no_prefix_cache);
     Spillway__ModelInfo mi = SPILLWAY__MODEL_INFO__INIT;
     mi.name = (char *)o->model_name;
     mi.quantization = (char *)(o->quantization ? o->quantization : m->quant_name);

@@ -325,7 +325,7 @@ static int run_tokens(const opts *o)
 
 /* ---- -p TEXT: generation through the scheduler, as the daemon does ---- */
 static void print_emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n_ids,
-                       int finish, uint32_t pt, uint32_t ct)
+                       int finish, const sw_usage *usage)
 {
     if (text && *text) { fputs(text, stdout); fflush(stdout); }
     if (finish) *(int *)ctx = finish;

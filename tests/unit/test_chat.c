@@ -93,7 +93,7 @@ static void test_formats(void) {
         "<start_of_turn>model\nHello!<end_of_turn>\n"
         "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n");
     expect(SW_CHAT_PLAIN, CONV, N_CONV,
-        "system: You are terse.\nuser: Hi there\nassistant:  Hello! \nuser: What is 2+2?\nassistant:");
+        "system: You are terse.\nuser: Hi there\nassistant: Hello! \nuser: What is 2+2?\nassistant:");
 
     /* A single user message, no system prompt. */
     const sw_chat_msg one[] = { { "user", "Hello" } };

@@ -16,7 +16,7 @@ typedef struct {
     char text[16384];
     uint32_t ids[4096];
     int n_ids, finish, chunks, after_finish;
-    uint32_t prompt_tokens, completion_tokens;
+    uint32_t prompt_tokens, completion_tokens, cached_tokens;
     int failed_code;
 } result;
 
@@ -25,7 +25,7 @@ static result res[N_REQ + 4];
 static int req_index(const char *id) { return atoi(id + 1); }   /* ids are "r<N>" */
 
 static void emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n, int finish,
-                 uint32_t pt, uint32_t ct)
+                 const sw_usage *usage)
 {
     (void)ctx;
     result *r = &res[req_index(id)];
@@ -33,7 +33,12 @@ static void emit(void *ctx, const char *id, const char *text, const uint32_t *id
     strncat(r->text, text, sizeof r->text - strlen(r->text) - 1);
     for (size_t i = 0; i < n && r->n_ids < 4096; i++) r->ids[r->n_ids++] = ids[i];
     r->chunks++;
-    if (finish) { r->finish = finish; r->prompt_tokens = pt; r->completion_tokens = ct; }
+    if (finish) {
+        r->finish = finish;
+        r->prompt_tokens = usage->prompt_tokens;
+        r->completion_tokens = usage->completion_tokens;
+        r->cached_tokens = usage->cached_tokens;
+    }
 }
 
 static void fail(void *ctx, const char *id, uint32_t code, const char *msg)
@@ -87,6 +92,91 @@ static int submit(sw_cpu_engine *e, int i, const char *prompt, uint32_t max_toke
     sp.has_seed = 1;
     if (stop) { r.stop = stops; r.n_stop = 1; }
     return sw_cpu_engine_ops.submit(e, &r, err, 256);
+}
+
+/* Prompt tokens two prompts share at the start (as the engine tokenizes them). */
+static int shared_prefix(sw_model *m, const char *a, const char *b, int *n_b)
+{
+    char err[256];
+    sw_gen ga, gb;
+    sw_gen_params pa = { .prompt = a }, pb = { .prompt = b };
+    if (sw_gen_init(&ga, m->tok, m->chat, &pa, 512, err, sizeof err)) return -1;
+    if (sw_gen_init(&gb, m->tok, m->chat, &pb, 512, err, sizeof err)) { sw_gen_free(&ga); return -1; }
+    int n = 0;
+    while (n < ga.n_prompt && n < gb.n_prompt && ga.prompt[n] == gb.prompt[n]) n++;
+    *n_b = gb.n_prompt;
+    sw_gen_free(&ga);
+    sw_gen_free(&gb);
+    return n;
+}
+
+/* Runs request i alone on e and checks it against the reference; returns
+ * the prompt tokens the engine took from its prefix cache. */
+static uint32_t run_one(sw_cpu_engine *e, sw_model *m, int i, const char *prompt, uint32_t max_tokens)
+{
+    char err[256];
+    result ref;
+    reference(m, prompt, max_tokens, NULL, &ref);
+    memset(&res[i], 0, sizeof res[i]);
+    CHECK(submit(e, i, prompt, max_tokens, NULL, err) == 0, "submit r%d: %s", i, err);
+    while (sw_cpu_engine_ops.step(e, emit, fail, NULL) > 0) {}
+    CHECK(res[i].finish != 0 && !strcmp(res[i].text, ref.text), "r%d with the prefix cache:\n %s\n alone: %s",
+          i, res[i].text, ref.text);
+    CHECK(res[i].prompt_tokens == ref.prompt_tokens);
+    return res[i].cached_tokens;
+}
+
+/* The prefix cache: a prompt that starts like an earlier one prefills only
+ * the rest, and still gives exactly the text it gets alone. */
+static void test_prefix_cache(sw_model *m)
+{
+    char err[256];
+    sw_cpu_engine *e = sw_cpu_engine_new(m, 2, 512, err, sizeof err);
+    CHECK(e != NULL, "engine: %s", err);
+    if (!e) return;
+    static char base[4096], a[4096], b[4096], x[4096], y[4096], turn2[32768];
+    for (int i = 0; i < 12; i++) strcat(base, "Lily and Tom went to the park. ");
+    snprintf(a, sizeof a, "%sThey played with a red ball.", base);
+    snprintf(b, sizeof b, "%sThey saw a big dog.", base);
+    snprintf(x, sizeof x, "%sThey ran home.", base);
+    snprintf(y, sizeof y, "%sThey sat down.", base);
+    int n_b = 0, shared = shared_prefix(m, a, b, &n_b);
+    CHECK(shared > 100, "the prompts share %d tokens", shared);
+
+    CHECK(run_one(e, m, 0, a, 20) == 0, "nothing cached yet, yet %u reused", res[0].cached_tokens);
+    uint32_t got = run_one(e, m, 1, b, 20);
+    CHECK((int)got == shared, "b reused %u tokens, shares %d with a", got, shared);
+    /* The same prompt again: all but its last token (whose logits are needed). */
+    got = run_one(e, m, 2, b, 20);
+    CHECK((int)got == n_b - 1, "b again reused %u of %d tokens", got, n_b);
+    /* The next turn of a conversation: the earlier prompt, the answer, more
+     * text. The answer's tokens were computed while generating. */
+    snprintf(turn2, sizeof turn2, "%s%s Then they went home.", b, res[2].text);
+    got = run_one(e, m, 3, turn2, 10);
+    CHECK((int)got > n_b, "the second turn reused only %u tokens (its first turn had %d)", got, n_b);
+    /* An unrelated prompt takes the other slot, so the cache above survives. */
+    got = run_one(e, m, 4, "Once upon a time", 10);
+    CHECK(got <= 1, "unrelated prompt reused %u tokens", got);
+    got = run_one(e, m, 5, b, 10);
+    CHECK((int)got == n_b - 1, "b after an unrelated prompt reused %u of %d tokens", got, n_b);
+    /* Two at once, both sharing a prefix with b's cache: one continues in
+     * b's slot, the other gets the prefix copied into the free slot (from
+     * the slot the first is running in). */
+    result rx, ry;
+    reference(m, x, 12, NULL, &rx);
+    reference(m, y, 12, NULL, &ry);
+    int n_x, n_y, sx = shared_prefix(m, b, x, &n_x), sy = shared_prefix(m, b, y, &n_y);
+    memset(&res[7], 0, 2 * sizeof res[7]);
+    CHECK(submit(e, 7, x, 12, NULL, err) == 0 && submit(e, 8, y, 12, NULL, err) == 0, "%s", err);
+    while (sw_cpu_engine_ops.step(e, emit, fail, NULL) > 0) {}
+    CHECK(!strcmp(res[7].text, rx.text) && !strcmp(res[8].text, ry.text), "x or y differs from alone");
+    CHECK((int)res[7].cached_tokens == sx && (int)res[8].cached_tokens == sy && sy > 100,
+          "x reused %u (shares %d), y reused %u (shares %d)", res[7].cached_tokens, sx, res[8].cached_tokens, sy);
+    /* Off: nothing is reused. */
+    sw_cpu_engine_set_prefix_cache(e, false);
+    got = run_one(e, m, 6, b, 10);
+    CHECK(got == 0, "prefix cache off, yet %u reused", got);
+    sw_cpu_engine_free(e);
 }
 
 int main(void)
@@ -197,6 +287,7 @@ int main(void)
     CHECK(res[10].failed_code == 504 && res[10].chunks == 0);
 
     sw_cpu_engine_free(e);
+    test_prefix_cache(m);
     sw_model_free(m);
     CHECK_DONE();
 }

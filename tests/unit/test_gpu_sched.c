@@ -13,7 +13,7 @@ typedef struct { char text[NREQ][4096]; int finish[NREQ]; int fails; uint32_t la
 static int idx(const char *id) { return id[1] - '0'; }   /* ids are "r0".."r3" */
 
 static void emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n_ids, int finish,
-                 uint32_t pt, uint32_t ct)
+                 const sw_usage *usage)
 {
     sink *s = ctx;
     int i = idx(id);
