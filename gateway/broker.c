@@ -237,6 +237,7 @@ static void fill_route_request(sw_req *r, sw_route_request *rq, const char *excl
     rq->want_quant = r->want_quant;
     rq->exclude_worker = exclude;
     rq->budget_ms = r->max_queue_ms;
+    rq->prefix_key = r->prefix_key;
 }
 
 static void worker_dead(sw_worker *w, const char *why);
@@ -631,6 +632,7 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
     r->created_s = time(NULL);
     r->prompt_tokens_est = g->n_prompt_tokens ? (uint32_t)g->n_prompt_tokens
                                               : (uint32_t)(g->prompt ? strlen(g->prompt) / 4 + 1 : 0);
+    r->prefix_key = sw_prefix_key(g);
     for (size_t i = 0; i < g->n_messages; i++)
         r->prompt_tokens_est += (uint32_t)(strlen(g->messages[i]->content) / 4 + 4);
     /* Re-encode under our id and resolved model; the decoded message owns

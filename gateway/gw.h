@@ -75,10 +75,18 @@ sw_worker *sw_registry_upsert(sw_registry *r, const void *ident, size_t len,
 void sw_registry_remove(sw_registry *r, sw_worker *w);   /* caller holds mu; frees w */
 bool sw_worker_serves(const sw_worker *w, const char *model, const char *quant);
 bool sw_worker_alive(const sw_worker *w, int64_t now);
-/* Power-of-two choices among live workers of `pool` (NULL = any) serving
- * model/quant. Returns NULL if none. */
+/* A worker among the live ones of `pool` (NULL = any) serving model/quant,
+ * or NULL if none. prefix_key (sw_prefix_key; 0 = none) names the request's
+ * prompt prefix: the worker that key hashes to is taken while it has a free
+ * slot, so requests that share a prefix meet the worker's prefix cache.
+ * Otherwise, and when that worker is full, power-of-two choices. */
 sw_worker *sw_registry_pick(sw_registry *r, const char *pool, const char *model,
-                            const char *quant, int64_t now);
+                            const char *quant, int64_t now, uint64_t prefix_key);
+/* The routing key of a request's prompt prefix. Chat: the messages up to
+ * and including the first user message (at most 1 KiB of them), which every
+ * later turn of the conversation repeats. A prompt: its first 256 bytes (or
+ * 64 token ids), typically its fixed preamble. Never 0. */
+uint64_t sw_prefix_key(const Spillway__GenerateRequest *g);
 int sw_registry_count(sw_registry *r, const char *pool, const char *model,
                       const char *quant, int64_t now);
 /* JSON array of workers (caller frees); takes r->mu. */
@@ -122,6 +130,7 @@ typedef struct {
     const char *api_key, *tenant;
     const char *want_target, *want_quant;   /* per-request directives, NULL = any */
     const char *exclude_worker;  /* retry: avoid this worker id */
+    uint64_t prefix_key;         /* sw_prefix_key of the prompt; 0 = none */
     int64_t budget_ms;           /* max_queue_ms directive: 0 = none */
 } sw_route_request;
 
@@ -161,6 +170,7 @@ typedef struct sw_req {
     uint8_t *gen; size_t gen_len; /* encoded Envelope{generate} */
     int klass;
     uint32_t prompt_tokens_est;
+    uint64_t prefix_key;          /* sw_prefix_key: routes prompts that share a prefix together */
     char *api_key, *tenant, *want_target, *want_quant;
     int64_t max_queue_ms;         /* 0 = policy default */
     int64_t created_s;            /* unix time for the response */

@@ -314,6 +314,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
 
     g.request_id = r->id;
     g.model = r->model;
+    r->prefix_key = sw_prefix_key(&g);
     g.deadline_unix_ms = (uint64_t)time(NULL) * 1000 + p->defaults.request_timeout_ms;
     Spillway__Envelope env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE;

@@ -6,6 +6,7 @@
 #include <strings.h>
 #include <cjson/cJSON.h>
 #include "gateway/gw.h"
+#include "llm/util.h"
 
 void sw_registry_init(sw_registry *r)
 {
@@ -127,9 +128,66 @@ int sw_registry_count(sw_registry *r, const char *pool, const char *model,
     return n;
 }
 
-sw_worker *sw_registry_pick(sw_registry *r, const char *pool, const char *model,
-                            const char *quant, int64_t now)
+/* FNV-1a, continued from h. */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 {
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+#define PREFIX_KEY_CHAT_BYTES 1024
+#define PREFIX_KEY_PROMPT_BYTES 256
+#define PREFIX_KEY_IDS 64
+
+uint64_t sw_prefix_key(const Spillway__GenerateRequest *g)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (g->n_messages) {
+        size_t left = PREFIX_KEY_CHAT_BYTES;
+        for (size_t i = 0; i < g->n_messages && left; i++) {
+            const char *parts[2] = { g->messages[i]->role, g->messages[i]->content };
+            for (int k = 0; k < 2 && left; k++) {
+                size_t n = parts[k] ? strlen(parts[k]) + 1 : 1;   /* with the NUL: "ab","c" != "a","bc" */
+                if (n > left) n = left;
+                h = fnv1a(h, parts[k] ? parts[k] : "", n);
+                left -= n;
+            }
+            if (parts[0] && !strcmp(parts[0], "user")) break;   /* the conversation's first question */
+        }
+    } else if (g->n_prompt_tokens) {
+        size_t n = g->n_prompt_tokens < PREFIX_KEY_IDS ? g->n_prompt_tokens : PREFIX_KEY_IDS;
+        h = fnv1a(h ^ 1, g->prompt_tokens, n * sizeof *g->prompt_tokens);
+    } else if (g->prompt) {
+        size_t n = strlen(g->prompt);
+        h = fnv1a(h ^ 2, g->prompt, n < PREFIX_KEY_PROMPT_BYTES ? n : PREFIX_KEY_PROMPT_BYTES);
+    }
+    return h | 1;
+}
+
+/* Rendezvous hashing: the worker whose id scores highest with the key. A
+ * worker joining or leaving moves only the keys it wins or held. */
+static sw_worker *affinity_worker(sw_registry *r, const char *pool, const char *model, const char *quant,
+                                  int64_t now, uint64_t key)
+{
+    sw_worker *best = NULL;
+    uint64_t best_score = 0;
+    for (sw_worker *w = r->head; w; w = w->next) {
+        if (!eligible(w, pool, model, quant, now)) continue;
+        uint64_t s = fnv1a(key, w->id, strlen(w->id));
+        s = sw_splitmix64(&s);   /* FNV's last bytes mix weakly; splitmix spreads them */
+        if (!best || s > best_score) { best = w; best_score = s; }
+    }
+    return best;
+}
+
+sw_worker *sw_registry_pick(sw_registry *r, const char *pool, const char *model,
+                            const char *quant, int64_t now, uint64_t prefix_key)
+{
+    if (prefix_key) {
+        sw_worker *w = affinity_worker(r, pool, model, quant, now, prefix_key);
+        if (w && load_of(w) < 1000) return w;   /* a free slot: its cache may hold the prefix */
+    }
     int n = sw_registry_count(r, pool, model, quant, now);
     if (n == 0) return NULL;
     /* Power of two choices: two distinct random candidates, take the less

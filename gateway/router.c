@@ -86,10 +86,10 @@ static const char *route_quant(const sw_route *r, const sw_route_request *rq)
 static sw_worker *pick(sw_registry *reg, const char *pool, const sw_route_request *rq,
                        const char *quant, int64_t now)
 {
-    sw_worker *w = sw_registry_pick(reg, pool, rq->model, quant, now);
+    sw_worker *w = sw_registry_pick(reg, pool, rq->model, quant, now, rq->prefix_key);
     if (w && rq->exclude_worker && strcmp(w->id, rq->exclude_worker) == 0) {
-        for (int i = 0; i < 8; i++) {
-            sw_worker *o = sw_registry_pick(reg, pool, rq->model, quant, now);
+        for (int i = 0; i < 8; i++) {   /* without the prefix key: it named the excluded one */
+            sw_worker *o = sw_registry_pick(reg, pool, rq->model, quant, now, 0);
             if (o && strcmp(o->id, rq->exclude_worker) != 0) return o;
         }
         for (sw_worker *o = reg->head; o; o = o->next)
