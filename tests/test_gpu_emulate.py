@@ -100,6 +100,7 @@ def test_cuda_backend_fails_fast_without_gpu():
     (["--backend", "emulate", "--max-batch", "0", "-m", "x", "--tokens", "1"], "--max-batch"),
     (["--gateway", "tcp://127.0.0.1:1", "--pool", "p", "--model", "nopath"], "NAME=PATH"),
     (["--backend", "emulate", "--bogus"], "unknown option"),
+    (["--backend", "emulate", "--prefix-cache", "maybe", "-m", "x", "--tokens", "1"], "--prefix-cache"),
     (["--backend", "emulate"], "choose one mode"),
 ])
 def test_bad_flags_rejected(args, msg):
@@ -223,6 +224,20 @@ def test_eight_concurrent_streams_batch(cluster):
     print(f"heartbeat batch_size max {seen[0]}, scheduler log peaks {peaks}")
     assert peaks and max(peaks) > 1, "the scheduler never batched\n" + cluster.logs()
     assert seen[0] > 1, "no heartbeat reported a batch size above 1\n" + cluster.logs()
+
+
+def test_prefix_cache_through_the_gateway(cluster):
+    """A repeated long prompt shares the KV blocks the first one computed:
+    usage reports them as cached, and the text does not change."""
+    start(cluster, ["--max-tokens-per-step", "16"])
+    c = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    prompt = "Lily and Tom went to the park to play with a red ball. " * 4
+    first = c.completions.create(model="synth", prompt=prompt, max_tokens=12, temperature=0)
+    again = c.completions.create(model="synth", prompt=prompt, max_tokens=12, temperature=0)
+    n = first.usage.prompt_tokens
+    assert n > 32 and first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == (n - 1) // 16 * 16
+    assert again.choices[0].text == first.choices[0].text
 
 
 def test_preemption_under_tiny_kv_pool(cluster):

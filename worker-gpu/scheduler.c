@@ -1,5 +1,5 @@
 /* Continuous batching with chunked prefill and a preempting KV block
- * allocator; see scheduler.h for the policy. */
+ * allocator with a prefix cache; see scheduler.h for the policy. */
 #include "worker-gpu/scheduler.h"
 
 #include <pthread.h>
@@ -19,6 +19,10 @@ typedef struct {
     int n_computed;           /* tokens whose K/V are in the cache */
     int32_t *blocks;          /* KV blocks, one per 16 positions */
     int n_blocks;
+    uint64_t *block_hash;     /* chain hash of each full block of toks (prefix cache) */
+    int n_hashed;             /* full blocks hashed (and offered to the cache) so far */
+    int n_cached;             /* prompt tokens taken from the cache at first admission */
+    bool admitted_once;
     uint64_t arrival;         /* admission order: larger = newer */
     uint64_t deadline_ms;     /* 0 = none */
     uint64_t rng;             /* for device-side sampling draws */
@@ -33,7 +37,16 @@ struct sw_gpu_engine {
     int n_ctx, max_blocks;    /* per sequence */
     seq **running; int n_running;
     seq **waiting; int n_waiting, cap_waiting;   /* sorted by arrival */
-    int32_t *free_blocks; int n_free;
+    /* KV blocks. ref: how many sequences hold each. A block nobody holds is
+     * on the free list (oldest freed first); if it is a full block in the
+     * prefix cache, it keeps its contents there until it is handed out again. */
+    int32_t *ref;
+    uint64_t *hash;           /* the cached content's chain hash, 0 = none */
+    int32_t *fprev, *fnext, fhead, ftail;
+    int n_free;
+    /* prefix cache: chain hash -> block (open addressing, linear probing) */
+    uint64_t *tkey; int32_t *tval; uint32_t tmask;
+    bool no_prefix_cache;
     uint64_t next_arrival, preemptions;
     /* step buffers */
     int32_t *b_tok, *b_pos, *b_seq, *b_logits_idx, *b_table, *b_sampled;
@@ -50,13 +63,123 @@ struct sw_gpu_engine {
 
 static int blocks_for(int n_tokens) { return (n_tokens + SW_KV_BLOCK - 1) / SW_KV_BLOCK; }
 
+/* ---- the free list ---- */
+
+static void free_push(sw_gpu_engine *e, int32_t b)
+{
+    e->fprev[b] = e->ftail;
+    e->fnext[b] = -1;
+    if (e->ftail >= 0) e->fnext[e->ftail] = b; else e->fhead = b;
+    e->ftail = b;
+    e->n_free++;
+}
+
+static void free_unlink(sw_gpu_engine *e, int32_t b)
+{
+    if (e->fprev[b] >= 0) e->fnext[e->fprev[b]] = e->fnext[b]; else e->fhead = e->fnext[b];
+    if (e->fnext[b] >= 0) e->fprev[e->fnext[b]] = e->fprev[b]; else e->ftail = e->fprev[b];
+    e->n_free--;
+}
+
+/* ---- the prefix cache ----
+ * A full block is named by the hash of its 16 tokens chained with the hash
+ * of the block before it, so equal names mean equal token prefixes, hence
+ * equal K/V (vLLM's automatic prefix caching works the same way). */
+
+static uint64_t chain_hash(uint64_t prev, const int32_t *toks)
+{
+    uint64_t h = prev ^ 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < SW_KV_BLOCK; i++) {
+        h ^= (uint32_t)toks[i];
+        h = sw_splitmix64(&h);
+    }
+    return h | 1;   /* 0 means "none" */
+}
+
+static int32_t table_get(const sw_gpu_engine *e, uint64_t key)
+{
+    for (uint32_t i = (uint32_t)key & e->tmask;; i = (i + 1) & e->tmask) {
+        if (e->tkey[i] == key) return e->tval[i];
+        if (!e->tkey[i]) return -1;
+    }
+}
+
+static void table_put(sw_gpu_engine *e, uint64_t key, int32_t b)
+{
+    uint32_t i = (uint32_t)key & e->tmask;
+    while (e->tkey[i]) i = (i + 1) & e->tmask;
+    e->tkey[i] = key;
+    e->tval[i] = b;
+}
+
+/* Deletes key, shifting later entries of its probe run back (no tombstones). */
+static void table_del(sw_gpu_engine *e, uint64_t key)
+{
+    uint32_t i = (uint32_t)key & e->tmask;
+    while (e->tkey[i] != key) {
+        if (!e->tkey[i]) return;
+        i = (i + 1) & e->tmask;
+    }
+    for (uint32_t j = i;;) {
+        e->tkey[i] = 0;
+        for (;;) {
+            j = (j + 1) & e->tmask;
+            if (!e->tkey[j]) return;
+            uint32_t home = (uint32_t)e->tkey[j] & e->tmask;
+            /* move j back to i unless its home lies cyclically in (i, j] */
+            if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
+        }
+        e->tkey[i] = e->tkey[j];
+        e->tval[i] = e->tval[j];
+        i = j;
+    }
+}
+
+/* Offers s's newly completed blocks to the cache. A block whose content is
+ * cached already (another sequence computed it too) stays private. */
+static void cache_full_blocks(sw_gpu_engine *e, seq *s)
+{
+    while ((s->n_hashed + 1) * SW_KV_BLOCK <= s->n_computed && s->n_hashed < s->n_blocks) {
+        int j = s->n_hashed;
+        uint64_t h = chain_hash(j ? s->block_hash[j - 1] : 0, s->toks + (size_t)j * SW_KV_BLOCK);
+        s->block_hash[j] = h;
+        int32_t b = s->blocks[j];
+        if (!e->no_prefix_cache && !e->hash[b] && table_get(e, h) < 0) {
+            table_put(e, h, b);
+            e->hash[b] = h;
+        }
+        s->n_hashed++;
+    }
+}
+
+/* A sequence about to compute from position 0 takes the cached blocks of
+ * its longest cached prefix, short of its last token (whose logits it needs,
+ * and whose block it will write). */
+static void take_cached_prefix(sw_gpu_engine *e, seq *s)
+{
+    if (e->no_prefix_cache || s->n_blocks) return;
+    int limit = (s->n_toks - 1) / SW_KV_BLOCK, j = 0;
+    for (uint64_t h = 0; j < limit; j++) {
+        h = chain_hash(h, s->toks + (size_t)j * SW_KV_BLOCK);
+        int32_t b = table_get(e, h);
+        if (b < 0) break;
+        if (e->ref[b]++ == 0) free_unlink(e, b);
+        s->blocks[s->n_blocks++] = b;
+        s->block_hash[j] = h;
+    }
+    s->n_hashed = j;
+    s->n_computed = j * SW_KV_BLOCK;
+}
+
 /* ---- sequences and blocks ---- */
 
 static void release_blocks(sw_gpu_engine *e, seq *s)
 {
-    for (int i = 0; i < s->n_blocks; i++) e->free_blocks[e->n_free++] = s->blocks[i];
+    for (int i = 0; i < s->n_blocks; i++)
+        if (--e->ref[s->blocks[i]] == 0) free_push(e, s->blocks[i]);
     s->n_blocks = 0;
     s->n_computed = 0;
+    s->n_hashed = 0;
 }
 
 static void seq_free(sw_gpu_engine *e, seq *s)
@@ -65,6 +188,7 @@ static void seq_free(sw_gpu_engine *e, seq *s)
     sw_gen_free(&s->gen);
     free(s->toks);
     free(s->blocks);
+    free(s->block_hash);
     free(s);
 }
 
@@ -74,7 +198,11 @@ static bool grow_blocks(sw_gpu_engine *e, seq *s, int n_pos)
     int need = blocks_for(n_pos);
     while (s->n_blocks < need) {
         if (e->n_free == 0) return false;
-        s->blocks[s->n_blocks++] = e->free_blocks[--e->n_free];
+        int32_t b = e->fhead;   /* the longest free: its cached content is the least recently used */
+        free_unlink(e, b);
+        if (e->hash[b]) { table_del(e, e->hash[b]); e->hash[b] = 0; }
+        e->ref[b] = 1;
+        s->blocks[s->n_blocks++] = b;
     }
     return true;
 }
@@ -136,14 +264,15 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
     s->cap_toks = e->n_ctx + 1;
     s->toks = malloc((size_t)s->cap_toks * sizeof(int32_t));
     s->blocks = malloc((size_t)e->max_blocks * sizeof(int32_t));
-    if (!s->toks || !s->blocks || s->gen.n_prompt > e->n_ctx - 1) {
-        if (s->toks && s->blocks)
+    s->block_hash = malloc((size_t)e->max_blocks * sizeof(uint64_t));
+    if (!s->toks || !s->blocks || !s->block_hash || s->gen.n_prompt > e->n_ctx - 1) {
+        if (s->toks && s->blocks && s->block_hash)
             snprintf(err, errlen, "prompt of %d tokens leaves no room to generate in the context of %d",
                      s->gen.n_prompt, e->n_ctx);
         else
             snprintf(err, errlen, "out of memory");
         sw_gen_free(&s->gen);
-        free(s->toks); free(s->blocks); free(s);
+        free(s->toks); free(s->blocks); free(s->block_hash); free(s);
         return 400;
     }
     memcpy(s->toks, s->gen.prompt, (size_t)s->gen.n_prompt * sizeof(int32_t));
@@ -234,6 +363,11 @@ static void admit(sw_gpu_engine *e)
         if (e->n_running > 0 && e->n_free < need) break;
         memmove(&e->waiting[0], &e->waiting[1], (size_t)(e->n_waiting - 1) * sizeof(seq *));
         e->n_waiting--;
+        take_cached_prefix(e, s);
+        if (!s->admitted_once) {   /* usage counts the first admission, not a recompute */
+            s->n_cached = s->n_computed < s->gen.n_prompt ? s->n_computed : s->gen.n_prompt;
+            s->admitted_once = true;
+        }
         /* keep running sorted by arrival (a recomputed request is older than newcomers) */
         int i = e->n_running;
         while (i > 0 && e->running[i - 1]->arrival > s->arrival) {
@@ -371,6 +505,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
     for (int i = 0; i < n_seqs; i++) {
         seq *s = e->b_seqs[i];
         s->n_computed += s->chunk;
+        cache_full_blocks(e, s);
         if (s->n_computed != s->n_toks) continue;
         int32_t tok = dev_sample ? e->b_sampled[li] : sw_gen_sample(&s->gen, e->logits + (size_t)li * V, V);
         li++;
@@ -386,7 +521,8 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
         if (s->n_toks < s->cap_toks) s->toks[s->n_toks++] = tok;
         uint32_t id = (uint32_t)tok;
         emit(ctx, s->id, delta, &id, 1, fin,
-             &(sw_usage){ .prompt_tokens = (uint32_t)s->gen.n_prompt, .completion_tokens = s->gen.n_generated });
+             &(sw_usage){ .prompt_tokens = (uint32_t)s->gen.n_prompt, .completion_tokens = s->gen.n_generated,
+                          .cached_tokens = (uint32_t)s->n_cached });
         if (fin != SW_FINISH_NONE) remove_running(e, s);
     }
     update_load(e, n_seqs, sampled);
@@ -431,7 +567,15 @@ sw_gpu_engine *sw_gpu_engine_new(const sw_model *m, sw_backend *be, const sw_sch
     e->running = calloc((size_t)B + 1, sizeof(seq *));
     e->cap_waiting = e->cfg.max_queue + B + 1;
     e->waiting = calloc((size_t)e->cap_waiting, sizeof(seq *));
-    e->free_blocks = malloc(be->n_kv_blocks * sizeof(int32_t));
+    uint32_t nb = be->n_kv_blocks, tcap = 16;
+    while (tcap < 2 * nb) tcap *= 2;   /* load factor <= 1/2 */
+    e->ref = calloc(nb, sizeof *e->ref);
+    e->hash = calloc(nb, sizeof *e->hash);
+    e->fprev = malloc(nb * sizeof *e->fprev);
+    e->fnext = malloc(nb * sizeof *e->fnext);
+    e->tkey = calloc(tcap, sizeof *e->tkey);
+    e->tval = malloc(tcap * sizeof *e->tval);
+    e->tmask = tcap - 1;
     e->b_tok = malloc((size_t)T * sizeof(int32_t));
     e->b_pos = malloc((size_t)T * sizeof(int32_t));
     e->b_seq = malloc((size_t)T * sizeof(int32_t));
@@ -441,15 +585,15 @@ sw_gpu_engine *sw_gpu_engine_new(const sw_model *m, sw_backend *be, const sw_sch
     e->b_seqs = malloc((size_t)B * sizeof(seq *));
     e->b_table = malloc((size_t)B * e->max_blocks * sizeof(int32_t));
     e->logits = malloc((size_t)B * be->hp.n_vocab * sizeof(float));
-    if (!e->running || !e->waiting || !e->free_blocks || !e->b_tok || !e->b_pos || !e->b_seq ||
+    if (!e->running || !e->waiting || !e->ref || !e->hash || !e->fprev || !e->fnext || !e->tkey || !e->tval || !e->b_tok || !e->b_pos || !e->b_seq ||
         !e->b_logits_idx || !e->b_sampled || !e->b_sample || !e->b_seqs || !e->b_table || !e->logits) {
         snprintf(err, errlen, "out of memory");
         sw_gpu_engine_free(e);
         return NULL;
     }
     /* lowest block ids handed out first */
-    for (uint32_t i = 0; i < be->n_kv_blocks; i++) e->free_blocks[i] = (int32_t)(be->n_kv_blocks - 1 - i);
-    e->n_free = (int)be->n_kv_blocks;
+    e->fhead = e->ftail = -1;
+    for (uint32_t i = 0; i < nb; i++) free_push(e, (int32_t)i);
     pthread_mutex_init(&e->mu, NULL);
     e->load.slots = (uint32_t)e->cfg.max_batch;
     return e;
@@ -460,7 +604,8 @@ void sw_gpu_engine_free(sw_gpu_engine *e)
     if (!e) return;
     for (int i = 0; e->running && i < e->n_running; i++) seq_free(e, e->running[i]);
     for (int i = 0; e->waiting && i < e->n_waiting; i++) seq_free(e, e->waiting[i]);
-    free(e->running); free(e->waiting); free(e->free_blocks);
+    free(e->running); free(e->waiting);
+    free(e->ref); free(e->hash); free(e->fprev); free(e->fnext); free(e->tkey); free(e->tval);
     free(e->b_tok); free(e->b_pos); free(e->b_seq); free(e->b_logits_idx); free(e->b_sampled);
     free(e->b_sample); free(e->b_seqs); free(e->b_table); free(e->logits);
     pthread_mutex_destroy(&e->mu);
@@ -468,4 +613,40 @@ void sw_gpu_engine_free(sw_gpu_engine *e)
 }
 
 int sw_gpu_engine_n_ctx(const sw_gpu_engine *e) { return e->n_ctx; }
+void sw_gpu_engine_set_prefix_cache(sw_gpu_engine *e, bool on) { e->no_prefix_cache = !on; }
+
+int sw_gpu_engine_check(const sw_gpu_engine *e, char *err, size_t errlen)
+{
+#define BAD(...) do { snprintf(err, errlen, __VA_ARGS__); free(held); return -1; } while (0)
+    uint32_t nb = e->be->n_kv_blocks;
+    int32_t *held = calloc(nb, sizeof *held);
+    if (!held) { snprintf(err, errlen, "out of memory"); return -1; }
+    for (int i = 0; i < e->n_running; i++)
+        for (int j = 0; j < e->running[i]->n_blocks; j++) held[e->running[i]->blocks[j]]++;
+    for (int i = 0; i < e->n_waiting; i++)
+        if (e->waiting[i]->n_blocks) BAD("waiting %s holds %d blocks", e->waiting[i]->id, e->waiting[i]->n_blocks);
+    int listed = 0, prev = -1;
+    for (int32_t b = e->fhead; b >= 0; prev = b, b = e->fnext[b]) {
+        if (++listed > (int)nb || e->fprev[b] != prev) BAD("free list broken at block %d", b);
+        if (e->ref[b] != 0) BAD("free block %d has %d holders", b, e->ref[b]);
+    }
+    if (listed != e->n_free || e->ftail != prev) BAD("free list has %d blocks, n_free %d", listed, e->n_free);
+    uint32_t cached = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        if (e->ref[b] != held[b]) BAD("block %u: ref %d, held by %d", b, e->ref[b], held[b]);
+        if (e->hash[b] && table_get(e, e->hash[b]) != (int32_t)b) BAD("cached block %u not found by its hash", b);
+        cached += e->hash[b] != 0;
+    }
+    uint32_t entries = 0;
+    for (uint32_t i = 0; i <= e->tmask; i++)
+        if (e->tkey[i]) {
+            entries++;
+            int32_t b = e->tval[i];
+            if (b < 0 || (uint32_t)b >= nb || e->hash[b] != e->tkey[i]) BAD("table entry %u names block %d wrongly", i, b);
+        }
+    if (entries != cached) BAD("%u table entries for %u cached blocks", entries, cached);
+    free(held);
+    return 0;
+#undef BAD
+}
 uint64_t sw_gpu_engine_preemptions(const sw_gpu_engine *e) { return e->preemptions; }

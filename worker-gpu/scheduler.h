@@ -12,7 +12,13 @@
  *      it is recomputed later (prompt + tokens generated so far re-prefilled),
  *      so its output is the same as if it had never been preempted;
  *   4. run one forward pass over the whole batch, sample, stream text.
- * Requests join and leave at every step boundary. */
+ * Requests join and leave at every step boundary.
+ *
+ * Prefix cache: every full KV block is named by a hash of the tokens up to
+ * its end. A sequence that starts (or restarts after preemption) shares the
+ * blocks of its longest cached prefix instead of computing them; freed
+ * blocks keep their contents until the allocator hands them out again, the
+ * longest-freed first. */
 #ifndef SW_GPU_SCHEDULER_H
 #define SW_GPU_SCHEDULER_H
 
@@ -38,6 +44,11 @@ sw_gpu_engine *sw_gpu_engine_new(const sw_model *m, sw_backend *be, const sw_sch
                                  char *err, size_t errlen);
 void sw_gpu_engine_free(sw_gpu_engine *e);
 int sw_gpu_engine_n_ctx(const sw_gpu_engine *e);
+/* The prefix cache is on by default. */
+void sw_gpu_engine_set_prefix_cache(sw_gpu_engine *e, bool on);
+/* Checks the block accounting (reference counts against what sequences
+ * hold, the free list, the cache table). Returns 0, or -1 with err. For tests. */
+int sw_gpu_engine_check(const sw_gpu_engine *e, char *err, size_t errlen);
 /* Requests preempted so far (for tests and logs). */
 uint64_t sw_gpu_engine_preemptions(const sw_gpu_engine *e);
 

@@ -3,6 +3,7 @@
  * Daemon:     spillway-worker-gpu --gateway EP --pool NAME --model NAME=PATH
  *                 [--backend cuda|emulate] [--max-batch N] [--kv-blocks N]
  *                 [--kv-dtype bf16|fp8] [--max-tokens-per-step N] [--ctx N]
+ *                 [--prefix-cache on|off]
  * Evaluation: spillway-worker-gpu --backend B -m MODEL --tokens 1,2,3 [--logits-out FILE]
  *             spillway-worker-gpu --backend B -m MODEL -p TEXT -n N [--temp T] [--seed S]
  * Benchmark:  spillway-worker-gpu --backend B (--bench-shape 8b [--bench-layers L] | -m MODEL)
@@ -43,7 +44,7 @@ typedef struct {
     float temp, top_p;
     int top_k;
     unsigned long long seed;
-    int seed_set, selftest, quiet;
+    int seed_set, selftest, quiet, no_prefix_cache;
 } opts;
 
 static void usage(FILE *f)
@@ -64,6 +65,7 @@ static void usage(FILE *f)
         "  --kv-dtype bf16|fp8        KV cache element type (default bf16)\n"
         "  --max-tokens-per-step N    token budget of one scheduler step (default 512)\n"
         "  --ctx N                    per-sequence context (default: the model's)\n"
+        "  --prefix-cache on|off      share the KV blocks of prompt prefixes computed before (default on)\n"
         "  --worker-id ID             (default host-pid-random)\n"
         "  -t, --threads N            CPU threads for the emulation backend\n"
         "  -n N, --temp T, --top-k K, --top-p P, --seed S   generation (text mode)\n"
@@ -121,6 +123,10 @@ static opts parse_args(int argc, char **argv)
         }
         else if (TAKES("--max-tokens-per-step")) o.max_tokens_per_step = (int)parse_int(a, v, 1, 65536);
         else if (TAKES("--ctx")) o.n_ctx = (int)parse_int(a, v, 2, 1 << 24);
+        else if (TAKES("--prefix-cache")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) sw_cli_die(PROG, "--prefix-cache: '%s' is not on or off", v);
+            o.no_prefix_cache = !strcmp(v, "off");
+        }
         else if (TAKES("-t") || TAKES("--threads")) o.threads = (int)parse_int(a, v, 1, 1024);
         else if (TAKES("--bench-decode")) o.bench_decode = v;
         else if (TAKES("--bench-shape")) {
@@ -492,6 +498,7 @@ static int run_daemon(const opts *o)
                             .n_ctx = o->n_ctx, .model_name = name, .log_steps = !o->quiet };
     sw_gpu_engine *e = sw_gpu_engine_new(m, be, &cfg, err, sizeof err);
     if (!e) { fprintf(stderr, PROG ": %s\n", err); sw_backend_free(be); sw_model_free(m); return 1; }
+    sw_gpu_engine_set_prefix_cache(e, !o->no_prefix_cache);
     fprintf(stderr, PROG ": backend %s, %u KV blocks (%s), context %d, max batch %d, %d tokens/step\n",
             be->ops->name, be->n_kv_blocks, o->kv == SW_KV_FP8 ? "fp8" : "bf16", sw_gpu_engine_n_ctx(e),
             o->max_batch, o->max_tokens_per_step);

@@ -8,7 +8,7 @@
 #include "llm/generate.h"
 
 #define NREQ 4
-typedef struct { char text[NREQ][4096]; int finish[NREQ]; int fails; uint32_t last_fail; } sink;
+typedef struct { char text[NREQ][4096]; int finish[NREQ]; int fails; uint32_t last_fail; uint32_t cached[NREQ]; } sink;
 
 static int idx(const char *id) { return id[1] - '0'; }   /* ids are "r0".."r3" */
 
@@ -18,7 +18,7 @@ static void emit(void *ctx, const char *id, const char *text, const uint32_t *id
     sink *s = ctx;
     int i = idx(id);
     strncat(s->text[i], text, sizeof s->text[i] - strlen(s->text[i]) - 1);
-    if (finish) s->finish[i] = finish;
+    if (finish) { s->finish[i] = finish; s->cached[i] = usage->cached_tokens; }
 }
 
 static void fail(void *ctx, const char *id, uint32_t code, const char *msg)
@@ -58,6 +58,76 @@ static int submit(sw_gpu_engine *e, const char *id, const char *prompt, uint32_t
 }
 
 static const char *prompts[NREQ] = { "Once upon a time", "The cat", "Lily was", "One day, a big" };
+
+static void check_blocks(const sw_gpu_engine *e, const char *when)
+{
+    char err[256];
+    CHECK(sw_gpu_engine_check(e, err, sizeof err) == 0, "%s: %s", when, err);
+}
+
+/* Prompt tokens of a prompt, as the engine tokenizes it. */
+static int n_tokens(const sw_model *m, const char *prompt, int32_t *out, int cap)
+{
+    char err[256];
+    sw_gen g;
+    sw_gen_params p = { .prompt = prompt };
+    if (sw_gen_init(&g, m->tok, m->chat, &p, 2048, err, sizeof err)) return -1;
+    int n = g.n_prompt < cap ? g.n_prompt : cap;
+    memcpy(out, g.prompt, (size_t)n * sizeof *out);
+    n = g.n_prompt;
+    sw_gen_free(&g);
+    return n;
+}
+
+/* Runs prompt i alone to the end; returns the cached prompt tokens. */
+static uint32_t run_one(sw_gpu_engine *e, sink *s, int i, const char *prompt, uint32_t max_tokens)
+{
+    char id[8];
+    snprintf(id, sizeof id, "r%d", i);
+    s->text[i][0] = 0;
+    s->finish[i] = 0;
+    CHECK(submit(e, id, prompt, max_tokens, "stories", 0) == 0, "submit %s", id);
+    while (sw_gpu_engine_ops.step(e, emit, fail, s) > 0) check_blocks(e, "step");
+    return s->cached[i];
+}
+
+/* The prefix cache: a prompt that starts like an earlier one shares its
+ * full blocks instead of computing them, with the same text as computing. */
+static void test_prefix_cache(sw_model *m)
+{
+    static char base[2048], a[2048], b[2048];
+    for (int i = 0; i < 6; i++) strcat(base, "Lily and Tom went to the park. ");
+    snprintf(a, sizeof a, "%sThey played.", base);
+    snprintf(b, sizeof b, "%sThey saw a big dog.", base);
+    int32_t ta[1024], tb[1024];
+    int na = n_tokens(m, a, ta, 1024), nb = n_tokens(m, b, tb, 1024), lcp = 0;
+    while (lcp < na && lcp < nb && ta[lcp] == tb[lcp]) lcp++;
+    CHECK(lcp >= 32, "a and b share %d tokens", lcp);
+
+    static sink off, on;
+    sw_backend *be;
+    sw_gpu_engine *e = engine(m, &be, 0);
+    sw_gpu_engine_set_prefix_cache(e, false);
+    run_one(e, &off, 0, a, 30);
+    CHECK(run_one(e, &off, 1, b, 30) == 0, "cache off, yet tokens reused");
+    sw_gpu_engine_free(e);
+    sw_backend_free(be);
+
+    e = engine(m, &be, 0);
+    CHECK(run_one(e, &on, 0, a, 30) == 0, "nothing cached yet");
+    uint32_t got = run_one(e, &on, 1, b, 30);
+    CHECK((int)got == lcp / SW_KV_BLOCK * SW_KV_BLOCK, "b reused %u tokens of %d shared", got, lcp);
+    /* a again: every full block of its prompt but the one holding its last token */
+    got = run_one(e, &on, 2, a, 30);
+    CHECK((int)got == (na - 1) / SW_KV_BLOCK * SW_KV_BLOCK, "a again reused %u of %d", got, na);
+    CHECK(!strcmp(on.text[0], off.text[0]) && !strcmp(on.text[1], off.text[1]) && !strcmp(on.text[2], off.text[0]),
+          "the cache changed a text:\n%s\n%s\n%s", on.text[0], on.text[1], on.text[2]);
+    sw_load ld;
+    sw_gpu_engine_ops.load(e, &ld);
+    CHECK(ld.kv_utilization == 0.0f, "cached blocks count as free (%.3f)", ld.kv_utilization);
+    sw_gpu_engine_free(e);
+    sw_backend_free(be);
+}
 
 static void run_all(sw_gpu_engine *e, sink *s, uint32_t max_tokens)
 {
@@ -128,8 +198,10 @@ int main(void)
     }
     sw_gpu_engine_ops.load(e, &ld);
     CHECK(ld.kv_utilization == 0.0f && ld.active == 0 && ld.queued == 0, "everything released");
+    check_blocks(e, "after the tight pool");
     sw_gpu_engine_free(e);
     sw_backend_free(be);
+    test_prefix_cache(m);
     sw_model_free(m);
     CHECK_DONE();
 }
