@@ -56,10 +56,11 @@ def test_different_prompts_spread_over_the_pool(pool3):
 
 
 def test_a_full_worker_is_not_waited_for(pool3):
-    """Six long requests of one conversation at once: the worker it hashes
-    to takes two (its slots), the other four go to the other workers."""
+    """Four long requests of one conversation at once: the worker it hashes
+    to takes two (its slots), and the other two go to workers with a free
+    slot, never to the full one."""
     messages = [{"role": "system", "content": "Long answers. " * 50}, {"role": "user", "content": "Go."}]
-    with cf.ThreadPoolExecutor(6) as ex:
-        served = list(ex.map(lambda _: chat(pool3, messages, max_tokens=30), range(6)))
+    with cf.ThreadPoolExecutor(4) as ex:
+        served = list(ex.map(lambda _: chat(pool3, messages, max_tokens=30), range(4)))
     counts = sorted((served.count(w) for w in set(served)), reverse=True)
-    assert counts[0] == 2 and sum(counts) == 6 and len(counts) == 3, served
+    assert counts[0] == 2 and len(counts) >= 2, served
