@@ -244,11 +244,9 @@ static void admit(sw_cpu_engine *e)
             if (len > reuse) { src = j; reuse = len; }
         }
         if (reuse > n_prompt - 1) reuse = n_prompt - 1;
-        if (src != i && reuse > own) {
+        if (reuse > own) {   /* from another slot: copy the entries this one lacks */
             sw_ctx_copy_kv(e->ctx, src, i, own, reuse);
             memcpy(e->hist[i].toks + own, e->hist[src].toks + own, (size_t)(reuse - own) * sizeof(int32_t));
-        } else if (reuse > own) {
-            reuse = own;
         }
         slot *s = &e->slots[i];
         queued *q = e->qhead;
