@@ -10,8 +10,9 @@
  * rejects would make the whole run test nothing. Each input is copied into a
  * buffer of its exact size, so ASan sees any read past its end.
  *
- * Built with -DSW_LIBFUZZER, a program instead defines LLVMFuzzerTestOneInput
- * around the same check (abort() on a broken invariant). */
+ * Built with -DSW_LIBFUZZER, the program's check() is libFuzzer's entry
+ * instead (abort() on a broken invariant), and its main() is left out.
+ * A program that needs set-up defines LLVMFuzzerInitialize for that build. */
 #ifndef SW_FUZZ_DRIVER_H
 #define SW_FUZZ_DRIVER_H
 
@@ -72,6 +73,16 @@ static inline int fuzz_main(const char *name, const fuzz_seed *seeds, int n_seed
     free(buf);
     return broken ? 1 : 0;
 }
+
+#ifdef SW_LIBFUZZER
+static bool check(const uint8_t *data, size_t n);   /* each program's */
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
+    check(data, n);
+    if (broken) abort();
+    return 0;
+}
+#endif
 
 /* A whole file as a seed (for seeds given on the command line). */
 static inline bool fuzz_read_file(const char *path, fuzz_seed *s) {

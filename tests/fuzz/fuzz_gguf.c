@@ -83,13 +83,7 @@ static bool check(const uint8_t *data, size_t n) {
     return true;
 }
 
-#ifdef SW_LIBFUZZER
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    check(data, size);
-    if (broken) abort();
-    return 0;
-}
-#else
+#ifndef SW_LIBFUZZER
 
 static uint8_t *make_seed(size_t *size) {
     static float f32[8 * 4];

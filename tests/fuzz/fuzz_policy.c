@@ -99,13 +99,7 @@ static bool check(const uint8_t *data, size_t n) {
     return true;
 }
 
-#ifdef SW_LIBFUZZER
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
-    check(data, n);
-    if (broken) abort();
-    return 0;
-}
-#else
+#ifndef SW_LIBFUZZER
 int main(int argc, char **argv) {
     fuzz_seed seeds[16] = { { (const uint8_t *)BUILTIN, sizeof BUILTIN - 1 } };
     int n_seeds = 1;

@@ -35,13 +35,7 @@ static bool check(const uint8_t *data, size_t n) {
     return true;
 }
 
-#ifdef SW_LIBFUZZER
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
-    check(data, n);
-    if (broken) abort();
-    return 0;
-}
-#else
+#ifndef SW_LIBFUZZER
 static fuzz_seed seeds[16];
 static int n_seeds;
 
