@@ -193,6 +193,8 @@ static void finish(sw_req *r, sw_status_label st)
     detach(r, st == SW_ST_ERROR);
     const char *pool = r->pool[0] ? r->pool : r->queued_pool;
     sw_metrics_request(pool, st);
+    if (r->usage_prompt || r->usage_completion)
+        sw_metrics_tokens(pool, r->usage_prompt, r->usage_cached, r->usage_completion);
     pthread_mutex_lock(&r->mu);
     r->phase = SW_PH_DONE;
     pthread_mutex_unlock(&r->mu);

@@ -104,6 +104,8 @@ void sw_metrics_init(void);
 void sw_metrics_set_pools(const sw_policy *p);
 void sw_metrics_request(const char *pool, sw_status_label st);
 void sw_metrics_inflight(const char *pool, int delta);
+/* A finished request's usage, as its worker reported it. */
+void sw_metrics_tokens(const char *pool, uint32_t prompt, uint32_t cached, uint32_t completion);
 void sw_metrics_queue(const char *pool, int delta);
 void sw_metrics_overflow(const char *from, const char *to, const char *reason);
 void sw_metrics_latency(sw_lat_stage stage, int64_t ns);

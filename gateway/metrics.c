@@ -26,7 +26,8 @@
 typedef struct {
     char name[64];
     uint64_t req[SW_ST__N];
-    int64_t inflight, queue;
+    int64_t inflight, queue;                                 /* gauges */
+    int64_t tok_prompt, tok_cached, tok_completion;          /* counters */
 } pool_m;
 
 typedef struct { char from[64], to[64], reason[32]; uint64_t n; } overflow_m;
@@ -92,6 +93,16 @@ void sw_metrics_request(const char *pool, sw_status_label st)
     pthread_mutex_unlock(&M.mu);
 }
 
+void sw_metrics_tokens(const char *pool, uint32_t prompt, uint32_t cached, uint32_t completion)
+{
+    pthread_mutex_lock(&M.mu);
+    pool_m *m = pool_get(pool);
+    m->tok_prompt += prompt;
+    m->tok_cached += cached;
+    m->tok_completion += completion;
+    pthread_mutex_unlock(&M.mu);
+}
+
 void sw_metrics_inflight(const char *pool, int delta)
 {
     pthread_mutex_lock(&M.mu);
@@ -147,10 +158,11 @@ void sw_metrics_reload(bool ok)
 
 /* A gauge with one series per pool; `field` is the offset of its int64_t in
  * pool_m. Called with M.mu held. */
-static void put_pool_gauge(sw_buf *b, const char *name, const char *help, size_t field)
+/* One series per pool of the int64_t at `field` of pool_m; type "gauge" or "counter". */
+static void put_pool_series(sw_buf *b, const char *name, const char *type, const char *help, size_t field)
 {
     char line[512];
-    snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
     sw_buf_puts(b, line);
     for (int i = 0; i < M.n_pools; i++) {
         int64_t v = *(const int64_t *)((const char *)&M.pools[i] + field);
@@ -187,10 +199,17 @@ char *sw_metrics_render(sw_registry *reg)
                      M.pools[i].name, status_names[s], (unsigned long long)M.pools[i].req[s]);
             sw_buf_puts(&b, line);
         }
-    put_pool_gauge(&b, "spillway_inflight", "Requests dispatched to a pool and not finished.",
-                   offsetof(pool_m, inflight));
-    put_pool_gauge(&b, "spillway_queue_depth", "Requests waiting for capacity, by the pool they wait for.",
-                   offsetof(pool_m, queue));
+    put_pool_series(&b, "spillway_inflight", "gauge", "Requests dispatched to a pool and not finished.",
+                    offsetof(pool_m, inflight));
+    put_pool_series(&b, "spillway_queue_depth", "gauge", "Requests waiting for capacity, by the pool they wait for.",
+                    offsetof(pool_m, queue));
+    put_pool_series(&b, "spillway_prompt_tokens_total", "counter", "Prompt tokens of finished requests, by serving pool.",
+                    offsetof(pool_m, tok_prompt));
+    put_pool_series(&b, "spillway_prompt_tokens_cached_total", "counter",
+                    "Prompt tokens the workers took from their prefix caches instead of computing.",
+                    offsetof(pool_m, tok_cached));
+    put_pool_series(&b, "spillway_completion_tokens_total", "counter", "Generated tokens of finished requests, by serving pool.",
+                    offsetof(pool_m, tok_completion));
     sw_buf_puts(&b, "# HELP spillway_overflow_total Requests that spilled from a primary pool to an overflow pool.\n"
                     "# TYPE spillway_overflow_total counter\n");
     for (int i = 0; i < M.n_ov; i++) {

@@ -5,7 +5,7 @@ stack must reproduce the model's published greedy output.
 import openai
 import pytest
 
-from conftest import shared_file
+from conftest import http_get, shared_file
 
 PROMPT = "Once upon a time"
 
@@ -60,6 +60,11 @@ def test_prefix_cache_reuses_the_prompt_and_keeps_the_text(e2e):
     again = c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=252, temperature=0)
     assert again.choices[0].text.rstrip() == want
     assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    # and the gateway counts them for dashboards
+    from prometheus_client.parser import text_string_to_metric_families
+    fams = text_string_to_metric_families(http_get(cluster.base + "/metrics")[1].decode())
+    cached = sum(s.value for f in fams for s in f.samples if s.name == "spillway_prompt_tokens_cached_total")
+    assert cached == again.usage.prompt_tokens_details.cached_tokens
 
     turn1 = [{"role": "user", "content": "Tell me a story about a cat and a dog who play in the park."}]
     r1 = c.chat.completions.create(model="stories260K", max_tokens=40, temperature=0, messages=turn1)

@@ -239,6 +239,11 @@ def test_metrics_exposition(gw):
     assert hist[0].value >= 1
     pools = {s.labels["pool"] for s in fams["spillway_inflight"].samples}
     assert pools <= {"gpu-pool", "cpu-pool", "none", "other"}
+    # token counters: the echo worker reports usage, without a prefix cache
+    tok = {n: sum(s.value for s in fams[n].samples if s.labels.get("pool") == "gpu-pool")
+           for n in ("spillway_completion_tokens", "spillway_prompt_tokens", "spillway_prompt_tokens_cached")}
+    assert tok["spillway_completion_tokens"] >= 2 and tok["spillway_prompt_tokens"] >= 1, tok
+    assert tok["spillway_prompt_tokens_cached"] == 0, tok
 
 
 def test_headers_never_buffered_stream_keepalive(gw):
