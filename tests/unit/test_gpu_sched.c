@@ -127,6 +127,44 @@ static void test_prefix_cache(sw_model *m)
     CHECK(ld.kv_utilization == 0.0f, "cached blocks count as free (%.3f)", ld.kv_utilization);
     sw_gpu_engine_free(e);
     sw_backend_free(be);
+
+    /* Four requests sharing a long prefix in a pool too small for them all:
+     * shared blocks, preemption and eviction together, still the texts each
+     * gets alone, and the accounting checked after every step. */
+    static char shared_p[NREQ][2048];
+    static sink alone, crowd;
+    const char *ends[NREQ] = { "They ran.", "They sat down.", "A bird sang.", "It was late." };
+    e = engine(m, &be, 0);
+    sw_gpu_engine_set_prefix_cache(e, false);
+    for (int i = 0; i < NREQ; i++) {
+        snprintf(shared_p[i], sizeof shared_p[i], "%s%s", base, ends[i]);
+        run_one(e, &alone, i, shared_p[i], 40);
+    }
+    sw_gpu_engine_free(e);
+    sw_backend_free(be);
+    int blocks_alone = (na + 40) / SW_KV_BLOCK + 1;
+    e = engine(m, &be, (uint32_t)(2 * blocks_alone + 2));   /* room for about two at a time */
+    /* r0 first, until its prompt is computed (blocks are cached once full);
+     * then the others join while it runs */
+    CHECK(submit(e, "r0", shared_p[0], 40, "stories", 0) == 0, "submit r0");
+    int guard = 0;
+    while (!crowd.text[0][0] && guard++ < 1000) sw_gpu_engine_ops.step(e, emit, fail, &crowd);
+    for (int i = 1; i < NREQ; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "r%d", i);
+        CHECK(submit(e, id, shared_p[i], 40, "stories", 0) == 0, "submit %s", id);
+    }
+    while (sw_gpu_engine_ops.step(e, emit, fail, &crowd) > 0 && guard++ < 100000) check_blocks(e, "crowded step");
+    for (int i = 0; i < NREQ; i++)
+        CHECK(!strcmp(crowd.text[i], alone.text[i]), "crowded text %d differs:\n%s\n---\n%s", i, crowd.text[i],
+              alone.text[i]);
+    uint32_t reused = 0;
+    for (int i = 0; i < NREQ; i++) reused += crowd.cached[i];
+    CHECK(reused >= 3 * (uint32_t)(lcp / SW_KV_BLOCK * SW_KV_BLOCK) / 2, "the shared prefix was reused (%u tokens)", reused);
+    printf("crowded pool of %d blocks: %llu preemptions, %u prompt tokens reused\n", 2 * blocks_alone + 2,
+           (unsigned long long)sw_gpu_engine_preemptions(e), reused);
+    sw_gpu_engine_free(e);
+    sw_backend_free(be);
 }
 
 static void run_all(sw_gpu_engine *e, sink *s, uint32_t max_tokens)
