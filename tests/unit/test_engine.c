@@ -5,6 +5,7 @@
 #include "worker-cpu/engine.h"
 #include "worker-cpu/forward.h"
 #include "llm/generate.h"
+#include "llm/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ typedef struct {
     int failed_code;
 } result;
 
-static result res[N_REQ + 4];
+static result res[64];
 
 static int req_index(const char *id) { return atoi(id + 1); }   /* ids are "r<N>" */
 
@@ -179,6 +180,54 @@ static void test_prefix_cache(sw_model *m)
     sw_cpu_engine_free(e);
 }
 
+/* Random traffic with many shared prefixes: 40 requests built from a few
+ * sentences, 3 slots, cancels mixed in. Every request that finishes must
+ * have the text it gets alone, however its prefix reached its slot. */
+static void test_prefix_cache_random(sw_model *m)
+{
+    static const char *parts[] = { "Lily and Tom went to the park. ", "They saw a big dog. ",
+                                   "The sun was hot. ", "Mom made a cake. ", "Once upon a time " };
+    enum { N = 40 };
+    static char prompts[N][512];
+    static result refs[N];
+    uint64_t rng = 12345;
+    char err[256];
+    sw_cpu_engine *e = sw_cpu_engine_new(m, 3, 512, err, sizeof err);
+    CHECK(e != NULL, "engine: %s", err);
+    if (!e) return;
+    int submitted = 0, finished = 0, cancelled = 0;
+    uint32_t reused = 0;
+    memset(res, 0, sizeof res);
+    for (int guard = 0; guard < 100000; guard++) {
+        if (submitted < N && sw_splitmix64(&rng) % 3 == 0) {
+            int i = submitted++;
+            int k = 2 + (int)(sw_splitmix64(&rng) % 5);
+            for (int j = 0; j < k; j++) strcat(prompts[i], parts[j == 0 ? 0 : sw_splitmix64(&rng) % 5]);
+            uint32_t max_tokens = 4 + (uint32_t)(sw_splitmix64(&rng) % 20);
+            reference(m, prompts[i], max_tokens, NULL, &refs[i]);
+            CHECK(submit(e, i, prompts[i], max_tokens, NULL, err) == 0, "submit %d: %s", i, err);
+        }
+        if (submitted && sw_splitmix64(&rng) % 17 == 0) {   /* cancel a random earlier request */
+            char id[16];
+            int i = (int)(sw_splitmix64(&rng) % (uint64_t)submitted);
+            snprintf(id, sizeof id, "r%d", i);
+            if (!res[i].finish) { sw_cpu_engine_ops.cancel(e, id); res[i].failed_code = -1; }
+        }
+        if (sw_cpu_engine_ops.step(e, emit, fail, NULL) == 0 && submitted == N) break;
+    }
+    for (int i = 0; i < N; i++) {
+        if (res[i].failed_code == -1 && !res[i].finish) { cancelled++; continue; }
+        finished++;
+        reused += res[i].cached_tokens;
+        CHECK(res[i].finish && !strcmp(res[i].text, refs[i].text), "random r%d:\n %s\n alone: %s", i, res[i].text,
+              refs[i].text);
+    }
+    CHECK(finished > N / 2 && reused > 100, "%d finished, %d cancelled, %u prompt tokens reused", finished, cancelled,
+          reused);
+    printf("random traffic: %d finished, %d cancelled, %u prompt tokens reused\n", finished, cancelled, reused);
+    sw_cpu_engine_free(e);
+}
+
 int main(void)
 {
     char path[512], err[512];
@@ -288,6 +337,7 @@ int main(void)
 
     sw_cpu_engine_free(e);
     test_prefix_cache(m);
+    test_prefix_cache_random(m);
     sw_model_free(m);
     CHECK_DONE();
 }

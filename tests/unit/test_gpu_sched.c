@@ -8,9 +8,10 @@
 #include "llm/generate.h"
 
 #define NREQ 4
-typedef struct { char text[NREQ][4096]; int finish[NREQ]; int fails; uint32_t last_fail; uint32_t cached[NREQ]; } sink;
+#define NSINK 10   /* ids are "r0".."r9" */
+typedef struct { char text[NSINK][4096]; int finish[NSINK]; int fails; uint32_t last_fail; uint32_t cached[NSINK]; } sink;
 
-static int idx(const char *id) { return id[1] - '0'; }   /* ids are "r0".."r3" */
+static int idx(const char *id) { return id[1] - '0'; }
 
 static void emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n_ids, int finish,
                  const sw_usage *usage)
@@ -154,6 +155,13 @@ static void test_prefix_cache(sw_model *m)
         snprintf(id, sizeof id, "r%d", i);
         CHECK(submit(e, id, shared_p[i], 40, "stories", 0) == 0, "submit %s", id);
     }
+    /* a fifth request with the same prefix, cancelled while it holds shared blocks */
+    static char fifth[2048];
+    snprintf(fifth, sizeof fifth, "%sThe end.", base);
+    CHECK(submit(e, "r9", fifth, 40, "stories", 0) == 0, "submit r9");
+    for (int k = 0; k < 3; k++) sw_gpu_engine_ops.step(e, emit, fail, &crowd);
+    sw_gpu_engine_ops.cancel(e, "r9");
+    check_blocks(e, "after a cancel");
     while (sw_gpu_engine_ops.step(e, emit, fail, &crowd) > 0 && guard++ < 100000) check_blocks(e, "crowded step");
     for (int i = 0; i < NREQ; i++)
         CHECK(!strcmp(crowd.text[i], alone.text[i]), "crowded text %d differs:\n%s\n---\n%s", i, crowd.text[i],
