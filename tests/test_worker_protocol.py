@@ -501,6 +501,7 @@ BASE = ["--gateway", "tcp://127.0.0.1:5555", "--pool", "p", "--model", "m=/x"]
     (BASE + ["--worker-id", "has space"], "--worker-id"),
     (BASE + ["--quantization", ""], "--quantization"),
     (BASE + ["--prefix-cache", "maybe"], "--prefix-cache"),
+    (BASE + ["--cache-slots", "0"], "--cache-slots"),
     (BASE + ["--model", "m2=/y"], "--model given twice"),
     (["--gateway", "tcp://127.0.0.1:5555", "--pool", "p", "--model", "noequals"], "NAME=PATH"),
     (["--gateway", "tcp://127.0.0.1:5555", "--pool", "p", "--model", "=/x"], "NAME=PATH"),

@@ -16,7 +16,9 @@
  * rest. A chat resends the whole conversation every turn, so on a CPU, where
  * prefill is the slow part, this is what keeps the second turn from costing
  * as much as the first. (KV entry p depends only on tokens 0..p, so a shared
- * prefix has the same entries.)
+ * prefix has the same entries.) There may be more slots than sequences
+ * computed at once (n_cache > n_parallel): the extra KV caches keep more
+ * conversations warm between their turns.
  */
 #include "worker-cpu/engine.h"
 #include "worker-cpu/forward.h"
@@ -49,7 +51,7 @@ typedef struct {
 typedef struct {
     int32_t *toks;            /* n_ctx entries */
     int n;
-    uint64_t last_used;       /* admission counter: the least recently used slot goes first */
+    uint64_t last_used;       /* 1 + admission counter (0: never used): the least recently used goes first */
 } kv_history;
 
 typedef struct queued {
@@ -62,7 +64,7 @@ typedef struct queued {
 struct sw_cpu_engine {
     sw_model *m;
     sw_ctx *ctx;
-    int n_slots, n_ctx, max_batch;
+    int n_slots, n_parallel, n_ctx, max_batch;   /* n_slots KV caches, at most n_parallel in use */
     slot *slots;
     kv_history *hist;         /* [n_slots] */
     bool prefix_cache;
@@ -71,21 +73,28 @@ struct sw_cpu_engine {
     uint64_t n_admitted;
     sw_tok_in *batch;
     int *row_slot;            /* logits row -> slot index */
-    float *logits;            /* [n_slots][n_vocab]: at most one logits row per slot per step */
+    float *logits;            /* [n_parallel][n_vocab]: at most one logits row per running slot per step */
     uint32_t last_batch;
     uint64_t tokens_generated;
 };
 
-sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err, size_t errlen)
+sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n_ctx, char *err, size_t errlen)
 {
-    if (n_slots < 1 || n_slots > 1024) { sw_errf(err, errlen, "slots %d out of range (1..1024)", n_slots); return NULL; }
+    if (n_parallel < 1 || n_parallel > 1024) {
+        sw_errf(err, errlen, "slots %d out of range (1..1024)", n_parallel);
+        return NULL;
+    }
+    if (n_cache < n_parallel) n_cache = n_parallel;
+    if (n_cache > 4096) { sw_errf(err, errlen, "cache slots %d out of range (at most 4096)", n_cache); return NULL; }
+    int n_slots = n_cache;
     if (n_ctx <= 0) n_ctx = (int)(m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     sw_cpu_engine *e = calloc(1, sizeof *e);
     if (!e) { sw_errf(err, errlen, "out of memory"); return NULL; }
     e->m = m;
     e->n_slots = n_slots;
+    e->n_parallel = n_parallel;
     e->n_ctx = n_ctx;
-    e->max_batch = n_slots + PREFILL_BUDGET;
+    e->max_batch = n_parallel + PREFILL_BUDGET;
     e->ctx = sw_ctx_new(m, n_slots, n_ctx, e->max_batch, err, errlen);
     e->slots = calloc((size_t)n_slots, sizeof *e->slots);
     e->hist = calloc((size_t)n_slots, sizeof *e->hist);
@@ -94,7 +103,7 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err,
         if (!(e->hist[i].toks = malloc((size_t)n_ctx * sizeof(int32_t)))) { free(e->hist); e->hist = NULL; }
     e->batch = calloc((size_t)e->max_batch, sizeof *e->batch);
     e->row_slot = calloc((size_t)e->max_batch, sizeof *e->row_slot);
-    e->logits = malloc((size_t)n_slots * m->hp.n_vocab * sizeof(float));
+    e->logits = malloc((size_t)n_parallel * m->hp.n_vocab * sizeof(float));
     if (!e->ctx || !e->slots || !e->hist || !e->batch || !e->row_slot || !e->logits) {
         if (e->ctx) sw_errf(err, errlen, "out of memory");
         sw_cpu_engine_free(e);
@@ -225,12 +234,15 @@ static int pick_slot(const sw_cpu_engine *e, const int32_t *prompt, int n_prompt
     return in_place >= 0 ? in_place : lru;
 }
 
-/* Moves queued requests into free slots (FIFO). The KV cache of a slot needs
+/* Moves queued requests into free slots (FIFO) while fewer than n_parallel
+ * run. The KV cache of a slot needs
  * no clearing: a sequence only ever reads positions it has written, or,
  * from the prefix cache, entries computed from the same tokens. */
 static void admit(sw_cpu_engine *e)
 {
-    while (e->qhead) {
+    int active = 0;
+    for (int i = 0; i < e->n_slots; i++) active += e->slots[i].used;
+    for (; e->qhead && active < e->n_parallel; active++) {
         const int32_t *prompt = e->qhead->gen.prompt;
         const int n_prompt = e->qhead->gen.n_prompt;
         int i = pick_slot(e, prompt, n_prompt);
@@ -261,7 +273,7 @@ static void admit(sw_cpu_engine *e)
         s->admitted = e->n_admitted++;
         s->n_cached = s->n_prefilled = reuse;
         e->hist[i].n = reuse;
-        e->hist[i].last_used = s->admitted;
+        e->hist[i].last_used = s->admitted + 1;   /* 0: never used, the first to go */
         free(q);
     }
 }
@@ -416,9 +428,9 @@ static void engine_load(void *eng, sw_load *out)
     memset(out, 0, sizeof *out);
     out->active = active;
     out->queued = (uint32_t)e->n_queued;
-    out->slots = (uint32_t)e->n_slots;
+    out->slots = (uint32_t)e->n_parallel;
     out->batch_size = e->last_batch;
-    out->kv_utilization = (float)((double)used_pos / ((double)e->n_slots * e->n_ctx));
+    out->kv_utilization = (float)((double)used_pos / ((double)e->n_parallel * e->n_ctx));
     out->tokens_generated = e->tokens_generated;
 }
 

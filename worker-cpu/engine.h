@@ -9,8 +9,10 @@
 
 typedef struct sw_cpu_engine sw_cpu_engine;
 
-/* n_slots: concurrent sequences (--parallel); n_ctx: per-slot context (0 = model's, capped). */
-sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_slots, int n_ctx, char *err, size_t errlen);
+/* n_parallel: sequences computed at once (--parallel); n_cache: KV caches
+ * kept for the prefix cache (--cache-slots; at least n_parallel, 0 = as many);
+ * n_ctx: per-slot context (0 = model's, capped). */
+sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n_ctx, char *err, size_t errlen);
 void sw_cpu_engine_free(sw_cpu_engine *e);
 /* The per-slot context length it was sized with (what a request may use). */
 int sw_cpu_engine_n_ctx(const sw_cpu_engine *e);

@@ -2,7 +2,7 @@
  *
  *   spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH
  *       [--threads N] [--parallel N] [--ctx N] [--worker-id ID]
- *       [--quantization Q] [--prefix-cache on|off] [--test-echo TOKENS_PER_S]
+ *       [--quantization Q] [--prefix-cache on|off] [--cache-slots N] [--test-echo TOKENS_PER_S]
  *
  * Loads the GGUF model, connects to the gateway, registers and serves
  * generate requests until SIGINT/SIGTERM (see proto/worker_link.h).
@@ -34,7 +34,8 @@
 static const char *usage_text =
     "usage: spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH\n"
     "           [--threads N] [--parallel N] [--ctx N] [--worker-id ID]\n"
-    "           [--quantization Q] [--prefix-cache on|off] [--test-echo TOKENS_PER_S [--test-fail-rate F]]\n"
+    "           [--quantization Q] [--prefix-cache on|off] [--cache-slots N]\n"
+    "           [--test-echo TOKENS_PER_S [--test-fail-rate F]]\n"
     "\n"
     "  --gateway ENDPOINT   gateway worker endpoint, e.g. tcp://127.0.0.1:5555\n"
     "  --pool NAME          pool this worker joins (as in routes.yaml)\n"
@@ -45,6 +46,8 @@ static const char *usage_text =
     "  --worker-id ID       id to register with (default: host-pid-random)\n"
     "  --quantization Q     quantization to register (default: the GGUF's; \"test\" with --test-echo)\n"
     "  --prefix-cache on|off reuse the KV cache of a prompt prefix computed before (default on)\n"
+    "  --cache-slots N      KV caches kept for it, at least --parallel (default: --parallel); each\n"
+    "                       commits memory as it fills, up to --ctx positions\n"
     "  --test-echo R        TEST MODE: no model, emit max_tokens placeholder tokens at R tokens/s\n"
     "                       per sequence; refused unless SPILLWAY_ALLOW_TEST_MODE=1\n"
     "  --test-fail-rate F   TEST MODE (with --test-echo): refuse a fraction F of requests with error 500\n";
@@ -53,7 +56,7 @@ typedef struct {
     const char *gateway, *pool, *worker_id, *quantization;
     char model_name[SW_MAX_ID_LEN + 1];
     const char *model_path;
-    int threads, parallel, ctx;
+    int threads, parallel, ctx, cache_slots;
     bool no_prefix_cache;
     double echo_rate; /* 0 = normal mode */
     double fail_rate; /* --test-fail-rate, test mode only */
@@ -101,7 +104,7 @@ static int parse_args(int argc, char **argv, options *o) {
         if (strncmp(a, "--", 2) != 0) return usage_error("unexpected argument '%s'", a);
         static const char *known[] = {"--gateway", "--pool", "--model", "--threads", "--parallel",
                                       "--ctx", "--worker-id", "--test-echo", "--quantization",
-                                      "--test-fail-rate", "--prefix-cache"};
+                                      "--test-fail-rate", "--prefix-cache", "--cache-slots"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= !strcmp(a, known[k]);
         if (!is_known) return usage_error("unknown option '%s'", a);
@@ -150,6 +153,9 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!sw_parse_double(v, 0, 1e6, &r) || r == 0)
                 return usage_error("--test-echo: '%s' is not a rate in (0, 1000000] tokens/s", v);
             o->echo_rate = r;
+        } else if (!strcmp(a, "--cache-slots")) {
+            if (parse_int(v, 1, 4096, &o->cache_slots))
+                return usage_error("--cache-slots: '%s' is not a whole number in 1..4096", v);
         } else if (!strcmp(a, "--prefix-cache")) {
             if (strcmp(v, "on") && strcmp(v, "off"))
                 return usage_error("--prefix-cache: '%s' is not on or off", v);
@@ -211,7 +217,10 @@ static int run_model(const options *o) {
         fprintf(stderr, "spillway-worker-cpu: cannot load %s: %s\n", o->model_path, err);
         return 1;
     }
-    sw_cpu_engine *e = sw_cpu_engine_new(m, o->parallel, o->ctx, err, sizeof err);
+    if (o->cache_slots && o->cache_slots < o->parallel)
+        fprintf(stderr, "spillway-worker-cpu: --cache-slots %d is below --parallel %d: using %d\n", o->cache_slots,
+                o->parallel, o->parallel);
+    sw_cpu_engine *e = sw_cpu_engine_new(m, o->parallel, o->cache_slots, o->ctx, err, sizeof err);
     if (!e) {
         fprintf(stderr, "spillway-worker-cpu: cannot start the engine: %s\n", err);
         sw_model_free(m);

@@ -132,7 +132,7 @@ static uint32_t run_one(sw_cpu_engine *e, sw_model *m, int i, const char *prompt
 static void test_prefix_cache(sw_model *m)
 {
     char err[256];
-    sw_cpu_engine *e = sw_cpu_engine_new(m, 2, 512, err, sizeof err);
+    sw_cpu_engine *e = sw_cpu_engine_new(m, 2, 0, 512, err, sizeof err);
     CHECK(e != NULL, "engine: %s", err);
     if (!e) return;
     static char base[4096], a[4096], b[4096], x[4096], y[4096], turn2[32768];
@@ -192,7 +192,7 @@ static void test_prefix_cache_random(sw_model *m)
     static result refs[N];
     uint64_t rng = 12345;
     char err[256];
-    sw_cpu_engine *e = sw_cpu_engine_new(m, 3, 512, err, sizeof err);
+    sw_cpu_engine *e = sw_cpu_engine_new(m, 3, 0, 512, err, sizeof err);
     CHECK(e != NULL, "engine: %s", err);
     if (!e) return;
     int submitted = 0, finished = 0, cancelled = 0;
@@ -228,6 +228,43 @@ static void test_prefix_cache_random(sw_model *m)
     sw_cpu_engine_free(e);
 }
 
+/* More KV caches than running sequences (--cache-slots): one sequence at a
+ * time, three caches, so three conversations stay warm; with one cache only
+ * the latest does. */
+static void test_cache_slots(sw_model *m)
+{
+    static char p[3][2048];
+    const char *topics[3] = { "Lily had a red ball. ", "Tom saw a big fish. ", "The cat sat on a mat. " };
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < 8; j++) strcat(p[k], topics[k]);
+    for (int caches = 1; caches <= 3; caches += 2) {
+        char err[256];
+        sw_cpu_engine *e = sw_cpu_engine_new(m, 1, caches, 512, err, sizeof err);
+        CHECK(e != NULL, "engine: %s", err);
+        if (!e) return;
+        for (int k = 0; k < 3; k++) run_one(e, m, 10 + k, p[k], 8);
+        uint32_t again = run_one(e, m, 13, p[0], 8);
+        if (caches == 3)
+            CHECK(again == res[10].prompt_tokens - 1, "3 caches: the first prompt again reused %u of %u", again,
+                  res[10].prompt_tokens);
+        else
+            CHECK(again <= 1, "1 cache: the first prompt again reused %u", again);
+        /* all three at once still run one at a time */
+        memset(&res[20], 0, 3 * sizeof res[20]);
+        for (int k = 0; k < 3; k++) CHECK(submit(e, 20 + k, p[k], 8, NULL, err) == 0, "%s", err);
+        sw_load ld;
+        int max_active = 0;
+        while (sw_cpu_engine_ops.step(e, emit, fail, NULL) > 0) {
+            sw_cpu_engine_ops.load(e, &ld);
+            if ((int)ld.active > max_active) max_active = (int)ld.active;
+        }
+        CHECK(max_active == 1 && ld.slots == 1, "parallel 1: %d ran at once, %u slots reported", max_active, ld.slots);
+        for (int k = 0; k < 3; k++)
+            CHECK(res[20 + k].finish && !strcmp(res[20 + k].text, res[10 + k].text), "text %d at once differs", k);
+        sw_cpu_engine_free(e);
+    }
+}
+
 int main(void)
 {
     char path[512], err[512];
@@ -250,7 +287,7 @@ int main(void)
     result ref[N_REQ];
     for (int i = 0; i < N_REQ; i++) reference(m, prompts[i], max_tokens[i], stops[i], &ref[i]);
 
-    sw_cpu_engine *e = sw_cpu_engine_new(m, 3, 512, err, sizeof err);
+    sw_cpu_engine *e = sw_cpu_engine_new(m, 3, 0, 512, err, sizeof err);
     CHECK(e != NULL, "engine: %s", err);
     if (!e) CHECK_DONE();
     CHECK(sw_cpu_engine_n_ctx(e) == 512);
@@ -338,6 +375,7 @@ int main(void)
     sw_cpu_engine_free(e);
     test_prefix_cache(m);
     test_prefix_cache_random(m);
+    test_cache_slots(m);
     sw_model_free(m);
     CHECK_DONE();
 }
