@@ -67,6 +67,7 @@ struct sw_cpu_engine {
     int n_slots, n_parallel, n_ctx, max_batch;   /* n_slots KV caches, at most n_parallel in use */
     slot *slots;
     kv_history *hist;         /* [n_slots] */
+    int *lcp;                 /* [n_slots] scratch: each cache's prefix shared with a prompt */
     bool prefix_cache;
     queued *qhead, *qtail;
     int n_queued;
@@ -98,13 +99,14 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n
     e->ctx = sw_ctx_new(m, n_slots, n_ctx, e->max_batch, err, errlen);
     e->slots = calloc((size_t)n_slots, sizeof *e->slots);
     e->hist = calloc((size_t)n_slots, sizeof *e->hist);
+    e->lcp = calloc((size_t)n_slots, sizeof *e->lcp);
     e->prefix_cache = true;
     for (int i = 0; e->hist && i < n_slots; i++)
         if (!(e->hist[i].toks = malloc((size_t)n_ctx * sizeof(int32_t)))) { free(e->hist); e->hist = NULL; }
     e->batch = calloc((size_t)e->max_batch, sizeof *e->batch);
     e->row_slot = calloc((size_t)e->max_batch, sizeof *e->row_slot);
     e->logits = malloc((size_t)n_parallel * m->hp.n_vocab * sizeof(float));
-    if (!e->ctx || !e->slots || !e->hist || !e->batch || !e->row_slot || !e->logits) {
+    if (!e->ctx || !e->slots || !e->hist || !e->lcp || !e->batch || !e->row_slot || !e->logits) {
         if (e->ctx) sw_errf(err, errlen, "out of memory");
         sw_cpu_engine_free(e);
         return NULL;
@@ -135,6 +137,7 @@ void sw_cpu_engine_free(sw_cpu_engine *e)
     sw_ctx_free(e->ctx);
     if (e->hist) for (int i = 0; i < e->n_slots; i++) free(e->hist[i].toks);
     free(e->hist);
+    free(e->lcp);
     free(e->slots);
     free(e->batch);
     free(e->row_slot);
@@ -211,23 +214,17 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb)
     return n;
 }
 
-static int cached_prefix(const sw_cpu_engine *e, int slot, const int32_t *prompt, int n_prompt)
-{
-    const kv_history *h = &e->hist[slot];
-    return e->prefix_cache ? common_prefix(h->toks, h->n, prompt, n_prompt) : 0;
-}
-
-/* The free slot for a prompt. One whose cache is mostly a prefix of the
- * prompt (the same conversation a turn later, or the same prompt) is reused
- * in place. Otherwise the least recently used free slot: reusing a slot for
- * a short shared prefix would throw away the rest of its cache, and a copy
- * of that prefix (below) is cheap. -1 if no slot is free. */
-static int pick_slot(const sw_cpu_engine *e, const int32_t *prompt, int n_prompt)
+/* The free slot for a prompt, given e->lcp. One whose cache is mostly a
+ * prefix of the prompt (the same conversation a turn later, or the same
+ * prompt) is reused in place. Otherwise the least recently used free slot:
+ * reusing a slot for a short shared prefix would throw away the rest of its
+ * cache, and a copy of that prefix (below) is cheap. -1 if no slot is free. */
+static int pick_slot(const sw_cpu_engine *e)
 {
     int in_place = -1, in_place_len = 0, lru = -1;
     for (int i = 0; i < e->n_slots; i++) {
         if (e->slots[i].used) continue;
-        int len = cached_prefix(e, i, prompt, n_prompt);
+        int len = e->lcp[i];
         if (len > in_place_len && 2 * len >= e->hist[i].n) { in_place = i; in_place_len = len; }
         if (lru < 0 || e->hist[i].last_used < e->hist[lru].last_used) lru = i;
     }
@@ -235,9 +232,9 @@ static int pick_slot(const sw_cpu_engine *e, const int32_t *prompt, int n_prompt
 }
 
 /* Moves queued requests into free slots (FIFO) while fewer than n_parallel
- * run. The KV cache of a slot needs
- * no clearing: a sequence only ever reads positions it has written, or,
- * from the prefix cache, entries computed from the same tokens. */
+ * run. The KV cache of a slot needs no clearing: a sequence only ever reads
+ * positions it has written, or, from the prefix cache, entries computed
+ * from the same tokens. */
 static void admit(sw_cpu_engine *e)
 {
     int active = 0;
@@ -245,16 +242,16 @@ static void admit(sw_cpu_engine *e)
     for (; e->qhead && active < e->n_parallel; active++) {
         const int32_t *prompt = e->qhead->gen.prompt;
         const int n_prompt = e->qhead->gen.n_prompt;
-        int i = pick_slot(e, prompt, n_prompt);
+        for (int j = 0; j < e->n_slots; j++)
+            e->lcp[j] = e->prefix_cache ? common_prefix(e->hist[j].toks, e->hist[j].n, prompt, n_prompt) : 0;
+        int i = pick_slot(e);
         if (i < 0) break;
         /* The longest cached prefix anywhere, running sequences included
          * (what they hold was computed in earlier steps); at least the last
          * prompt token is evaluated, since its logits give the first token. */
-        int own = cached_prefix(e, i, prompt, n_prompt), src = i, reuse = own;
-        for (int j = 0; j < e->n_slots; j++) {
-            int len = j == i ? 0 : cached_prefix(e, j, prompt, n_prompt);
-            if (len > reuse) { src = j; reuse = len; }
-        }
+        int own = e->lcp[i], src = i, reuse = own;
+        for (int j = 0; j < e->n_slots; j++)
+            if (e->lcp[j] > reuse) { src = j; reuse = e->lcp[j]; }
         if (reuse > n_prompt - 1) reuse = n_prompt - 1;
         if (reuse > own) {   /* from another slot: copy the entries this one lacks */
             sw_ctx_copy_kv(e->ctx, src, i, own, reuse);
