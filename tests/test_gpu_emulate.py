@@ -240,6 +240,23 @@ def test_prefix_cache_through_the_gateway(cluster):
     assert again.choices[0].text == first.choices[0].text
 
 
+def test_repeat_takes_the_prompt_from_the_prefix_cache():
+    """Text mode --repeat (what tests/gpu/device-check.sh runs on the GPU):
+    runs 2 and 3 share the first run's KV blocks and give the same text;
+    with the cache off nothing is shared."""
+    model = shared_file(SERVED)
+    prompt = "Lily and Tom went to the park to play with a red ball. " * 2
+    args = ["--backend", "emulate", "-m", model, "-p", prompt, "-n", "12", "--temp", "0", "-t", "1",
+            "--max-tokens-per-step", "16", "--repeat", "3", "-q"]
+    r = run_worker(args)
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stderr.splitlines() if ": repeat " in l]
+    assert len(lines) == 2 and all("text the same" in l for l in lines), r.stderr
+    assert all(int(l.split("repeat ")[1].split(": ")[1].split(" of ")[0]) >= 16 for l in lines), lines
+    r = run_worker(args + ["--prefix-cache", "off"])
+    assert r.returncode == 0 and "repeat 3: 0 of" in r.stderr, r.stderr
+
+
 def test_preemption_under_tiny_kv_pool(cluster):
     # 10 blocks = 160 positions for 4 requests of ~6 + 60 tokens (5 blocks each):
     # the pool runs out and the newest requests are preempted and recomputed.

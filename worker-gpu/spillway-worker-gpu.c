@@ -5,7 +5,7 @@
  *                 [--kv-dtype bf16|fp8] [--max-tokens-per-step N] [--ctx N]
  *                 [--prefix-cache on|off]
  * Evaluation: spillway-worker-gpu --backend B -m MODEL --tokens 1,2,3 [--logits-out FILE]
- *             spillway-worker-gpu --backend B -m MODEL -p TEXT -n N [--temp T] [--seed S]
+ *             spillway-worker-gpu --backend B -m MODEL -p TEXT -n N [--temp T] [--seed S] [--repeat R]
  * Benchmark:  spillway-worker-gpu --backend B (--bench-shape 8b [--bench-layers L] | -m MODEL)
  *                 --bench-decode 1,8,64,256 [--bench-ctx N] [--bench-steps N]
  * Self-test:  spillway-worker-gpu --selftest   (cuda: GEMV vs cuBLASLt vs host)
@@ -44,7 +44,7 @@ typedef struct {
     float temp, top_p;
     int top_k;
     unsigned long long seed;
-    int seed_set, selftest, quiet, no_prefix_cache;
+    int seed_set, selftest, quiet, no_prefix_cache, repeat;
 } opts;
 
 static void usage(FILE *f)
@@ -69,6 +69,8 @@ static void usage(FILE *f)
         "  --worker-id ID             (default host-pid-random)\n"
         "  -t, --threads N            CPU threads for the emulation backend\n"
         "  -n N, --temp T, --top-k K, --top-p P, --seed S   generation (text mode)\n"
+        "  --repeat R                 text mode: run the request R times in one engine; runs 2..R take\n"
+        "                             the prompt from the prefix cache and must give the same text\n"
         "  --ref-logits FILE          with --tokens: compare with float32 reference logits (rows x vocab)\n"
         "                             and print 'compare: ... min_cosine C top1 T'\n"
         "  --bench-ctx N (default 512), --bench-steps N (default 32)\n"
@@ -110,6 +112,7 @@ static opts parse_args(int argc, char **argv)
         else if (TAKES("--ref-logits")) o.ref_logits = v;
         else if (TAKES("-p") || TAKES("--prompt")) o.prompt = v;
         else if (TAKES("-n")) o.n_predict = (int)parse_int(a, v, 0, 1 << 20);
+        else if (TAKES("--repeat")) o.repeat = (int)parse_int(a, v, 1, 100);
         else if (TAKES("--temp")) o.temp = (float)parse_num(a, v, 0, 100);
         else if (TAKES("--top-k")) o.top_k = (int)parse_int(a, v, 0, INT32_MAX);
         else if (TAKES("--top-p")) o.top_p = (float)parse_num(a, v, 0, 1);
@@ -330,17 +333,31 @@ static int run_tokens(const opts *o)
 }
 
 /* ---- -p TEXT: generation through the scheduler, as the daemon does ---- */
+typedef struct {
+    int state;                /* finish reason, or -1 on failure */
+    bool print;               /* the first run streams to stdout */
+    char text[65536];         /* what this run generated (truncated) */
+    size_t len;
+    sw_usage usage;
+} prompt_run;
+
 static void print_emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n_ids,
                        int finish, const sw_usage *usage)
 {
-    if (text && *text) { fputs(text, stdout); fflush(stdout); }
-    if (finish) *(int *)ctx = finish;
+    prompt_run *r = ctx;
+    size_t n = text ? strlen(text) : 0;
+    if (n && r->print) { fputs(text, stdout); fflush(stdout); }
+    if (n > sizeof r->text - 1 - r->len) n = sizeof r->text - 1 - r->len;
+    memcpy(r->text + r->len, text ? text : "", n);
+    r->len += n;
+    r->text[r->len] = 0;
+    if (finish) { r->state = finish; r->usage = *usage; }
 }
 
 static void print_fail(void *ctx, const char *id, uint32_t code, const char *msg)
 {
     fprintf(stderr, PROG ": request failed (%u): %s\n", code, msg);
-    *(int *)ctx = -1;
+    ((prompt_run *)ctx)->state = -1;
 }
 
 static int run_prompt(const opts *o)
@@ -367,21 +384,40 @@ static int run_prompt(const opts *o)
     sp.top_p = o->top_p;
     sp.seed = o->seed;
     sp.has_seed = 1;
-    req.request_id = "cli";
     req.prompt = (char *)o->prompt;
     req.sampling = &sp;
     req.max_tokens = (uint32_t)o->n_predict;
-    int state = 0, rc = 0;
+    sw_gpu_engine_set_prefix_cache(e, !o->no_prefix_cache);
+    static prompt_run first, again;
+    int rc = 0;
     if (o->n_predict == 0) {
         fputs(o->prompt, stdout);
-    } else if ((rc = sw_gpu_engine_ops.submit(e, &req, err, sizeof err))) {
-        fprintf(stderr, PROG ": %s\n", err);
-        rc = 1;
     } else {
         fputs(o->prompt, stdout);
         fflush(stdout);
-        while (sw_gpu_engine_ops.step(e, print_emit, print_fail, &state) > 0) {}
-        rc = state < 0;
+        /* Run 1 streams to stdout. Runs 2..R (--repeat) find the prompt in
+         * the prefix cache; with the same seed their text must not change. */
+        for (int k = 0; k < (o->repeat > 1 ? o->repeat : 1) && !rc; k++) {
+            prompt_run *r = k ? &again : &first;
+            memset(r, 0, sizeof *r);
+            r->print = k == 0;
+            char id[16];
+            snprintf(id, sizeof id, "cli%d", k);
+            req.request_id = id;
+            if (sw_gpu_engine_ops.submit(e, &req, err, sizeof err)) {
+                fprintf(stderr, PROG ": %s\n", err);
+                rc = 1;
+                break;
+            }
+            while (sw_gpu_engine_ops.step(e, print_emit, print_fail, r) > 0) {}
+            rc = r->state < 0;
+            if (k && !rc) {
+                bool same = r->len == first.len && !memcmp(r->text, first.text, r->len);
+                fprintf(stderr, PROG ": repeat %d: %u of %u prompt tokens from the prefix cache, text %s\n", k + 1,
+                        r->usage.cached_tokens, r->usage.prompt_tokens, same ? "the same" : "DIFFERS");
+                rc = !same;
+            }
+        }
     }
     printf("\n");
     sw_gpu_engine_free(e);

@@ -127,6 +127,22 @@ for step in 512 8; do
 done
 rm -f "$TMP/emu.f32"
 
+say "prefix cache: the same prompt twice in one engine (shared KV blocks, same text)"
+# Steps of at most 16 tokens keep every step on the GEMV path, whose numerics
+# do not depend on the batch, so the cached run must give the same text.
+pc_model=$(ls "$SHARED"/golden/*.gguf 2>/dev/null | head -1)
+if [ -n "$pc_model" ]; then
+    pc_prompt="Lily and Tom went to the park to play with a red ball. Lily and Tom went to the park to play with a red ball."
+    if timeout 120 "$W" --backend cuda -q -m "$pc_model" -p "$pc_prompt" -n 24 --temp 0 --max-tokens-per-step 16 \
+            --repeat 3 > /dev/null 2>"$TMP/err" && grep -q "repeat 3: [1-9][0-9]* of .* text the same" "$TMP/err"; then
+        record prefix-cache PASS "$(grep 'repeat 3' "$TMP/err" | sed 's/^[^:]*: //')"
+    else
+        cat "$TMP/err"; record prefix-cache FAIL "see above"
+    fi
+else
+    record prefix-cache SKIP "no golden model under ${SHARED:-<none>}/golden"
+fi
+
 say "stories260K: first 16 greedy tokens, GPU vs the CPU worker"
 st=${SHARED:+$SHARED/models/stories260K.gguf}
 if [ -n "$st" ] && [ -f "$st" ]; then
