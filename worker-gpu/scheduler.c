@@ -19,8 +19,8 @@ typedef struct {
     int n_computed;           /* tokens whose K/V are in the cache */
     int32_t *blocks;          /* KV blocks, one per 16 positions */
     int n_blocks;
-    uint64_t *block_hash;     /* chain hash of each full block of toks (prefix cache) */
     int n_hashed;             /* full blocks hashed (and offered to the cache) so far */
+    uint64_t chain;           /* the chain hash of the last of them (prefix cache) */
     int n_cached;             /* prompt tokens taken from the cache at first admission */
     bool admitted_once;
     uint64_t arrival;         /* admission order: larger = newer */
@@ -141,8 +141,7 @@ static void cache_full_blocks(sw_gpu_engine *e, seq *s)
 {
     while ((s->n_hashed + 1) * SW_KV_BLOCK <= s->n_computed && s->n_hashed < s->n_blocks) {
         int j = s->n_hashed;
-        uint64_t h = chain_hash(j ? s->block_hash[j - 1] : 0, s->toks + (size_t)j * SW_KV_BLOCK);
-        s->block_hash[j] = h;
+        uint64_t h = s->chain = chain_hash(j ? s->chain : 0, s->toks + (size_t)j * SW_KV_BLOCK);
         int32_t b = s->blocks[j];
         if (!e->no_prefix_cache && !e->hash[b] && table_get(e, h) < 0) {
             table_put(e, h, b);
@@ -159,13 +158,13 @@ static void take_cached_prefix(sw_gpu_engine *e, seq *s)
 {
     if (e->no_prefix_cache || s->n_blocks) return;
     int limit = (s->n_toks - 1) / SW_KV_BLOCK, j = 0;
-    for (uint64_t h = 0; j < limit; j++) {
-        h = chain_hash(h, s->toks + (size_t)j * SW_KV_BLOCK);
+    for (; j < limit; j++) {
+        uint64_t h = chain_hash(j ? s->chain : 0, s->toks + (size_t)j * SW_KV_BLOCK);
         int32_t b = table_get(e, h);
         if (b < 0) break;
         if (e->ref[b]++ == 0) free_unlink(e, b);
         s->blocks[s->n_blocks++] = b;
-        s->block_hash[j] = h;
+        s->chain = h;
     }
     s->n_hashed = j;
     s->n_computed = j * SW_KV_BLOCK;
@@ -188,7 +187,6 @@ static void seq_free(sw_gpu_engine *e, seq *s)
     sw_gen_free(&s->gen);
     free(s->toks);
     free(s->blocks);
-    free(s->block_hash);
     free(s);
 }
 
@@ -264,15 +262,14 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
     s->cap_toks = e->n_ctx + 1;
     s->toks = malloc((size_t)s->cap_toks * sizeof(int32_t));
     s->blocks = malloc((size_t)e->max_blocks * sizeof(int32_t));
-    s->block_hash = malloc((size_t)e->max_blocks * sizeof(uint64_t));
-    if (!s->toks || !s->blocks || !s->block_hash || s->gen.n_prompt > e->n_ctx - 1) {
-        if (s->toks && s->blocks && s->block_hash)
+    if (!s->toks || !s->blocks || s->gen.n_prompt > e->n_ctx - 1) {
+        if (s->toks && s->blocks)
             snprintf(err, errlen, "prompt of %d tokens leaves no room to generate in the context of %d",
                      s->gen.n_prompt, e->n_ctx);
         else
             snprintf(err, errlen, "out of memory");
         sw_gen_free(&s->gen);
-        free(s->toks); free(s->blocks); free(s->block_hash); free(s);
+        free(s->toks); free(s->blocks); free(s);
         return 400;
     }
     memcpy(s->toks, s->gen.prompt, (size_t)s->gen.n_prompt * sizeof(int32_t));
