@@ -83,7 +83,7 @@ static int n_tokens(const sw_model *m, const char *prompt, int32_t *out, int cap
 /* Runs prompt i alone to the end; returns the cached prompt tokens. */
 static uint32_t run_one(sw_gpu_engine *e, sink *s, int i, const char *prompt, uint32_t max_tokens)
 {
-    char id[8];
+    char id[16];
     snprintf(id, sizeof id, "r%d", i);
     s->text[i][0] = 0;
     s->finish[i] = 0;
