@@ -28,6 +28,13 @@ bool sw_parse_double(const char *s, double lo, double hi, double *out)
     return true;
 }
 
+bool sw_parse_on_off(const char *s, bool *on)
+{
+    if (strcmp(s, "on") && strcmp(s, "off")) return false;
+    *on = !strcmp(s, "on");
+    return true;
+}
+
 bool sw_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
 {
     const char *colon = strrchr(s, ':');

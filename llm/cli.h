@@ -16,6 +16,8 @@
 bool sw_parse_long(const char *s, long lo, long hi, long *out);
 /* Finite numbers only: "nan" and "inf" are refused. */
 bool sw_parse_double(const char *s, double lo, double hi, double *out);
+/* "on" or "off" (switches such as --prefix-cache). */
+bool sw_parse_on_off(const char *s, bool *on);
 
 long sw_cli_long(const char *prog, const char *flag, const char *s, long lo, long hi);
 double sw_cli_double(const char *prog, const char *flag, const char *s, double lo, double hi);

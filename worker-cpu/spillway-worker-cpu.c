@@ -157,9 +157,9 @@ static int parse_args(int argc, char **argv, options *o) {
             if (parse_int(v, 1, 4096, &o->cache_slots))
                 return usage_error("--cache-slots: '%s' is not a whole number in 1..4096", v);
         } else if (!strcmp(a, "--prefix-cache")) {
-            if (strcmp(v, "on") && strcmp(v, "off"))
-                return usage_error("--prefix-cache: '%s' is not on or off", v);
-            o->no_prefix_cache = !strcmp(v, "off");
+            bool on;
+            if (!sw_parse_on_off(v, &on)) return usage_error("--prefix-cache: '%s' is not on or off", v);
+            o->no_prefix_cache = !on;
         } else if (!strcmp(a, "--test-fail-rate")) {
             if (!sw_parse_double(v, 0, 1, &o->fail_rate))
                 return usage_error("--test-fail-rate: '%s' is not a fraction in [0, 1]", v);

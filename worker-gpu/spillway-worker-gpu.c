@@ -127,8 +127,9 @@ static opts parse_args(int argc, char **argv)
         else if (TAKES("--max-tokens-per-step")) o.max_tokens_per_step = (int)parse_int(a, v, 1, 65536);
         else if (TAKES("--ctx")) o.n_ctx = (int)parse_int(a, v, 2, 1 << 24);
         else if (TAKES("--prefix-cache")) {
-            if (strcmp(v, "on") && strcmp(v, "off")) sw_cli_die(PROG, "--prefix-cache: '%s' is not on or off", v);
-            o.no_prefix_cache = !strcmp(v, "off");
+            bool on;
+            if (!sw_parse_on_off(v, &on)) sw_cli_die(PROG, "--prefix-cache: '%s' is not on or off", v);
+            o.no_prefix_cache = !on;
         }
         else if (TAKES("-t") || TAKES("--threads")) o.threads = (int)parse_int(a, v, 1, 1024);
         else if (TAKES("--bench-decode")) o.bench_decode = v;
