@@ -37,7 +37,7 @@ extern const int sw_uni_space_n;
 enum { TT_UNDEFINED = 0, TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3,
        TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
-enum { PRE_GPT2 = 0, PRE_LLAMA3 = 1 };
+enum { PRE_GPT2 = 0, PRE_LLAMA3 = 1, PRE_QWEN2 = 2 };
 
 #define MAX_VOCAB (1 << 24)
 #define MAX_TEXT_LEN ((size_t)1 << 28)   /* keeps symbol indices within int */
@@ -394,6 +394,8 @@ sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
     if (kind == SW_TOK_BPE && gguf_get_str(f, "tokenizer.ggml.pre", &pre)) {
         if (gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3") || gguf_str_eq(pre, "llama-v3"))
             t->pre = PRE_LLAMA3;
+        else if (gguf_str_eq(pre, "qwen2") || gguf_str_eq(pre, "deepseek-r1-qwen"))
+            t->pre = PRE_QWEN2;
         else if (!gguf_str_eq(pre, "gpt-2") && !gguf_str_eq(pre, "gpt2") && !gguf_str_eq(pre, "default"))
             /* Not fatal: the GPT-2 split is the closest general rule, but the
              * ids may differ from the model's own tokenizer. */
@@ -648,8 +650,9 @@ static size_t split_gpt2(const uint32_t *cp, const uint8_t *cl, size_t n, size_t
 static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
 
 /* Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static size_t split_llama3(const uint32_t *cp, const uint8_t *cl, size_t n, size_t i) {
+ *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Qwen2's is the same with \p{N} for \p{N}{1,3}: max_digits 1. */
+static size_t split_llama3(const uint32_t *cp, const uint8_t *cl, size_t n, size_t i, size_t max_digits) {
     uint32_t c = cp[i];
     if (c == '\'' && i + 1 < n) {
         uint32_t d = ascii_lower(cp[i + 1]);
@@ -667,7 +670,7 @@ static size_t split_llama3(const uint32_t *cp, const uint8_t *cl, size_t n, size
     }
     if (cl[i] == CL_NUMBER) {
         j = i;
-        while (j < n && j - i < 3 && cl[j] == CL_NUMBER) j++;
+        while (j < n && j - i < max_digits && cl[j] == CL_NUMBER) j++;
         return j;
     }
     j = i + (c == ' ');
@@ -739,7 +742,7 @@ static void bpe_encode(const sw_tokenizer *t, merger *m, const char *text, size_
     }
     off[n] = (uint32_t)len;
     for (size_t i = 0; i < n && !m->oom; ) {
-        size_t e = t->pre == PRE_LLAMA3 ? split_llama3(cp, cl, n, i) : split_gpt2(cp, cl, n, i);
+        size_t e = t->pre == PRE_GPT2 ? split_gpt2(cp, cl, n, i) : split_llama3(cp, cl, n, i, t->pre == PRE_QWEN2 ? 1 : 3);
         bpe_word(t, m, (const uint8_t *)text + off[i], off[e] - off[i], out);
         i = e;
     }

@@ -37,6 +37,10 @@ struct sw_ctx {
     /* norm weights as float (files may store them as f16) */
     float *attn_norm, *ffn_norm, *out_norm;   /* [n_layer][n_embd], ..., [n_embd] */
     float *inv_freq;          /* [n_rot/2] RoPE frequencies */
+    /* what some architectures add (NULL when the model has none): q, k and v
+     * biases [n_layer][q_dim + 2 kv_dim] (zeros where a layer has none), the
+     * per-head q and k norms [n_layer][2][head_dim], the output bias [n_vocab] */
+    float *bias, *qk_norm, *out_bias;
     /* scratch, sized for max_batch tokens */
     float *x;                 /* [B][n_embd] residual stream */
     float *xb;                /* [B][max(n_embd, q_dim)] normed input / attention output */
@@ -74,19 +78,22 @@ SW_CLONES static void rmsnorm(float *out, const float *x, const float *w, int n,
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
-/* Rotates pairs (x[2i], x[2i+1]) of each head by pos * inv_freq[i]. This is
- * the "normal" (interleaved) RoPE: GGUF converters permute Llama's q/k rows
- * so that this layout is correct for them. Dims past n_rot stay as they are. */
-static void rope(float *x, int n_heads, int head_dim, int n_rot, int pos, const float *inv_freq)
+/* Rotates pairs of each head's dims by pos * inv_freq[i]: (2i, 2i+1) in the
+ * "normal" (interleaved) RoPE that Llama files use (GGUF converters permute
+ * Llama's q/k rows so that this layout is correct for them), (i, i + n_rot/2)
+ * in the NEOX form of the other architectures. Dims past n_rot stay. */
+static void rope(float *x, int n_heads, int head_dim, int n_rot, int pos, const float *inv_freq, bool neox)
 {
-    for (int i = 0; i < n_rot / 2; i++) {
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
         float theta = (float)pos * inv_freq[i];
         float c = cosf(theta), s = sinf(theta);
+        const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         for (int h = 0; h < n_heads; h++) {
-            float *p = x + (size_t)h * head_dim + 2 * i;
-            float a = p[0], b = p[1];
-            p[0] = a * c - b * s;
-            p[1] = a * s + b * c;
+            float *p = x + (size_t)h * head_dim;
+            float a = p[i0], b = p[i1];
+            p[i0] = a * c - b * s;
+            p[i1] = a * s + b * c;
         }
     }
 }
@@ -132,11 +139,32 @@ SW_CLONES static void swiglu(float *g, const float *u, int n)
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + exp_fast(-g[i])) * u[i];
 }
 
+/* g[i] = gelu(g[i]) * u[i], GELU in its tanh form (as Gemma and llama.cpp
+ * compute it); tanh(y) = 1 - 2 / (e^2y + 1), which saturates correctly at
+ * both ends with exp_fast's clamps. */
+SW_CLONES static void geglu(float *g, const float *u, int n)
+{
+#pragma omp simd
+    for (int i = 0; i < n; i++) {
+        float x = g[i], y = 0.7978845608f * (x + 0.044715f * x * x * x);
+        g[i] = 0.5f * x * (2.0f - 2.0f / (exp_fast(2.0f * y) + 1.0f)) * u[i];
+    }
+}
+
 /* Row-wise helpers over the batch; parallel only when there are many rows. */
 static void norm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
 {
 #pragma omp parallel for if (n > 8)
     for (int t = 0; t < n; t++) rmsnorm(out + (size_t)t * dim, x + (size_t)t * dim, w, dim, eps);
+}
+
+/* x[t] += b for each of n rows: biases */
+static void add_bias(float *x, const float *b, int n, int dim)
+{
+    for (int t = 0; t < n; t++) {
+        float *xr = x + (size_t)t * dim;
+        for (int i = 0; i < dim; i++) xr[i] += b[i];
+    }
 }
 
 static void add_rows(float *x, const float *d, int n, int dim)
@@ -164,6 +192,31 @@ static float *falloc(size_t n)
 static bool norm_to_float(const gguf_tensor *t, float *dst)
 {
     return sw_dequantize_row(t->type, t->data, dst, (int64_t)t->ne[0]);
+}
+
+/* Biases and per-head norms as float, for the architectures that have them. */
+static bool load_extras(sw_ctx *c)
+{
+    const sw_model *m = c->m;
+    const sw_hparams *hp = &m->hp;
+    const size_t QD = (size_t)c->q_dim, KVD = (size_t)c->kv_dim, hd = hp->head_dim;
+    bool any_bias = false;
+    for (uint32_t l = 0; l < hp->n_layer; l++) any_bias |= m->layers[l].bq || m->layers[l].bk || m->layers[l].bv;
+    if (any_bias && !(c->bias = falloc(hp->n_layer * (QD + 2 * KVD)))) return false;
+    if (m->graph->qk_norm && !(c->qk_norm = falloc(hp->n_layer * 2 * hd))) return false;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const sw_layer *L = &m->layers[l];
+        float *b = c->bias ? c->bias + l * (QD + 2 * KVD) : NULL;
+        if ((L->bq && !norm_to_float(L->bq, b)) || (L->bk && !norm_to_float(L->bk, b + QD)) ||
+            (L->bv && !norm_to_float(L->bv, b + QD + KVD)))
+            return false;
+        if (c->qk_norm && (!norm_to_float(L->q_norm, c->qk_norm + l * 2 * hd) ||
+                           !norm_to_float(L->k_norm, c->qk_norm + l * 2 * hd + hd)))
+            return false;
+    }
+    if (m->output_bias && (!(c->out_bias = falloc(hp->n_vocab)) || !norm_to_float(m->output_bias, c->out_bias)))
+        return false;
+    return true;
 }
 
 /* The layer matrices in a fixed order, for the pack table. */
@@ -264,8 +317,8 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
             return NULL;
         }
     }
-    if (!norm_to_float(m->output_norm, c->out_norm)) {
-        sw_errf(err, errlen, "cannot convert output_norm weights");
+    if (!norm_to_float(m->output_norm, c->out_norm) || !load_extras(c)) {
+        sw_errf(err, errlen, "cannot convert output_norm weights, biases or q/k norms");
         sw_ctx_free(c);
         return NULL;
     }
@@ -294,6 +347,7 @@ void sw_ctx_free(sw_ctx *c)
     sw_packed_free(c->pk_out);
     free(c->kv_k); free(c->kv_v);
     free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq);
+    free(c->bias); free(c->qk_norm); free(c->out_bias);
     free(c->x); free(c->xb); free(c->xb2);
     free(c->q); free(c->k); free(c->v); free(c->kh);
     free(c->hb); free(c->hb2); free(c->att); free(c->zeros); free(c->px); free(c->py);
@@ -557,16 +611,28 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
         compact_rows(c->x, (size_t)E, qidx, nq);
         if (nq) matmul(c, L->wq, packed(c, l, PK_Q), c->xb, nq, c->q);
     }
+    if (c->bias) {
+        const float *b = c->bias + (size_t)l * (QD + 2 * KVD);
+        add_bias(c->q, b, nq, QD);
+        add_bias(c->k, b + QD, n, KVD);
+        add_bias(c->v, b + QD + KVD, n, KVD);
+    }
 
-    /* Rotate q and k by position, then file k and v into each token's
-     * sequence cache before any attention reads it (tokens of the same
-     * sequence in this batch see each other, causally). */
+    /* Rotate q and k by position (after their per-head norms, where the
+     * architecture has them), then file k and v into each token's sequence
+     * cache before any attention reads it (tokens of the same sequence in
+     * this batch see each other, causally). */
+    const int hd = (int)hp->head_dim;
+    const float *qn = c->qk_norm ? c->qk_norm + (size_t)l * 2 * hd : NULL;
 #pragma omp parallel for if (n > 4)
     for (int t = 0; t < n; t++) {
-        float *k = c->k + (size_t)t * KVD;
-        if (t < nq)
-            rope(c->q + (size_t)t * QD, (int)hp->n_head, (int)hp->head_dim, (int)hp->n_rot, qtoks[t].pos, c->inv_freq);
-        rope(k, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->n_rot, toks[t].pos, c->inv_freq);
+        float *k = c->k + (size_t)t * KVD, *q = c->q + (size_t)t * QD;
+        if (qn) {
+            for (int h = 0; t < nq && h < (int)hp->n_head; h++) rmsnorm(q + h * hd, q + h * hd, qn, hd, hp->rms_eps);
+            for (int h = 0; h < (int)hp->n_head_kv; h++) rmsnorm(k + h * hd, k + h * hd, qn + hd, hd, hp->rms_eps);
+        }
+        if (t < nq) rope(q, (int)hp->n_head, hd, (int)hp->n_rot, qtoks[t].pos, c->inv_freq, hp->rope_neox);
+        rope(k, (int)hp->n_head_kv, hd, (int)hp->n_rot, toks[t].pos, c->inv_freq, hp->rope_neox);
         kv_store(c, ak, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD, c->kh + (size_t)t * KVD);
     }
     if (!nq) return;
@@ -575,7 +641,8 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
     add_rows(c->x, c->xb2, nq, E);
 }
 
-/* x += W_down * (silu(W_gate * norm(x)) * (W_up * norm(x))) for n rows. */
+/* x += W_down * (act(W_gate * norm(x)) * (W_up * norm(x))) for n rows, act
+ * SiLU, or GELU for Gemma. */
 static void ffn_block(sw_ctx *c, uint32_t l, int n)
 {
     const sw_hparams *hp = &c->m->hp;
@@ -588,7 +655,10 @@ static void ffn_block(sw_ctx *c, uint32_t l, int n)
         matmul(c, L->w_up, packed(c, l, PK_UP), c->xb, n, c->hb2);
     }
 #pragma omp parallel for if (n > 4)
-    for (int t = 0; t < n; t++) swiglu(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
+    for (int t = 0; t < n; t++) {
+        if (c->m->graph->gelu) geglu(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
+        else swiglu(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
+    }
     matmul(c, L->w_down, packed(c, l, PK_DOWN), c->hb, n, c->xb2);
     add_rows(c->x, c->xb2, n, E);
 }
@@ -607,6 +677,10 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
 
     /* Embedding lookup. */
     for (int t = 0; t < n; t++) sw_get_row(m->token_embd, toks[t].token, c->x + (size_t)t * E);
+    if (m->graph->scale_embd) {
+        const float s = sqrtf((float)E);
+        for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] *= s;
+    }
 
     /* Every layer but the last runs all n tokens. The last one only feeds
      * the logits and its own K/V cache entries, so past K and V it runs
@@ -623,6 +697,7 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
      * the last layer they are rows 0..nl-1 (compacted, or all n). */
     for (int i = 0; i < nl; i++) rmsnorm(c->xb + (size_t)i * E, c->x + (size_t)i * E, c->out_norm, E, hp->rms_eps);
     if (nl) matmul(c, m->output, c->pk_out, c->xb, nl, logits_out);
+    if (c->out_bias) add_bias(logits_out, c->out_bias, nl, (int)hp->n_vocab);
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* Loading a Llama-architecture GGUF model.
+/* Loading a GGUF model: Llama's graph and its Qwen2/Qwen3/Phi-3/Gemma variants.
  *
  * Nothing is copied: tensors stay in the reader's mmap. Everything the forward
  * pass will touch is validated here (presence, dimensions, element type,
@@ -96,7 +96,7 @@ static const gguf_tensor *need(const gguf_file *f, const char *name, uint64_t ne
             return NULL;
         }
     } else if (t->type != SW_TYPE_F32 && t->type != SW_TYPE_F16 && t->type != SW_TYPE_BF16) {
-        sw_errf(err, errlen, "tensor '%s': norm weights must be f32/f16/bf16, not %s", name, tr->name);
+        sw_errf(err, errlen, "tensor '%s': vectors (norms, biases) must be f32/f16/bf16, not %s", name, tr->name);
         return NULL;
     }
     if (t->ne[0] % tr->block_size) {
@@ -219,57 +219,202 @@ static void pick_quant_name(sw_model *m)
     for (char *p = m->quant_name; *p; p++) if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
 }
 
-static bool load_tensors(sw_model *m, char *err, size_t errlen)
+/* The graphs this loader knows, and how each differs from Llama's. Facts
+ * from the architectures' published definitions, as llama.cpp's GGUF
+ * converters lay them out (Gemma's norm weights are stored with its +1
+ * already added, so every graph uses the plain RMSNorm). */
+static const sw_arch ARCHS[] = {
+    /* name     neox   qk_norm fused_gate_up gelu  scale_embd */
+    {"llama",   false, false,  false,        false, false},
+    {"qwen2",   true,  false,  false,        false, false},
+    {"qwen3",   true,  true,   false,        false, false},
+    {"phi3",    true,  false,  true,         false, false},
+    {"gemma",   true,  false,  false,        true,  true},
+};
+
+static const sw_arch *find_arch(const char *name)
 {
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        if (!strcmp(ARCHS[i].name, name)) return &ARCHS[i];
+    return NULL;
+}
+
+bool sw_model_is_plain_llama(const sw_model *m)
+{
+    if (m->graph != &ARCHS[0] || m->output_bias) return false;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const sw_layer *L = &m->layers[l];
+        if (L->bq || L->bk || L->bv || L->q_norm || L->k_norm) return false;
+    }
+    return true;
+}
+
+/* Binds the file's tensors to the model, remembering which were used: a
+ * tensor no graph step reads (a bias, a norm, a scaling table of some
+ * variant this loader does not know) would change the result if it were
+ * silently skipped, so load refuses files that have one. */
+typedef struct {
+    sw_model *m;
+    bool *used;      /* per file tensor */
+    char *err;
+    size_t errlen;
+} loader;
+
+static const gguf_tensor *bind(loader *ld, const char *name, uint64_t ne0, uint64_t ne1, bool optional)
+{
+    const gguf_tensor *t = need(ld->m->file, name, ne0, ne1, optional, ld->err, ld->errlen);
+    if (t) ld->used[t - ld->m->file->tensors] = true;
+    return t;
+}
+
+static const gguf_tensor *bindf(loader *ld, uint64_t ne0, uint64_t ne1, bool optional, const char *fmt, uint32_t l)
+{
+    char name[96];
+    snprintf(name, sizeof name, fmt, l);
+    return bind(ld, name, ne0, ne1, optional);
+}
+
+/* Rows [r0, r0 + n) of matrix t, or elements [r0, r0 + n) of vector t, as a
+ * tensor of their own: how fused tensors are split. */
+static const gguf_tensor *split(sw_model *m, const gguf_tensor *t, uint64_t r0, uint64_t n, const char *part)
+{
+    gguf_tensor *v = &m->views[m->n_views++];
+    *v = *t;
+    snprintf(v->name, sizeof v->name, "%.100s[%s]", t->name, part);
+    if (t->ne[1] > 1) {
+        size_t rs = sw_row_size(t->type, t->ne[0]);
+        v->data = (const uint8_t *)t->data + r0 * rs;
+        v->ne[1] = n;
+        v->nbytes = n * rs;
+    } else {
+        v->data = (const uint8_t *)t->data + sw_row_size(t->type, r0);
+        v->ne[0] = n;
+        v->nbytes = sw_row_size(t->type, n);
+    }
+    return v;
+}
+
+/* q, k and v of layer l: three tensors, or one fused attn_qkv; biases
+ * likewise, each optional. */
+static bool bind_qkv(loader *ld, uint32_t l, sw_layer *L)
+{
+    const sw_hparams *hp = &ld->m->hp;
+    const uint64_t E = hp->n_embd, QD = (uint64_t)hp->n_head * hp->head_dim, KVD = (uint64_t)hp->n_head_kv * hp->head_dim;
+    sw_model *m = ld->m;
+    const gguf_tensor *qkv = bindf(ld, E, QD + 2 * KVD, true, "blk.%u.attn_qkv.weight", l);
+    if (ld->err[0]) return false;
+    if (qkv) {
+        L->wq = split(m, qkv, 0, QD, "q");
+        L->wk = split(m, qkv, QD, KVD, "k");
+        L->wv = split(m, qkv, QD + KVD, KVD, "v");
+    } else if (!(L->wq = bindf(ld, E, QD, false, "blk.%u.attn_q.weight", l)) ||
+               !(L->wk = bindf(ld, E, KVD, false, "blk.%u.attn_k.weight", l)) ||
+               !(L->wv = bindf(ld, E, KVD, false, "blk.%u.attn_v.weight", l))) {
+        return false;
+    }
+    const gguf_tensor *b = bindf(ld, QD + 2 * KVD, 0, true, "blk.%u.attn_qkv.bias", l);
+    if (ld->err[0]) return false;
+    if (b) {
+        L->bq = split(m, b, 0, QD, "q");
+        L->bk = split(m, b, QD, KVD, "k");
+        L->bv = split(m, b, QD + KVD, KVD, "v");
+        return true;
+    }
+    L->bq = bindf(ld, QD, 0, true, "blk.%u.attn_q.bias", l);
+    if (!ld->err[0]) L->bk = bindf(ld, KVD, 0, true, "blk.%u.attn_k.bias", l);
+    if (!ld->err[0]) L->bv = bindf(ld, KVD, 0, true, "blk.%u.attn_v.bias", l);
+    return !ld->err[0];
+}
+
+static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
+{
+    const sw_hparams *hp = &ld->m->hp;
+    const sw_arch *a = ld->m->graph;
+    const uint64_t E = hp->n_embd, F = hp->n_ff, QD = (uint64_t)hp->n_head * hp->head_dim;
+    if (!(L->attn_norm = bindf(ld, E, 0, false, "blk.%u.attn_norm.weight", l)) || !bind_qkv(ld, l, L) ||
+        !(L->wo = bindf(ld, QD, E, false, "blk.%u.attn_output.weight", l)) ||
+        !(L->ffn_norm = bindf(ld, E, 0, false, "blk.%u.ffn_norm.weight", l)) ||
+        !(L->w_down = bindf(ld, F, E, false, "blk.%u.ffn_down.weight", l)))
+        return false;
+    if (a->qk_norm && (!(L->q_norm = bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_q_norm.weight", l)) ||
+                       !(L->k_norm = bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_k_norm.weight", l))))
+        return false;
+    if (a->fused_gate_up) {
+        const gguf_tensor *gu = bindf(ld, E, 2 * F, false, "blk.%u.ffn_up.weight", l);
+        if (!gu) return false;
+        L->w_gate = split(ld->m, gu, 0, F, "gate");
+        L->w_up = split(ld->m, gu, F, F, "up");
+        return true;
+    }
+    return (L->w_gate = bindf(ld, E, F, false, "blk.%u.ffn_gate.weight", l)) &&
+           (L->w_up = bindf(ld, E, F, false, "blk.%u.ffn_up.weight", l));
+}
+
+static uint64_t layer_bytes(const sw_layer *L)
+{
+    const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->ffn_norm, L->w_gate, L->w_up,
+                               L->w_down, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
+    uint64_t n = 0;
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) n += ts[i] ? ts[i]->nbytes : 0;
+    return n;
+}
+
+static bool bind_tensors(loader *ld)
+{
+    sw_model *m = ld->m;
     const gguf_file *f = m->file;
     sw_hparams *hp = &m->hp;
     const gguf_tensor *e = gguf_find_tensor(f, "token_embd.weight");
-    if (!e) { sw_errf(err, errlen, "missing tensor 'token_embd.weight'"); return false; }
+    if (!e) { sw_errf(ld->err, ld->errlen, "missing tensor 'token_embd.weight'"); return false; }
     if (e->ne[1] == 0 || e->ne[1] > (1u << 24)) {
-        sw_errf(err, errlen, "tensor 'token_embd.weight': vocabulary size %llu out of range", (unsigned long long)e->ne[1]);
+        sw_errf(ld->err, ld->errlen, "tensor 'token_embd.weight': vocabulary size %llu out of range",
+                (unsigned long long)e->ne[1]);
         return false;
     }
     hp->n_vocab = (uint32_t)e->ne[1];
-    uint64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
-    uint64_t QD = (uint64_t)hp->n_head * hp->head_dim, KVD = (uint64_t)hp->n_head_kv * hp->head_dim;
+    const uint64_t E = hp->n_embd, V = hp->n_vocab;
 
-    if (!(m->token_embd = need(f, "token_embd.weight", E, V, false, err, errlen))) return false;
-    if (!(m->output_norm = need(f, "output_norm.weight", E, 0, false, err, errlen))) return false;
-    err[0] = 0;
-    m->output = need(f, "output.weight", E, V, true, err, errlen);
+    if (!(m->token_embd = bind(ld, "token_embd.weight", E, V, false))) return false;
+    if (!(m->output_norm = bind(ld, "output_norm.weight", E, 0, false))) return false;
+    m->output = bind(ld, "output.weight", E, V, true);
+    if (ld->err[0]) return false;            /* present but invalid */
     if (!m->output) {
-        if (err[0]) return false;      /* present but invalid */
-        m->output = m->token_embd;     /* tied embeddings */
+        m->output = m->token_embd;           /* tied embeddings */
         m->tied_output = true;
     }
-    err[0] = 0;
-    m->rope_freqs = need(f, "rope_freqs.weight", hp->n_rot / 2, 0, true, err, errlen);
-    if (!m->rope_freqs && err[0]) return false;
+    m->output_bias = bind(ld, "output.bias", V, 0, true);
+    m->rope_freqs = bind(ld, "rope_freqs.weight", hp->n_rot / 2, 0, true);
+    if (ld->err[0]) return false;
 
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
-    if (!m->layers) { sw_errf(err, errlen, "out of memory"); return false; }
+    m->views = calloc((size_t)hp->n_layer * 8, sizeof *m->views);   /* q k v, their biases, gate up */
+    if (!m->layers || !m->views) { sw_errf(ld->err, ld->errlen, "out of memory"); return false; }
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        sw_layer *L = &m->layers[l];
-        char name[96];
-#define NEED(field, suffix, a, b) \
-        snprintf(name, sizeof name, "blk.%u." suffix ".weight", l); \
-        if (!(L->field = need(f, name, a, b, false, err, errlen))) return false;
-        NEED(attn_norm, "attn_norm", E, 0);
-        NEED(wq, "attn_q", E, QD);
-        NEED(wk, "attn_k", E, KVD);
-        NEED(wv, "attn_v", E, KVD);
-        NEED(wo, "attn_output", QD, E);
-        NEED(ffn_norm, "ffn_norm", E, 0);
-        NEED(w_gate, "ffn_gate", E, F);
-        NEED(w_up, "ffn_up", E, F);
-        NEED(w_down, "ffn_down", F, E);
-#undef NEED
-        m->weight_bytes += L->wq->nbytes + L->wk->nbytes + L->wv->nbytes + L->wo->nbytes +
-                           L->w_gate->nbytes + L->w_up->nbytes + L->w_down->nbytes +
-                           L->attn_norm->nbytes + L->ffn_norm->nbytes;
+        if (!bind_layer(ld, l, &m->layers[l])) return false;
+        m->weight_bytes += layer_bytes(&m->layers[l]);
     }
-    m->weight_bytes += m->output->nbytes + m->output_norm->nbytes + sw_row_size(m->token_embd->type, E);
+    m->weight_bytes += m->output->nbytes + m->output_norm->nbytes + sw_row_size(m->token_embd->type, E) +
+                       (m->output_bias ? m->output_bias->nbytes : 0);
+
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        if (!ld->used[i]) {
+            sw_errf(ld->err, ld->errlen, "tensor '%s' is not part of the '%s' graph as implemented here; "
+                    "refusing to compute without it", f->tensors[i].name, m->arch);
+            return false;
+        }
+    }
     return true;
+}
+
+static bool load_tensors(sw_model *m, char *err, size_t errlen)
+{
+    m->hp.rope_neox = m->graph->rope_neox;
+    loader ld = {m, calloc(m->file->n_tensors + 1, sizeof(bool)), err, errlen};
+    if (!ld.used) { sw_errf(err, errlen, "out of memory"); return false; }
+    err[0] = 0;
+    bool ok = bind_tensors(&ld);
+    free(ld.used);
+    return ok;
 }
 
 sw_model *sw_model_load(const char *path, char *err, size_t errlen)
@@ -288,10 +433,11 @@ sw_model *sw_model_load(const char *path, char *err, size_t errlen)
         sw_errf(err, errlen, "%s: metadata 'general.architecture' missing or not a short string", path);
         goto fail;
     }
-    /* Only Llama's graph is implemented; other architectures differ in ways
-     * (biases, norms, rope layout) that would compute silently wrong logits. */
-    if (strcmp(m->arch, "llama") != 0) {
-        sw_errf(err, errlen, "%s: architecture '%s' is not supported (only 'llama')", path, m->arch);
+    /* Other architectures differ in ways (norms, attention, activations)
+     * that would compute silently wrong logits: refuse them by name. */
+    if (!(m->graph = find_arch(m->arch))) {
+        sw_errf(err, errlen, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma)",
+                path, m->arch);
         goto fail;
     }
     if (!read_hparams(m->file, m->arch, &m->hp, ebuf, sizeof ebuf) ||
@@ -323,6 +469,7 @@ void sw_model_free(sw_model *m)
     if (!m) return;
     if (m->tok) sw_tok_free(m->tok);
     free(m->layers);
+    free(m->views);
     if (m->file) gguf_close(m->file);
     free(m);
 }

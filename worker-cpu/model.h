@@ -1,5 +1,5 @@
-/* A Llama-architecture model read in place from a GGUF file, and its forward
- * pass. (Owned by the CPU engine work; fields below are the stable part other
+/* A decoder-only transformer read in place from a GGUF file: Llama's graph,
+ * and the variants of it that Qwen2, Qwen3, Phi-3 and Gemma use. (Owned by the CPU engine work; fields below are the stable part other
  * code relies on.)
  *
  * sw_model_load only reads and validates: every tensor the forward pass uses
@@ -20,7 +20,19 @@ typedef struct {
     uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train;
     uint32_t head_dim, n_rot;
     float rope_theta, rms_eps;
+    bool rope_neox;    /* RoPE rotates (i, i + n_rot/2), not (2i, 2i+1): every
+                        * supported architecture but llama */
 } sw_hparams;
+
+/* How an architecture's graph differs from Llama's (model.c has the table). */
+typedef struct {
+    const char *name;     /* general.architecture */
+    bool rope_neox;       /* see sw_hparams.rope_neox */
+    bool qk_norm;         /* q and k RMS-normalized per head before RoPE (Qwen3) */
+    bool fused_gate_up;   /* ffn_up holds the gate rows, then the up rows (Phi-3) */
+    bool gelu;            /* gate activation GELU (tanh form), not SiLU (Gemma) */
+    bool scale_embd;      /* embeddings times sqrt(n_embd) (Gemma) */
+} sw_arch;
 
 /* One transformer block. Matrices follow GGUF's convention: ne[0] = input
  * width (contiguous), ne[1] = output width. Norm weights are 1-D. */
@@ -34,6 +46,10 @@ typedef struct {
     const gguf_tensor *w_gate;      /* [n_embd, n_ff] */
     const gguf_tensor *w_up;        /* [n_embd, n_ff] */
     const gguf_tensor *w_down;      /* [n_ff, n_embd] */
+    /* Optional, NULL when absent: q/k/v biases ([n_head*head_dim],
+     * [n_head_kv*head_dim] x 2) and the per-head q/k norms ([head_dim]). */
+    const gguf_tensor *bq, *bk, *bv;
+    const gguf_tensor *q_norm, *k_norm;
 } sw_layer;
 
 typedef struct sw_model {
@@ -42,6 +58,7 @@ typedef struct sw_model {
     sw_tokenizer *tok;
     sw_chat_template chat;
     char arch[32];
+    const sw_arch *graph;            /* the architecture's differences from Llama */
     char quant_name[16];   /* what it computes in, e.g. "q4_k_m", "f32", "q8_0" */
     void *priv;            /* reserved */
 
@@ -50,7 +67,12 @@ typedef struct sw_model {
     const gguf_tensor *output_norm;  /* [n_embd] */
     const gguf_tensor *output;       /* [n_embd, n_vocab]; == token_embd when tied */
     const gguf_tensor *rope_freqs;   /* optional [n_rot/2] frequency divisors (Llama 3.1), else NULL */
+    const gguf_tensor *output_bias;  /* optional [n_vocab] */
     sw_layer *layers;                /* n_layer entries */
+    /* Fused tensors (attn_qkv, Phi-3's ffn_up) split into row ranges that
+     * the fields above point to; owned by the model. */
+    gguf_tensor *views;
+    size_t n_views;
     bool tied_output;
     /* Bytes of weights one decode step reads (all matrices + the output
      * projection + one embedding row), for the bandwidth figures. */
@@ -60,6 +82,10 @@ typedef struct sw_model {
 /* Loads and validates (architecture, shapes, tensor types). NULL + err on failure. */
 sw_model *sw_model_load(const char *path, char *err, size_t errlen);
 void sw_model_free(sw_model *m);
+
+/* True when the model is Llama's graph exactly: no biases, per-head norms,
+ * NEOX RoPE, GELU or embedding scale (what the GPU worker implements). */
+bool sw_model_is_plain_llama(const sw_model *m);
 
 /* "q4_k_m" etc. for a general.file_type value; NULL if unknown. */
 const char *sw_file_type_name(uint32_t ftype);

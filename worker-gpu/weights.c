@@ -138,6 +138,11 @@ static sw_fp8_weights *alloc_shapes(const sw_hparams *hp, char *err, size_t errl
 
 sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t errlen)
 {
+    if (!sw_model_is_plain_llama(m)) {
+        sw_errf(err, errlen, "architecture '%s' needs what the GPU worker does not implement yet (q/k/v biases, "
+                "q/k norms, NEOX RoPE, GELU or scaled embeddings): serve it with spillway-worker-cpu", m->arch);
+        return NULL;
+    }
     sw_fp8_weights *w = alloc_shapes(&m->hp, err, errlen);
     if (!w) return NULL;
     const sw_hparams *hp = &m->hp;
@@ -173,17 +178,10 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         sw_fp8_layer *L = &w->layers[l];
-        const gguf_tensor *q, *k, *v, *o, *g, *u, *d, *an, *fn;
-        if (!(q = tensor(m, err, errlen, "blk.%u.attn_q.weight", l)) ||
-            !(k = tensor(m, err, errlen, "blk.%u.attn_k.weight", l)) ||
-            !(v = tensor(m, err, errlen, "blk.%u.attn_v.weight", l)) ||
-            !(o = tensor(m, err, errlen, "blk.%u.attn_output.weight", l)) ||
-            !(g = tensor(m, err, errlen, "blk.%u.ffn_gate.weight", l)) ||
-            !(u = tensor(m, err, errlen, "blk.%u.ffn_up.weight", l)) ||
-            !(d = tensor(m, err, errlen, "blk.%u.ffn_down.weight", l)) ||
-            !(an = tensor(m, err, errlen, "blk.%u.attn_norm.weight", l)) ||
-            !(fn = tensor(m, err, errlen, "blk.%u.ffn_norm.weight", l)))
-            goto fail;
+        /* the model's own bindings, so fused files (attn_qkv) load too */
+        const sw_layer *ML = &m->layers[l];
+        const gguf_tensor *q = ML->wq, *k = ML->wk, *v = ML->wv, *o = ML->wo, *g = ML->w_gate, *u = ML->w_up,
+                          *d = ML->w_down, *an = ML->attn_norm, *fn = ML->ffn_norm;
         if (!convert_rows(q, &L->wqkv, 0, err, errlen) ||
             !convert_rows(k, &L->wqkv, w->q_dim, err, errlen) ||
             !convert_rows(v, &L->wqkv, w->q_dim + w->kv_dim, err, errlen) ||

@@ -11,7 +11,10 @@
  * last bits); on a random-weight model one flipped int8 rounding can grow to
  * ~1% of a logit two layers on. Fast mode is held to the golden-logit bar
  * instead (cosine >= 0.999, same top token): a token on the wrong row or
- * position misses it by far. */
+ * position misses it by far.
+ *
+ * Given model paths as arguments, it checks those instead (tests/test_arch.py
+ * passes one file per architecture). */
 #include "tests/unit/check.h"
 #include "worker-cpu/forward.h"
 
@@ -140,14 +143,17 @@ out:
     free(full); free(next); free(got);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    static const char *models[] = { "golden/synth-gpt2-d512-q4km.gguf", "golden/synth-spm-d256-q4km.gguf",
+    static const char *shared[] = { "golden/synth-gpt2-d512-q4km.gguf", "golden/synth-spm-d256-q4km.gguf",
                                     "models/stories260K.gguf" };
+    const char *const *models = argc > 1 ? (const char *const *)argv + 1 : shared;
+    size_t n_models = argc > 1 ? (size_t)argc - 1 : sizeof shared / sizeof *shared;
     int found = 0;
-    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+    for (size_t i = 0; i < n_models; i++) {
         char path[512], err[512];
-        shared_path(path, sizeof path, models[i]);
+        if (argc > 1) snprintf(path, sizeof path, "%s", models[i]);
+        else shared_path(path, sizeof path, models[i]);
         FILE *f = fopen(path, "rb");
         if (!f) { printf("%s missing\n", path); continue; }
         fclose(f);

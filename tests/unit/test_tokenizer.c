@@ -494,6 +494,40 @@ static void test_add_bos_default(void) {
     unlink(path);
 }
 
+/* Qwen2's split is Llama 3's with single digits (\p{N}, not \p{N}{1,3}):
+ * with a merge "1 2", llama-bpe makes "123" -> "12" "3", qwen2 keeps every
+ * digit apart. */
+static void test_qwen2_digits(void) {
+    char path[] = "/tmp/sw_test_qwen2_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    const char *toks[] = { "1", "2", "3", "4", "5", "12" }, *merges[] = { "1 2" };
+    const struct { const char *pre; int n; int32_t ids[5]; } cases[] = {
+        { "llama-bpe", 4, { 5, 2, 3, 4 } }, { "qwen2", 5, { 0, 1, 2, 3, 4 } } };
+    for (int c = 0; c < 2; c++) {
+        gguf_writer *w = gguf_writer_new();
+        gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+        gguf_w_str(w, "tokenizer.ggml.pre", cases[c].pre);
+        gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 6);
+        gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+        gguf_file *f = write_and_open(w, path);
+        char err[256] = "";
+        sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
+        CHECK(t != NULL, "%s: %s", cases[c].pre, err);
+        if (t) {
+            int32_t ids[8];
+            int n = sw_tok_encode(t, "12345", 5, false, false, ids, 8);
+            bool same = n == cases[c].n;
+            for (int i = 0; same && i < n; i++) same = ids[i] == cases[c].ids[i];
+            CHECK(same, "%s: \"12345\" gave %d tokens (first %d)", cases[c].pre, n, n > 0 ? ids[0] : -1);
+            sw_tok_free(t);
+        }
+        if (f) gguf_close(f);
+    }
+    unlink(path);
+}
+
 int main(void) {
     char path[512];
     if (access(shared_path(path, sizeof path, "vocab/ggml-vocab-llama-spm.gguf"), R_OK) != 0)
@@ -512,6 +546,7 @@ int main(void) {
     test_spm_details();
     test_llama3_split();
     test_add_bos_default();
+    test_qwen2_digits();
     test_constructed_spm();
     test_bad_metadata();
     CHECK_DONE();

@@ -1,0 +1,152 @@
+"""The CPU worker runs Qwen2, Qwen3, Phi-3 and Gemma files as well as
+Llama's, including fused attn_qkv / gate+up tensors, and checks what it
+cannot run.
+
+Each architecture gets a tiny random-weight file written the way llama.cpp's
+converters write one (tests/archmodels.py), in f32 and after
+`spillway-quantize ... q4_k_m` (which puts it on the packed Q4_K/Q6_K
+kernels). Its logits from `spillway-run` are compared with an independent
+numpy forward pass over the file's own (dequantized) weights; a reference
+with any one of the architecture's differences switched off must not match,
+so the comparison can tell the variants apart. test_forward then checks
+token-by-token decode against the whole-prompt pass on each file."""
+import subprocess
+
+import numpy as np
+import pytest
+
+import archmodels as am
+from conftest import BUILD, bin_path, cosines
+
+IDS = [1, 260, 261, 262, 263, 264, 265, 300, 301, 310, 5, 6, 7, 8, 9, 270, 271, 280, 290, 266]
+
+
+def spillway_logits(model, tmp_path, ids=IDS):
+    out = tmp_path / "logits.f32"
+    r = subprocess.run([bin_path("spillway-run"), "-m", str(model), "--tokens", ",".join(map(str, ids)),
+                        "--logits-out", str(out), "-t", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
+
+
+def make(tmp_path, arch, fused_qkv=False, quant=None, **kw):
+    hp, w = am.make_weights(arch, seed=11, **kw)
+    path = tmp_path / f"{arch}.gguf"
+    am.write_model(path, arch, hp, w, fused_qkv=fused_qkv)
+    if quant:
+        q = tmp_path / f"{arch}-{quant}.gguf"
+        r = subprocess.run([bin_path("spillway-quantize"), str(path), str(q), quant], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        path = q
+    return path
+
+
+@pytest.mark.parametrize("quant", [None, "q4_k_m"])
+@pytest.mark.parametrize("fused_qkv", [False, True], ids=["qkv", "fused-qkv"])
+@pytest.mark.parametrize("arch", list(am.ARCHS))
+def test_logits_match_reference(arch, fused_qkv, quant, tmp_path):
+    model = make(tmp_path, arch, fused_qkv, quant)
+    got = spillway_logits(model, tmp_path)
+    arch2, hp, w = am.read_weights(model)
+    assert arch2 == arch
+    ref = am.forward(arch, hp, w, IDS)
+    cos = cosines(got, ref)
+    err = np.abs(got - ref).max() / ref.std()
+    print(f"{arch} fused_qkv={fused_qkv} {quant or 'f32'}: min cosine {cos.min():.7f}, max |diff| {err:.5f} of the std")
+    # The worker keeps K and V as halves and (for q4_k_m) quantizes
+    # activations to int8 twice: measured max |diff| ~0.001 of the std.
+    assert cos.min() >= 0.9999
+    assert err <= 0.02
+
+
+def test_reference_tells_the_variants_apart(tmp_path):
+    """Switching off any one of an architecture's differences moves the
+    reference from the worker's logits by at least 10x what the comparison
+    above allows (1 - cosine 1e-4): each difference is exercised."""
+    for arch, flags in am.ARCHS.items():
+        model = make(tmp_path, arch)
+        got = spillway_logits(model, tmp_path)
+        _, hp, w = am.read_weights(model)
+        variants = [i for i, f in enumerate(flags) if f and i != 2] or [0]   # llama: try NEOX
+        for i in variants:
+            wrong = list(flags)
+            wrong[i] = not wrong[i]
+            ref = am.forward(arch, hp, w, IDS, flags=tuple(wrong))
+            assert cosines(got, ref).min() < 0.999, f"{arch}: flag {i} makes no difference"
+        if arch == "qwen2":   # its biases matter too
+            nob = {k: v for k, v in w.items() if not k.endswith(".bias")}
+            assert cosines(got, am.forward(arch, hp, nob, IDS)).min() < 0.999
+
+
+def test_decode_matches_prefill(tmp_path):
+    """Token-by-token decode, chunked prefill and mixed batches give the
+    whole-prompt logits on every architecture (test_forward's checks)."""
+    models = []
+    for a in am.ARCHS:
+        (tmp_path / a).mkdir()
+        models.append(make(tmp_path / a, a, fused_qkv=a in ("qwen2", "phi3"), quant="q4_k_m"))
+    r = subprocess.run([str(BUILD / "tests" / "unit" / "test_forward"), *map(str, models)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert r.stdout.count(": done") == 2 * len(models)
+
+
+def test_generates_text(tmp_path):
+    """A prompt through the tokenizer, prefill and sampling on a non-Llama graph."""
+    model = make(tmp_path, "qwen3", quant="q4_k_m")
+    r = subprocess.run([bin_path("spillway-run"), "-m", str(model), "-p", "Once upon a time", "-n", "12",
+                        "--temp", "0", "-t", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Once upon a time") and len(r.stdout) > len("Once upon a time")
+
+
+def run_fail(model):
+    r = subprocess.run([bin_path("spillway-run"), "-m", str(model), "--tokens", "1,2"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    return r.stderr
+
+
+def test_unknown_tensor_is_refused(tmp_path):
+    """A tensor the graph does not read (here a q-norm on a Llama file) would
+    change the result if skipped: the file is refused, naming it."""
+    hp, w = am.make_weights("llama")
+    path = tmp_path / "extra.gguf"
+    am.write_model(path, "llama", hp, w, extra_tensors={"blk.1.attn_q_norm.weight": np.ones(64, np.float32)})
+    err = run_fail(path)
+    assert "blk.1.attn_q_norm.weight" in err and "refusing" in err, err
+
+
+def test_unknown_architecture_is_refused(tmp_path):
+    hp, w = am.make_weights("llama")
+    path = tmp_path / "gemma2.gguf"
+    am.write_model(path, "gemma2", hp, w)
+    err = run_fail(path)
+    assert "architecture 'gemma2' is not supported" in err and "qwen3" in err, err
+
+
+def test_missing_required_tensor(tmp_path):
+    """Qwen3 without its k-norm, Phi-3 with an ffn_up of the wrong height."""
+    hp, w = am.make_weights("qwen3")
+    del w["blk.0.attn_k_norm.weight"]
+    path = tmp_path / "q3.gguf"
+    am.write_model(path, "qwen3", hp, w)
+    assert "missing tensor 'blk.0.attn_k_norm.weight'" in run_fail(path)
+
+    hp, w = am.make_weights("phi3")
+    w["blk.1.ffn_gate.weight"] = w["blk.1.ffn_gate.weight"][:256]
+    path = tmp_path / "phi3.gguf"
+    am.write_model(path, "phi3", hp, w)
+    err = run_fail(path)
+    assert "blk.1.ffn_up.weight" in err and "expected [256, 1024]" in err, err
+
+
+def test_gpu_worker_refuses_what_it_does_not_implement(tmp_path):
+    """The GPU worker implements Llama's graph: on a Qwen2 file it says so
+    and points to the CPU worker instead of computing without the biases."""
+    model = make(tmp_path, "qwen2")
+    r = subprocess.run([bin_path("spillway-worker-gpu"), "--backend", "emulate", "-m", str(model), "--tokens", "1,2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "qwen2" in r.stderr and "spillway-worker-cpu" in r.stderr, r.stderr
