@@ -204,6 +204,13 @@ static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __
  * 2-core Zen 4 host (batch 1, weights far larger than L3, 2 threads): T0
  * at 4 blocks gave Q4_K 26-28 GB/s and Q6_K 20-23 GB/s; T1 at 16 blocks
  * gave 29-31 and 28-30, the streaming-read figure beside them (27-30).
+ * Except for Q4_K at one token: there the kernel needs so little work per
+ * line that the hardware prefetcher alone keeps ahead, and the software
+ * prefetches only took miss buffers from it. Without them batch-1 decode
+ * went from 57.6-58.4 to 65.6-67.1 tok/s with the read figure at 44-51
+ * GB/s, and 47-50 to 49-52 at 31-34 (2026-11-30, alternating runs); Q6_K,
+ * with twice the instructions per line, lost a third of its speed without
+ * them, and so did Q4_K at 2-4 tokens.
  * -DSW_Q16_PREFETCH / -DSW_Q16_HINT override both for such experiments. */
 #ifndef SW_Q16_HINT
 #define SW_Q16_HINT _MM_HINT_T1
@@ -231,7 +238,7 @@ q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const 
                 __m512i v = _mm512_load_si512(p->qs[j][c]);
                 /* SW_Q16_PREFETCH ahead: the hardware prefetcher alone
                  * falls behind once each line feeds several tokens */
-                _mm_prefetch((const char *)p->qs[j][c] + SW_Q16_PREFETCH, SW_Q16_HINT);
+                if (NT > 1) _mm_prefetch((const char *)p->qs[j][c] + SW_Q16_PREFETCH, SW_Q16_HINT);
                 __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 _Pragma("GCC unroll 8")
                 for (int t = 0; t < NT; t++) {
@@ -245,7 +252,7 @@ q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const 
             for (int t = 0; t < NT; t++) blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), sc, blk[t]);
         }
         /* the 5 lines of scales, mins and d/dmin */
-        for (int k = 0; k < 5; k++) _mm_prefetch((const char *)p->sc + 64 * k + SW_Q16_PREFETCH, SW_Q16_HINT);
+        for (int k = 0; NT > 1 && k < 5; k++) _mm_prefetch((const char *)p->sc + 64 * k + SW_Q16_PREFETCH, SW_Q16_HINT);
         __m512i mn[4];
         _Pragma("GCC unroll 4")
         for (int q = 0; q < 4; q++) mn[q] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)p->mn[q]));
