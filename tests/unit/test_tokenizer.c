@@ -456,6 +456,17 @@ static void test_bad_metadata(void) {
     unlink(path);
 }
 
+/* A writer holding a byte-level BPE vocabulary: its tokens, merges and
+ * pre-tokenizer. */
+static gguf_writer *bpe_vocab(const char *pre, const char **toks, int nt, const char **merges, int nm) {
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_w_str(w, "tokenizer.ggml.pre", pre);
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)nt);
+    gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, (uint64_t)nm);
+    return w;
+}
+
 /* Whether BOS goes first when the file has no tokenizer.ggml.add_bos_token:
  * yes for Llama 3's BPE, no for GPT-2's (as llama.cpp decides it); the key,
  * when present, wins. */
@@ -468,11 +479,7 @@ static void test_add_bos_default(void) {
     const struct { const char *pre; int key; bool want; } cases[] = {
         { "gpt2", -1, false }, { "llama-bpe", -1, true }, { "llama-bpe", 0, false }, { "gpt2", 1, true } };
     for (int c = 0; c < 4; c++) {
-        gguf_writer *w = gguf_writer_new();
-        gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
-        gguf_w_str(w, "tokenizer.ggml.pre", cases[c].pre);
-        gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
-        gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+        gguf_writer *w = bpe_vocab(cases[c].pre, toks, 4, merges, 1);
         gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 3);
         if (cases[c].key >= 0) gguf_w_bool(w, "tokenizer.ggml.add_bos_token", cases[c].key);
         gguf_file *f = write_and_open(w, path);
@@ -506,12 +513,7 @@ static void test_qwen2_digits(void) {
     const struct { const char *pre; int n; int32_t ids[5]; } cases[] = {
         { "llama-bpe", 4, { 5, 2, 3, 4 } }, { "qwen2", 5, { 0, 1, 2, 3, 4 } } };
     for (int c = 0; c < 2; c++) {
-        gguf_writer *w = gguf_writer_new();
-        gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
-        gguf_w_str(w, "tokenizer.ggml.pre", cases[c].pre);
-        gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 6);
-        gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 1);
-        gguf_file *f = write_and_open(w, path);
+        gguf_file *f = write_and_open(bpe_vocab(cases[c].pre, toks, 6, merges, 1), path);
         char err[256] = "";
         sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
         CHECK(t != NULL, "%s: %s", cases[c].pre, err);
