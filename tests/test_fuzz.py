@@ -5,7 +5,8 @@ input crashed it and no invariant broke. SPILLWAY_FUZZ_SECONDS bounds the run
 time, so a sanitizer build (much slower) still finishes in time; there, a
 leak or undefined behaviour fails the program too. fuzz_model mutates real
 model files: a Q4_K_M model that spillway-synth makes here, and the trained
-f32 stories260K when $SPILLWAY_SHARED has it. fuzz_policy starts from the
+f32 stories260K when $SPILLWAY_SHARED has it, and small Qwen2 (fused q/k/v
+with its bias) and Phi-3 (fused gate and up) files from tests/archmodels.py. fuzz_policy starts from the
 repository's routes.yaml and the documented examples as well as its own.
 """
 import os
@@ -13,6 +14,7 @@ import subprocess
 
 import pytest
 
+import archmodels
 from conftest import BUILD, ROOT, SHARED, bin_path
 
 FUZZ_DIR = ROOT / "tests" / "fuzz"
@@ -29,8 +31,13 @@ def program_args(name, tmp_path):
     r = subprocess.run([bin_path("spillway-synth"), "--shape", "tiny", "--type", "q4_k_m", str(seed)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+    seeds = [str(seed)]
+    for arch in ("qwen2", "phi3"):
+        hp, w = archmodels.make_weights(arch, E=64, n_head=4, n_kv=2, hd=16, F=128, V=300)
+        archmodels.write_model(tmp_path / f"{arch}.gguf", arch, hp, w, fused_qkv=True)
+        seeds.append(str(tmp_path / f"{arch}.gguf"))
     stories = SHARED / "models" / "stories260K.gguf"
-    return [str(seed)] + ([str(stories)] if stories.exists() else [])
+    return seeds + ([str(stories)] if stories.exists() else [])
 
 
 @pytest.mark.parametrize("name", PROGRAMS)

@@ -1,8 +1,8 @@
 /* Mutation fuzz of model loading and what a loaded model is used for.
  *
  * Each seed is a real model file (test_fuzz.py passes a Q4_K_M model from
- * spillway-synth and, when $SPILLWAY_SHARED has it, the trained f32
- * stories260K). Mutated copies are written to a temporary file and loaded
+ * spillway-synth, Qwen2 and Phi-3 files with fused tensors and, when
+ * $SPILLWAY_SHARED has it, the trained f32 stories260K). Mutated copies are written to a temporary file and loaded
  * with sw_model_load. Most mutations hit the metadata and tensor table (the
  * mutation engine of mutate.h, applied to the bytes before the tensor data);
  * the rest write NaN, infinities and extreme values into the tensor data.
