@@ -91,7 +91,7 @@ def fuse(arch, w, n_layer, fused_qkv=False):
     return out
 
 
-def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None):
+def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dims=None):
     wr = GGUFWriter(str(path), arch)
     wr.add_context_length(1024)
     wr.add_embedding_length(hp["E"])
@@ -103,6 +103,8 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None):
         wr.add_key_length(hp["hd"])
         wr.add_value_length(hp["hd"])
     wr.add_rope_freq_base(hp["theta"])
+    if rope_dims:   # rotate only the first rope_dims dims of each head (the reference rotates all)
+        wr.add_rope_dimension_count(rope_dims)
     wr.add_layer_norm_rms_eps(hp["eps"])
     wr.add_file_type(0)
     toks, scores, types = spm_vocab(hp["V"])

@@ -239,16 +239,6 @@ static const sw_arch *find_arch(const char *name)
     return NULL;
 }
 
-bool sw_model_is_plain_llama(const sw_model *m)
-{
-    if (m->graph != &ARCHS[0] || m->output_bias) return false;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const sw_layer *L = &m->layers[l];
-        if (L->bq || L->bk || L->bv || L->q_norm || L->k_norm) return false;
-    }
-    return true;
-}
-
 /* Binds the file's tensors to the model, remembering which were used: a
  * tensor no graph step reads (a bias, a norm, a scaling table of some
  * variant this loader does not know) would change the result if it were

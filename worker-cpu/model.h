@@ -83,10 +83,6 @@ typedef struct sw_model {
 sw_model *sw_model_load(const char *path, char *err, size_t errlen);
 void sw_model_free(sw_model *m);
 
-/* True when the model is Llama's graph exactly: no biases, per-head norms,
- * NEOX RoPE, GELU or embedding scale (what the GPU worker implements). */
-bool sw_model_is_plain_llama(const sw_model *m);
-
 /* "q4_k_m" etc. for a general.file_type value; NULL if unknown. */
 const char *sw_file_type_name(uint32_t ftype);
 

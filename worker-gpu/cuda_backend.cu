@@ -23,7 +23,11 @@ extern "C" {
     snprintf(err, errlen, "%s: %s", #call, cudaGetErrorString(e_)); return -1; } } while (0)
 
 struct dmat { uint8_t *q; float *scale; int rows, cols; };
-struct dlayer { float *attn_norm, *ffn_norm; dmat wqkv, wo, wgu, wdown; };
+struct dlayer {
+    float *attn_norm, *ffn_norm;
+    dmat wqkv, wo, wgu, wdown;
+    float *bqkv, *qk_norm;      // NULL unless the architecture has them (weights.h)
+};
 
 // One cached cuBLASLt configuration: shape (rows, cols, tokens) -> algorithm.
 struct lt_plan {
@@ -42,6 +46,9 @@ struct cuda_be {
     dlayer *L;
     dmat out;
     float *out_norm, *inv_freq;
+    float *out_bias;            // NULL unless the model has one
+    float embd_scale;
+    bool gelu;
     bf16 *embd;
     void *kc, *vc;              // [layer][n_blocks+1][16][KVD]; the extra block takes padding tokens
     size_t kv_layer_elems, kv_elt;
@@ -158,12 +165,12 @@ static void gemv(cuda_be *c, const dmat &M, const bf16 *X, int T, int mode, bf16
 }
 
 // act = silu(W_gate x) * (W_up x) for T <= 16 tokens in one pass (W = [gate; up]).
-static void gemv_swiglu(cuda_be *c, const dmat &M, const bf16 *X, int T, bf16 *act)
+static void gemv_swiglu(cuda_be *c, const dmat &M, const bf16 *X, int T, bf16 *act, bool gelu)
 {
     int F = M.rows / 2;
     dim3 grid((unsigned)((F + 7) / 8)), block(256);
     switch (T) {
-#define CASE(N) case N: k_gemv_fp8_swiglu<N><<<grid, block, 0, c->st>>>(M.q, M.scale, F, M.cols, X, act); break;
+#define CASE(N) case N: k_gemv_fp8_swiglu<N><<<grid, block, 0, c->st>>>(M.q, M.scale, F, M.cols, X, act, gelu); break;
     CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
     CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
 #undef CASE
@@ -248,35 +255,38 @@ static void enqueue_step(cuda_be *c, int Tb, int NL, bool want_sample)
 {
     const sw_hparams &hp = c->hp;
     in_layout in = layout(c->d_in, Tb);
-    k_embed<<<Tb, 256, 0, c->st>>>(in.tok, c->embd, c->x, c->E);
+    k_embed<<<Tb, 256, 0, c->st>>>(in.tok, c->embd, c->x, c->E, c->embd_scale);
     for (uint32_t l = 0; l < hp.n_layer; l++) {
         const dlayer &L = c->L[l];
         k_rmsnorm<<<Tb, 256, 0, c->st>>>(c->x, L.attn_norm, c->h, c->E, hp.rms_eps, NULL);
         matmul(c, L.wqkv, c->h, Tb, OUT_BF16, c->qkv, NULL);
+        if (L.bqkv || L.qk_norm)
+            k_qkv_prep<<<Tb, 256, 0, c->st>>>(c->qkv, L.bqkv, L.qk_norm, hp.n_head, hp.n_head_kv, hp.head_dim, hp.rms_eps);
         size_t off = (size_t)l * c->kv_layer_elems * c->kv_elt;
         void *kc = (char *)c->kc + off, *vc = (char *)c->vc + off;
         if (c->be->kv_dtype == SW_KV_FP8)
             k_rope_kv<true><<<Tb, 128, 0, c->st>>>(c->qkv, in.pos, in.seq, in.table, in.stride, c->inv_freq, kc, vc,
-                                                    hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot);
+                                                    hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_neox);
         else
             k_rope_kv<false><<<Tb, 128, 0, c->st>>>(c->qkv, in.pos, in.seq, in.table, in.stride, c->inv_freq, kc, vc,
-                                                     hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot);
+                                                     hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_neox);
         attention(c, in, Tb, (int)l);
         matmul(c, L.wo, c->att, Tb, OUT_RESID, NULL, c->x);
         k_rmsnorm<<<Tb, 256, 0, c->st>>>(c->x, L.ffn_norm, c->h, c->E, hp.rms_eps, NULL);
         if (Tb <= SW_GEMV_MAX_TOKENS && c->E % 16 == 0) {
-            gemv_swiglu(c, L.wgu, c->h, Tb, c->act);
+            gemv_swiglu(c, L.wgu, c->h, Tb, c->act, c->gelu);
         } else {
             matmul(c, L.wgu, c->h, Tb, OUT_BF16, c->gu, NULL);
             size_t n = (size_t)Tb * c->F;
             unsigned blocks = (unsigned)((n + 255) / 256 < 65535 * 8 ? (n + 255) / 256 : 65535 * 8);
-            k_swiglu<<<blocks, 256, 0, c->st>>>(c->gu, c->act, c->F, Tb);
+            k_swiglu<<<blocks, 256, 0, c->st>>>(c->gu, c->act, c->F, Tb, c->gelu);
         }
         matmul(c, L.wdown, c->act, Tb, OUT_RESID, NULL, c->x);
     }
     if (NL == 0) return;
     k_rmsnorm<<<NL, 256, 0, c->st>>>(c->x, c->out_norm, c->h, c->E, hp.rms_eps, in.lidx);
     matmul(c, c->out, c->h, NL, OUT_F32, NULL, c->logits);
+    if (c->out_bias) k_add_bias<<<NL, 256, 0, c->st>>>(c->logits, c->out_bias, c->V);
     if (want_sample) k_sample<<<NL, 1024, 0, c->st>>>(c->logits, c->V, in.sp, c->d_out);
 }
 
@@ -407,13 +417,14 @@ static void cuda_destroy(void *impl)
     if (c->L) {
         for (uint32_t l = 0; l < c->hp.n_layer; l++) {
             dlayer &L = c->L[l];
-            cudaFree(L.attn_norm); cudaFree(L.ffn_norm);
+            cudaFree(L.attn_norm); cudaFree(L.ffn_norm); cudaFree(L.bqkv); cudaFree(L.qk_norm);
             cudaFree(L.wqkv.q); cudaFree(L.wqkv.scale); cudaFree(L.wo.q); cudaFree(L.wo.scale);
             cudaFree(L.wgu.q); cudaFree(L.wgu.scale); cudaFree(L.wdown.q); cudaFree(L.wdown.scale);
         }
         free(c->L);
     }
     cudaFree(c->out.q); cudaFree(c->out.scale); cudaFree(c->out_norm); cudaFree(c->inv_freq); cudaFree(c->embd);
+    cudaFree(c->out_bias);
     cudaFree(c->kc); cudaFree(c->vc);
     cudaFree(c->part_ml); cudaFree(c->part_acc);
     cudaFree(c->x); cudaFree(c->logits); cudaFree(c->dacc); cudaFree(c->ascale); cudaFree(c->one);
@@ -502,14 +513,19 @@ static int setup(cuda_be *c, sw_fp8_weights *w, uint32_t n_kv_blocks, sw_kv_dtyp
         if (upload((void **)&L.attn_norm, S.attn_norm, c->E * sizeof(float), err, errlen) ||
             upload((void **)&L.ffn_norm, S.ffn_norm, c->E * sizeof(float), err, errlen) ||
             upload_mat(&L.wqkv, &S.wqkv, err, errlen) || upload_mat(&L.wo, &S.wo, err, errlen) ||
-            upload_mat(&L.wgu, &S.wgu, err, errlen) || upload_mat(&L.wdown, &S.wdown, err, errlen))
+            upload_mat(&L.wgu, &S.wgu, err, errlen) || upload_mat(&L.wdown, &S.wdown, err, errlen) ||
+            (S.bqkv && upload((void **)&L.bqkv, S.bqkv, (size_t)c->QKV * sizeof(float), err, errlen)) ||
+            (S.qk_norm && upload((void **)&L.qk_norm, S.qk_norm, 2 * hp.head_dim * sizeof(float), err, errlen)))
             return -1;
     }
     if (upload_mat(&c->out, &w->output, err, errlen) ||
         upload((void **)&c->out_norm, w->output_norm, c->E * sizeof(float), err, errlen) ||
         upload((void **)&c->inv_freq, w->rope_inv_freq, (hp.n_rot / 2 + 1) * sizeof(float), err, errlen) ||
-        upload((void **)&c->embd, w->tok_embd, (size_t)c->V * c->E * 2, err, errlen))
+        upload((void **)&c->embd, w->tok_embd, (size_t)c->V * c->E * 2, err, errlen) ||
+        (w->output_bias && upload((void **)&c->out_bias, w->output_bias, (size_t)c->V * sizeof(float), err, errlen)))
         return -1;
+    c->embd_scale = w->embd_scale;
+    c->gelu = w->gelu;
 
     // ---- KV cache (+1 spare block that padding tokens write into)
     c->kv_layer_elems = (size_t)(n_kv_blocks + 1) * SW_KV_BLOCK * c->KVD;
@@ -847,7 +863,7 @@ extern "C" int sw_cuda_selftest(char *err, size_t errlen)
         if (upload_mat(&d, &m, err, errlen) || upload((void **)&dx, xb, (size_t)T * C * 2, err, errlen) ||
             upload((void **)&da, NULL, (size_t)T * F * 2, err, errlen))
             return -1;
-        gemv_swiglu(&c, d, dx, T, da);
+        gemv_swiglu(&c, d, dx, T, da, false);
         CK(cudaMemcpyAsync(gb, da, (size_t)T * F * 2, cudaMemcpyDeviceToHost, c.st));
         CK(cudaStreamSynchronize(c.st));
         for (size_t i = 0; i < (size_t)T * F; i++) { uint32_t u = (uint32_t)gb[i] << 16; memcpy(&got[i], &u, 4); }

@@ -78,11 +78,19 @@ __device__ float block_max(float v) { return block_reduce(v, -INFINITY, MaxOp())
 
 // ---------------------------------------------------------------- small ops
 
-__global__ void k_embed(const int32_t *tok, const bf16 *embd, float *x, int E)
+// x[t] = embd[tok[t]] * scale (1, or Gemma's sqrt(E))
+__global__ void k_embed(const int32_t *tok, const bf16 *embd, float *x, int E, float scale)
 {
     int t = blockIdx.x;
     const bf16 *row = embd + (size_t)tok[t] * E;
-    for (int i = threadIdx.x; i < E; i += blockDim.x) x[(size_t)t * E + i] = __bfloat162float(row[i]);
+    for (int i = threadIdx.x; i < E; i += blockDim.x) x[(size_t)t * E + i] = __bfloat162float(row[i]) * scale;
+}
+
+// y[t][i] += b[i] for a block per row t (the output bias on the logits)
+__global__ void k_add_bias(float *y, const float *b, int n)
+{
+    float *row = y + (size_t)blockIdx.x * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] += b[i];
 }
 
 // out[t] = bf16(x[src] * 1/sqrt(mean(x^2)+eps) * w); src = gather ? gather[t] : t
@@ -98,22 +106,50 @@ __global__ void k_rmsnorm(const float *x, const float *w, bf16 *out, int E, floa
         out[(size_t)t * E + i] = __float2bfloat16_rn(xr[i] * inv * w[i]);
 }
 
-__global__ void k_swiglu(const bf16 *gu, bf16 *act, int F, int T)
+__global__ void k_swiglu(const bf16 *gu, bf16 *act, int F, int T, bool gelu)
 {
     size_t n = (size_t)T * F;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t t = i / F, j = i % F;
         float g = __bfloat162float(gu[t * 2 * F + j]), u = __bfloat162float(gu[t * 2 * F + F + j]);
-        act[i] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+        act[i] = __float2bfloat16_rn(sw_gate_act(g, gelu) * u);
     }
 }
 
-// Rotates Q and K of token t in place (adjacent pairs, first n_rot dims of
-// each head) and writes K and V into the token's KV-cache slot.
+// The q/k/v biases and per-head q/k RMSNorm of the architectures that have
+// them (either may be NULL), in place on token t's bf16 q|k|v row, before
+// RoPE; q heads then k heads are contiguous. A warp per head.
+__global__ void k_qkv_prep(bf16 *qkv, const float *bias, const float *qkn, int n_head, int n_head_kv, int hd,
+                           float eps)
+{
+    int QKV = (n_head + 2 * n_head_kv) * hd;
+    bf16 *row = qkv + (size_t)blockIdx.x * QKV;
+    if (bias) {
+        for (int i = threadIdx.x; i < QKV; i += blockDim.x)
+            row[i] = __float2bfloat16_rn(__bfloat162float(row[i]) + bias[i]);
+        __syncthreads();
+    }
+    if (!qkn) return;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int h = warp; h < n_head + n_head_kv; h += nw) {
+        bf16 *x = row + (size_t)h * hd;
+        const float *w = qkn + (h < n_head ? 0 : hd);
+        float ss = 0.0f;
+        for (int i = lane; i < hd; i += 32) { float v = __bfloat162float(x[i]); ss += v * v; }
+        ss = warp_sum(ss);
+        float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+        for (int i = lane; i < hd; i += 32) x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * inv * w[i]);
+    }
+}
+
+// Rotates Q and K of token t in place (adjacent pairs of the first n_rot
+// dims of each head; with neox, pairs (i, i + hd/2), which the weights
+// loader allows only with n_rot == hd) and writes K and V into the token's
+// KV-cache slot.
 template <bool KV8>
 __global__ void k_rope_kv(bf16 *qkv, const int32_t *pos, const int32_t *seq, const int32_t *table,
                           const int32_t *stride_p, const float *inv_freq, void *kc, void *vc,
-                          int n_head, int n_head_kv, int hd, int n_rot)
+                          int n_head, int n_head_kv, int hd, int n_rot, bool neox)
 {
     int t = blockIdx.x;
     int QD = n_head * hd, KVD = n_head_kv * hd, QKV = QD + 2 * KVD;
@@ -126,27 +162,28 @@ __global__ void k_rope_kv(bf16 *qkv, const int32_t *pos, const int32_t *seq, con
         bool is_k = i >= nq;
         int j = is_k ? i - nq : i;
         int hh = j / half, pi = j % half;
-        bf16 *x = (is_k ? k : q) + (size_t)hh * hd + 2 * pi;
-        float a = __bfloat162float(x[0]), b = __bfloat162float(x[1]);
+        int i0 = neox ? pi : 2 * pi, i1 = neox ? pi + half : 2 * pi + 1;   // the pair's dims in the head
+        bf16 *x = (is_k ? k : q) + (size_t)hh * hd;
+        float a = __bfloat162float(x[i0]), b = __bfloat162float(x[i1]);
         if (2 * pi < n_rot) {
             float th = (float)p * inv_freq[pi];
             float c = cosf(th), s = sinf(th);
             float a2 = bfr(a * c - b * s), b2 = bfr(a * s + b * c);
             a = a2; b = b2;
-            x[0] = __float2bfloat16_rn(a);
-            x[1] = __float2bfloat16_rn(b);
+            x[i0] = __float2bfloat16_rn(a);
+            x[i1] = __float2bfloat16_rn(b);
         }
         if (is_k) {
-            size_t o = slot + (size_t)hh * hd + 2 * pi;
-            float va = __bfloat162float(v[(size_t)hh * hd + 2 * pi]), vb = __bfloat162float(v[(size_t)hh * hd + 2 * pi + 1]);
+            size_t o = slot + (size_t)hh * hd;
+            float va = __bfloat162float(v[(size_t)hh * hd + i0]), vb = __bfloat162float(v[(size_t)hh * hd + i1]);
             if (KV8) {
                 uint8_t *K = (uint8_t *)kc, *V = (uint8_t *)vc;
-                K[o] = f_to_fp8(a); K[o + 1] = f_to_fp8(b);
-                V[o] = f_to_fp8(va); V[o + 1] = f_to_fp8(vb);
+                K[o + i0] = f_to_fp8(a); K[o + i1] = f_to_fp8(b);
+                V[o + i0] = f_to_fp8(va); V[o + i1] = f_to_fp8(vb);
             } else {
                 bf16 *K = (bf16 *)kc, *V = (bf16 *)vc;
-                K[o] = __float2bfloat16_rn(a); K[o + 1] = __float2bfloat16_rn(b);
-                V[o] = __float2bfloat16_rn(va); V[o + 1] = __float2bfloat16_rn(vb);
+                K[o + i0] = __float2bfloat16_rn(a); K[o + i1] = __float2bfloat16_rn(b);
+                V[o + i0] = __float2bfloat16_rn(va); V[o + i1] = __float2bfloat16_rn(vb);
             }
         }
     }
@@ -370,10 +407,11 @@ __global__ void __launch_bounds__(256) k_gemv_fp8(const uint8_t *__restrict__ W,
 
 // The gate/up GEMV fused with SwiGLU (<= 16 tokens, cols % 16 == 0): warp j
 // computes row j (gate) and row j+F (up) of the stacked matrix, rounds both
-// to bf16 as the unfused path stores them, and writes act = silu(g) * u.
+// to bf16 as the unfused path stores them, and writes act = silu(g) * u
+// (gelu(g) * u with gelu).
 template <int NT>
 __global__ void __launch_bounds__(256) k_gemv_fp8_swiglu(const uint8_t *__restrict__ W, const float *__restrict__ wscale,
-                                                         int F, int C, const bf16 *__restrict__ X, bf16 *act)
+                                                         int F, int C, const bf16 *__restrict__ X, bf16 *act, bool gelu)
 {
     int j = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (j >= F) return;
@@ -403,7 +441,7 @@ __global__ void __launch_bounds__(256) k_gemv_fp8_swiglu(const uint8_t *__restri
         for (int t = 0; t < NT; t++) if (t == lane) { g = ag[t]; u = au[t]; }
         g = bfr(g * wscale[j]);
         u = bfr(u * wscale[j + F]);
-        act[(size_t)lane * F + j] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+        act[(size_t)lane * F + j] = __float2bfloat16_rn(sw_gate_act(g, gelu) * u);
     }
 }
 

@@ -72,19 +72,35 @@ static void rmsnorm(const float *x, const float *w, int T, uint32_t E, float eps
     }
 }
 
-/* Llama's rope layout: adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims of each head. */
-static void rope(float *v, int n_heads, uint32_t hd, uint32_t n_rot, int pos, const float *inv_freq)
+/* Rotates pairs of the first n_rot dims of each head: adjacent (x[2i],
+ * x[2i+1]) in Llama's layout, (x[i], x[i + n_rot/2]) in NEOX order. */
+static void rope(float *v, int n_heads, uint32_t hd, uint32_t n_rot, int pos, const float *inv_freq, bool neox)
 {
+    const uint32_t half = n_rot / 2;
     for (int h = 0; h < n_heads; h++) {
         float *x = v + (size_t)h * hd;
-        for (uint32_t i = 0; i < n_rot / 2; i++) {
+        for (uint32_t i = 0; i < half; i++) {
             float th = (float)pos * inv_freq[i];
             float c = cosf(th), s = sinf(th);
-            float a = x[2 * i], b = x[2 * i + 1];
-            x[2 * i] = bf(a * c - b * s);
-            x[2 * i + 1] = bf(a * s + b * c);
+            uint32_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            float a = x[i0], b = x[i1];
+            x[i0] = bf(a * c - b * s);
+            x[i1] = bf(a * s + b * c);
         }
     }
+}
+
+/* The q/k/v biases and per-head q/k norms of the architectures that have
+ * them, on one token's q|k|v row, rounded to bf16 as the CUDA kernel
+ * stores them. */
+static void qkv_extras(const sw_fp8_layer *L, const sw_hparams *hp, float *qkv, uint32_t QKV)
+{
+    if (L->bqkv)
+        for (uint32_t i = 0; i < QKV; i++) qkv[i] = bf(qkv[i] + L->bqkv[i]);
+    if (L->qk_norm)   /* q heads, then k heads, are contiguous */
+        for (uint32_t h = 0; h < hp->n_head + hp->n_head_kv; h++)
+            rmsnorm(qkv + (size_t)h * hp->head_dim, L->qk_norm + (h < hp->n_head ? 0 : hp->head_dim), 1,
+                    hp->head_dim, hp->rms_eps, qkv + (size_t)h * hp->head_dim);
 }
 
 static void kv_store(emu *e, void *cache, size_t off, const float *src, uint32_t n)
@@ -160,7 +176,7 @@ static int emu_forward(void *impl, const sw_batch *b, float *logits, char *err, 
 
     for (int t = 0; t < T; t++)
         for (uint32_t i = 0; i < E; i++)
-            e->x[(size_t)t * E + i] = sw_bf16_to_f32(w->tok_embd[(size_t)b->tokens[t] * E + i]);
+            e->x[(size_t)t * E + i] = sw_bf16_to_f32(w->tok_embd[(size_t)b->tokens[t] * E + i]) * w->embd_scale;
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const sw_fp8_layer *L = &w->layers[l];
@@ -168,8 +184,9 @@ static int emu_forward(void *impl, const sw_batch *b, float *logits, char *err, 
         matmul(&L->wqkv, e->h, T, e->qkv, true, e->qact, e->qscale);
         for (int t = 0; t < T; t++) {
             float *q = e->qkv + (size_t)t * QKV, *k = q + QD, *v = k + KVD;
-            rope(q, (int)hp->n_head, hp->head_dim, hp->n_rot, b->pos[t], w->rope_inv_freq);
-            rope(k, (int)hp->n_head_kv, hp->head_dim, hp->n_rot, b->pos[t], w->rope_inv_freq);
+            qkv_extras(L, hp, q, QKV);
+            rope(q, (int)hp->n_head, hp->head_dim, hp->n_rot, b->pos[t], w->rope_inv_freq, hp->rope_neox);
+            rope(k, (int)hp->n_head_kv, hp->head_dim, hp->n_rot, b->pos[t], w->rope_inv_freq, hp->rope_neox);
             int32_t blk = b->block_table[(size_t)b->seq[t] * b->max_blocks + b->pos[t] / SW_KV_BLOCK];
             size_t off = kv_off(e, l, blk, b->pos[t] % SW_KV_BLOCK);
             kv_store(e, e->k_cache, off, k, KVD);
@@ -184,7 +201,7 @@ static int emu_forward(void *impl, const sw_batch *b, float *logits, char *err, 
         for (int t = 0; t < T; t++) {
             const float *g = e->gu + (size_t)t * 2 * F, *u = g + F;
             for (uint32_t i = 0; i < F; i++)
-                e->act[(size_t)t * F + i] = bf(g[i] / (1.0f + expf(-g[i])) * u[i]);
+                e->act[(size_t)t * F + i] = bf(sw_gate_act(g[i], w->gelu) * u[i]);
         }
         matmul(&L->wdown, e->act, T, e->tmp, true, e->qact, e->qscale);
         for (size_t i = 0; i < (size_t)T * E; i++) e->x[i] += e->tmp[i];
@@ -195,6 +212,9 @@ static int emu_forward(void *impl, const sw_batch *b, float *logits, char *err, 
         memcpy(e->tmp + (size_t)i * E, e->x + (size_t)b->logits_idx[i] * E, E * sizeof(float));
     rmsnorm(e->tmp, w->output_norm, b->n_logits, E, hp->rms_eps, e->h);
     matmul(&w->output, e->h, b->n_logits, logits, false, e->qact, e->qscale);
+    if (w->output_bias)
+        for (int i = 0; i < b->n_logits; i++)
+            for (uint32_t v = 0; v < hp->n_vocab; v++) logits[(size_t)i * hp->n_vocab + v] += w->output_bias[v];
     return 0;
 }
 

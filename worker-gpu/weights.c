@@ -1,5 +1,5 @@
-/* Converting a GGUF Llama model (any type llm/quant.c dequantizes) into the
- * GPU worker's FP8 layout. See weights.h. */
+/* Converting a GGUF model (any type llm/quant.c dequantizes) into the GPU
+ * worker's FP8 layout. See weights.h. */
 #include "worker-gpu/weights.h"
 
 #include <math.h>
@@ -60,14 +60,21 @@ static bool convert_rows(const gguf_tensor *t, sw_fp8_matrix *M, uint32_t row0, 
     return true;
 }
 
+/* Vector t, n floats, into dst (which may be part of a stacked vector). */
+static bool vector_into(const gguf_tensor *t, float *dst, uint32_t n, char *err, size_t errlen)
+{
+    if (t->ne[0] != n || !sw_dequantize_row(t->type, t->data, dst, n)) {
+        sw_errf(err, errlen, "tensor '%s': cannot read as a float vector of %u", t->name, n);
+        return false;
+    }
+    return true;
+}
+
 static float *vector_f32(const gguf_tensor *t, uint32_t n, char *err, size_t errlen)
 {
     float *v = malloc(n * sizeof(float));
-    if (!v || t->ne[0] != n || !sw_dequantize_row(t->type, t->data, v, n)) {
-        sw_errf(err, errlen, "tensor '%s': cannot read as a float vector of %u", t->name, n);
-        free(v);
-        return NULL;
-    }
+    if (!v) { sw_errf(err, errlen, "out of memory"); return NULL; }
+    if (!vector_into(t, v, n, err, errlen)) { free(v); return NULL; }
     return v;
 }
 
@@ -81,6 +88,27 @@ static const gguf_tensor *tensor(const sw_model *m, char *err, size_t errlen, co
     const gguf_tensor *t = gguf_find_tensor(m->file, name);
     if (!t) sw_errf(err, errlen, "missing tensor '%s'", name);
     return t;
+}
+
+/* The biases and q/k norms of layer l, where the model has them. */
+static bool layer_extras(const sw_model *m, const sw_layer *ML, sw_fp8_layer *L, const sw_fp8_weights *w, char *err,
+                         size_t errlen)
+{
+    const uint32_t QD = w->q_dim, KVD = w->kv_dim, hd = m->hp.head_dim;
+    if (ML->bq || ML->bk || ML->bv) {
+        if (!(L->bqkv = calloc(QD + 2 * KVD, sizeof(float)))) { sw_errf(err, errlen, "out of memory"); return false; }
+        if ((ML->bq && !vector_into(ML->bq, L->bqkv, QD, err, errlen)) ||
+            (ML->bk && !vector_into(ML->bk, L->bqkv + QD, KVD, err, errlen)) ||
+            (ML->bv && !vector_into(ML->bv, L->bqkv + QD + KVD, KVD, err, errlen)))
+            return false;
+    }
+    if (ML->q_norm) {
+        if (!(L->qk_norm = malloc(2 * hd * sizeof(float)))) { sw_errf(err, errlen, "out of memory"); return false; }
+        if (!vector_into(ML->q_norm, L->qk_norm, hd, err, errlen) ||
+            !vector_into(ML->k_norm, L->qk_norm + hd, hd, err, errlen))
+            return false;
+    }
+    return true;
 }
 
 static void rope_table(sw_fp8_weights *w, const sw_model *m)
@@ -106,6 +134,7 @@ static sw_fp8_weights *alloc_shapes(const sw_hparams *hp, char *err, size_t errl
     sw_fp8_weights *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->hp = *hp;
+    w->embd_scale = 1.0f;
     w->q_dim = hp->n_head * hp->head_dim;
     w->kv_dim = hp->n_head_kv * hp->head_dim;
     uint32_t E = hp->n_embd, F = hp->n_ff;
@@ -138,9 +167,10 @@ static sw_fp8_weights *alloc_shapes(const sw_hparams *hp, char *err, size_t errl
 
 sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t errlen)
 {
-    if (!sw_model_is_plain_llama(m)) {
-        sw_errf(err, errlen, "architecture '%s' needs what the GPU worker does not implement yet (q/k/v biases, "
-                "q/k norms, NEOX RoPE, GELU or scaled embeddings): serve it with spillway-worker-cpu", m->arch);
+    /* The kernels pair NEOX dims (i, i + head_dim/2): rotary over all of each head. */
+    if (m->hp.rope_neox && m->hp.n_rot != m->hp.head_dim) {
+        sw_errf(err, errlen, "architecture '%s' rotates %u of %u head dims in NEOX order, which the GPU worker "
+                "does not implement: serve it with spillway-worker-cpu", m->arch, m->hp.n_rot, m->hp.head_dim);
         return NULL;
     }
     sw_fp8_weights *w = alloc_shapes(&m->hp, err, errlen);
@@ -169,9 +199,10 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
         if (bad) { sw_errf(err, errlen, "token_embd.weight: cannot dequantize"); goto fail; }
     }
     /* output.weight, or the embedding when the output is tied to it */
-    t = gguf_find_tensor(m->file, "output.weight");
-    if (!t) t = gguf_find_tensor(m->file, "token_embd.weight");
-    if (!convert_rows(t, &w->output, 0, err, errlen)) goto fail;
+    if (!convert_rows(m->output, &w->output, 0, err, errlen)) goto fail;
+    w->gelu = m->graph->gelu;
+    if (m->graph->scale_embd) w->embd_scale = sqrtf((float)E);
+    if (m->output_bias && !(w->output_bias = vector_f32(m->output_bias, hp->n_vocab, err, errlen))) goto fail;
     if (!(t = tensor(m, err, errlen, "output_norm.weight"))) goto fail;
     free(w->output_norm);
     if (!(w->output_norm = vector_f32(t, E, err, errlen))) goto fail;
@@ -194,7 +225,7 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
         free(L->ffn_norm);
         L->attn_norm = L->ffn_norm = NULL;
         if (!(L->attn_norm = vector_f32(an, E, err, errlen)) ||
-            !(L->ffn_norm = vector_f32(fn, E, err, errlen)))
+            !(L->ffn_norm = vector_f32(fn, E, err, errlen)) || !layer_extras(m, ML, L, w, err, errlen))
             goto fail;
     }
     rope_table(w, m);
@@ -270,7 +301,10 @@ void sw_fp8_weights_free(sw_fp8_weights *w)
     for (uint32_t l = 0; w->layers && l < w->hp.n_layer; l++) {
         free(w->layers[l].attn_norm);
         free(w->layers[l].ffn_norm);
+        free(w->layers[l].bqkv);
+        free(w->layers[l].qk_norm);
     }
+    free(w->output_bias);
     free(w->layers);
     free(w->output_norm);
     free(w->rope_inv_freq);

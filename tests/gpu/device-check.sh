@@ -127,6 +127,27 @@ for step in 512 8; do
 done
 rm -f "$TMP/emu.f32"
 
+say "other architectures: GPU vs the CPU emulation (NEOX RoPE, q/k/v biases, q/k norms, fused tensors, GELU, scaled embeddings)"
+n_arch=0
+for m in "${SHARED:-/nonexistent}"/arch/*.gguf; do
+    [ -f "$m" ] || continue
+    n_arch=$((n_arch + 1)); name=$(basename "$m" .gguf)
+    ids=1,260,261,262,263,264,265,300,301,310,5,6,7,8,9,270,271,280,290,266
+    if timeout 60 "$W" --backend emulate -q -m "$m" --tokens "$ids" --logits-out "$TMP/emu.f32" > /dev/null 2>"$TMP/err"; then
+        out=$(timeout 60 "$W" --backend cuda -q -m "$m" --tokens "$ids" --ref-logits "$TMP/emu.f32" --kv-blocks 64 2>>"$TMP/err")
+        cos=$(echo "$out" | awk '/^compare:/ {print $5}'); top=$(echo "$out" | awk '/^compare:/ {print $9}')
+        if awk -v c="${cos:-0}" 'BEGIN { exit !(c >= 0.999) }'; then
+            record "arch:$name" PASS "min_cos $cos top1 $top"
+        else
+            cat "$TMP/err"; record "arch:$name" FAIL "min_cos ${cos:-?} top1 ${top:-?} (need 0.999)"
+        fi
+    else
+        cat "$TMP/err"; record "arch:$name" FAIL "emulation run failed"
+    fi
+done
+[ $n_arch -gt 0 ] || record arch SKIP "no files under ${SHARED:-<none>}/arch (tests/gpu/prepare-carry.sh makes them)"
+rm -f "$TMP/emu.f32"
+
 say "prefix cache: the same prompt twice in one engine (shared KV blocks, same text)"
 # Steps of at most 16 tokens keep every step on the GEMV path, whose numerics
 # do not depend on the batch, so the cached run must give the same text.

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SHARED=${SPILLWAY_SHARED:-../shared}
-make -j"$(nproc)" build/bin/spillway-worker-gpu build/bin/spillway-run build/bin/spillway-synth
+make -j"$(nproc)" build/bin/spillway-worker-gpu build/bin/spillway-run build/bin/spillway-synth build/bin/spillway-quantize
 C=.device-carry
 rm -rf "$C" && mkdir -p "$C/build/bin" "$C/lib" "$C/shared/golden" "$C/shared/models"
 cp build/bin/spillway-worker-gpu build/bin/spillway-run build/bin/spillway-synth "$C/build/bin/"
@@ -21,4 +21,19 @@ for b in "$C"/build/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sor
 # The spm golden model and stories260K fit; the gpt2 golden model (52 MB) does not.
 cp "$SHARED"/golden/synth-spm-d256-q4km.* "$C/shared/golden/" 2>/dev/null || echo "no golden data in $SHARED"
 cp "$SHARED"/models/stories260K.gguf "$C/shared/models/" 2>/dev/null || echo "no stories260K in $SHARED"
+# One small file per architecture (tests/archmodels.py, then q8_0) for the
+# CUDA-against-emulation check of their graph differences.
+mkdir -p "$C/shared/arch"
+.venv/bin/python - "$C/shared/arch" <<'PY'
+import subprocess, sys
+sys.path.insert(0, "tests")
+import archmodels as am
+for arch in am.ARCHS:
+    hp, w = am.make_weights(arch, seed=11)
+    src = f"{sys.argv[1]}/{arch}-f32.gguf"
+    am.write_model(src, arch, hp, w, fused_qkv=arch in ("qwen2", "phi3"))
+    subprocess.run(["build/bin/spillway-quantize", src, src.replace("-f32", ""), "q8_0"], check=True,
+                   capture_output=True)
+    subprocess.run(["rm", src], check=True)
+PY
 du -sh "$C"
