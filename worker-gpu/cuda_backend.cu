@@ -164,7 +164,7 @@ static void gemv(cuda_be *c, const dmat &M, const bf16 *X, int T, int mode, bf16
     }
 }
 
-// act = silu(W_gate x) * (W_up x) for T <= 16 tokens in one pass (W = [gate; up]).
+// act = silu(W_gate x) * (W_up x), gelu() with gelu, for T <= 16 tokens in one pass (W = [gate; up]).
 static void gemv_swiglu(cuda_be *c, const dmat &M, const bf16 *X, int T, bf16 *act, bool gelu)
 {
     int F = M.rows / 2;
