@@ -91,7 +91,7 @@ def fuse(arch, w, n_layer, fused_qkv=False):
     return out
 
 
-def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dims=None):
+def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dims=None, rope_scaling=None):
     wr = GGUFWriter(str(path), arch)
     wr.add_context_length(1024)
     wr.add_embedding_length(hp["E"])
@@ -105,6 +105,9 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
     wr.add_rope_freq_base(hp["theta"])
     if rope_dims:   # rotate only the first rope_dims dims of each head (the reference rotates all)
         wr.add_rope_dimension_count(rope_dims)
+    if rope_scaling:   # (type, factor)
+        wr.add_rope_scaling_type(gguf.RopeScalingType(rope_scaling[0]))
+        wr.add_rope_scaling_factor(rope_scaling[1])
     wr.add_layer_norm_rms_eps(hp["eps"])
     wr.add_file_type(0)
     toks, scores, types = spm_vocab(hp["V"])
@@ -137,7 +140,8 @@ def read_weights(path):
     E, n_head = kv("embedding_length"), kv("attention.head_count")
     hp = dict(E=E, n_head=n_head, n_kv=kv("attention.head_count_kv", n_head), hd=kv("attention.key_length", E // n_head),
               F=kv("feed_forward_length"), n_layer=kv("block_count"), theta=kv("rope.freq_base", 10000.0),
-              eps=kv("attention.layer_norm_rms_epsilon", 1e-5))
+              eps=kv("attention.layer_norm_rms_epsilon", 1e-5),
+              rope_scale=kv("rope.scaling.factor", 0.0) if kv("rope.scaling.type", "linear") == "linear" else 0.0)
     w = {}
     for t in r.tensors:
         shape = [int(x) for x in reversed(t.shape.tolist())]   # numpy order: rows, then the contiguous dim
@@ -186,7 +190,7 @@ def forward(arch, hp, w, tokens, flags=None):
     neox, qk_norm, _, gelu, scale_embd = flags or ARCHS[arch]
     E, H, KV, hd, eps = hp["E"], hp["n_head"], hp["n_kv"], hp["hd"], hp["eps"]
     T = len(tokens)
-    pos = np.arange(T)
+    pos = np.arange(T) / (hp.get("rope_scale") or 1.0)   # linear RoPE scaling
     x = w["token_embd.weight"][tokens].astype(np.float64)
     if scale_embd:
         x = x * np.sqrt(E)

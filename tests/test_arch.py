@@ -177,6 +177,27 @@ def test_gpu_worker_emulation(arch, tmp_path):
         assert right > wrong, f"{arch}: the emulation is nearer the reference with {what} ({wrong:.5f} vs {right:.5f})"
 
 
+def test_rope_scaling(tmp_path):
+    """Linear RoPE scaling divides positions by its factor, on both workers;
+    YaRN (which changes the rotation otherwise) is refused, naming the key."""
+    hp, w = am.make_weights("qwen2")
+    path = tmp_path / "linear.gguf"
+    am.write_model(path, "qwen2", hp, w, rope_scaling=("linear", 4.0))
+    got = spillway_logits(path, tmp_path)
+    _, hp2, w2 = am.read_weights(path)
+    assert hp2["rope_scale"] == 4.0
+    unscaled = am.forward("qwen2", dict(hp2, rope_scale=0.0), w2, IDS)
+    assert cosines(got, am.forward("qwen2", hp2, w2, IDS)).min() >= 0.9999
+    assert cosines(got, unscaled).min() < 0.999
+    emu = gpu_emulated_logits(path, tmp_path)
+    assert cosines(emu, got).min() >= 0.99 and cosines(emu, got).min() > cosines(emu, unscaled).min()
+
+    path = tmp_path / "yarn.gguf"
+    am.write_model(path, "qwen2", hp, w, rope_scaling=("yarn", 4.0))
+    err = run_fail(path)
+    assert "qwen2.rope.scaling.type' = 'yarn'" in err and "linear" in err, err
+
+
 def test_gpu_worker_refuses_partial_neox_rotary(tmp_path):
     """The CUDA RoPE kernel pairs NEOX dims across the whole head: a file that
     rotates only part of each head in NEOX order is refused by name (the

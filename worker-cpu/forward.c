@@ -322,7 +322,8 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
         sw_ctx_free(c);
         return NULL;
     }
-    /* RoPE frequencies; Llama 3.1-style files divide them by rope_freqs. */
+    /* RoPE frequencies: linear scaling divides them by its factor, and
+     * Llama 3.1-style files by rope_freqs. */
     float *factors = m->rope_freqs ? falloc(hp->n_rot / 2) : NULL;
     if (factors && !sw_dequantize_row(m->rope_freqs->type, m->rope_freqs->data, factors, hp->n_rot / 2)) {
         free(factors);
@@ -330,6 +331,7 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     }
     for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
         float f = powf(hp->rope_theta, -2.0f * (float)i / (float)hp->n_rot);
+        if (hp->rope_scale > 0.0f) f /= hp->rope_scale;
         if (factors && factors[i] > 0.0f) f /= factors[i];
         c->inv_freq[i] = f;
     }

@@ -130,6 +130,37 @@ static bool hp_u32(const gguf_file *f, const char *arch, const char *key, uint32
     return false;
 }
 
+/* RoPE scaling. Linear scaling (positions divided by the factor, llama.cpp's
+ * reading of a factor without a type) is applied; YaRN and LongRoPE change
+ * the rotation in ways not implemented here, so such files are refused
+ * rather than run with the wrong positions. */
+static bool read_rope_scaling(const gguf_file *f, const char *arch, sw_hparams *hp, char *err, size_t errlen)
+{
+    char key[128], type[16] = "linear";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (gguf_find(f, key) && !gguf_get_cstr(f, key, type, sizeof type)) {
+        sw_errf(err, errlen, "metadata '%s': not a short string", key);
+        return false;
+    }
+    if (strcmp(type, "none") && strcmp(type, "linear")) {
+        sw_errf(err, errlen, "metadata '%s' = '%s': only linear RoPE scaling is supported", key, type);
+        return false;
+    }
+    float factor = 0.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+    if (!gguf_find(f, key)) snprintf(key, sizeof key, "%s.rope.scale_linear", arch);   /* the older name */
+    if (gguf_find(f, key) && !gguf_get_f32(f, key, &factor)) {
+        sw_errf(err, errlen, "metadata '%s': not a number", key);
+        return false;
+    }
+    if (!(factor >= 0.0f && factor <= 1024.0f)) {
+        sw_errf(err, errlen, "metadata '%s' = %g out of range", key, factor);
+        return false;
+    }
+    hp->rope_scale = strcmp(type, "none") ? factor : 0.0f;
+    return true;
+}
+
 static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, char *err, size_t errlen)
 {
     memset(hp, 0, sizeof *hp);
@@ -189,6 +220,7 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
         return false;
     }
     if (!(hp->rope_theta > 0.0f)) { sw_errf(err, errlen, "metadata '%s' = %g must be positive", key, hp->rope_theta); return false; }
+    if (!read_rope_scaling(f, arch, hp, err, errlen)) return false;
     hp->rms_eps = 1e-5f;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     if (gguf_find(f, key) && !gguf_get_f32(f, key, &hp->rms_eps)) {

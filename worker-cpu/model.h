@@ -20,6 +20,7 @@ typedef struct {
     uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train;
     uint32_t head_dim, n_rot;
     float rope_theta, rms_eps;
+    float rope_scale;  /* linear RoPE scaling: positions are divided by it (0: none) */
     bool rope_neox;    /* RoPE rotates (i, i + n_rot/2), not (2i, 2i+1): every
                         * supported architecture but llama */
 } sw_hparams;

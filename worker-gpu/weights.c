@@ -123,6 +123,7 @@ static void rope_table(sw_fp8_weights *w, const sw_model *m)
     }
     for (uint32_t i = 0; i < half; i++) {
         double f = pow((double)w->hp.rope_theta, -2.0 * i / (double)w->hp.n_rot);
+        if (w->hp.rope_scale > 0.0f) f /= w->hp.rope_scale;
         if (factors && factors[i] != 0.0f) f /= factors[i];
         w->rope_inv_freq[i] = (float)f;
     }
