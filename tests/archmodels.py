@@ -91,7 +91,8 @@ def fuse(arch, w, n_layer, fused_qkv=False):
     return out
 
 
-def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dims=None, rope_scaling=None):
+def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dims=None, rope_scaling=None,
+                extra_kv=None):
     wr = GGUFWriter(str(path), arch)
     wr.add_context_length(1024)
     wr.add_embedding_length(hp["E"])
@@ -110,6 +111,8 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
         wr.add_rope_scaling_factor(rope_scaling[1])
     wr.add_layer_norm_rms_eps(hp["eps"])
     wr.add_file_type(0)
+    for key, value in (extra_kv or {}).items():   # unsigned integers
+        wr.add_uint32(key, value)
     toks, scores, types = spm_vocab(hp["V"])
     wr.add_tokenizer_model("llama")
     wr.add_token_list(toks)

@@ -132,6 +132,13 @@ def test_unknown_architecture_is_refused(tmp_path):
     assert "architecture 'gemma2' is not supported" in err and "qwen3" in err, err
 
 
+def test_mixture_of_experts_is_refused(tmp_path):
+    hp, w = am.make_weights("llama")
+    path = tmp_path / "moe.gguf"
+    am.write_model(path, "llama", hp, w, extra_kv={"llama.expert_count": 8})
+    assert "mixture-of-experts models are not supported" in run_fail(path)
+
+
 def test_missing_required_tensor(tmp_path):
     """Qwen3 without its k-norm, Phi-3 with an ffn_up of the wrong height."""
     hp, w = am.make_weights("qwen3")

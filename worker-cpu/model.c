@@ -221,6 +221,12 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
     }
     if (!(hp->rope_theta > 0.0f)) { sw_errf(err, errlen, "metadata '%s' = %g must be positive", key, hp->rope_theta); return false; }
     if (!read_rope_scaling(f, arch, hp, err, errlen)) return false;
+    uint32_t experts = 0;   /* Mixtral's files say "llama" too: name the reason, not a missing tensor */
+    if (!hp_u32(f, arch, "expert_count", &experts, false, err, errlen)) return false;
+    if (experts > 1) {
+        sw_errf(err, errlen, "metadata '%s.expert_count' = %u: mixture-of-experts models are not supported", arch, experts);
+        return false;
+    }
     hp->rms_eps = 1e-5f;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     if (gguf_find(f, key) && !gguf_get_f32(f, key, &hp->rms_eps)) {
