@@ -208,9 +208,9 @@ static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __
  * line that the hardware prefetcher alone keeps ahead, and the software
  * prefetches only took miss buffers from it. Without them batch-1 decode
  * went from 57.6-58.4 to 65.6-67.1 tok/s with the read figure at 44-51
- * GB/s, and 47-50 to 49-52 at 31-34 (2026-11-30, alternating runs); Q6_K,
- * with twice the instructions per line, lost a third of its speed without
- * them, and so did Q4_K at 2-4 tokens.
+ * GB/s, and 47-50 to 49-52 at 31-34 (2026-11-30, alternating runs). Q6_K
+ * at one token, with more work per line, lost 40% of its speed without
+ * them, and Q4_K at 2-4 tokens a third, so they keep them.
  * -DSW_Q16_PREFETCH / -DSW_Q16_HINT override both for such experiments. */
 #ifndef SW_Q16_HINT
 #define SW_Q16_HINT _MM_HINT_T1
