@@ -11,6 +11,7 @@ with any one of the architecture's differences switched off must not match,
 so the comparison can tell the variants apart. test_forward then checks
 token-by-token decode against the whole-prompt pass on each file, and the
 GPU worker's emulation backend runs each one too."""
+import os
 import subprocess
 
 import numpy as np
@@ -22,10 +23,13 @@ from conftest import BUILD, bin_path, cosines
 IDS = [1, 260, 261, 262, 263, 264, 265, 300, 301, 310, 5, 6, 7, 8, 9, 270, 271, 280, 290, 266]
 
 
-def spillway_logits(model, tmp_path, ids=IDS):
+def spillway_logits(model, tmp_path, ids=IDS, isa=None):
     out = tmp_path / "logits.f32"
+    env = {k: v for k, v in os.environ.items() if k != "SPILLWAY_ISA"}
+    if isa:
+        env["SPILLWAY_ISA"] = isa
     r = subprocess.run([bin_path("spillway-run"), "-m", str(model), "--tokens", ",".join(map(str, ids)),
-                        "--logits-out", str(out), "-t", "2"], capture_output=True, text=True, timeout=120)
+                        "--logits-out", str(out), "-t", "2"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
 
@@ -71,6 +75,17 @@ def wrong_references(arch, hp, w):
         yield f"flag {i}", am.forward(arch, hp, w, IDS, flags=tuple(wrong))
     if arch == "qwen2":
         yield "no biases", am.forward(arch, hp, {k: v for k, v in w.items() if not k.endswith(".bias")}, IDS)
+
+
+@pytest.mark.parametrize("arch", list(am.ARCHS))
+def test_isa_equivalence(arch, tmp_path):
+    """The scalar, AVX2 and default paths agree within float rounding on each
+    architecture (precise mode, as in test_golden), q4_k_m and fused."""
+    model = make(tmp_path, arch, fused_qkv=True, quant="q4_k_m")
+    base = spillway_logits(model, tmp_path, isa="scalar")
+    for isa in ("avx2", None):
+        diff = float(np.abs(spillway_logits(model, tmp_path, isa=isa) - base).max())
+        assert diff <= 1e-3 * float(np.abs(base).max()), f"{isa or 'default'}: max |diff| {diff}"
 
 
 def test_reference_tells_the_variants_apart(tmp_path):
