@@ -1,5 +1,5 @@
-"""The CPU worker runs Qwen2, Qwen3, Phi-3 and Gemma files as well as
-Llama's, including fused attn_qkv / gate+up tensors, and checks what it
+"""Both workers run Qwen2, Qwen3, Phi-3 and Gemma files as well as Llama's,
+including fused attn_qkv / gate+up tensors, and refuse, by name, what they
 cannot run.
 
 Each architecture gets a tiny random-weight file written the way llama.cpp's
