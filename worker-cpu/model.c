@@ -131,9 +131,9 @@ static bool hp_u32(const gguf_file *f, const char *arch, const char *key, uint32
 }
 
 /* RoPE scaling. Linear scaling (positions divided by the factor, llama.cpp's
- * reading of a factor without a type) is applied; YaRN and LongRoPE change
- * the rotation in ways not implemented here, so such files are refused
- * rather than run with the wrong positions. */
+ * reading of a factor without a type) is applied. YaRN and LongRoPE change
+ * the rotation in other ways, which neither worker computes, so their files
+ * are refused rather than run with the wrong positions. */
 static bool read_rope_scaling(const gguf_file *f, const char *arch, sw_hparams *hp, char *err, size_t errlen)
 {
     char key[128], type[16] = "linear";
