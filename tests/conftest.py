@@ -66,6 +66,23 @@ def cosines(a, b):
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+def logits_for(model, ids, out, isa=None, extra=()):
+    """spillway-run's float32 logits for token ids (one batch, positions
+    0..n-1), every position, on the ISA given (default: the best); returns
+    (logits [n, vocab], stderr)."""
+    import numpy as np
+    env = dict(os.environ)
+    env.pop("SPILLWAY_ISA", None)
+    if isa:
+        env["SPILLWAY_ISA"] = isa
+    r = subprocess.run([bin_path("spillway-run"), "-m", str(model), "--tokens", ",".join(map(str, ids)),
+                        "--logits-out", str(out), "-t", "2", *extra],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    got = np.fromfile(out, dtype=np.float32)
+    return got.reshape(len(ids), -1), r.stderr
+
+
 def bin_path(name):
     p = BIN / name
     if not p.exists():

@@ -11,27 +11,19 @@ with any one of the architecture's differences switched off must not match,
 so the comparison can tell the variants apart. test_forward then checks
 token-by-token decode against the whole-prompt pass on each file, and the
 GPU worker's emulation backend runs each one too."""
-import os
 import subprocess
 
 import numpy as np
 import pytest
 
 import archmodels as am
-from conftest import BUILD, bin_path, cosines
+from conftest import BUILD, bin_path, cosines, logits_for
 
 IDS = [1, 260, 261, 262, 263, 264, 265, 300, 301, 310, 5, 6, 7, 8, 9, 270, 271, 280, 290, 266]
 
 
 def spillway_logits(model, tmp_path, ids=IDS, isa=None):
-    out = tmp_path / "logits.f32"
-    env = {k: v for k, v in os.environ.items() if k != "SPILLWAY_ISA"}
-    if isa:
-        env["SPILLWAY_ISA"] = isa
-    r = subprocess.run([bin_path("spillway-run"), "-m", str(model), "--tokens", ",".join(map(str, ids)),
-                        "--logits-out", str(out), "-t", "2"], capture_output=True, text=True, timeout=120, env=env)
-    assert r.returncode == 0, r.stderr
-    return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
+    return logits_for(model, ids, tmp_path / "logits.f32", isa=isa)[0]
 
 
 def make(tmp_path, arch, fused_qkv=False, quant=None, **kw):

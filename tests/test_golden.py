@@ -4,26 +4,11 @@ llama.cpp's own logits, and equal logits on every ISA path.
 For each golden/NAME.gguf the token ids in NAME.tokens are fed with
 `spillway-run --tokens ... --logits-out` (one batch, positions 0..n-1) and
 compared with NAME.logits.f32 row by row."""
-import os
-import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import GOLDEN, SHARED, bin_path, cosines, load_golden
-
-
-def logits_for(model, ids, out, isa=None, extra=()):
-    env = dict(os.environ)
-    env.pop("SPILLWAY_ISA", None)
-    if isa:
-        env["SPILLWAY_ISA"] = isa
-    r = subprocess.run([bin_path("spillway-run"), "-m", str(model), "--tokens", ",".join(map(str, ids)),
-                        "--logits-out", str(out), "-t", "2", *extra],
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 0, r.stderr
-    got = np.fromfile(out, dtype=np.float32)
-    return got.reshape(len(ids), -1), r.stderr
+from conftest import GOLDEN, SHARED, cosines, load_golden, logits_for
 
 
 @pytest.fixture(params=GOLDEN or ["(none)"])
