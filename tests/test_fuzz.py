@@ -6,8 +6,9 @@ time, so a sanitizer build (much slower) still finishes in time; there, a
 leak or undefined behaviour fails the program too. fuzz_model mutates real
 model files: a Q4_K_M model that spillway-synth makes here, and the trained
 f32 stories260K when $SPILLWAY_SHARED has it, and small Qwen2 (fused q/k/v
-with its bias) and Phi-3 (fused gate and up) files from tests/archmodels.py. fuzz_policy starts from the
-repository's routes.yaml and the documented examples as well as its own.
+with its bias) and Phi-3 (fused gate and up) files from tests/archmodels.py.
+fuzz_policy starts from the repository's routes.yaml and the documented
+examples as well as its own.
 """
 import os
 import subprocess
