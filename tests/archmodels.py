@@ -1,28 +1,38 @@
 """Tiny random-weight GGUF models of each architecture the CPU worker runs
-(llama, qwen2, qwen3, phi3, gemma), laid out as llama.cpp's converters lay
-them out, and an independent numpy forward pass to check the worker's logits
-against.
+(llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3), laid out as llama.cpp's
+converters lay them out, and an independent numpy forward pass to check the
+worker's logits against.
 
 The reference follows the architectures' published definitions: RMSNorm,
 RoPE (interleaved pairs for llama, NEOX halves for the rest), grouped-query
 causal attention, SwiGLU (GELU-tanh gate for Gemma), optional q/k/v biases
-(Qwen2), per-head q/k RMSNorm (Qwen3), a fused gate+up matrix (Phi-3) and
-sqrt(n_embd)-scaled embeddings (Gemma). It computes in float64 from the
-weights as the file stores them (dequantized by the gguf package), so a
-quantized file is checked against its own weights."""
+(Qwen2), per-head q/k RMSNorm (Qwen3, Gemma 3), a fused gate+up matrix
+(Phi-3), sqrt(n_embd)-scaled embeddings (Gemma), and Gemma 2/3's norms of
+the attention and FFN outputs, soft-capped scores and logits (Gemma 2) and
+sliding-window layers (all but every 2nd in Gemma 2, every 6th in Gemma 3,
+whose sliding layers also have their own RoPE base, unscaled). It computes
+in float64 from the weights as the file stores them (dequantized by the
+gguf package), so a quantized file is checked against its own weights.
+
+The test files make the Gemma 2/3 differences large enough to see in 20
+tokens: a window of 8 and soft-caps of 2 and 2.5 (the real models' 4096 or
+512-1024, 50 and 30 would hardly touch such a short prompt)."""
 
 import numpy as np
 import gguf
 from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as QT
 
 ARCHS = {
-    #         neox   qk_norm fused_gate_up gelu  scale_embd
-    "llama": (False, False, False, False, False),
-    "qwen2": (True, False, False, False, False),
-    "qwen3": (True, True, False, False, False),
-    "phi3": (True, False, True, False, False),
-    "gemma": (True, False, False, True, True),
+    #          neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcap swa own_rope
+    "llama": (False, False, False, False, False, False, False, 0, False),
+    "qwen2": (True, False, False, False, False, False, False, 0, False),
+    "qwen3": (True, True, False, False, False, False, False, 0, False),
+    "phi3": (True, False, True, False, False, False, False, 0, False),
+    "gemma": (True, False, False, True, True, False, False, 0, False),
+    "gemma2": (True, False, False, True, True, True, True, 2, False),
+    "gemma3": (True, True, False, True, True, True, False, 6, True),
 }
+FUSED = 2   # the flag that is a file layout, not a computation
 
 # A small SentencePiece vocabulary: unk, BOS, EOS, the 256 byte tokens and
 # some words, enough for the loader and for text prompts.
@@ -42,12 +52,14 @@ def spm_vocab(n_vocab):
     return toks[:n_vocab], scores[:n_vocab], types[:n_vocab]
 
 
-def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=2, seed=0, bias=None):
-    """Random weights, scaled so that activations stay near unit size."""
+def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=None, seed=0, bias=None):
+    """Random weights, scaled so that activations stay near unit size, and
+    the hyperparameters (Gemma 3 gets 6 layers: five sliding, one global)."""
     rng = np.random.default_rng(seed)
     QD, KVD = n_head * hd, n_kv * hd
-    neox, qk_norm, fused, gelu, scale_embd = ARCHS[arch]
+    neox, qk_norm, fused, gelu, scale_embd, post_norms, softcap, swa, own_rope = ARCHS[arch]
     bias = arch == "qwen2" if bias is None else bias
+    n_layer = n_layer or (6 if arch == "gemma3" else 2)
 
     def mat(rows, cols):
         return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
@@ -57,7 +69,7 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=2, 
 
     w = {"token_embd.weight": (rng.standard_normal((V, E)) * (0.1 if scale_embd else 1.0)).astype(np.float32),
          "output_norm.weight": norm(E)}
-    if arch != "gemma":   # Gemma ties its output to the embedding
+    if not arch.startswith("gemma"):   # Gemma ties its output to the embedding
         w["output.weight"] = mat(V, E)
     for l in range(n_layer):
         p = "blk.%d." % l
@@ -72,7 +84,15 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=2, 
         w[p + "ffn_norm.weight"] = norm(E)
         w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = mat(F, E), mat(F, E)
         w[p + "ffn_down.weight"] = mat(E, F)
+        if post_norms:
+            w[p + "post_attention_norm.weight"], w[p + "post_ffw_norm.weight"] = norm(E), norm(E)
     hp = dict(E=E, n_head=n_head, n_kv=n_kv, hd=hd, F=F, V=V, n_layer=n_layer, theta=10000.0, eps=1e-6)
+    if softcap:
+        hp.update(attn_softcap=2.0, final_softcap=2.5)
+    if swa:
+        hp["n_swa"] = 8
+    if own_rope:   # global layers: a far lower base and linear scaling, so that the two kinds differ
+        hp.update(theta=1e6, rope_scale=4.0)
     return hp, w
 
 
@@ -82,7 +102,7 @@ def fuse(arch, w, n_layer, fused_qkv=False):
     out = dict(w)
     for l in range(n_layer):
         p = "blk.%d." % l
-        if ARCHS.get(arch, ARCHS["llama"])[2]:
+        if ARCHS.get(arch, ARCHS["llama"])[FUSED]:
             out[p + "ffn_up.weight"] = np.concatenate([out.pop(p + "ffn_gate.weight"), out[p + "ffn_up.weight"]])
         if fused_qkv:
             out[p + "attn_qkv.weight"] = np.concatenate([out.pop(p + "attn_%s.weight" % k) for k in "qkv"])
@@ -92,7 +112,7 @@ def fuse(arch, w, n_layer, fused_qkv=False):
 
 
 def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dims=None, rope_scaling=None,
-                extra_kv=None):
+                extra_kv=None, swa_pattern=None):
     wr = GGUFWriter(str(path), arch)
     wr.add_context_length(1024)
     wr.add_embedding_length(hp["E"])
@@ -106,11 +126,20 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
     wr.add_rope_freq_base(hp["theta"])
     if rope_dims:   # rotate only the first rope_dims dims of each head (the reference rotates all)
         wr.add_rope_dimension_count(rope_dims)
+    if hp.get("rope_scale") and not rope_scaling:
+        rope_scaling = ("linear", hp["rope_scale"])
     if rope_scaling:   # (type, factor)
         wr.add_rope_scaling_type(gguf.RopeScalingType(rope_scaling[0]))
         wr.add_rope_scaling_factor(rope_scaling[1])
     wr.add_layer_norm_rms_eps(hp["eps"])
     wr.add_file_type(0)
+    if "attn_softcap" in hp:
+        wr.add_attn_logit_softcapping(hp["attn_softcap"])
+        wr.add_final_logit_softcapping(hp["final_softcap"])
+    if "n_swa" in hp:
+        wr.add_sliding_window(hp["n_swa"])
+    if swa_pattern is not None:   # a period, or one flag per layer
+        wr.add_sliding_window_pattern(swa_pattern)
     for key, value in (extra_kv or {}).items():   # unsigned integers
         wr.add_uint32(key, value)
     toks, scores, types = spm_vocab(hp["V"])
@@ -145,6 +174,12 @@ def read_weights(path):
               F=kv("feed_forward_length"), n_layer=kv("block_count"), theta=kv("rope.freq_base", 10000.0),
               eps=kv("attention.layer_norm_rms_epsilon", 1e-5),
               rope_scale=kv("rope.scaling.factor", 0.0) if kv("rope.scaling.type", "linear") == "linear" else 0.0)
+    gemma2 = arch == "gemma2"   # the keys' defaults, as the worker's loader has them
+    hp.update(attn_softcap=kv("attn_logit_softcapping", 50.0 if gemma2 else 0.0),
+              final_softcap=kv("final_logit_softcapping", 30.0 if gemma2 else 0.0),
+              n_swa=kv("attention.sliding_window", 4096 if gemma2 else 0), theta_swa=kv("rope.freq_base_swa", 10000.0))
+    if kv("attention.sliding_window_pattern") is not None:
+        hp["swa_pattern"] = kv("attention.sliding_window_pattern")
     w = {}
     for t in r.tensors:
         shape = [int(x) for x in reversed(t.shape.tolist())]   # numpy order: rows, then the contiguous dim
@@ -160,7 +195,7 @@ def read_weights(path):
         if p + "attn_qkv.bias" in w:
             b = w.pop(p + "attn_qkv.bias")
             w[p + "attn_q.bias"], w[p + "attn_k.bias"], w[p + "attn_v.bias"] = b[:QD], b[QD:QD + KVD], b[QD + KVD:]
-        if ARCHS[arch][2]:
+        if ARCHS[arch][FUSED]:
             gu = w[p + "ffn_up.weight"]
             w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = gu[:F], gu[F:]
     return arch, hp, w
@@ -171,7 +206,7 @@ def _rmsnorm(x, g, eps):
 
 
 def _rope(x, pos, theta, neox):
-    """x: [T, heads, hd]; rotates all hd dims."""
+    """x: [T, heads, hd]; rotates all hd dims by pos * theta^(-2i/hd)."""
     hd = x.shape[-1]
     half = hd // 2
     inv = theta ** (-2.0 * np.arange(half) / hd)
@@ -187,43 +222,65 @@ def _rope(x, pos, theta, neox):
     return x
 
 
+def _sliding(hp, swa, l):
+    """Whether layer l uses the window: the file's pattern (a period, or a
+    flag per layer) overrides the architecture's period swa."""
+    if not swa or not hp.get("n_swa"):
+        return False
+    pat = hp.get("swa_pattern", swa)
+    if isinstance(pat, list):
+        return bool(pat[l])
+    return pat == 0 or l % pat < pat - 1
+
+
+def _softcap(s, cap):
+    return cap * np.tanh(s / cap) if cap else s
+
+
 def forward(arch, hp, w, tokens, flags=None):
     """Logits [T, V] for a prompt of token ids at positions 0..T-1; flags
     (as in ARCHS) override the architecture's."""
-    neox, qk_norm, _, gelu, scale_embd = flags or ARCHS[arch]
+    neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope = flags or ARCHS[arch]
     E, H, KV, hd, eps = hp["E"], hp["n_head"], hp["n_kv"], hp["hd"], hp["eps"]
     T = len(tokens)
     pos = np.arange(T) / (hp.get("rope_scale") or 1.0)   # linear RoPE scaling
     x = w["token_embd.weight"][tokens].astype(np.float64)
     if scale_embd:
         x = x * np.sqrt(E)
-    mask = np.triu(np.full((T, T), -np.inf), 1)
+    causal = np.triu(np.full((T, T), -np.inf), 1)
+    # a query at p sees p - n_swa + 1 .. p in the sliding layers
+    window = causal + np.tril(np.full((T, T), -np.inf), -hp.get("n_swa", 0)) if hp.get("n_swa") else causal
     for l in range(hp["n_layer"]):
         p = "blk.%d." % l
+        sliding = _sliding(hp, swa, l)
+        mask = window if sliding else causal
+        theta, lpos = (hp.get("theta_swa", 10000.0), np.arange(T)) if sliding and own_rope else (hp["theta"], pos)
         h = _rmsnorm(x, w[p + "attn_norm.weight"], eps)
         q, k, v = (h @ w[p + "attn_%s.weight" % n].T + w.get(p + "attn_%s.bias" % n, 0.0) for n in "qkv")
         q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
         if qk_norm:
             q = _rmsnorm(q, w[p + "attn_q_norm.weight"], eps)
             k = _rmsnorm(k, w[p + "attn_k_norm.weight"], eps)
-        q, k = _rope(q, pos, hp["theta"], neox), _rope(k, pos, hp["theta"], neox)
+        q, k = _rope(q, lpos, theta, neox), _rope(k, lpos, theta, neox)
         out = np.zeros((T, H, hd))
         for hh in range(H):
             g = hh // (H // KV)
-            s = q[:, hh, :] @ k[:, g, :].T / np.sqrt(hd) + mask
+            s = _softcap(q[:, hh, :] @ k[:, g, :].T / np.sqrt(hd), softcap and hp["attn_softcap"]) + mask
             s = np.exp(s - s.max(axis=1, keepdims=True))
             out[:, hh, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, g, :]
-        x = x + out.reshape(T, H * hd) @ w[p + "attn_output.weight"].T
+        a = out.reshape(T, H * hd) @ w[p + "attn_output.weight"].T
+        x = x + (_rmsnorm(a, w[p + "post_attention_norm.weight"], eps) if post_norms else a)
         h = _rmsnorm(x, w[p + "ffn_norm.weight"], eps)
         gt, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
         if gelu:
             act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
         else:
             act = gt / (1 + np.exp(-gt))
-        x = x + (act * up) @ w[p + "ffn_down.weight"].T
+        f = (act * up) @ w[p + "ffn_down.weight"].T
+        x = x + (_rmsnorm(f, w[p + "post_ffw_norm.weight"], eps) if post_norms else f)
     x = _rmsnorm(x, w["output_norm.weight"], eps)
     out_w = w.get("output.weight", w["token_embd.weight"])
-    return x @ out_w.T + w.get("output.bias", 0.0)
+    return _softcap(x @ out_w.T + w.get("output.bias", 0.0), softcap and hp["final_softcap"])
 
 
 def copy_gguf(src, dst, drop=()):

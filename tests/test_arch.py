@@ -1,6 +1,6 @@
 """Both workers run Qwen2, Qwen3, Phi-3 and Gemma files as well as Llama's,
-including fused attn_qkv / gate+up tensors, and refuse, by name, what they
-cannot run.
+including fused attn_qkv / gate+up tensors, the CPU worker Gemma 2 and 3
+too, and each refuses, by name, what it cannot run.
 
 Each architecture gets a tiny random-weight file written the way llama.cpp's
 converters write one (tests/archmodels.py), in f32 and after
@@ -61,7 +61,7 @@ def wrong_references(arch, hp, w):
     """The reference with each one of the architecture's differences undone
     (Qwen2's biases included; for Llama, NEOX RoPE done instead)."""
     flags = am.ARCHS[arch]
-    for i in [i for i, f in enumerate(flags) if f and i != 2] or [0]:   # 2: a file layout, not a computation
+    for i in [i for i, f in enumerate(flags) if f and i != am.FUSED] or [0]:
         wrong = list(flags)
         wrong[i] = not wrong[i]
         yield f"flag {i}", am.forward(arch, hp, w, IDS, flags=tuple(wrong))
@@ -133,10 +133,10 @@ def test_unknown_tensor_is_refused(tmp_path):
 
 def test_unknown_architecture_is_refused(tmp_path):
     hp, w = am.make_weights("llama")
-    path = tmp_path / "gemma2.gguf"
-    am.write_model(path, "gemma2", hp, w)
+    path = tmp_path / "falcon.gguf"
+    am.write_model(path, "falcon", hp, w)
     err = run_fail(path)
-    assert "architecture 'gemma2' is not supported" in err and "qwen3" in err, err
+    assert "architecture 'falcon' is not supported" in err and "gemma3" in err, err
 
 
 def test_mixture_of_experts_is_refused(tmp_path):
@@ -171,7 +171,10 @@ def gpu_emulated_logits(model, tmp_path, ids=IDS):
     return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
 
 
-@pytest.mark.parametrize("arch", list(am.ARCHS))
+GPU_ARCHS = [a for a in am.ARCHS if a not in ("gemma2", "gemma3")]
+
+
+@pytest.mark.parametrize("arch", GPU_ARCHS)
 def test_gpu_worker_emulation(arch, tmp_path):
     """The GPU worker's CPU emulation (FP8 weights, bf16 activations, the
     CUDA kernels' numerics) runs each architecture's differences too: its
@@ -224,3 +227,38 @@ def test_gpu_worker_refuses_partial_neox_rotary(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "rotates 32 of 64 head dims" in r.stderr and "spillway-worker-cpu" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
+def test_gpu_worker_refuses_gemma2_and_3(arch, tmp_path):
+    """Post-norms, soft-caps and sliding windows have no CUDA kernels: the GPU
+    worker refuses such files by name, pointing at the CPU worker."""
+    r = subprocess.run([bin_path("spillway-worker-gpu"), "--backend", "emulate", "-m", str(make(tmp_path, arch)),
+                        "--tokens", "1,2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert f"architecture '{arch}' uses post-attention and post-FFN norms" in r.stderr, r.stderr
+    assert "spillway-worker-cpu" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("pattern", [3, [True, False, False, True, True, False]], ids=["period", "per-layer"])
+def test_sliding_window_pattern_key(pattern, tmp_path):
+    """A file's sliding_window_pattern overrides Gemma 3's one-in-six, as a
+    period or as one flag per layer; the reference with the default pattern
+    must then differ."""
+    hp, w = am.make_weights("gemma3", seed=11)
+    path = tmp_path / "g3.gguf"
+    am.write_model(path, "gemma3", hp, w, swa_pattern=pattern)
+    got = spillway_logits(path, tmp_path)
+    _, hp2, w2 = am.read_weights(path)
+    assert hp2["swa_pattern"] == pattern
+    assert cosines(got, am.forward("gemma3", hp2, w2, IDS)).min() >= 0.9999
+    default = {k: v for k, v in hp2.items() if k != "swa_pattern"}
+    assert cosines(got, am.forward("gemma3", default, w2, IDS)).min() < 0.999
+
+
+def test_bad_sliding_window_pattern(tmp_path):
+    hp, w = am.make_weights("gemma3")
+    path = tmp_path / "g3.gguf"
+    am.write_model(path, "gemma3", hp, w, swa_pattern=[True, False])
+    err = run_fail(path)
+    assert "gemma3.attention.sliding_window_pattern" in err and "expected 6" in err, err

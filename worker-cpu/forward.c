@@ -6,6 +6,10 @@
  *               x += Wdown * (silu(Wgate*norm(x)) * Wup*norm(x))
  *   logits = Wout * norm(x)
  *
+ * The other architectures' differences (model.h, sw_arch) are switches
+ * along the way: biases, q/k norms, GELU, scaled embeddings, Gemma 2/3's
+ * post-norms, soft-caps and sliding-window layers.
+ *
  * Matrices go through sw_matmul_tensor with all tokens at once (weights read
  * once per step); attention is parallel over (token, head) with OpenMP. The
  * last layer runs past K and V only for the tokens that want logits.
@@ -37,10 +41,12 @@ struct sw_ctx {
     /* norm weights as float (files may store them as f16) */
     float *attn_norm, *ffn_norm, *out_norm;   /* [n_layer][n_embd], ..., [n_embd] */
     float *inv_freq;          /* [n_rot/2] RoPE frequencies */
+    float *inv_freq_swa;      /* [n_rot/2] those of the sliding layers (Gemma 3), else NULL */
     /* what some architectures add (NULL when the model has none): q, k and v
      * biases [n_layer][q_dim + 2 kv_dim] (zeros where a layer has none), the
-     * per-head q and k norms [n_layer][2][head_dim], the output bias [n_vocab] */
-    float *bias, *qk_norm, *out_bias;
+     * per-head q and k norms [n_layer][2][head_dim], the output bias [n_vocab],
+     * the post-attention and post-FFN norms [n_layer][2][n_embd] */
+    float *bias, *qk_norm, *out_bias, *post_norm;
     /* scratch, sized for max_batch tokens */
     float *x;                 /* [B][n_embd] residual stream */
     float *xb;                /* [B][max(n_embd, q_dim)] normed input / attention output */
@@ -132,6 +138,13 @@ static inline float exp_fast(float x)
     return y;
 }
 
+/* tanh(y) = 1 - 2 / (e^2y + 1), which saturates correctly at both ends
+ * with exp_fast's clamps. */
+static inline float tanh_fast(float y)
+{
+    return 1.0f - 2.0f / (exp_fast(2.0f * y) + 1.0f);
+}
+
 /* g[i] = silu(g[i]) * u[i], the SwiGLU gate. */
 SW_CLONES static void swiglu(float *g, const float *u, int n)
 {
@@ -140,15 +153,23 @@ SW_CLONES static void swiglu(float *g, const float *u, int n)
 }
 
 /* g[i] = gelu(g[i]) * u[i], GELU in its tanh form (as Gemma and llama.cpp
- * compute it); tanh(y) = 1 - 2 / (e^2y + 1), which saturates correctly at
- * both ends with exp_fast's clamps. */
+ * compute it). */
 SW_CLONES static void geglu(float *g, const float *u, int n)
 {
 #pragma omp simd
     for (int i = 0; i < n; i++) {
         float x = g[i], y = 0.7978845608f * (x + 0.044715f * x * x * x);
-        g[i] = 0.5f * x * (2.0f - 2.0f / (exp_fast(2.0f * y) + 1.0f)) * u[i];
+        g[i] = 0.5f * x * (1.0f + tanh_fast(y)) * u[i];
     }
+}
+
+/* x[i] = cap * tanh(x[i] * scale / cap): Gemma 2's soft-capping of scores
+ * and logits. */
+SW_CLONES static void softcap(float *x, int n, float scale, float cap)
+{
+    const float k = scale / cap;
+#pragma omp simd
+    for (int i = 0; i < n; i++) x[i] = cap * tanh_fast(x[i] * k);
 }
 
 /* Row-wise helpers over the batch; parallel only when there are many rows. */
@@ -204,6 +225,7 @@ static bool load_extras(sw_ctx *c)
     for (uint32_t l = 0; l < hp->n_layer; l++) any_bias |= m->layers[l].bq || m->layers[l].bk || m->layers[l].bv;
     if (any_bias && !(c->bias = falloc(hp->n_layer * (QD + 2 * KVD)))) return false;
     if (m->graph->qk_norm && !(c->qk_norm = falloc(hp->n_layer * 2 * hd))) return false;
+    if (m->graph->post_norms && !(c->post_norm = falloc(hp->n_layer * 2 * (size_t)hp->n_embd))) return false;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const sw_layer *L = &m->layers[l];
         float *b = c->bias ? c->bias + l * (QD + 2 * KVD) : NULL;
@@ -212,6 +234,9 @@ static bool load_extras(sw_ctx *c)
             return false;
         if (c->qk_norm && (!norm_to_float(L->q_norm, c->qk_norm + l * 2 * hd) ||
                            !norm_to_float(L->k_norm, c->qk_norm + l * 2 * hd + hd)))
+            return false;
+        float *pn = c->post_norm ? c->post_norm + (size_t)l * 2 * hp->n_embd : NULL;
+        if (pn && (!norm_to_float(L->post_attn_norm, pn) || !norm_to_float(L->post_ffn_norm, pn + hp->n_embd)))
             return false;
     }
     if (m->output_bias && (!(c->out_bias = falloc(hp->n_vocab)) || !norm_to_float(m->output_bias, c->out_bias)))
@@ -256,6 +281,18 @@ static void pack_weights(sw_ctx *c)
 static const sw_packed *packed(const sw_ctx *c, uint32_t l, int k)
 {
     return c->pk ? c->pk[(size_t)l * NPACK + k] : NULL;
+}
+
+/* inv[i] = theta^(-2i/n_rot), divided by the linear scaling factor and by
+ * the file's per-frequency factors where it has them. */
+static void rope_freqs(float *inv, uint32_t n_rot, float theta, float scale, const float *factors)
+{
+    for (uint32_t i = 0; i < n_rot / 2; i++) {
+        float f = powf(theta, -2.0f * (float)i / (float)n_rot);
+        if (scale > 0.0f) f /= scale;
+        if (factors && factors[i] > 0.0f) f /= factors[i];
+        inv[i] = f;
+    }
 }
 
 sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen)
@@ -323,19 +360,22 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
         return NULL;
     }
     /* RoPE frequencies: linear scaling divides them by its factor, and
-     * Llama 3.1-style files by rope_freqs. */
+     * Llama 3.1-style files by rope_freqs. Sliding layers may have their own. */
     float *factors = m->rope_freqs ? falloc(hp->n_rot / 2) : NULL;
     if (factors && !sw_dequantize_row(m->rope_freqs->type, m->rope_freqs->data, factors, hp->n_rot / 2)) {
         free(factors);
         factors = NULL;
     }
-    for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
-        float f = powf(hp->rope_theta, -2.0f * (float)i / (float)hp->n_rot);
-        if (hp->rope_scale > 0.0f) f /= hp->rope_scale;
-        if (factors && factors[i] > 0.0f) f /= factors[i];
-        c->inv_freq[i] = f;
-    }
+    rope_freqs(c->inv_freq, hp->n_rot, hp->rope_theta, hp->rope_scale, factors);
+    if ((hp->rope_theta_swa != hp->rope_theta || hp->rope_scale_swa != hp->rope_scale) &&
+        (c->inv_freq_swa = falloc(hp->n_rot / 2)))
+        rope_freqs(c->inv_freq_swa, hp->n_rot, hp->rope_theta_swa, hp->rope_scale_swa, factors);
     free(factors);
+    if (!c->inv_freq_swa && (hp->rope_theta_swa != hp->rope_theta || hp->rope_scale_swa != hp->rope_scale)) {
+        sw_errf(err, errlen, "out of memory");
+        sw_ctx_free(c);
+        return NULL;
+    }
     pack_weights(c);
     return c;
 }
@@ -348,8 +388,8 @@ void sw_ctx_free(sw_ctx *c)
     free(c->pk);
     sw_packed_free(c->pk_out);
     free(c->kv_k); free(c->kv_v);
-    free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq);
-    free(c->bias); free(c->qk_norm); free(c->out_bias);
+    free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq); free(c->inv_freq_swa);
+    free(c->bias); free(c->qk_norm); free(c->out_bias); free(c->post_norm);
     free(c->x); free(c->xb); free(c->xb2);
     free(c->q); free(c->k); free(c->v); free(c->kh);
     free(c->hb); free(c->hb2); free(c->att); free(c->zeros); free(c->px); free(c->py);
@@ -459,9 +499,14 @@ int sw_ctx_max_batch(const sw_ctx *c) { return c->max_batch; }
  * are done together, with the tile kernels of attention.c over the
  * half-precision cache. */
 
-/* In-place softmax of the first n entries of one row. */
-SW_CLONES static void softmax_row(float *a, int n, float scale)
+/* In-place softmax of the first n entries of one row, scaled first (and
+ * soft-capped, when cap > 0). */
+SW_CLONES static void softmax_row(float *a, int n, float scale, float cap)
 {
+    if (cap > 0.0f) {
+        softcap(a, n, scale, cap);
+        scale = 1.0f;
+    }
     float mx = -INFINITY;
 #pragma omp simd reduction(max:mx)
     for (int j = 0; j < n; j++) { a[j] *= scale; mx = a[j] > mx ? a[j] : mx; }
@@ -473,10 +518,14 @@ SW_CLONES static void softmax_row(float *a, int n, float scale)
     for (int j = 0; j < n; j++) a[j] *= inv;
 }
 
-/* In-place softmax of the first n entries of each of M rows. */
-static void softmax_rows(float *S, size_t ss, int M, int n, float scale)
+/* In-place softmax of entries lo..n-1 of each of M rows; entries before lo
+ * (outside a sliding window) get weight 0. */
+static void softmax_rows(float *S, size_t ss, int M, int lo, int n, float scale, float cap)
 {
-    for (int r = 0; r < M; r++) softmax_row(S + (size_t)r * ss, n, scale);
+    for (int r = 0; r < M; r++) {
+        memset(S + (size_t)r * ss, 0, (size_t)lo * sizeof(float));
+        softmax_row(S + (size_t)r * ss + lo, n - lo, scale, cap);
+    }
 }
 
 static inline size_t kv_base(const sw_ctx *c, int seq, int layer, int g)
@@ -519,14 +568,16 @@ static void kv_store(sw_ctx *c, const sw_attn_kernels *ak, int layer, int seq, i
 
 /* Causal attention: token t of sequence s at position p attends to that
  * sequence's cached positions 0..p, which this step has already filled up
- * to p. Query heads share KV heads in groups (grouped-query attention).
- * Writes [n][q_dim] into out. Parallel over (token, KV head). */
+ * to p (in a sliding layer, to the last n_swa of them). Query heads share
+ * KV heads in groups (grouped-query attention). Writes [n][q_dim] into out.
+ * Parallel over (token, KV head). */
 static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float *out)
 {
     const sw_hparams *hp = &c->m->hp;
     const int hd = (int)hp->head_dim, n_kv = (int)hp->n_head_kv;
     const int group = (int)(hp->n_head / hp->n_head_kv);
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->attn_scale, cap = hp->attn_softcap;
+    const int window = c->m->layers[layer].sliding ? (int)hp->n_swa : 0;
     const sw_attn_kernels *ak = sw_attn_kernels_for(sw_isa_active());
 
     /* Small work runs on one thread: waking the pool costs more than it saves. */
@@ -546,12 +597,15 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
         if (!S) continue;
 
         const int N = toks[t].pos + 1;
+        /* The window's first position lo; the tiles start at the 32-position
+         * boundary j0 below it, which keeps their alignment. */
+        const int lo = window && N > window ? N - window : 0, j0 = lo & ~31;
         const size_t b = kv_base(c, toks[t].seq, layer, g);
         const float *Q = c->q + (size_t)t * c->q_dim + (size_t)g * group * hd;
         float *O = out + (size_t)t * c->q_dim + (size_t)g * group * hd;
-        ak->scores(Q, group, hd, c->kv_k + b, ss, N, S, ss, c->zeros);
-        softmax_rows(S, ss, group, N, scale);
-        ak->pv(S, ss, group, c->kv_v + b, hd, N, O, c->zeros);
+        ak->scores(Q, group, hd, c->kv_k + b + j0, ss, N - j0, S, ss, c->zeros);
+        softmax_rows(S, ss, group, lo - j0, N - j0, scale, cap);
+        ak->pv(S, ss, group, c->kv_v + b + (size_t)j0 * hd, hd, N - j0, O, c->zeros);
         free(tmp);
     }
 }
@@ -626,6 +680,7 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
      * this batch see each other, causally). */
     const int hd = (int)hp->head_dim;
     const float *qn = c->qk_norm ? c->qk_norm + (size_t)l * 2 * hd : NULL;
+    const float *inv_freq = L->sliding && c->inv_freq_swa ? c->inv_freq_swa : c->inv_freq;
 #pragma omp parallel for if (n > 4)
     for (int t = 0; t < n; t++) {
         float *k = c->k + (size_t)t * KVD, *q = c->q + (size_t)t * QD;
@@ -633,18 +688,20 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
             for (int h = 0; t < nq && h < (int)hp->n_head; h++) rmsnorm(q + h * hd, q + h * hd, qn, hd, hp->rms_eps);
             for (int h = 0; h < (int)hp->n_head_kv; h++) rmsnorm(k + h * hd, k + h * hd, qn + hd, hd, hp->rms_eps);
         }
-        if (t < nq) rope(q, (int)hp->n_head, hd, (int)hp->n_rot, qtoks[t].pos, c->inv_freq, hp->rope_neox);
-        rope(k, (int)hp->n_head_kv, hd, (int)hp->n_rot, toks[t].pos, c->inv_freq, hp->rope_neox);
+        if (t < nq) rope(q, (int)hp->n_head, hd, (int)hp->n_rot, qtoks[t].pos, inv_freq, hp->rope_neox);
+        rope(k, (int)hp->n_head_kv, hd, (int)hp->n_rot, toks[t].pos, inv_freq, hp->rope_neox);
         kv_store(c, ak, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD, c->kh + (size_t)t * KVD);
     }
     if (!nq) return;
     attention(c, (int)l, qtoks, nq, c->xb);
     matmul(c, L->wo, packed(c, l, PK_O), c->xb, nq, c->xb2);
+    if (c->post_norm) norm_rows(c->xb2, c->xb2, c->post_norm + (size_t)l * 2 * E, nq, E, hp->rms_eps);
     add_rows(c->x, c->xb2, nq, E);
 }
 
 /* x += W_down * (act(W_gate * norm(x)) * (W_up * norm(x))) for n rows, act
- * SiLU, or GELU for Gemma. */
+ * SiLU, or GELU for Gemma (whose 2 and 3 also normalize the sum before
+ * adding it, as they do attention's). */
 static void ffn_block(sw_ctx *c, uint32_t l, int n)
 {
     const sw_hparams *hp = &c->m->hp;
@@ -662,6 +719,7 @@ static void ffn_block(sw_ctx *c, uint32_t l, int n)
         else swiglu(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
     }
     matmul(c, L->w_down, packed(c, l, PK_DOWN), c->hb, n, c->xb2);
+    if (c->post_norm) norm_rows(c->xb2, c->xb2, c->post_norm + ((size_t)l * 2 + 1) * E, n, E, hp->rms_eps);
     add_rows(c->x, c->xb2, n, E);
 }
 
@@ -700,6 +758,8 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
     for (int i = 0; i < nl; i++) rmsnorm(c->xb + (size_t)i * E, c->x + (size_t)i * E, c->out_norm, E, hp->rms_eps);
     if (nl) matmul(c, m->output, c->pk_out, c->xb, nl, logits_out);
     if (c->out_bias) add_bias(logits_out, c->out_bias, nl, (int)hp->n_vocab);
+    for (int i = 0; hp->final_softcap > 0.0f && i < nl; i++)
+        softcap(logits_out + (size_t)i * hp->n_vocab, (int)hp->n_vocab, 1.0f, hp->final_softcap);
     return 0;
 }
 

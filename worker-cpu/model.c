@@ -7,6 +7,7 @@
  */
 #include "worker-cpu/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,16 @@ static bool hp_u32(const gguf_file *f, const char *arch, const char *key, uint32
     return false;
 }
 
+/* Reads an optional float hyperparameter "<arch>.<key>" (absent: keeps *out). */
+static bool hp_f32(const gguf_file *f, const char *arch, const char *key, float *out, char *err, size_t errlen)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    if (!gguf_find(f, full) || gguf_get_f32(f, full, out)) return true;
+    sw_errf(err, errlen, "metadata '%s': not a number", full);
+    return false;
+}
+
 /* RoPE scaling. Linear scaling (positions divided by the factor, llama.cpp's
  * reading of a factor without a type) is applied. YaRN and LongRoPE change
  * the rotation in other ways, which neither worker computes, so their files
@@ -212,14 +223,9 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
         return false;
     }
 
-    char key[128];
     hp->rope_theta = 10000.0f;
-    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
-    if (gguf_find(f, key) && !gguf_get_f32(f, key, &hp->rope_theta)) {
-        sw_errf(err, errlen, "metadata '%s': not a number", key);
-        return false;
-    }
-    if (!(hp->rope_theta > 0.0f)) { sw_errf(err, errlen, "metadata '%s' = %g must be positive", key, hp->rope_theta); return false; }
+    if (!hp_f32(f, arch, "rope.freq_base", &hp->rope_theta, err, errlen)) return false;
+    if (!(hp->rope_theta > 0.0f)) { sw_errf(err, errlen, "metadata '%s.rope.freq_base' = %g must be positive", arch, hp->rope_theta); return false; }
     if (!read_rope_scaling(f, arch, hp, err, errlen)) return false;
     uint32_t experts = 0;   /* Mixtral's files say "llama" too: name the reason, not a missing tensor */
     if (!hp_u32(f, arch, "expert_count", &experts, false, err, errlen)) return false;
@@ -228,12 +234,11 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
         return false;
     }
     hp->rms_eps = 1e-5f;
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
-    if (gguf_find(f, key) && !gguf_get_f32(f, key, &hp->rms_eps)) {
-        sw_errf(err, errlen, "metadata '%s': not a number", key);
+    if (!hp_f32(f, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, errlen)) return false;
+    if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f)) {
+        sw_errf(err, errlen, "metadata '%s.attention.layer_norm_rms_epsilon' = %g out of range", arch, hp->rms_eps);
         return false;
     }
-    if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f)) { sw_errf(err, errlen, "metadata '%s' = %g out of range", key, hp->rms_eps); return false; }
     return true;
 }
 
@@ -260,14 +265,18 @@ static void pick_quant_name(sw_model *m)
 /* The graphs this loader knows, and how each differs from Llama's. Facts
  * from the architectures' published definitions, as llama.cpp's GGUF
  * converters lay them out (Gemma's norm weights are stored with its +1
- * already added, so every graph uses the plain RMSNorm). */
+ * already added, so every graph uses the plain RMSNorm). Gemma 2 and 3 keep
+ * their 27B models' query scale out of the file: llama.cpp tells those
+ * models by their depth (depth_27b), and so does this loader. */
 static const sw_arch ARCHS[] = {
-    /* name     neox   qk_norm fused_gate_up gelu  scale_embd */
-    {"llama",   false, false,  false,        false, false},
-    {"qwen2",   true,  false,  false,        false, false},
-    {"qwen3",   true,  true,   false,        false, false},
-    {"phi3",    true,  false,  true,         false, false},
-    {"gemma",   true,  false,  false,        true,  true},
+    /* name    neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b */
+    {"llama",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0},
+    {"qwen2",  true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0},
+    {"qwen3",  true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0},
+    {"phi3",   true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0},
+    {"gemma",  true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0},
+    {"gemma2", true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46},
+    {"gemma3", true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62},
 };
 
 static const sw_arch *find_arch(const char *name)
@@ -275,6 +284,66 @@ static const sw_arch *find_arch(const char *name)
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
         if (!strcmp(ARCHS[i].name, name)) return &ARCHS[i];
     return NULL;
+}
+
+/* What the Gemma 2/3 graphs add to the hyperparameters: the query scale,
+ * soft-caps, and RoPE of the sliding layers. Keys that a file carries apply
+ * to any architecture; the table gives the defaults. */
+static bool read_graph_hparams(const gguf_file *f, const char *arch, const sw_arch *g, sw_hparams *hp, char *err,
+                               size_t errlen)
+{
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (g->depth_27b && hp->n_layer == g->depth_27b) hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->attn_softcap = g->attn_softcap;
+    hp->final_softcap = g->final_softcap;
+    if (!hp_f32(f, arch, "attn_logit_softcapping", &hp->attn_softcap, err, errlen) ||
+        !hp_f32(f, arch, "final_logit_softcapping", &hp->final_softcap, err, errlen))
+        return false;
+    if (!(hp->attn_softcap >= 0.0f && hp->attn_softcap < 1e6f) || !(hp->final_softcap >= 0.0f && hp->final_softcap < 1e6f)) {
+        sw_errf(err, errlen, "metadata '%s.attn_logit_softcapping' / 'final_logit_softcapping' = %g / %g out of range",
+                arch, hp->attn_softcap, hp->final_softcap);
+        return false;
+    }
+    hp->rope_theta_swa = g->swa_own_rope ? 10000.0f : hp->rope_theta;
+    hp->rope_scale_swa = g->swa_own_rope ? 0.0f : hp->rope_scale;
+    if (g->swa_own_rope && !hp_f32(f, arch, "rope.freq_base_swa", &hp->rope_theta_swa, err, errlen)) return false;
+    if (!(hp->rope_theta_swa > 0.0f)) {
+        sw_errf(err, errlen, "metadata '%s.rope.freq_base_swa' = %g must be positive", arch, hp->rope_theta_swa);
+        return false;
+    }
+    return true;
+}
+
+/* Which layers attend through a sliding window, and how wide it is. Gemma 2
+ * has one every other layer (4096 wide unless the file says otherwise),
+ * Gemma 3 five in six when the file names a window. A file's
+ * sliding_window_pattern (a period, or one flag per layer) overrides the
+ * table. Other architectures' windows are ignored, as llama.cpp does. */
+static bool mark_sliding_layers(sw_model *m, char *err, size_t errlen)
+{
+    const sw_arch *g = m->graph;
+    sw_hparams *hp = &m->hp;
+    uint32_t period = g->swa_pattern;
+    hp->n_swa = g->swa_window;
+    if (!period) return true;
+    if (!hp_u32(m->file, m->arch, "attention.sliding_window", &hp->n_swa, false, err, errlen)) return false;
+    if (!hp->n_swa) return true;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch);
+    const gguf_kv *kv = gguf_find(m->file, key);
+    if (kv && kv->type == GGUF_VT_ARRAY) {
+        if (kv->v.arr.n != hp->n_layer || kv->v.arr.type == GGUF_VT_STRING || kv->v.arr.type == GGUF_VT_FLOAT32 ||
+            kv->v.arr.type == GGUF_VT_FLOAT64) {
+            sw_errf(err, errlen, "metadata '%s': expected %u integer or boolean flags", key, hp->n_layer);
+            return false;
+        }
+        for (uint32_t l = 0; l < hp->n_layer; l++) m->layers[l].sliding = gguf_arr_int(kv, l) != 0;
+        return true;
+    }
+    if (!hp_u32(m->file, m->arch, "attention.sliding_window_pattern", &period, false, err, errlen)) return false;
+    /* of each `period` layers the last one is global; 0 makes them all sliding */
+    for (uint32_t l = 0; l < hp->n_layer; l++) m->layers[l].sliding = period == 0 || l % period < period - 1;
+    return true;
 }
 
 /* Binds the file's tensors to the model, remembering which were used: a
@@ -367,6 +436,9 @@ static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
     if (a->qk_norm && (!(L->q_norm = bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_q_norm.weight", l)) ||
                        !(L->k_norm = bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_k_norm.weight", l))))
         return false;
+    if (a->post_norms && (!(L->post_attn_norm = bindf(ld, E, 0, false, "blk.%u.post_attention_norm.weight", l)) ||
+                          !(L->post_ffn_norm = bindf(ld, E, 0, false, "blk.%u.post_ffw_norm.weight", l))))
+        return false;
     if (a->fused_gate_up) {
         const gguf_tensor *gu = bindf(ld, E, 2 * F, false, "blk.%u.ffn_up.weight", l);
         if (!gu) return false;
@@ -381,7 +453,8 @@ static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
 static uint64_t layer_bytes(const sw_layer *L)
 {
     const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->ffn_norm, L->w_gate, L->w_up,
-                               L->w_down, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
+                               L->w_down, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->post_attn_norm,
+                               L->post_ffn_norm};
     uint64_t n = 0;
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) n += ts[i] ? ts[i]->nbytes : 0;
     return n;
@@ -464,12 +537,13 @@ sw_model *sw_model_load(const char *path, char *err, size_t errlen)
     /* Other architectures differ in ways (norms, attention, activations)
      * that would compute silently wrong logits: refuse them by name. */
     if (!(m->graph = find_arch(m->arch))) {
-        sw_errf(err, errlen, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma)",
+        sw_errf(err, errlen, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3)",
                 path, m->arch);
         goto fail;
     }
     if (!read_hparams(m->file, m->arch, &m->hp, ebuf, sizeof ebuf) ||
-        !load_tensors(m, ebuf, sizeof ebuf)) {
+        !read_graph_hparams(m->file, m->arch, m->graph, &m->hp, ebuf, sizeof ebuf) ||
+        !load_tensors(m, ebuf, sizeof ebuf) || !mark_sliding_layers(m, ebuf, sizeof ebuf)) {
         sw_errf(err, errlen, "%s: %s", path, ebuf);
         goto fail;
     }

@@ -1,5 +1,6 @@
 /* A decoder-only transformer read in place from a GGUF file: Llama's graph,
- * and the variants of it that Qwen2, Qwen3, Phi-3 and Gemma use. (Owned by the CPU engine work; fields below are the stable part other
+ * and the variants of it that Qwen2, Qwen3, Phi-3 and Gemma 1-3 use.
+ * (Owned by the CPU engine work; fields below are the stable part other
  * code relies on.)
  *
  * sw_model_load only reads and validates: every tensor the forward pass uses
@@ -23,6 +24,11 @@ typedef struct {
     float rope_scale;  /* linear RoPE scaling: positions are divided by it (0: none) */
     bool rope_neox;    /* RoPE rotates (i, i + n_rot/2), not (2i, 2i+1): every
                         * supported architecture but llama */
+    float attn_scale;     /* queries are scaled by it before q.k: 1/sqrt(head_dim) but for Gemma's 27B */
+    float attn_softcap;   /* scores become cap * tanh(score / cap) before the softmax; 0: none */
+    float final_softcap;  /* the same on the logits; 0: none */
+    uint32_t n_swa;       /* window of the sliding layers (sw_layer.sliding): a query at p sees p - n_swa + 1..p */
+    float rope_theta_swa, rope_scale_swa;   /* RoPE base and linear scaling of the sliding layers */
 } sw_hparams;
 
 /* How an architecture's graph differs from Llama's (model.c has the table). */
@@ -33,6 +39,15 @@ typedef struct {
     bool fused_gate_up;   /* ffn_up holds the gate rows, then the up rows (Phi-3) */
     bool gelu;            /* gate activation GELU (tanh form), not SiLU (Gemma) */
     bool scale_embd;      /* embeddings times sqrt(n_embd) (Gemma) */
+    bool post_norms;      /* the attention and FFN outputs are RMS-normalized before
+                           * their residual adds (Gemma 2, 3) */
+    float attn_softcap, final_softcap;   /* defaults when the file names none (Gemma 2: 50, 30) */
+    uint32_t swa_pattern; /* with a sliding window, all but every swa_pattern-th layer
+                           * use it (Gemma 2: 2, Gemma 3: 6); 0: no layer does */
+    uint32_t swa_window;  /* its width when the file names none (Gemma 2: 4096; 0: no window) */
+    bool swa_own_rope;    /* sliding layers rotate with rope.freq_base_swa (default
+                           * 10000) and no scaling (Gemma 3) */
+    uint32_t depth_27b;   /* a model this deep scales queries by 1/sqrt(n_embd/n_head) */
 } sw_arch;
 
 /* One transformer block. Matrices follow GGUF's convention: ne[0] = input
@@ -51,6 +66,9 @@ typedef struct {
      * [n_head_kv*head_dim] x 2) and the per-head q/k norms ([head_dim]). */
     const gguf_tensor *bq, *bk, *bv;
     const gguf_tensor *q_norm, *k_norm;
+    /* Gemma 2/3: norms of the attention and FFN outputs ([n_embd]), else NULL */
+    const gguf_tensor *post_attn_norm, *post_ffn_norm;
+    bool sliding;                   /* attends to the last hp.n_swa positions only */
 } sw_layer;
 
 typedef struct sw_model {

@@ -174,6 +174,17 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
                 "does not implement: serve it with spillway-worker-cpu", m->arch, m->hp.n_rot, m->hp.head_dim);
         return NULL;
     }
+    /* Gemma 2 and 3's additions have no kernels here yet. */
+    const char *missing = m->graph->post_norms       ? "post-attention and post-FFN norms"
+                          : m->hp.attn_softcap > 0.0f  ? "attention soft-capping"
+                          : m->hp.final_softcap > 0.0f ? "logit soft-capping"
+                          : m->hp.n_swa                ? "sliding-window attention"
+                                                       : NULL;
+    if (missing) {
+        sw_errf(err, errlen, "architecture '%s' uses %s, which the GPU worker does not implement: serve it with "
+                "spillway-worker-cpu", m->arch, missing);
+        return NULL;
+    }
     sw_fp8_weights *w = alloc_shapes(&m->hp, err, errlen);
     if (!w) return NULL;
     const sw_hparams *hp = &m->hp;
