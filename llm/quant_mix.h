@@ -5,10 +5,12 @@
  *   0 ALL_F32, 1 MOSTLY_F16, 7 MOSTLY_Q8_0, 15 MOSTLY_Q4_K_M.
  *
  * Rules:
- *  - Tensors with fewer than 2 dimensions (norms, biases) stay F32.
- *  - f32 / f16 / q8_0: every 2-D weight gets that type.
+ *  - Tensors with fewer than 2 dimensions (norms, biases) and a mixture's
+ *    router (ffn_gate_inp) stay F32.
+ *  - f32 / f16 / q8_0: every other weight gets that type.
  *  - q4_k_m: Q6_K for output.weight and for "more bits" layers of attn_v and
- *    ffn_down; Q4_K for everything else (token_embd included). The "more
+ *    ffn_down (the experts' ffn_down_exps too); Q4_K for everything else
+ *    (token_embd included). The "more
  *    bits" layers are llama.cpp's published choice: the first n/8 layers, the
  *    last n/8, and every third layer in between ((i - n/8) % 3 == 2), i.e.
  *    about half of them.

@@ -1,7 +1,8 @@
 """Tiny random-weight GGUF models of each architecture the CPU worker runs
-(llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3), laid out as llama.cpp's
-converters lay them out, and an independent numpy forward pass to check the
-worker's logits against.
+(llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, and Mixtral's
+mixture of experts in a llama file), laid out as llama.cpp's converters lay
+them out, and an independent numpy forward pass to check the worker's logits
+against.
 
 The reference follows the architectures' published definitions: RMSNorm,
 RoPE (interleaved pairs for llama, NEOX halves for the rest), grouped-query
@@ -10,7 +11,9 @@ causal attention, SwiGLU (GELU-tanh gate for Gemma), optional q/k/v biases
 (Phi-3), sqrt(n_embd)-scaled embeddings (Gemma), and Gemma 2/3's norms of
 the attention and FFN outputs, soft-capped scores and logits (Gemma 2) and
 sliding-window layers (all but every 2nd in Gemma 2, every 6th in Gemma 3,
-whose sliding layers also have their own RoPE base, unscaled). It computes
+whose sliding layers also have their own RoPE base, unscaled), and mixtures
+of experts (Qwen3-MoE, Mixtral): a router's softmax picks each token's top
+experts, whose outputs are summed with the chosen weights renormalized. It computes
 in float64 from the weights as the file stores them (dequantized by the
 gguf package), so a quantized file is checked against its own weights.
 
@@ -27,6 +30,7 @@ ARCHS = {
     "llama": (False, False, False, False, False, False, False, 0, False),
     "qwen2": (True, False, False, False, False, False, False, 0, False),
     "qwen3": (True, True, False, False, False, False, False, 0, False),
+    "qwen3moe": (True, True, False, False, False, False, False, 0, False),
     "phi3": (True, False, True, False, False, False, False, 0, False),
     "gemma": (True, False, False, True, True, False, False, 0, False),
     "gemma2": (True, False, False, True, True, True, True, 2, False),
@@ -52,14 +56,17 @@ def spm_vocab(n_vocab):
     return toks[:n_vocab], scores[:n_vocab], types[:n_vocab]
 
 
-def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=None, seed=0, bias=None):
+def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=None, seed=0, bias=None, experts=None):
     """Random weights, scaled so that activations stay near unit size, and
-    the hyperparameters (Gemma 3 gets 6 layers: five sliding, one global)."""
+    the hyperparameters (Gemma 3 gets 6 layers: five sliding, one global).
+    experts = (count, used, width) makes the FFN a mixture (Qwen3-MoE's
+    default: 8 experts, 2 used, 256 wide)."""
     rng = np.random.default_rng(seed)
     QD, KVD = n_head * hd, n_kv * hd
     neox, qk_norm, fused, gelu, scale_embd, post_norms, softcap, swa, own_rope = ARCHS[arch]
     bias = arch == "qwen2" if bias is None else bias
     n_layer = n_layer or (6 if arch == "gemma3" else 2)
+    experts = experts or ((8, 2, 256) if arch == "qwen3moe" else None)
 
     def mat(rows, cols):
         return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
@@ -82,8 +89,15 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
             w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = 2 * norm(hd), 2 * norm(hd)
         w[p + "attn_output.weight"] = mat(E, QD)
         w[p + "ffn_norm.weight"] = norm(E)
-        w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = mat(F, E), mat(F, E)
-        w[p + "ffn_down.weight"] = mat(E, F)
+        if experts:
+            ne, _, fe = experts
+            w[p + "ffn_gate_inp.weight"] = mat(ne, E)
+            w[p + "ffn_gate_exps.weight"] = np.stack([mat(fe, E) for _ in range(ne)])
+            w[p + "ffn_up_exps.weight"] = np.stack([mat(fe, E) for _ in range(ne)])
+            w[p + "ffn_down_exps.weight"] = np.stack([mat(E, fe) for _ in range(ne)])
+        else:
+            w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = mat(F, E), mat(F, E)
+            w[p + "ffn_down.weight"] = mat(E, F)
         if post_norms:
             w[p + "post_attention_norm.weight"], w[p + "post_ffw_norm.weight"] = norm(E), norm(E)
     hp = dict(E=E, n_head=n_head, n_kv=n_kv, hd=hd, F=F, V=V, n_layer=n_layer, theta=10000.0, eps=1e-6)
@@ -93,6 +107,8 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
         hp["n_swa"] = 8
     if own_rope:   # global layers: a far lower base and linear scaling, so that the two kinds differ
         hp.update(theta=1e6, rope_scale=4.0)
+    if experts:
+        hp.update(n_expert=experts[0], n_expert_used=experts[1], n_ff_exp=experts[2])
     return hp, w
 
 
@@ -140,6 +156,10 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
         wr.add_sliding_window(hp["n_swa"])
     if swa_pattern is not None:   # a period, or one flag per layer
         wr.add_sliding_window_pattern(swa_pattern)
+    if hp.get("n_expert"):
+        wr.add_expert_count(hp["n_expert"])
+        wr.add_expert_used_count(hp["n_expert_used"])
+        wr.add_expert_feed_forward_length(hp["n_ff_exp"])
     for key, value in (extra_kv or {}).items():   # unsigned integers
         wr.add_uint32(key, value)
     toks, scores, types = spm_vocab(hp["V"])
@@ -180,6 +200,8 @@ def read_weights(path):
               n_swa=kv("attention.sliding_window", 4096 if gemma2 else 0), theta_swa=kv("rope.freq_base_swa", 10000.0))
     if kv("attention.sliding_window_pattern") is not None:
         hp["swa_pattern"] = kv("attention.sliding_window_pattern")
+    if kv("expert_count"):
+        hp.update(n_expert=kv("expert_count"), n_expert_used=kv("expert_used_count"), n_ff_exp=kv("expert_feed_forward_length"))
     w = {}
     for t in r.tensors:
         shape = [int(x) for x in reversed(t.shape.tolist())]   # numpy order: rows, then the contiguous dim
@@ -233,11 +255,36 @@ def _sliding(hp, swa, l):
     return pat == 0 or l % pat < pat - 1
 
 
+def _ffn(h, gate, up, down, gelu):
+    gt, u = h @ gate.T, h @ up.T
+    if gelu:
+        act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
+    else:
+        act = gt / (1 + np.exp(-gt))
+    return (act * u) @ down.T
+
+
+def _moe(h, w, p, hp, gelu, renorm=True):
+    """Each row through its n_expert_used best experts, weighted by their
+    softmax probabilities (renormalized over the chosen)."""
+    r = h @ w[p + "ffn_gate_inp.weight"].T
+    prob = np.exp(r - r.max(axis=1, keepdims=True))
+    prob /= prob.sum(axis=1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        top = np.argsort(-prob[t], kind="stable")[:hp["n_expert_used"]]
+        wt = prob[t, top] / (prob[t, top].sum() if renorm else 1.0)
+        for e, we in zip(top, wt):
+            out[t] += we * _ffn(h[t:t + 1], w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e],
+                                w[p + "ffn_down_exps.weight"][e], gelu)[0]
+    return out
+
+
 def _softcap(s, cap):
     return cap * np.tanh(s / cap) if cap else s
 
 
-def forward(arch, hp, w, tokens, flags=None):
+def forward(arch, hp, w, tokens, flags=None, moe_renorm=True):
     """Logits [T, V] for a prompt of token ids at positions 0..T-1; flags
     (as in ARCHS) override the architecture's."""
     neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope = flags or ARCHS[arch]
@@ -271,12 +318,10 @@ def forward(arch, hp, w, tokens, flags=None):
         a = out.reshape(T, H * hd) @ w[p + "attn_output.weight"].T
         x = x + (_rmsnorm(a, w[p + "post_attention_norm.weight"], eps) if post_norms else a)
         h = _rmsnorm(x, w[p + "ffn_norm.weight"], eps)
-        gt, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-        if gelu:
-            act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
+        if hp.get("n_expert"):
+            f = _moe(h, w, p, hp, gelu, moe_renorm)
         else:
-            act = gt / (1 + np.exp(-gt))
-        f = (act * up) @ w[p + "ffn_down.weight"].T
+            f = _ffn(h, w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"], w[p + "ffn_down.weight"], gelu)
         x = x + (_rmsnorm(f, w[p + "post_ffw_norm.weight"], eps) if post_norms else f)
     x = _rmsnorm(x, w["output_norm.weight"], eps)
     out_w = w.get("output.weight", w["token_embd.weight"])

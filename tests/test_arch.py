@@ -1,6 +1,7 @@
 """Both workers run Qwen2, Qwen3, Phi-3 and Gemma files as well as Llama's,
 including fused attn_qkv / gate+up tensors, the CPU worker Gemma 2 and 3
-too, and each refuses, by name, what it cannot run.
+and mixtures of experts (Qwen3-MoE, Mixtral-style llama) too, and each
+refuses, by name, what it cannot run.
 
 Each architecture gets a tiny random-weight file written the way llama.cpp's
 converters write one (tests/archmodels.py), in f32 and after
@@ -15,6 +16,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from gguf import GGUFReader
 
 import archmodels as am
 from conftest import BUILD, bin_path, cosines, logits_for
@@ -67,6 +69,9 @@ def wrong_references(arch, hp, w):
         yield f"flag {i}", am.forward(arch, hp, w, IDS, flags=tuple(wrong))
     if arch == "qwen2":
         yield "no biases", am.forward(arch, hp, {k: v for k, v in w.items() if not k.endswith(".bias")}, IDS)
+    if hp.get("n_expert"):
+        yield "experts' weights not renormalized", am.forward(arch, hp, w, IDS, moe_renorm=False)
+        yield "one expert fewer", am.forward(arch, dict(hp, n_expert_used=hp["n_expert_used"] - 1), w, IDS)
 
 
 @pytest.mark.parametrize("arch", list(am.ARCHS))
@@ -140,10 +145,50 @@ def test_unknown_architecture_is_refused(tmp_path):
 
 
 def test_mixture_of_experts_is_refused(tmp_path):
-    hp, w = am.make_weights("llama")
+    """Experts where the table has none (here a Qwen2 file) are refused by
+    name, and a Mixtral-style llama file without its expert tensors names
+    the missing router."""
+    hp, w = am.make_weights("qwen2")
     path = tmp_path / "moe.gguf"
-    am.write_model(path, "llama", hp, w, extra_kv={"llama.expert_count": 8})
-    assert "mixture-of-experts models are not supported" in run_fail(path)
+    am.write_model(path, "qwen2", hp, w, extra_kv={"qwen2.expert_count": 8, "qwen2.expert_used_count": 2})
+    assert "mixture-of-experts qwen2 models are not supported" in run_fail(path)
+    hp, w = am.make_weights("llama")
+    am.write_model(path, "llama", hp, w, extra_kv={"llama.expert_count": 8, "llama.expert_used_count": 2})
+    assert "missing tensor 'blk.0.ffn_gate_inp.weight'" in run_fail(path)
+
+
+@pytest.mark.parametrize("quant", [None, "q4_k_m"])
+def test_mixtral_style_llama(quant, tmp_path):
+    """A llama file whose FFN is a mixture (Mixtral's layout: 4 experts of
+    the full FFN width, 2 used) matches the reference, which without the
+    experts' renormalization, or with one expert fewer, does not."""
+    hp, w = am.make_weights("llama", seed=5, experts=(4, 2, 512))
+    path = tmp_path / "mixtral.gguf"
+    am.write_model(path, "llama", hp, w)
+    if quant:
+        q = tmp_path / "mixtral-q4.gguf"
+        r = subprocess.run([bin_path("spillway-quantize"), str(path), str(q), quant], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        path = q
+        # llama.cpp's mix: the router stays float, the experts' down
+        # matrices take Q6_K where ffn_down would (layer 1 of 2, not 0)
+        types = {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors}
+        assert types["blk.0.ffn_gate_inp.weight"] == "F32" and types["blk.0.ffn_up_exps.weight"] == "Q4_K"
+        assert (types["blk.0.ffn_down_exps.weight"], types["blk.1.ffn_down_exps.weight"]) == ("Q4_K", "Q6_K")
+    got = spillway_logits(path, tmp_path)
+    _, hp2, w2 = am.read_weights(path)
+    assert hp2["n_expert"] == 4 and hp2["n_expert_used"] == 2
+    assert cosines(got, am.forward("llama", hp2, w2, IDS)).min() >= 0.9999
+    for what, ref in wrong_references("llama", hp2, w2):
+        assert cosines(got, ref).min() < 0.999, what
+
+
+def test_gpu_worker_refuses_experts(tmp_path):
+    r = subprocess.run([bin_path("spillway-worker-gpu"), "--backend", "emulate", "-m", str(make(tmp_path, "qwen3moe")),
+                        "--tokens", "1,2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "architecture 'qwen3moe' uses a mixture of experts" in r.stderr and "spillway-worker-cpu" in r.stderr, r.stderr
 
 
 def test_missing_required_tensor(tmp_path):
@@ -171,7 +216,7 @@ def gpu_emulated_logits(model, tmp_path, ids=IDS):
     return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
 
 
-GPU_ARCHS = [a for a in am.ARCHS if a not in ("gemma2", "gemma3")]
+GPU_ARCHS = [a for a in am.ARCHS if a not in ("gemma2", "gemma3", "qwen3moe")]
 
 
 @pytest.mark.parametrize("arch", GPU_ARCHS)

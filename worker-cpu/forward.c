@@ -8,7 +8,8 @@
  *
  * The other architectures' differences (model.h, sw_arch) are switches
  * along the way: biases, q/k norms, GELU, scaled embeddings, Gemma 2/3's
- * post-norms, soft-caps and sliding-window layers.
+ * post-norms, soft-caps and sliding-window layers, and a mixture of experts
+ * in place of the FFN (each token through the few experts its router picks).
  *
  * Matrices go through sw_matmul_tensor with all tokens at once (weights read
  * once per step); attention is parallel over (token, head) with OpenMP. The
@@ -62,8 +63,14 @@ struct sw_ctx {
     /* precise mode: activations are quantized twice (value + residual) */
     bool precise;
     /* prepacked copies of the layer matrices ([layer][NPACK], NULL where the
-     * kernels have no packed form); see pack_weights */
-    sw_packed **pk, *pk_out;
+     * kernels have no packed form) and of the experts ([layer][3][n_expert]:
+     * gate, up, down); see pack_weights */
+    sw_packed **pk, *pk_out, **pk_exp;
+    /* a mixture of experts: router scores [B][n_expert], each token's experts
+     * and their weights [B][n_used], the batch rows routed to one expert [B]
+     * with their weights, and that expert's input and output rows [B][n_embd] */
+    float *router, *sel_w, *rows_w, *exp_in, *exp_out;
+    int *sel, *rows;
     float *px, *py;           /* [2*B][max cols], [2*B*max rows] (see matmul) */
     size_t py_cap;
 };
@@ -270,17 +277,30 @@ static void pack_weights(sw_ctx *c)
 {
     const char *env = getenv("SPILLWAY_PACK");
     if (env && !strcmp(env, "0")) return;
-    const uint32_t nl = c->m->hp.n_layer;
+    const uint32_t nl = c->m->hp.n_layer, ne = c->m->hp.n_expert;
     c->pk = calloc((size_t)nl * NPACK, sizeof *c->pk);
     if (!c->pk) return;
     for (uint32_t l = 0; l < nl; l++)
         for (int k = 0; k < NPACK; k++) c->pk[(size_t)l * NPACK + k] = sw_pack_tensor(layer_matrix(&c->m->layers[l], k));
     c->pk_out = sw_pack_tensor(c->m->output);
+    if (ne && (c->pk_exp = calloc((size_t)nl * 3 * ne, sizeof *c->pk_exp)))
+        for (uint32_t l = 0; l < nl; l++) {
+            const sw_layer *L = &c->m->layers[l];
+            const gguf_tensor *stacks[3] = {L->gate_exps, L->up_exps, L->down_exps};
+            for (int k = 0; k < 3; k++)
+                for (uint32_t e = 0; e < ne; e++) c->pk_exp[((size_t)l * 3 + k) * ne + e] = sw_pack_tensor(&stacks[k][e]);
+        }
 }
 
 static const sw_packed *packed(const sw_ctx *c, uint32_t l, int k)
 {
     return c->pk ? c->pk[(size_t)l * NPACK + k] : NULL;
+}
+
+/* Expert e's packed gate (k 0), up (1) or down (2) matrix of layer l, or NULL. */
+static const sw_packed *packed_expert(const sw_ctx *c, uint32_t l, int k, uint32_t e)
+{
+    return c->pk_exp ? c->pk_exp[((size_t)l * 3 + k) * c->m->hp.n_expert + e] : NULL;
 }
 
 /* inv[i] = theta^(-2i/n_rot), divided by the linear scaling factor and by
@@ -331,16 +351,28 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     c->k = falloc(B * c->kv_dim);
     c->v = falloc(B * c->kv_dim);
     c->kh = malloc(B * c->kv_dim * sizeof(sw_f16));
-    c->hb = falloc(B * hp->n_ff);
-    c->hb2 = falloc(B * hp->n_ff);
+    const size_t F = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+    c->hb = falloc(B * F);
+    c->hb2 = falloc(B * F);
     c->att_threads = omp_get_max_threads();
     c->att = falloc((size_t)c->att_threads * (hp->n_head / hp->n_head_kv) * c->ctx_pad);
     c->zeros = falloc(hp->head_dim > (uint32_t)c->ctx_pad ? hp->head_dim : (size_t)c->ctx_pad);
     c->out_toks = malloc(B * sizeof *c->out_toks);
     c->out_idx = malloc(B * sizeof *c->out_idx);
+    bool moe_ok = true;
+    if (hp->n_expert) {
+        c->router = falloc(B * hp->n_expert);
+        c->sel_w = falloc(B * hp->n_expert_used);
+        c->sel = malloc(B * hp->n_expert_used * sizeof *c->sel);
+        c->rows_w = falloc(B);
+        c->rows = malloc(B * sizeof *c->rows);
+        c->exp_in = falloc(B * E);
+        c->exp_out = falloc(B * E);
+        moe_ok = c->router && c->sel_w && c->sel && c->rows_w && c->rows && c->exp_in && c->exp_out;
+    }
     if (!c->kv_k || !c->kv_v || !c->attn_norm || !c->ffn_norm || !c->out_norm || !c->inv_freq ||
         !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->kh || !c->hb || !c->hb2 || !c->att ||
-        !c->zeros || !c->out_toks || !c->out_idx) {
+        !c->zeros || !c->out_toks || !c->out_idx || !moe_ok) {
         sw_errf(err, errlen, "out of memory for %d sequences x %d positions (KV %.1f MiB)", n_seq, n_ctx,
                2.0 * c->seq_stride * n_seq * sizeof(sw_f16) / 1048576.0);
         sw_ctx_free(c);
@@ -387,6 +419,10 @@ void sw_ctx_free(sw_ctx *c)
         for (size_t i = 0; i < (size_t)c->m->hp.n_layer * NPACK; i++) sw_packed_free(c->pk[i]);
     free(c->pk);
     sw_packed_free(c->pk_out);
+    if (c->pk_exp)
+        for (size_t i = 0; i < (size_t)c->m->hp.n_layer * 3 * c->m->hp.n_expert; i++) sw_packed_free(c->pk_exp[i]);
+    free(c->pk_exp);
+    free(c->router); free(c->sel_w); free(c->sel); free(c->rows_w); free(c->rows); free(c->exp_in); free(c->exp_out);
     free(c->kv_k); free(c->kv_v);
     free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq); free(c->inv_freq_swa);
     free(c->bias); free(c->qk_norm); free(c->out_bias); free(c->post_norm);
@@ -414,6 +450,8 @@ static size_t max_cols(const sw_ctx *c)
     size_t m = hp->n_embd;
     if ((size_t)c->q_dim > m) m = (size_t)c->q_dim;
     if (hp->n_ff > m) m = hp->n_ff;
+    if (hp->n_ff_exp > m) m = hp->n_ff_exp;
+    if (hp->n_expert > m) m = hp->n_expert;
     return m;
 }
 
@@ -702,23 +740,103 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
 /* x += W_down * (act(W_gate * norm(x)) * (W_up * norm(x))) for n rows, act
  * SiLU, or GELU for Gemma (whose 2 and 3 also normalize the sum before
  * adding it, as they do attention's). */
-static void ffn_block(sw_ctx *c, uint32_t l, int n)
+/* hb = act(hb) * hb2 for n rows of width F. */
+static void gate_rows(sw_ctx *c, int n, int F)
 {
-    const sw_hparams *hp = &c->m->hp;
-    const sw_layer *L = &c->m->layers[l];
-    const int E = (int)hp->n_embd, F = (int)hp->n_ff;
-    if (!n) return;
-    norm_rows(c->xb, c->x, c->ffn_norm + (size_t)l * E, n, E, hp->rms_eps);
-    if (!fused_packed(c, l, PK_GATE, 2, c->xb, n, (float *const[]){c->hb, c->hb2})) {
-        matmul(c, L->w_gate, packed(c, l, PK_GATE), c->xb, n, c->hb);
-        matmul(c, L->w_up, packed(c, l, PK_UP), c->xb, n, c->hb2);
-    }
 #pragma omp parallel for if (n > 4)
     for (int t = 0; t < n; t++) {
         if (c->m->graph->gelu) geglu(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
         else swiglu(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
     }
-    matmul(c, L->w_down, packed(c, l, PK_DOWN), c->hb, n, c->xb2);
+}
+
+/* Each token's n_used experts: the largest router scores, weighted by their
+ * softmax over all experts, renormalized over the chosen ones (the sum
+ * clamped as llama.cpp does) and scaled. Ties go to the lower index. */
+static void route_tokens(sw_ctx *c, int n)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const int ne = (int)hp->n_expert, k = (int)hp->n_expert_used;
+    for (int t = 0; t < n; t++) {
+        const float *r = c->router + (size_t)t * ne;
+        int *sel = c->sel + (size_t)t * k;
+        float *w = c->sel_w + (size_t)t * k;
+        float mx = -INFINITY;
+        for (int e = 0; e < ne; e++) mx = r[e] > mx ? r[e] : mx;
+        /* insertion into a sorted top-k: k is small (2-8) */
+        int got = 0;
+        for (int e = 0; e < ne; e++) {
+            int at = got < k ? got++ : k;
+            while (at > 0 && r[sel[at - 1]] < r[e]) {
+                if (at < k) sel[at] = sel[at - 1];
+                at--;
+            }
+            if (at < k) sel[at] = e;
+        }
+        /* softmax weights of the chosen: the full sum's denominator cancels
+         * in the renormalization, so only e^(r - max) of the chosen matter */
+        float sum = 0.0f;
+        for (int i = 0; i < k; i++) sum += w[i] = expf(r[sel[i]] - mx);
+        float all = 0.0f;
+        for (int e = 0; e < ne; e++) all += expf(r[e] - mx);
+        float norm = sum / all;   /* the chosen's share of the softmax */
+        norm = norm < 6.103515625e-5f ? 6.103515625e-5f : norm;
+        for (int i = 0; i < k; i++) w[i] = w[i] / all / norm * hp->expert_weights_scale;
+    }
+}
+
+/* xb2 = the mixture of experts over the n normed rows in xb: each expert
+ * runs once on the rows routed to it (gathered into exp_in), and its output
+ * is added, weighted, to those rows. Experts nobody picked are not read. */
+static void moe_rows(sw_ctx *c, uint32_t l, int n)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const sw_layer *L = &c->m->layers[l];
+    const int E = (int)hp->n_embd, FE = (int)hp->n_ff_exp, k = (int)hp->n_expert_used;
+    matmul(c, L->gate_inp, NULL, c->xb, n, c->router);
+    route_tokens(c, n);
+    memset(c->xb2, 0, (size_t)n * E * sizeof(float));
+    for (uint32_t e = 0; e < hp->n_expert; e++) {
+        int m = 0;
+        for (int i = 0; i < n * k; i++)
+            if (c->sel[i] == (int)e) { c->rows[m] = i / k; c->rows_w[m++] = c->sel_w[i]; }
+        if (!m) continue;
+        for (int j = 0; j < m; j++)
+            memcpy(c->exp_in + (size_t)j * E, c->xb + (size_t)c->rows[j] * E, (size_t)E * sizeof(float));
+        const sw_packed *pg = packed_expert(c, l, 0, e), *pu = packed_expert(c, l, 1, e);
+        if (pg && pu && !c->precise) {
+            sw_matmul_packed_n((const sw_packed *const[]){pg, pu}, 2, c->exp_in, m, (float *const[]){c->hb, c->hb2});
+        } else {
+            matmul(c, &L->gate_exps[e], pg, c->exp_in, m, c->hb);
+            matmul(c, &L->up_exps[e], pu, c->exp_in, m, c->hb2);
+        }
+        gate_rows(c, m, FE);
+        matmul(c, &L->down_exps[e], packed_expert(c, l, 2, e), c->hb, m, c->exp_out);
+        for (int j = 0; j < m; j++) {
+            float *dst = c->xb2 + (size_t)c->rows[j] * E;
+            const float *src = c->exp_out + (size_t)j * E, w = c->rows_w[j];
+            for (int i = 0; i < E; i++) dst[i] += w * src[i];
+        }
+    }
+}
+
+static void ffn_block(sw_ctx *c, uint32_t l, int n)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const sw_layer *L = &c->m->layers[l];
+    const int E = (int)hp->n_embd;
+    if (!n) return;
+    norm_rows(c->xb, c->x, c->ffn_norm + (size_t)l * E, n, E, hp->rms_eps);
+    if (hp->n_expert) {
+        moe_rows(c, l, n);
+    } else {
+        if (!fused_packed(c, l, PK_GATE, 2, c->xb, n, (float *const[]){c->hb, c->hb2})) {
+            matmul(c, L->w_gate, packed(c, l, PK_GATE), c->xb, n, c->hb);
+            matmul(c, L->w_up, packed(c, l, PK_UP), c->xb, n, c->hb2);
+        }
+        gate_rows(c, n, (int)hp->n_ff);
+        matmul(c, L->w_down, packed(c, l, PK_DOWN), c->hb, n, c->xb2);
+    }
     if (c->post_norm) norm_rows(c->xb2, c->xb2, c->post_norm + ((size_t)l * 2 + 1) * E, n, E, hp->rms_eps);
     add_rows(c->x, c->xb2, n, E);
 }
@@ -767,7 +885,9 @@ double sw_forward_weight_macs(const sw_model *m, int n, int n_logits)
 {
     const sw_hparams *hp = &m->hp;
     const double E = hp->n_embd, QD = (double)hp->n_head * hp->head_dim, KVD = (double)hp->n_head_kv * hp->head_dim;
-    const double kv = E * 2 * KVD, rest = E * QD + QD * E + 3 * E * hp->n_ff;   /* wk+wv; wq, wo, FFN */
+    /* a mixture: the router and the experts a token uses */
+    const double ffn = hp->n_expert ? E * hp->n_expert + 3.0 * E * hp->n_ff_exp * hp->n_expert_used : 3 * E * hp->n_ff;
+    const double kv = E * 2 * KVD, rest = E * QD + QD * E + ffn;   /* wk+wv; wq, wo, FFN */
     const double out = (double)n_logits * E * hp->n_vocab;
     if (!hp->n_layer) return out;
     int nq = n_logits < n ? n_logits : n;

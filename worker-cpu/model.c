@@ -57,9 +57,10 @@ static const char *type_name(sw_type t)
     return tr ? tr->name : "unknown";
 }
 
-/* Finds a tensor and checks its shape (ne1 = 0 means 1-D) and that its type
- * is usable: matrices by the kernels, vectors (norms) as float. */
-static const gguf_tensor *need(const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1,
+/* Finds a tensor and checks its shape (ne1 = 0 means 1-D, ne2 > 0 a stack
+ * of ne2 matrices: the experts of a mixture) and that its type is usable:
+ * matrices by the kernels, vectors (norms) as float. */
+static const gguf_tensor *need(const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, uint64_t ne2,
                                bool optional, char *err, size_t errlen)
 {
     const gguf_tensor *t = gguf_find_tensor(f, name);
@@ -67,7 +68,7 @@ static const gguf_tensor *need(const gguf_file *f, const char *name, uint64_t ne
         if (!optional) sw_errf(err, errlen, "missing tensor '%s'", name);
         return NULL;
     }
-    uint32_t want_dims = ne1 ? 2 : 1;
+    uint32_t want_dims = ne2 ? 3 : ne1 ? 2 : 1;
     /* Trailing dimensions of 1 are harmless (some writers store n_dims 2 for vectors). */
     for (uint32_t d = want_dims; d < GGUF_MAX_DIMS; d++) {
         if (t->ne[d] != 1) {
@@ -75,6 +76,11 @@ static const gguf_tensor *need(const gguf_file *f, const char *name, uint64_t ne
                    name, want_dims, d, (unsigned long long)t->ne[d]);
             return NULL;
         }
+    }
+    if (ne2 && t->ne[2] != ne2) {
+        sw_errf(err, errlen, "tensor '%s': %llu experts, expected %llu", name, (unsigned long long)t->ne[2],
+                (unsigned long long)ne2);
+        return NULL;
     }
     if (t->ne[0] != ne0 || (ne1 && t->ne[1] != ne1)) {
         if (ne1)
@@ -105,7 +111,7 @@ static const gguf_tensor *need(const gguf_file *f, const char *name, uint64_t ne
                name, (unsigned long long)t->ne[0], tr->name, tr->block_size);
         return NULL;
     }
-    uint64_t rows = ne1 ? ne1 : 1;
+    uint64_t rows = (ne1 ? ne1 : 1) * (ne2 ? ne2 : 1);
     uint64_t rs = sw_row_size(t->type, t->ne[0]);
     if (rs == 0 || t->nbytes < rs * rows) {
         sw_errf(err, errlen, "tensor '%s': data size %llu too small for its shape", name,
@@ -227,12 +233,6 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
     if (!hp_f32(f, arch, "rope.freq_base", &hp->rope_theta, err, errlen)) return false;
     if (!(hp->rope_theta > 0.0f)) { sw_errf(err, errlen, "metadata '%s.rope.freq_base' = %g must be positive", arch, hp->rope_theta); return false; }
     if (!read_rope_scaling(f, arch, hp, err, errlen)) return false;
-    uint32_t experts = 0;   /* Mixtral's files say "llama" too: name the reason, not a missing tensor */
-    if (!hp_u32(f, arch, "expert_count", &experts, false, err, errlen)) return false;
-    if (experts > 1) {
-        sw_errf(err, errlen, "metadata '%s.expert_count' = %u: mixture-of-experts models are not supported", arch, experts);
-        return false;
-    }
     hp->rms_eps = 1e-5f;
     if (!hp_f32(f, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, errlen)) return false;
     if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f)) {
@@ -269,14 +269,15 @@ static void pick_quant_name(sw_model *m)
  * their 27B models' query scale out of the file: llama.cpp tells those
  * models by their depth (depth_27b), and so does this loader. */
 static const sw_arch ARCHS[] = {
-    /* name    neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b */
-    {"llama",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0},
-    {"qwen2",  true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0},
-    {"qwen3",  true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0},
-    {"phi3",   true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0},
-    {"gemma",  true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0},
-    {"gemma2", true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46},
-    {"gemma3", true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62},
+    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts */
+    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED},
+    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO},
+    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO},
+    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS},
+    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO},
+    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO},
+    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO},
+    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO},
 };
 
 static const sw_arch *find_arch(const char *name)
@@ -284,6 +285,47 @@ static const sw_arch *find_arch(const char *name)
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
         if (!strcmp(ARCHS[i].name, name)) return &ARCHS[i];
     return NULL;
+}
+
+/* A mixture of experts (Mixtral, whose files say "llama", and Qwen3-MoE):
+ * how many experts, how many each token uses, and their FFN width. */
+static bool read_expert_hparams(const gguf_file *f, const char *arch, const sw_arch *g, sw_hparams *hp, char *err,
+                                size_t errlen)
+{
+    if (!hp_u32(f, arch, "expert_count", &hp->n_expert, false, err, errlen) ||
+        !hp_u32(f, arch, "expert_used_count", &hp->n_expert_used, false, err, errlen))
+        return false;
+    if (hp->n_expert <= 1) {
+        hp->n_expert = hp->n_expert_used = 0;
+        if (g->experts != SW_MOE_ALWAYS) return true;
+        sw_errf(err, errlen, "metadata '%s.expert_count' missing or below 2", arch);
+        return false;
+    }
+    if (g->experts == SW_MOE_NO) {
+        sw_errf(err, errlen, "metadata '%s.expert_count' = %u: mixture-of-experts %s models are not supported", arch,
+                hp->n_expert, arch);
+        return false;
+    }
+    if (hp->n_expert > 1024 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert) {
+        sw_errf(err, errlen, "metadata '%s.expert_count' = %u / 'expert_used_count' = %u out of range", arch,
+                hp->n_expert, hp->n_expert_used);
+        return false;
+    }
+    /* Qwen3-MoE's experts are n_ff / n_used wide unless the file says (llama.cpp's default too) */
+    hp->n_ff_exp = g->experts == SW_MOE_ALWAYS ? hp->n_ff / hp->n_expert_used : hp->n_ff;
+    if (!hp_u32(f, arch, "expert_feed_forward_length", &hp->n_ff_exp, false, err, errlen)) return false;
+    if (hp->n_ff_exp == 0 || hp->n_ff_exp > 1u << 20) {
+        sw_errf(err, errlen, "metadata '%s.expert_feed_forward_length' = %u out of range", arch, hp->n_ff_exp);
+        return false;
+    }
+    hp->expert_weights_scale = 1.0f;
+    if (!hp_f32(f, arch, "expert_weights_scale", &hp->expert_weights_scale, err, errlen)) return false;
+    if (hp->expert_weights_scale == 0.0f) hp->expert_weights_scale = 1.0f;   /* 0: unset */
+    if (!(hp->expert_weights_scale > 0.0f && hp->expert_weights_scale < 1e6f)) {
+        sw_errf(err, errlen, "metadata '%s.expert_weights_scale' = %g out of range", arch, hp->expert_weights_scale);
+        return false;
+    }
+    return true;
 }
 
 /* What the Gemma 2/3 graphs add to the hyperparameters: the query scale,
@@ -311,7 +353,7 @@ static bool read_graph_hparams(const gguf_file *f, const char *arch, const sw_ar
         sw_errf(err, errlen, "metadata '%s.rope.freq_base_swa' = %g must be positive", arch, hp->rope_theta_swa);
         return false;
     }
-    return true;
+    return read_expert_hparams(f, arch, g, hp, err, errlen);
 }
 
 /* Which layers attend through a sliding window, and how wide it is. Gemma 2
@@ -359,7 +401,7 @@ typedef struct {
 
 static const gguf_tensor *bind(loader *ld, const char *name, uint64_t ne0, uint64_t ne1, bool optional)
 {
-    const gguf_tensor *t = need(ld->m->file, name, ne0, ne1, optional, ld->err, ld->errlen);
+    const gguf_tensor *t = need(ld->m->file, name, ne0, ne1, 0, optional, ld->err, ld->errlen);
     if (t) ld->used[t - ld->m->file->tensors] = true;
     return t;
 }
@@ -369,6 +411,30 @@ static const gguf_tensor *bindf(loader *ld, uint64_t ne0, uint64_t ne1, bool opt
     char name[96];
     snprintf(name, sizeof name, fmt, l);
     return bind(ld, name, ne0, ne1, optional);
+}
+
+/* A stack of n_expert matrices [ne0, ne1] of layer l, as n_expert views. */
+static const gguf_tensor *bind_experts(loader *ld, uint64_t ne0, uint64_t ne1, const char *fmt, uint32_t l)
+{
+    char name[96];
+    snprintf(name, sizeof name, fmt, l);
+    sw_model *m = ld->m;
+    const uint32_t ne = m->hp.n_expert;
+    const gguf_tensor *t = need(m->file, name, ne0, ne1, ne, false, ld->err, ld->errlen);
+    if (!t) return NULL;
+    ld->used[t - m->file->tensors] = true;
+    const size_t bytes = ne1 * sw_row_size(t->type, ne0);
+    gguf_tensor *v = &m->views[m->n_views];
+    m->n_views += ne;
+    for (uint32_t e = 0; e < ne; e++) {
+        v[e] = *t;
+        snprintf(v[e].name, sizeof v[e].name, "%.100s[%u]", t->name, e);
+        v[e].data = (const uint8_t *)t->data + e * bytes;
+        v[e].ne[2] = 1;
+        v[e].n_dims = 2;
+        v[e].nbytes = bytes;
+    }
+    return v;
 }
 
 /* Rows [r0, r0 + n) of matrix t, or elements [r0, r0 + n) of vector t, as a
@@ -431,7 +497,7 @@ static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
     if (!(L->attn_norm = bindf(ld, E, 0, false, "blk.%u.attn_norm.weight", l)) || !bind_qkv(ld, l, L) ||
         !(L->wo = bindf(ld, QD, E, false, "blk.%u.attn_output.weight", l)) ||
         !(L->ffn_norm = bindf(ld, E, 0, false, "blk.%u.ffn_norm.weight", l)) ||
-        !(L->w_down = bindf(ld, F, E, false, "blk.%u.ffn_down.weight", l)))
+        (!hp->n_expert && !(L->w_down = bindf(ld, F, E, false, "blk.%u.ffn_down.weight", l))))
         return false;
     if (a->qk_norm && (!(L->q_norm = bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_q_norm.weight", l)) ||
                        !(L->k_norm = bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_k_norm.weight", l))))
@@ -439,6 +505,13 @@ static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
     if (a->post_norms && (!(L->post_attn_norm = bindf(ld, E, 0, false, "blk.%u.post_attention_norm.weight", l)) ||
                           !(L->post_ffn_norm = bindf(ld, E, 0, false, "blk.%u.post_ffw_norm.weight", l))))
         return false;
+    if (hp->n_expert) {
+        const uint64_t FE = hp->n_ff_exp;
+        return (L->gate_inp = bindf(ld, E, hp->n_expert, false, "blk.%u.ffn_gate_inp.weight", l)) &&
+               (L->gate_exps = bind_experts(ld, E, FE, "blk.%u.ffn_gate_exps.weight", l)) &&
+               (L->up_exps = bind_experts(ld, E, FE, "blk.%u.ffn_up_exps.weight", l)) &&
+               (L->down_exps = bind_experts(ld, FE, E, "blk.%u.ffn_down_exps.weight", l));
+    }
     if (a->fused_gate_up) {
         const gguf_tensor *gu = bindf(ld, E, 2 * F, false, "blk.%u.ffn_up.weight", l);
         if (!gu) return false;
@@ -450,13 +523,16 @@ static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
            (L->w_up = bindf(ld, E, F, false, "blk.%u.ffn_up.weight", l));
 }
 
-static uint64_t layer_bytes(const sw_layer *L)
+/* Bytes of the layer one token reads: of a mixture, the router and the
+ * n_used experts it picks. */
+static uint64_t layer_bytes(const sw_layer *L, uint32_t n_used)
 {
     const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->ffn_norm, L->w_gate, L->w_up,
                                L->w_down, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->post_attn_norm,
-                               L->post_ffn_norm};
+                               L->post_ffn_norm, L->gate_inp};
     uint64_t n = 0;
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) n += ts[i] ? ts[i]->nbytes : 0;
+    if (L->gate_exps) n += n_used * (L->gate_exps->nbytes + L->up_exps->nbytes + L->down_exps->nbytes);
     return n;
 }
 
@@ -488,11 +564,12 @@ static bool bind_tensors(loader *ld)
     if (ld->err[0]) return false;
 
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
-    m->views = calloc((size_t)hp->n_layer * 8, sizeof *m->views);   /* q k v, their biases, gate up */
+    /* q k v, their biases, gate up; the experts */
+    m->views = calloc((size_t)hp->n_layer * (8 + 3 * (size_t)hp->n_expert), sizeof *m->views);
     if (!m->layers || !m->views) { sw_errf(ld->err, ld->errlen, "out of memory"); return false; }
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (!bind_layer(ld, l, &m->layers[l])) return false;
-        m->weight_bytes += layer_bytes(&m->layers[l]);
+        m->weight_bytes += layer_bytes(&m->layers[l], hp->n_expert_used);
     }
     m->weight_bytes += m->output->nbytes + m->output_norm->nbytes + sw_row_size(m->token_embd->type, E) +
                        (m->output_bias ? m->output_bias->nbytes : 0);

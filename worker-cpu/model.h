@@ -1,5 +1,6 @@
 /* A decoder-only transformer read in place from a GGUF file: Llama's graph,
- * and the variants of it that Qwen2, Qwen3, Phi-3 and Gemma 1-3 use.
+ * and the variants of it that Qwen2, Qwen3, Qwen3-MoE, Phi-3, Gemma 1-3 and
+ * Mixtral use.
  * (Owned by the CPU engine work; fields below are the stable part other
  * code relies on.)
  *
@@ -29,7 +30,15 @@ typedef struct {
     float final_softcap;  /* the same on the logits; 0: none */
     uint32_t n_swa;       /* window of the sliding layers (sw_layer.sliding): a query at p sees p - n_swa + 1..p */
     float rope_theta_swa, rope_scale_swa;   /* RoPE base and linear scaling of the sliding layers */
+    /* A mixture of experts (0 experts: a dense FFN): each token's FFN is the
+     * sum of its n_expert_used best experts' (softmax over all n_expert
+     * router logits, renormalized over the chosen, times
+     * expert_weights_scale); experts are n_ff_exp wide. */
+    uint32_t n_expert, n_expert_used, n_ff_exp;
+    float expert_weights_scale;
 } sw_hparams;
+
+enum { SW_MOE_NO, SW_MOE_ALLOWED, SW_MOE_ALWAYS };   /* sw_arch.experts */
 
 /* How an architecture's graph differs from Llama's (model.c has the table). */
 typedef struct {
@@ -48,6 +57,7 @@ typedef struct {
     bool swa_own_rope;    /* sliding layers rotate with rope.freq_base_swa (default
                            * 10000) and no scaling (Gemma 3) */
     uint32_t depth_27b;   /* a model this deep scales queries by 1/sqrt(n_embd/n_head) */
+    int experts;          /* SW_MOE_*: whether its FFN may be (or always is) a mixture */
 } sw_arch;
 
 /* One transformer block. Matrices follow GGUF's convention: ne[0] = input
@@ -66,6 +76,12 @@ typedef struct {
      * [n_head_kv*head_dim] x 2) and the per-head q/k norms ([head_dim]). */
     const gguf_tensor *bq, *bk, *bv;
     const gguf_tensor *q_norm, *k_norm;
+    /* A mixture's router [n_embd, n_expert] and its experts' matrices, each
+     * n_expert consecutive views (gate and up [n_embd, n_ff_exp], down
+     * [n_ff_exp, n_embd]) into the file's stacked tensors; w_gate, w_up and
+     * w_down are then NULL. */
+    const gguf_tensor *gate_inp;
+    const gguf_tensor *gate_exps, *up_exps, *down_exps;
     /* Gemma 2/3: norms of the attention and FFN outputs ([n_embd]), else NULL */
     const gguf_tensor *post_attn_norm, *post_ffn_norm;
     bool sliding;                   /* attends to the last hp.n_swa positions only */

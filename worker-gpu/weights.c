@@ -174,8 +174,9 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
                 "does not implement: serve it with spillway-worker-cpu", m->arch, m->hp.n_rot, m->hp.head_dim);
         return NULL;
     }
-    /* Gemma 2 and 3's additions have no kernels here yet. */
-    const char *missing = m->graph->post_norms       ? "post-attention and post-FFN norms"
+    /* Gemma 2 and 3's additions and mixtures of experts have no kernels here yet. */
+    const char *missing = m->hp.n_expert             ? "a mixture of experts"
+                          : m->graph->post_norms       ? "post-attention and post-FFN norms"
                           : m->hp.attn_softcap > 0.0f  ? "attention soft-capping"
                           : m->hp.final_softcap > 0.0f ? "logit soft-capping"
                           : m->hp.n_swa                ? "sliding-window attention"
