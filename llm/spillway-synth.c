@@ -1,6 +1,10 @@
 /* spillway-synth: writes a RANDOM-WEIGHT Llama GGUF for demos and benchmarks.
  *
- *   spillway-synth --shape tiny|125m|1b|8b [--type f32|f16|q8_0|q4_k_m] [--seed N] OUT.gguf
+ *   spillway-synth --shape tiny|125m|1b|8b|moe [--type f32|f16|q8_0|q4_k_m] [--seed N] OUT.gguf
+ *
+ * "moe" is a mixture of experts in Mixtral's llama layout, with Qwen3-30B-A3B's
+ * layer widths (dim 2048, 64 experts of width 768, 8 used per token) in 16
+ * layers: 4.9 B weights of which 0.45 B are used per token.
  *
  * The weights are seeded normal noise, so the model produces gibberish; the
  * file says so in general.description and spillway.synthetic = true. What is
@@ -35,13 +39,15 @@ typedef struct {
     const char *name;
     uint32_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
     float rope_theta;
+    uint32_t experts, experts_used;   /* 0: a dense FFN; else ffn is each expert's width */
 } shape;
 
 static const shape SHAPES[] = {
-    { "tiny", 128, 2, 4, 2, 256, 1024, 512, 10000.0f },
-    { "125m", 768, 12, 12, 4, 2048, 32000, 2048, 10000.0f },
-    { "1b", 2048, 16, 32, 8, 8192, 32000, 4096, 10000.0f },
-    { "8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f },
+    { "tiny", 128, 2, 4, 2, 256, 1024, 512, 10000.0f, 0, 0 },
+    { "125m", 768, 12, 12, 4, 2048, 32000, 2048, 10000.0f, 0, 0 },
+    { "1b", 2048, 16, 32, 8, 8192, 32000, 4096, 10000.0f, 0, 0 },
+    { "8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 0, 0 },
+    { "moe", 2048, 16, 32, 4, 768, 32000, 4096, 1000000.0f, 64, 8 },
 };
 
 /* ------------------------------------------------------------------ */
@@ -215,7 +221,7 @@ static void write_vocab(gguf_writer *w, const vocab *v) {
 typedef struct {
     char name[96];
     uint32_t n_dims;
-    uint64_t ne[2];
+    uint64_t ne[3];   /* ne[2]: experts, for the stacked expert matrices */
     sw_type type;
     float std;        /* 0: all ones (norm weights) */
     uint64_t seed;
@@ -237,7 +243,7 @@ static bool synth_row(void *ctx, uint64_t r, float *x) {
 
 static bool fill_tensor(void *ctx, void *dst, uint64_t nbytes, char *err, size_t errlen) {
     synth_tensor *t = ctx;
-    uint64_t ne0 = t->ne[0], rows = t->n_dims > 1 ? t->ne[1] : 1;
+    uint64_t ne0 = t->ne[0], rows = (t->n_dims > 1 ? t->ne[1] : 1) * (t->n_dims > 2 ? t->ne[2] : 1);
     if (sw_row_size(t->type, ne0) * rows != nbytes) {
         snprintf(err, errlen, "spillway-synth: %s: size mismatch", t->name);
         return false;
@@ -260,7 +266,7 @@ static void add_tensor(gguf_writer *w, synth_tensor *t, sw_ftype ft, const shape
 
 static void usage(FILE *fp) {
     fprintf(fp,
-            "usage: spillway-synth --shape tiny|125m|1b|8b [--type f32|f16|q8_0|q4_k_m] [--seed N] OUT.gguf\n"
+            "usage: spillway-synth --shape tiny|125m|1b|8b|moe [--type f32|f16|q8_0|q4_k_m] [--seed N] OUT.gguf\n"
             "Writes a RANDOM-WEIGHT Llama GGUF (gibberish output) for demos and benchmarks.\n"
             "Defaults: --type f32, --seed 42.\n");
 }
@@ -278,7 +284,7 @@ int main(int argc, char **argv) {
             const char *s = argv[++i];
             for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++)
                 if (!strcmp(s, SHAPES[k].name)) sh = &SHAPES[k];
-            if (!sh) { fprintf(stderr, "spillway-synth: unknown shape '%s' (tiny, 125m, 1b, 8b)\n", s); return 2; }
+            if (!sh) { fprintf(stderr, "spillway-synth: unknown shape '%s' (tiny, 125m, 1b, 8b, moe)\n", s); return 2; }
         } else if (!strcmp(a, "--type") && has_val) {
             const char *s = argv[++i];
             if (!sw_ftype_parse(s, &ft)) {
@@ -339,9 +345,13 @@ int main(int argc, char **argv) {
     gguf_w_f32(w, "llama.rope.freq_base", sh->rope_theta);
     gguf_w_u32(w, "llama.rope.dimension_count", sh->dim / sh->heads);
     gguf_w_u32(w, "llama.vocab_size", sh->vocab);
+    if (sh->experts) {
+        gguf_w_u32(w, "llama.expert_count", sh->experts);
+        gguf_w_u32(w, "llama.expert_used_count", sh->experts_used);
+    }
     write_vocab(w, &v);
 
-    uint32_t n_t = 3 + 9 * sh->layers, k = 0;
+    uint32_t n_t = 3 + (sh->experts ? 10 : 9) * sh->layers, k = 0;
     synth_tensor *ts = calloc(n_t, sizeof *ts);
     uint32_t kv_dim = sh->dim / sh->heads * sh->kv_heads;
     float in_std = 1.0f / sqrtf((float)sh->dim), ffn_std = 1.0f / sqrtf((float)sh->ffn);
@@ -349,6 +359,7 @@ int main(int argc, char **argv) {
     bool verbose = strcmp(sh->name, "tiny") != 0;
 #define T(NAME, ND, NE0, NE1, STD) do { synth_tensor *t = &ts[k]; \
         snprintf(t->name, sizeof t->name, "%s", NAME); t->n_dims = ND; t->ne[0] = NE0; t->ne[1] = NE1; \
+        t->ne[2] = (ND) > 2 ? sh->experts : 1; \
         t->std = STD; t->seed = seed; t->index = k; t->total = n_t; t->verbose = verbose; \
         add_tensor(w, t, ft, sh); k++; } while (0)
     T("token_embd.weight", 2, sh->dim, sh->vocab, 1.0f);
@@ -364,6 +375,13 @@ int main(int argc, char **argv) {
         L("attn_v", 2, sh->dim, kv_dim, in_std);
         L("attn_output", 2, sh->dim, sh->dim, in_std * resid);
         L("ffn_norm", 1, sh->dim, 1, 0.0f);
+        if (sh->experts) {   /* the router, then each kind of expert matrix stacked */
+            L("ffn_gate_inp", 2, sh->dim, sh->experts, in_std);
+            L("ffn_gate_exps", 3, sh->dim, sh->ffn, in_std);
+            L("ffn_up_exps", 3, sh->dim, sh->ffn, in_std);
+            L("ffn_down_exps", 3, sh->ffn, sh->dim, ffn_std * resid);
+            continue;
+        }
         L("ffn_gate", 2, sh->dim, sh->ffn, in_std);
         L("ffn_up", 2, sh->dim, sh->ffn, in_std);
         L("ffn_down", 2, sh->ffn, sh->dim, ffn_std * resid);

@@ -67,10 +67,16 @@ struct sw_ctx {
      * gate, up, down); see pack_weights */
     sw_packed **pk, *pk_out, **pk_exp;
     /* a mixture of experts: router scores [B][n_expert], each token's experts
-     * and their weights [B][n_used], the batch rows routed to one expert [B]
-     * with their weights, and that expert's input and output rows [B][n_embd] */
-    float *router, *sel_w, *rows_w, *exp_in, *exp_out;
-    int *sel, *rows;
+     * and their weights [B][n_used]; the B * n_used (token, expert) pairs
+     * sorted by expert: each pair's slot [B][n_used], each slot's batch row
+     * [B * n_used], each expert's first slot [n_expert + 1], and the slots'
+     * input and output rows [B * n_used][n_embd] (their FFN rows in hb, hb2) */
+    float *router, *sel_w, *exp_in, *exp_out;
+    int *sel, *slot, *rows, *exp_first;
+    sw_packed_job *jobs;      /* [2 * n_expert] */
+    /* weight bytes the last sw_forward read: the dense part (all of it but
+     * the experts), plus each expert used */
+    uint64_t dense_bytes, bytes_read;
     float *px, *py;           /* [2*B][max cols], [2*B*max rows] (see matmul) */
     size_t py_cap;
 };
@@ -303,6 +309,12 @@ static const sw_packed *packed_expert(const sw_ctx *c, uint32_t l, int k, uint32
     return c->pk_exp ? c->pk_exp[((size_t)l * 3 + k) * c->m->hp.n_expert + e] : NULL;
 }
 
+/* Bytes of expert e's three matrices in layer L. */
+static uint64_t expert_bytes(const sw_layer *L, uint32_t e)
+{
+    return L->gate_exps[e].nbytes + L->up_exps[e].nbytes + L->down_exps[e].nbytes;
+}
+
 /* inv[i] = theta^(-2i/n_rot), divided by the linear scaling factor and by
  * the file's per-frequency factors where it has them. */
 static void rope_freqs(float *inv, uint32_t n_rot, float theta, float scale, const float *factors)
@@ -351,9 +363,10 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     c->k = falloc(B * c->kv_dim);
     c->v = falloc(B * c->kv_dim);
     c->kh = malloc(B * c->kv_dim * sizeof(sw_f16));
-    const size_t F = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
-    c->hb = falloc(B * F);
-    c->hb2 = falloc(B * F);
+    const size_t KB = B * (hp->n_expert ? hp->n_expert_used : 1);   /* rows of an FFN step */
+    const size_t F = B * hp->n_ff > KB * hp->n_ff_exp ? B * hp->n_ff : KB * hp->n_ff_exp;
+    c->hb = falloc(F);
+    c->hb2 = falloc(F);
     c->att_threads = omp_get_max_threads();
     c->att = falloc((size_t)c->att_threads * (hp->n_head / hp->n_head_kv) * c->ctx_pad);
     c->zeros = falloc(hp->head_dim > (uint32_t)c->ctx_pad ? hp->head_dim : (size_t)c->ctx_pad);
@@ -362,13 +375,16 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     bool moe_ok = true;
     if (hp->n_expert) {
         c->router = falloc(B * hp->n_expert);
-        c->sel_w = falloc(B * hp->n_expert_used);
-        c->sel = malloc(B * hp->n_expert_used * sizeof *c->sel);
-        c->rows_w = falloc(B);
-        c->rows = malloc(B * sizeof *c->rows);
-        c->exp_in = falloc(B * E);
-        c->exp_out = falloc(B * E);
-        moe_ok = c->router && c->sel_w && c->sel && c->rows_w && c->rows && c->exp_in && c->exp_out;
+        c->sel_w = falloc(KB);
+        c->sel = malloc(KB * sizeof *c->sel);
+        c->slot = malloc(KB * sizeof *c->slot);
+        c->rows = malloc(KB * sizeof *c->rows);
+        c->exp_first = malloc((hp->n_expert + 1) * sizeof *c->exp_first);
+        c->jobs = malloc(2 * (size_t)hp->n_expert * sizeof *c->jobs);
+        c->exp_in = falloc(KB * E);
+        c->exp_out = falloc(KB * E);
+        moe_ok = c->router && c->sel_w && c->sel && c->slot && c->rows && c->exp_first && c->jobs && c->exp_in &&
+                 c->exp_out;
     }
     if (!c->kv_k || !c->kv_v || !c->attn_norm || !c->ffn_norm || !c->out_norm || !c->inv_freq ||
         !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->kh || !c->hb || !c->hb2 || !c->att ||
@@ -409,8 +425,13 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
         return NULL;
     }
     pack_weights(c);
+    c->dense_bytes = m->weight_bytes;
+    for (uint32_t l = 0; l < hp->n_layer && hp->n_expert; l++)
+        c->dense_bytes -= hp->n_expert_used * expert_bytes(&m->layers[l], 0);
     return c;
 }
+
+uint64_t sw_ctx_weight_bytes_read(const sw_ctx *c) { return c->bytes_read; }
 
 void sw_ctx_free(sw_ctx *c)
 {
@@ -422,7 +443,8 @@ void sw_ctx_free(sw_ctx *c)
     if (c->pk_exp)
         for (size_t i = 0; i < (size_t)c->m->hp.n_layer * 3 * c->m->hp.n_expert; i++) sw_packed_free(c->pk_exp[i]);
     free(c->pk_exp);
-    free(c->router); free(c->sel_w); free(c->sel); free(c->rows_w); free(c->rows); free(c->exp_in); free(c->exp_out);
+    free(c->router); free(c->sel_w); free(c->sel); free(c->slot); free(c->rows); free(c->exp_first); free(c->jobs);
+    free(c->exp_in); free(c->exp_out);
     free(c->kv_k); free(c->kv_v);
     free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq); free(c->inv_freq_swa);
     free(c->bias); free(c->qk_norm); free(c->out_bias); free(c->post_norm);
@@ -785,37 +807,94 @@ static void route_tokens(sw_ctx *c, int n)
     }
 }
 
-/* xb2 = the mixture of experts over the n normed rows in xb: each expert
- * runs once on the rows routed to it (gathered into exp_in), and its output
- * is added, weighted, to those rows. Experts nobody picked are not read. */
+/* Sorts the n * n_used (token, expert) pairs by expert (stable, so each
+ * expert's rows stay in batch order) and gathers each pair's input row into
+ * its slot of exp_in. */
+static void gather_expert_rows(sw_ctx *c, int n)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const int ne = (int)hp->n_expert, k = (int)hp->n_expert_used, E = (int)hp->n_embd;
+    int *first = c->exp_first;
+    memset(first, 0, (size_t)(ne + 1) * sizeof *first);
+    for (int i = 0; i < n * k; i++) first[c->sel[i] + 1]++;
+    for (int e = 0; e < ne; e++) first[e + 1] += first[e];
+    for (int i = 0; i < n * k; i++) {
+        /* first[e] walks through expert e's slots here and is restored below */
+        int s = first[c->sel[i]]++;
+        c->slot[i] = s;
+        c->rows[s] = i / k;
+    }
+    for (int e = ne; e > 0; e--) first[e] = first[e - 1];
+    first[0] = 0;
+#pragma omp parallel for if (n * k > 8)
+    for (int s = 0; s < n * k; s++)
+        memcpy(c->exp_in + (size_t)s * E, c->xb + (size_t)c->rows[s] * E, (size_t)E * sizeof(float));
+}
+
+/* The experts' products over their slots: all of one kind (gate and up,
+ * then down) in one parallel region when every expert used is packed,
+ * else one matmul each. */
+static void expert_products(sw_ctx *c, uint32_t l, bool down)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const sw_layer *L = &c->m->layers[l];
+    const int E = (int)hp->n_embd, FE = (int)hp->n_ff_exp;
+    const int *first = c->exp_first;
+    int nj = 0;
+    bool packed_all = !c->precise;
+    for (uint32_t e = 0; e < hp->n_expert; e++) {
+        const int m = first[e + 1] - first[e];
+        if (!m) continue;
+        const size_t s0 = (size_t)first[e];
+        if (down) {
+            c->jobs[nj++] = (sw_packed_job){ packed_expert(c, l, 2, e), c->hb + s0 * FE, m, c->exp_out + s0 * E };
+        } else {
+            c->jobs[nj++] = (sw_packed_job){ packed_expert(c, l, 0, e), c->exp_in + s0 * E, m, c->hb + s0 * FE };
+            c->jobs[nj++] = (sw_packed_job){ packed_expert(c, l, 1, e), c->exp_in + s0 * E, m, c->hb2 + s0 * FE };
+        }
+        packed_all &= c->jobs[nj - 1].p && c->jobs[nj - (down ? 1 : 2)].p;
+    }
+    if (packed_all) {
+        sw_matmul_packed_jobs(c->jobs, nj);
+        return;
+    }
+    for (uint32_t e = 0; e < hp->n_expert; e++) {
+        const int m = first[e + 1] - first[e];
+        const size_t s0 = (size_t)first[e];
+        if (!m) continue;
+        if (down) {
+            matmul(c, &L->down_exps[e], packed_expert(c, l, 2, e), c->hb + s0 * FE, m, c->exp_out + s0 * E);
+        } else {
+            matmul(c, &L->gate_exps[e], packed_expert(c, l, 0, e), c->exp_in + s0 * E, m, c->hb + s0 * FE);
+            matmul(c, &L->up_exps[e], packed_expert(c, l, 1, e), c->exp_in + s0 * E, m, c->hb2 + s0 * FE);
+        }
+    }
+}
+
+/* xb2 = the mixture of experts over the n normed rows in xb. The pairs
+ * (token, chosen expert) are sorted by expert, so each expert used runs
+ * once over all its rows; experts nobody picked are not read. Each token
+ * then sums its experts' outputs, weighted, in its ranking's order. */
 static void moe_rows(sw_ctx *c, uint32_t l, int n)
 {
     const sw_hparams *hp = &c->m->hp;
     const sw_layer *L = &c->m->layers[l];
-    const int E = (int)hp->n_embd, FE = (int)hp->n_ff_exp, k = (int)hp->n_expert_used;
+    const int E = (int)hp->n_embd, k = (int)hp->n_expert_used;
     matmul(c, L->gate_inp, NULL, c->xb, n, c->router);
     route_tokens(c, n);
-    memset(c->xb2, 0, (size_t)n * E * sizeof(float));
-    for (uint32_t e = 0; e < hp->n_expert; e++) {
-        int m = 0;
-        for (int i = 0; i < n * k; i++)
-            if (c->sel[i] == (int)e) { c->rows[m] = i / k; c->rows_w[m++] = c->sel_w[i]; }
-        if (!m) continue;
-        for (int j = 0; j < m; j++)
-            memcpy(c->exp_in + (size_t)j * E, c->xb + (size_t)c->rows[j] * E, (size_t)E * sizeof(float));
-        const sw_packed *pg = packed_expert(c, l, 0, e), *pu = packed_expert(c, l, 1, e);
-        if (pg && pu && !c->precise) {
-            sw_matmul_packed_n((const sw_packed *const[]){pg, pu}, 2, c->exp_in, m, (float *const[]){c->hb, c->hb2});
-        } else {
-            matmul(c, &L->gate_exps[e], pg, c->exp_in, m, c->hb);
-            matmul(c, &L->up_exps[e], pu, c->exp_in, m, c->hb2);
-        }
-        gate_rows(c, m, FE);
-        matmul(c, &L->down_exps[e], packed_expert(c, l, 2, e), c->hb, m, c->exp_out);
-        for (int j = 0; j < m; j++) {
-            float *dst = c->xb2 + (size_t)c->rows[j] * E;
-            const float *src = c->exp_out + (size_t)j * E, w = c->rows_w[j];
-            for (int i = 0; i < E; i++) dst[i] += w * src[i];
+    gather_expert_rows(c, n);
+    for (uint32_t e = 0; e < hp->n_expert; e++)
+        if (c->exp_first[e + 1] > c->exp_first[e]) c->bytes_read += expert_bytes(L, e);
+    expert_products(c, l, false);
+    gate_rows(c, n * k, (int)hp->n_ff_exp);
+    expert_products(c, l, true);
+#pragma omp parallel for if (n > 4)
+    for (int t = 0; t < n; t++) {
+        float *dst = c->xb2 + (size_t)t * E;
+        memset(dst, 0, (size_t)E * sizeof(float));
+        for (int i = 0; i < k; i++) {
+            const float *src = c->exp_out + (size_t)c->slot[t * k + i] * E, w = c->sel_w[t * k + i];
+            for (int d = 0; d < E; d++) dst[d] += w * src[d];
         }
     }
 }
@@ -845,6 +924,7 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
 {
     if (check_batch(c, toks, n, err, errlen)) return -1;
     const sw_model *m = c->m;
+    c->bytes_read = c->dense_bytes;
     const sw_hparams *hp = &m->hp;
     const int E = (int)hp->n_embd;
 

@@ -46,6 +46,10 @@ void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to);
  * -1 with err filled when the batch is invalid (token/pos/seq out of range). */
 int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char *err, size_t errlen);
 
+/* Bytes of weights the last sw_forward call read: every matrix, but of a
+ * mixture of experts only the experts some token of the batch used. */
+uint64_t sw_ctx_weight_bytes_read(const sw_ctx *c);
+
 /* Weight multiply-adds of one sw_forward call over n tokens of which
  * n_logits want logits (the last layer and the output run only those; see
  * sw_forward). Attention, which is float work over the cache, not counted. */

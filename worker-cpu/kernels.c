@@ -544,58 +544,103 @@ static bool packed_usable(const sw_kernel_table *kt, const sw_packed *p) {
     return p->type == SW_TYPE_Q4_K ? kt->q4k16 != NULL : kt->q6k16 != NULL;
 }
 
-void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n_tok, float *const *y) {
+/* One activation matrix that some of the jobs multiply: quantized once, at
+ * `off` in the scratch, with its Q4_K and Q6_K bsum forms after it. */
+typedef struct {
+    const float *x;
+    int n_tok;
+    int64_t cols;
+    size_t off, bs4, bs6;   /* byte offsets of the bsum forms (0: none) */
+} act_set;
+
+static int64_t job_groups(const sw_packed_job *j) { return j->n_tok > 0 ? j->p->groups : 0; }
+
+/* Finds or adds the activation set of job j (same x, tokens and width). */
+static int act_set_of(act_set *sets, int *n_sets, const sw_packed_job *j) {
+    for (int s = 0; s < *n_sets; s++)
+        if (sets[s].x == j->x && sets[s].n_tok == j->n_tok && sets[s].cols == j->p->cols) return s;
+    sets[*n_sets] = (act_set){ j->x, j->n_tok, j->p->cols, 0, 0, 0 };
+    return (*n_sets)++;
+}
+
+void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
     const sw_kernel_table *kt = ktab();
-    if (np <= 0 || n_tok <= 0) return;
-    if (np > SW_PACKED_FUSE_MAX) {
-        for (int m = 0; m < np; m++) sw_matmul_packed_n(&p[m], 1, x, n_tok, &y[m]);
+    int live = 0;
+    bool usable = true;
+    for (int j = 0; j < n; j++)
+        if (jobs[j].p && jobs[j].n_tok > 0) {
+            live++;
+            usable &= packed_usable(kt, jobs[j].p);
+        }
+    if (!live) return;
+    if (!usable) {
+        /* another ISA was selected after packing: each from its original */
+        for (int j = 0; j < n; j++)
+            if (jobs[j].p && jobs[j].n_tok > 0) {
+                if (packed_usable(kt, jobs[j].p)) sw_matmul_packed_jobs(&jobs[j], 1);
+                else sw_matmul_tensor(jobs[j].p->src, jobs[j].x, jobs[j].n_tok, jobs[j].y);
+            }
         return;
     }
-    for (int k = 0; k < np; k++)
-        if (!p[k] || !packed_usable(kt, p[k]) || p[k]->cols != p[0]->cols) {
-            /* not one fused product: each on its own (another ISA was
-             * selected after packing: from the original tensors) */
-            for (int m = 0; m < np; m++) {
-                if (!p[m]) continue;
-                if (packed_usable(kt, p[m])) sw_matmul_packed_n(&p[m], 1, x, n_tok, &y[m]);
-                else sw_matmul_tensor(p[m]->src, x, n_tok, y[m]);
-            }
-            return;
-        }
-    for (int k = 0; k < np; k++)
-        if (!packed_tail(p[k], x, n_tok, y[k])) {
-            for (int m = 0; m < np; m++) fill_nan(y[m], (size_t)p[m]->rows * (size_t)n_tok);
-            return;
-        }
-    const int64_t cols = p[0]->cols, nb = cols / QK_K;
-    bool any4 = false, any6 = false;
+    act_set *sets = malloc((size_t)n * sizeof *sets);
+    int *set_of = malloc((size_t)n * sizeof *set_of);
+    int64_t *first = malloc(((size_t)n + 1) * sizeof *first);
+    bool ok = sets && set_of && first;
+    for (int j = 0; ok && j < n; j++)
+        if (jobs[j].p && jobs[j].n_tok > 0) ok = packed_tail(jobs[j].p, jobs[j].x, jobs[j].n_tok, jobs[j].y);
+    /* the activation sets and where each goes in the scratch */
+    int n_sets = 0, max_tok = 0, total_tok = 0;
     int64_t groups = 0;
     double work = 0;
-    for (int k = 0; k < np; k++) {
-        any4 |= p[k]->type == SW_TYPE_Q4_K;
-        any6 |= p[k]->type == SW_TYPE_Q6_K;
-        groups += p[k]->groups;
-        work += (double)p[k]->rows * (double)cols * n_tok;
+    size_t group_bytes = 0;
+    for (int j = 0; ok && j < n; j++) {
+        first[j] = groups;
+        if (!jobs[j].p || jobs[j].n_tok <= 0) continue;
+        const sw_packed *p = jobs[j].p;
+        set_of[j] = act_set_of(sets, &n_sets, &jobs[j]);
+        groups += job_groups(&jobs[j]);
+        work += (double)p->rows * (double)p->cols * jobs[j].n_tok;
+        max_tok = jobs[j].n_tok > max_tok ? jobs[j].n_tok : max_tok;
+        size_t gb = (size_t)(p->cols / QK_K) * p->block_bytes;
+        group_bytes = gb > group_bytes ? gb : group_bytes;
+        act_set *a = &sets[set_of[j]];
+        if (p->type == SW_TYPE_Q4_K) a->bs4 = 1;
+        else a->bs6 = 1;
     }
-    /* activations once for all the matrices; the per-type bsum forms after them */
-    size_t act_rs = sw_act_row_size(SW_TYPE_Q4_K, cols);
-    size_t act_bytes = (act_rs * (size_t)n_tok + 63) & ~(size_t)63;
-    size_t rs4 = any4 ? (size_t)nb * 4 : 0, rs6 = any6 ? (size_t)nb * 16 : 0;
-    uint8_t *buf = scratch_get(SCRATCH_ACT, act_bytes + (rs4 + rs6) * sizeof(int32_t) * (size_t)n_tok);
+    if (ok) first[n] = groups;
+    size_t bytes = 0;
+    for (int s = 0; ok && s < n_sets; s++) {
+        act_set *a = &sets[s];
+        const size_t nb = (size_t)(a->cols / QK_K);
+        a->off = bytes;
+        bytes += (sw_act_row_size(SW_TYPE_Q4_K, a->cols) * (size_t)a->n_tok + 63) & ~(size_t)63;
+        if (a->bs4) { a->bs4 = bytes; bytes += nb * 4 * sizeof(int32_t) * (size_t)a->n_tok; }
+        if (a->bs6) { a->bs6 = bytes; bytes += nb * 16 * sizeof(int32_t) * (size_t)a->n_tok; }
+        bytes = (bytes + 63) & ~(size_t)63;
+        total_tok += a->n_tok;
+    }
+    uint8_t *buf = ok ? scratch_get(SCRATCH_ACT, bytes) : NULL;
     if (!buf) {
-        fprintf(stderr, "sw_matmul_packed: out of memory for %d activation rows\n", n_tok);
-        for (int m = 0; m < np; m++) fill_nan(y[m], (size_t)p[m]->rows * (size_t)n_tok);
+        fprintf(stderr, "sw_matmul_packed: out of memory for %d products\n", n);
+        for (int j = 0; j < n; j++)
+            if (jobs[j].p && jobs[j].n_tok > 0) fill_nan(jobs[j].y, (size_t)jobs[j].p->rows * (size_t)jobs[j].n_tok);
+        free(sets); free(set_of); free(first);
         return;
     }
-    int32_t *bsp4 = (int32_t *)(buf + act_bytes), *bsp6 = bsp4 + rs4 * (size_t)n_tok;
-    #pragma omp parallel for if (n_tok >= 4) schedule(static)
-    for (int t = 0; t < n_tok; t++) {
-        const block_q8_k *a = (const block_q8_k *)(buf + (size_t)t * act_rs);
-        kt->quant_q8_k(x + (size_t)t * cols, buf + (size_t)t * act_rs, cols);
-        if (any4) packed_bsums(SW_TYPE_Q4_K, a, nb, bsp4 + (size_t)t * rs4);
-        if (any6) packed_bsums(SW_TYPE_Q6_K, a, nb, bsp6 + (size_t)t * rs6);
+    /* each activation row once, with the bsum forms its products need */
+    #pragma omp parallel for if (total_tok >= 4) schedule(static)
+    for (int i = 0; i < total_tok; i++) {
+        int s = 0, t = i;
+        while (t >= sets[s].n_tok) t -= sets[s++].n_tok;
+        const act_set *a = &sets[s];
+        const int64_t nb = a->cols / QK_K;
+        const size_t act_rs = sw_act_row_size(SW_TYPE_Q4_K, a->cols);
+        uint8_t *q = buf + a->off + (size_t)t * act_rs;
+        kt->quant_q8_k(a->x + (size_t)t * a->cols, q, a->cols);
+        if (a->bs4) packed_bsums(SW_TYPE_Q4_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->bs4) + (size_t)t * nb * 4);
+        if (a->bs6) packed_bsums(SW_TYPE_Q6_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->bs6) + (size_t)t * nb * 16);
     }
-    /* Threads take runs of the matrices' 16-row groups, counted across all
+    /* Threads take runs of the products' 16-row groups, counted across all
      * of them (one parallel region for the lot; 64 bytes of y per token
      * and group, so no shared cache lines). Runs are handed out guided:
      * each takes a share of what is left (at least min_run groups), so runs
@@ -607,42 +652,59 @@ void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n
      * third of each thread's share: its Q4_K kernel leans on the hardware prefetcher, which
      * ramps up again at each new run (65.7-68.0 -> 69.2-71.9 tok/s with
      * the read figure at 44-48 GB/s, alternating runs, 2026-11-30). */
-    int64_t first[SW_PACKED_FUSE_MAX + 1] = {0};
-    for (int k = 0; k < np; k++) first[k + 1] = first[k] + p[k]->groups;
-    const int64_t min_run = n_tok < 16 ? 4 : 1;
-    size_t group_bytes = 0;
-    for (int k = 0; k < np; k++)
-        if ((size_t)nb * p[k]->block_bytes > group_bytes) group_bytes = (size_t)nb * p[k]->block_bytes;
+    const int64_t min_run = max_tok < 16 ? 4 : 1;
     const int64_t tile = (int64_t)(SW_L2_TILE_BYTES / group_bytes) > 1 ? (int64_t)(SW_L2_TILE_BYTES / group_bytes) : 1;
     int64_t next = 0;
     #pragma omp parallel if (work > 65536)
     {
-        const int64_t share = (n_tok == 1 ? 1 : 3) * (int64_t)omp_get_num_threads();
+        const int64_t share = (max_tok == 1 ? 1 : 3) * (int64_t)omp_get_num_threads();
+        int j = 0;
         for (;;) {
             int64_t left = groups - __atomic_load_n(&next, __ATOMIC_RELAXED);
             int64_t run = left / share > min_run ? left / share : min_run;
             int64_t r0 = __atomic_fetch_add(&next, run, __ATOMIC_RELAXED);
             if (r0 >= groups) break;
             int64_t r1 = r0 + run < groups ? r0 + run : groups;
-            /* Tiles of `tile` groups (their weights fit in L2), token slices
+            /* The run, one product's part at a time. Within a part: tiles
+             * of `tile` groups (their weights fit in L2), token slices
              * outside and groups inside each: a slice's activations stay in
              * L1/L2 across the tile, and the tile's weights are read from
              * memory once for all the slices. */
-            for (int64_t s0 = r0; s0 < r1; s0 += tile) {
-                int64_t s1 = s0 + tile < r1 ? s0 + tile : r1;
-                for (int t = 0; t < n_tok; t += SW_DOTN_MAX) {
-                    int cnt = n_tok - t < SW_DOTN_MAX ? n_tok - t : SW_DOTN_MAX;
-                    for (int64_t gg = s0; gg < s1; gg++) {
-                        int k = 0;
-                        while (gg >= first[k + 1]) k++;
-                        bool q4 = p[k]->type == SW_TYPE_Q4_K;
-                        packed_group(kt, p[k], gg - first[k], buf, act_rs, q4 ? bsp4 : bsp6, q4 ? rs4 : rs6, t, cnt,
-                                     y[k]);
+            for (int64_t a0 = r0; a0 < r1;) {
+                while (j > 0 && a0 < first[j]) j--;
+                while (a0 >= first[j + 1]) j++;
+                const sw_packed_job *jb = &jobs[j];
+                const act_set *as = &sets[set_of[j]];
+                const bool q4 = jb->p->type == SW_TYPE_Q4_K;
+                const size_t act_rs = sw_act_row_size(SW_TYPE_Q4_K, as->cols), nb = (size_t)(as->cols / QK_K);
+                const int32_t *bsp = (const int32_t *)(buf + (q4 ? as->bs4 : as->bs6));
+                const int64_t a1 = first[j + 1] < r1 ? first[j + 1] : r1;
+                for (int64_t s0 = a0; s0 < a1; s0 += tile) {
+                    int64_t s1 = s0 + tile < a1 ? s0 + tile : a1;
+                    for (int t = 0; t < jb->n_tok; t += SW_DOTN_MAX) {
+                        int cnt = jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
+                        for (int64_t gg = s0; gg < s1; gg++)
+                            packed_group(kt, jb->p, gg - first[j], buf + as->off, act_rs, bsp, q4 ? nb * 4 : nb * 16,
+                                         t, cnt, jb->y);
                     }
                 }
+                a0 = a1;
             }
         }
     }
+    free(sets);
+    free(set_of);
+    free(first);
+}
+
+void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n_tok, float *const *y) {
+    sw_packed_job jobs[SW_PACKED_FUSE_MAX];
+    if (np > SW_PACKED_FUSE_MAX) {
+        for (int m = 0; m < np; m++) sw_matmul_packed_n(&p[m], 1, x, n_tok, &y[m]);
+        return;
+    }
+    for (int k = 0; k < np; k++) jobs[k] = (sw_packed_job){ p[k], x, n_tok, y[k] };
+    sw_matmul_packed_jobs(jobs, np);
 }
 
 void sw_matmul_packed(const sw_packed *p, const float *x, int n_tok, float *y) {

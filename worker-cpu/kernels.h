@@ -57,6 +57,17 @@ void sw_matmul_packed(const sw_packed *p, const float *x, int n_tok, float *y);
  * activations are quantized once and one parallel region covers all. */
 #define SW_PACKED_FUSE_MAX 3   /* more than this many: one product each */
 void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n_tok, float *const *y);
+/* Any number of products y = p * x, each with its own activations (jobs
+ * that share x, n_tok and width quantize it once), in one parallel region:
+ * a mixture's experts, which are many and small. A job with p NULL or no
+ * tokens is skipped. */
+typedef struct {
+    const sw_packed *p;
+    const float *x;   /* n_tok x p's columns */
+    int n_tok;
+    float *y;         /* n_tok x p's rows */
+} sw_packed_job;
+void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n);
 
 /* The CPU's int8 multiply-add peak, measured: every OpenMP thread runs
  * independent chains of the instruction the packed kernels are built on

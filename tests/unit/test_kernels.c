@@ -470,6 +470,71 @@ static void test_packed_wide(sw_isa isa) {
     check_fused(isa, "wide fused packed product", 2, TYPES, ROWS, 8192, NTOKS, 2);
 }
 
+/* Many products with their own activations in one sw_matmul_packed_jobs (a
+ * mixture's experts): widths 512 and 1024, token counts 0 to 9, two jobs
+ * sharing an input, a job without a pack, leftover rows; each against the
+ * reference with its own activations. */
+static void test_packed_jobs(sw_isa isa) {
+    enum { NJ = 7 };
+    static const sw_type TYPES[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q4_K, SW_TYPE_Q6_K,
+                                      SW_TYPE_Q4_K, SW_TYPE_Q4_K};
+    static const int64_t ROWS[NJ] = {48, 33, 32, 64, 16, 32, 16};
+    static const int COLS[NJ] = {512, 512, 1024, 1024, 512, 512, 512};
+    static const int NTOK[NJ] = {1, 1, 3, 9, 2, 0, 5};
+    static const int XOF[NJ] = {0, 0, 1, 2, 3, 4, 5};   /* jobs 0 and 1 share their input */
+    gguf_tensor t[NJ];
+    uint8_t *w[NJ];
+    float *x[6], *y[NJ];
+    sw_packed_job jobs[NJ];
+    for (int i = 0; i < 6; i++) {
+        int cols = 1024, nt = 9;
+        x[i] = malloc(sizeof(float) * (size_t)cols * nt);
+        for (int k = 0; k < nt; k++) random_x(x[i] + (size_t)k * cols, cols, (i + k) % 3);
+    }
+    bool all = true;
+    for (int j = 0; j < NJ; j++) {
+        memset(&t[j], 0, sizeof t[j]);
+        t[j].type = TYPES[j];
+        t[j].ne[0] = (uint64_t)COLS[j]; t[j].ne[1] = (uint64_t)ROWS[j]; t[j].ne[2] = t[j].ne[3] = 1;
+        size_t rs = sw_row_size(TYPES[j], (uint64_t)COLS[j]);
+        t[j].nbytes = rs * (size_t)ROWS[j];
+        w[j] = malloc(t[j].nbytes);
+        for (int64_t r = 0; r < ROWS[j]; r++) random_weights(TYPES[j], w[j] + r * rs, COLS[j], (int)((r + j) % 4));
+        t[j].data = w[j];
+        y[j] = malloc(sizeof(float) * (size_t)ROWS[j] * 9);
+        for (int64_t i = 0; i < ROWS[j] * 9; i++) y[j][i] = -12345.0f;
+        jobs[j] = (sw_packed_job){ j == 6 ? NULL : sw_pack_tensor(&t[j]), x[XOF[j]], NTOK[j], y[j] };
+        all &= j == 6 || jobs[j].p != NULL;
+    }
+    int bad = 0;
+    if (all) {
+        sw_matmul_packed_jobs(jobs, NJ);
+        for (int j = 0; j < NJ; j++) {
+            size_t rs = sw_row_size(TYPES[j], (uint64_t)COLS[j]), ars = sw_act_row_size(SW_TYPE_Q4_K, COLS[j]);
+            uint8_t *a = malloc(ars);
+            for (int i = 0; i < 9; i++) {
+                sw_quantize_row(SW_TYPE_Q8_K, x[XOF[j]] + (size_t)i * COLS[j], a, COLS[j]);
+                for (int64_t r = 0; r < ROWS[j]; r++) {
+                    float got = y[j][(size_t)i * ROWS[j] + r];
+                    if (!jobs[j].p || i >= NTOK[j]) {   /* untouched */
+                        if (got != -12345.0f && bad++ < 3) CHECK(0, "job %d tok %d row %lld written", j, i, (long long)r);
+                        continue;
+                    }
+                    float ref = sw_vec_dot_ref(TYPES[j], COLS[j], w[j] + r * rs, a);
+                    double mag = dot_magnitude(TYPES[j], w[j] + r * rs, a, COLS[j]);
+                    if (!close_enough(got, ref, mag, 2e-6) && bad++ < 3)
+                        CHECK(0, "isa %s jobs: job %d tok %d row %lld: %.9g vs ref %.9g", sw_isa_name(isa), j, i,
+                              (long long)r, got, ref);
+                }
+            }
+            free(a);
+        }
+    }
+    CHECK(bad == 0, "isa %s: packed jobs: %d wrong", sw_isa_name(isa), bad);
+    for (int j = 0; j < NJ; j++) { sw_packed_free((sw_packed *)jobs[j].p); free(w[j]); free(y[j]); }
+    for (int i = 0; i < 6; i++) free(x[i]);
+}
+
 static void test_bad_input(void) {
     float x[100] = {0}, y[10];
     uint8_t w[1000] = {0};
@@ -494,6 +559,7 @@ int main(void) {
         test_packed(isa);
         test_packed_n(isa);
         test_packed_wide(isa);
+        test_packed_jobs(isa);
     }
     if (best == SW_ISA_AVX512) test_avx512_bw_table();
     test_bad_input();
