@@ -1,10 +1,11 @@
 /* spillway-synth: writes a RANDOM-WEIGHT Llama GGUF for demos and benchmarks.
  *
- *   spillway-synth --shape tiny|125m|1b|8b|moe [--type f32|f16|q8_0|q4_k_m] [--seed N] OUT.gguf
+ *   spillway-synth --shape tiny|125m|1b|8b|tiny-moe|moe [--type f32|f16|q8_0|q4_k_m] [--seed N] OUT.gguf
  *
  * "moe" is a mixture of experts in Mixtral's llama layout, with Qwen3-30B-A3B's
- * layer widths (dim 2048, 64 experts of width 768, 8 used per token) in 16
- * layers: 4.9 B weights of which 0.45 B are used per token.
+ * layer widths (dim 2048, 32/4 heads, 64 experts of width 768, 8 used per
+ * token) in 16 layers: 5.1 B weights of which 0.82 B are used per token.
+ * "tiny-moe" is the same layout at the tiny shape's size, for tests.
  *
  * The weights are seeded normal noise, so the model produces gibberish; the
  * file says so in general.description and spillway.synthetic = true. What is
@@ -47,6 +48,7 @@ static const shape SHAPES[] = {
     { "125m", 768, 12, 12, 4, 2048, 32000, 2048, 10000.0f, 0, 0 },
     { "1b", 2048, 16, 32, 8, 8192, 32000, 4096, 10000.0f, 0, 0 },
     { "8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 0, 0 },
+    { "tiny-moe", 128, 2, 4, 2, 256, 1024, 512, 10000.0f, 4, 2 },
     { "moe", 2048, 16, 32, 4, 768, 32000, 4096, 1000000.0f, 64, 8 },
 };
 
@@ -266,7 +268,8 @@ static void add_tensor(gguf_writer *w, synth_tensor *t, sw_ftype ft, const shape
 
 static void usage(FILE *fp) {
     fprintf(fp,
-            "usage: spillway-synth --shape tiny|125m|1b|8b|moe [--type f32|f16|q8_0|q4_k_m] [--seed N] OUT.gguf\n"
+            "usage: spillway-synth --shape tiny|125m|1b|8b|tiny-moe|moe [--type f32|f16|q8_0|q4_k_m] [--seed N] "
+            "OUT.gguf\n"
             "Writes a RANDOM-WEIGHT Llama GGUF (gibberish output) for demos and benchmarks.\n"
             "Defaults: --type f32, --seed 42.\n");
 }
@@ -284,7 +287,7 @@ int main(int argc, char **argv) {
             const char *s = argv[++i];
             for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++)
                 if (!strcmp(s, SHAPES[k].name)) sh = &SHAPES[k];
-            if (!sh) { fprintf(stderr, "spillway-synth: unknown shape '%s' (tiny, 125m, 1b, 8b, moe)\n", s); return 2; }
+            if (!sh) { fprintf(stderr, "spillway-synth: unknown shape '%s' (tiny, 125m, 1b, 8b, tiny-moe, moe)\n", s); return 2; }
         } else if (!strcmp(a, "--type") && has_val) {
             const char *s = argv[++i];
             if (!sw_ftype_parse(s, &ft)) {
@@ -356,7 +359,7 @@ int main(int argc, char **argv) {
     uint32_t kv_dim = sh->dim / sh->heads * sh->kv_heads;
     float in_std = 1.0f / sqrtf((float)sh->dim), ffn_std = 1.0f / sqrtf((float)sh->ffn);
     float resid = 1.0f / sqrtf(2.0f * (float)sh->layers);
-    bool verbose = strcmp(sh->name, "tiny") != 0;
+    bool verbose = strncmp(sh->name, "tiny", 4) != 0;
 #define T(NAME, ND, NE0, NE1, STD) do { synth_tensor *t = &ts[k]; \
         snprintf(t->name, sizeof t->name, "%s", NAME); t->n_dims = ND; t->ne[0] = NE0; t->ne[1] = NE1; \
         t->ne[2] = (ND) > 2 ? sh->experts : 1; \

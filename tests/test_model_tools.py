@@ -114,6 +114,28 @@ def test_synth_tensors_are_llama_shaped_and_scaled(tiny_f32):
             assert abs(vals.mean()) < 0.1 * vals.std()
 
 
+def test_synth_mixture_of_experts(tmp_path):
+    """--shape tiny-moe: Mixtral's layout (a float router, stacked experts)
+    that the gguf package reads, spillway-quantize keeps the router of, and
+    the CPU worker runs."""
+    path = synth(tmp_path / "moe.gguf", shape="tiny-moe")
+    r = GGUFReader(path)
+    assert field(r, "llama.expert_count") == 4 and field(r, "llama.expert_used_count") == 2
+    ts = tensors(r)
+    d, f = TINY["dim"], TINY["ffn"]
+    assert ts["blk.1.ffn_gate_inp.weight"][2] == [d, 4]
+    assert ts["blk.1.ffn_up_exps.weight"][2] == [d, f, 4] and ts["blk.1.ffn_down_exps.weight"][2] == [f, d, 4]
+    assert "blk.0.ffn_up.weight" not in ts
+    experts = ts["blk.0.ffn_gate_exps.weight"][1].reshape(4, -1)
+    assert not np.array_equal(experts[0], experts[1]), "each expert its own noise"
+    q = tmp_path / "moe-q4.gguf"
+    run([bin_path("spillway-quantize"), path, q, "q4_k_m"])
+    qt = tensors(GGUFReader(q))
+    assert qt["blk.0.ffn_gate_inp.weight"][0] == QT.F32 and qt["blk.0.ffn_gate_exps.weight"][0] == QT.Q4_K
+    out = run([bin_path("spillway-run"), "-m", q, "-p", "Once upon a time", "-n", "8", "--temp", "0"])
+    assert out.stdout.startswith("Once upon a time")
+
+
 def test_synth_is_seeded(tmp_path, tiny_f32):
     again = synth(tmp_path / "again.gguf")
     other = synth(tmp_path / "other.gguf", seed=7)
