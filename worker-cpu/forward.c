@@ -759,9 +759,6 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
     add_rows(c->x, c->xb2, nq, E);
 }
 
-/* x += W_down * (act(W_gate * norm(x)) * (W_up * norm(x))) for n rows, act
- * SiLU, or GELU for Gemma (whose 2 and 3 also normalize the sum before
- * adding it, as they do attention's). */
 /* hb = act(hb) * hb2 for n rows of width F. */
 static void gate_rows(sw_ctx *c, int n, int F)
 {
@@ -795,8 +792,7 @@ static void route_tokens(sw_ctx *c, int n)
             }
             if (at < k) sel[at] = e;
         }
-        /* softmax weights of the chosen: the full sum's denominator cancels
-         * in the renormalization, so only e^(r - max) of the chosen matter */
+        /* p_i = e^(r_i - max) / all; w_i = p_i / max(sum of the chosen p, 2^-14) */
         float sum = 0.0f;
         for (int i = 0; i < k; i++) sum += w[i] = expf(r[sel[i]] - mx);
         float all = 0.0f;
@@ -899,6 +895,9 @@ static void moe_rows(sw_ctx *c, uint32_t l, int n)
     }
 }
 
+/* x += W_down * (act(W_gate * norm(x)) * (W_up * norm(x))) for n rows, act
+ * SiLU, or GELU for Gemma (whose 2 and 3 also normalize the sum before
+ * adding it, as they do attention's); or a mixture of such FFNs. */
 static void ffn_block(sw_ctx *c, uint32_t l, int n)
 {
     const sw_hparams *hp = &c->m->hp;
