@@ -55,8 +55,7 @@ static sw_type fit_row(sw_type t, uint64_t ne0) {
     }
 }
 
-sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64_t *ne,
-                    uint32_t n_layers) {
+sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64_t *ne, const sw_mix_model *mm) {
     /* vectors, and a mixture's router (small, and it picks the experts:
      * llama.cpp keeps it in float too) */
     if (n_dims < 2 || has_suffix_part(name, ".ffn_gate_inp.")) return SW_TYPE_F32;
@@ -67,10 +66,14 @@ sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64
     case SW_FTYPE_MOSTLY_Q8_0: t = SW_TYPE_Q8_0; break;
     case SW_FTYPE_MOSTLY_Q4_K_M: {
         long layer = layer_of(name);
-        bool more = layer >= 0 && (has_suffix_part(name, ".attn_v.") || has_suffix_part(name, ".ffn_down.") ||
+        bool attn_v = has_suffix_part(name, ".attn_v.") || has_suffix_part(name, ".attn_qkv.");
+        bool more = layer >= 0 && (attn_v || has_suffix_part(name, ".ffn_down.") ||
                                    has_suffix_part(name, ".ffn_down_exps."))
-                    && sw_mix_more_bits((uint32_t)layer, n_layers);
-        t = more || !strcmp(name, "output.weight") ? SW_TYPE_Q6_K : SW_TYPE_Q4_K;
+                    && sw_mix_more_bits((uint32_t)layer, mm->n_layers);
+        bool output = !strcmp(name, "output.weight") || (mm->tied_output && !strcmp(name, "token_embd.weight"));
+        t = more || output ? SW_TYPE_Q6_K : SW_TYPE_Q4_K;
+        if (mm->n_expert == 8 && (attn_v || has_suffix_part(name, ".attn_k."))) t = SW_TYPE_Q8_0;
+        if (mm->n_expert == 8 && has_suffix_part(name, ".attn_output.")) t = SW_TYPE_Q5_K;
         break;
     }
     default: return SW_TYPE_F32;

@@ -8,9 +8,11 @@
  *  - Tensors with fewer than 2 dimensions (norms, biases) and a mixture's
  *    router (ffn_gate_inp) stay F32.
  *  - f32 / f16 / q8_0: every other weight gets that type.
- *  - q4_k_m: Q6_K for output.weight and for "more bits" layers of attn_v and
- *    ffn_down (the experts' ffn_down_exps too); Q4_K for everything else
- *    (token_embd included). The "more
+ *  - q4_k_m: Q6_K for output.weight (or token_embd when the output is tied
+ *    to it) and for "more bits" layers of attn_v (a fused attn_qkv too) and
+ *    ffn_down (the experts' ffn_down_exps too); Q4_K for everything else.
+ *    Models of 8 experts (Mixtral) take Q8_0 for attn_k and attn_v and Q5_K
+ *    for attn_output, as llama.cpp gives them. The "more
  *    bits" layers are llama.cpp's published choice: the first n/8 layers, the
  *    last n/8, and every third layer in between ((i - n/8) % 3 == 2), i.e.
  *    about half of them.
@@ -40,10 +42,16 @@ const char *sw_ftype_name(sw_ftype ft);
 /* True for llama.cpp's "use more bits" layers (see above). */
 bool sw_mix_more_bits(uint32_t layer, uint32_t n_layers);
 
-/* The type tensor `name` (shape ne[0..n_dims-1]) gets in a model of n_layers
- * blocks. Layer numbers come from the "blk.N." name prefix. */
-sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64_t *ne,
-                    uint32_t n_layers);
+/* What the mix needs to know of the whole model. */
+typedef struct {
+    uint32_t n_layers;
+    uint32_t n_expert;     /* experts per layer (0: a dense FFN) */
+    bool tied_output;      /* no output.weight: token_embd is the output matrix too */
+} sw_mix_model;
+
+/* The type tensor `name` (shape ne[0..n_dims-1]) gets in model mm. Layer
+ * numbers come from the "blk.N." name prefix. */
+sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64_t *ne, const sw_mix_model *mm);
 
 /* Writes `rows` rows of ne0 elements of `type` to dst, rows in parallel:
  * row(ctx, r, x) puts row r's ne0 floats in x, which are then quantized.

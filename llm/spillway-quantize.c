@@ -50,18 +50,23 @@ static bool convert(void *ctx, void *dst, uint64_t nbytes, char *err, size_t err
 }
 
 /* Layer count from "<arch>.block_count", else from the highest blk.N. */
-static uint32_t layer_count(const gguf_file *f) {
+/* Layers (block_count, else the highest "blk.N." + 1), experts, and
+ * whether the output is tied to the embedding: what the type mix depends on. */
+static sw_mix_model mix_model(const gguf_file *f) {
     char arch[64], key[128];
-    uint32_t n = 0;
+    sw_mix_model mm = { 0, 0, !gguf_find_tensor(f, "output.weight") };
     if (gguf_get_cstr(f, "general.architecture", arch, sizeof arch)) {
+        snprintf(key, sizeof key, "%s.expert_count", arch);
+        if (!gguf_get_u32(f, key, &mm.n_expert)) mm.n_expert = 0;
         snprintf(key, sizeof key, "%s.block_count", arch);
-        if (gguf_get_u32(f, key, &n) && n > 0) return n;
+        if (gguf_get_u32(f, key, &mm.n_layers) && mm.n_layers > 0) return mm;
+        mm.n_layers = 0;
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         unsigned l;
-        if (sscanf(f->tensors[i].name, "blk.%u.", &l) == 1 && l + 1 > n) n = l + 1;
+        if (sscanf(f->tensors[i].name, "blk.%u.", &l) == 1 && l + 1 > mm.n_layers) mm.n_layers = l + 1;
     }
-    return n;
+    return mm;
 }
 
 static void usage(FILE *fp) {
@@ -80,7 +85,7 @@ int main(int argc, char **argv) {
     char err[512];
     gguf_file *f = gguf_open(in, err, sizeof err);
     if (!f) { fprintf(stderr, "spillway-quantize: %s\n", err); return 1; }
-    uint32_t n_layers = layer_count(f);
+    const sw_mix_model mm = mix_model(f);
 
     gguf_writer *w = gguf_writer_new();
     for (uint64_t i = 0; i < f->n_kv; i++) {
@@ -99,7 +104,7 @@ int main(int argc, char **argv) {
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         jobs[i].src = t;
-        jobs[i].type = sw_mix_type(ft, t->name, t->n_dims, t->ne, n_layers);
+        jobs[i].type = sw_mix_type(ft, t->name, t->n_dims, t->ne, &mm);
         in_bytes += t->nbytes;
         out_bytes += sw_row_size(jobs[i].type, t->ne[0]) * t->ne[1] * t->ne[2] * t->ne[3];
         gguf_w_tensor_fn(w, t->name, jobs[i].type, t->n_dims, t->ne, convert, &jobs[i]);

@@ -262,7 +262,8 @@ static bool fill_tensor(void *ctx, void *dst, uint64_t nbytes, char *err, size_t
 }
 
 static void add_tensor(gguf_writer *w, synth_tensor *t, sw_ftype ft, const shape *sh) {
-    t->type = sw_mix_type(ft, t->name, t->n_dims, t->ne, sh->layers);
+    const sw_mix_model mm = { sh->layers, sh->experts, false };   /* synth always writes output.weight */
+    t->type = sw_mix_type(ft, t->name, t->n_dims, t->ne, &mm);
     gguf_w_tensor_fn(w, t->name, t->type, t->n_dims, t->ne, fill_tensor, t);
 }
 

@@ -643,6 +643,16 @@ fail:
     return NULL;
 }
 
+void sw_model_describe(const sw_model *m, char *buf, size_t len)
+{
+    const sw_hparams *hp = &m->hp;
+    char ffn[64];
+    if (hp->n_expert) snprintf(ffn, sizeof ffn, "%u experts of %u, %u used", hp->n_expert, hp->n_ff_exp, hp->n_expert_used);
+    else snprintf(ffn, sizeof ffn, "%u", hp->n_ff);
+    snprintf(buf, len, "%s, %u layers, dim %u, %u/%u heads, ffn %s, vocab %u, %s", m->arch, hp->n_layer, hp->n_embd,
+             hp->n_head, hp->n_head_kv, ffn, hp->n_vocab, m->quant_name);
+}
+
 void sw_model_free(sw_model *m)
 {
     if (!m) return;

@@ -118,6 +118,10 @@ typedef struct sw_model {
 sw_model *sw_model_load(const char *path, char *err, size_t errlen);
 void sw_model_free(sw_model *m);
 
+/* "llama, 16 layers, dim 2048, 32/8 heads, ffn 8192, vocab 32000, q4_k_m"
+ * (a mixture: "ffn 64 experts of 768, 8 used"), for the tools' banners. */
+void sw_model_describe(const sw_model *m, char *buf, size_t len);
+
 /* "q4_k_m" etc. for a general.file_type value; NULL if unknown. */
 const char *sw_file_type_name(uint32_t ftype);
 

@@ -345,9 +345,9 @@ int main(int argc, char **argv)
     char err[1024];
     sw_model *m = sw_model_load(o.model, err, sizeof err);
     if (!m) { fprintf(stderr, "spillway-bench: %s\n", err); return 1; }
-    const sw_hparams *hp = &m->hp;
-    fprintf(stderr, "spillway-bench: %s: %u layers, dim %u, %u/%u heads, ffn %u, vocab %u, %s, %.1f MiB of weights per token, isa %s, %d threads%s\n",
-            o.model, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab, m->quant_name,
+    char desc[256];
+    sw_model_describe(m, desc, sizeof desc);
+    fprintf(stderr, "spillway-bench: %s: %s, %.1f MiB of weights per token, isa %s, %d threads%s\n", o.model, desc,
             m->weight_bytes / 1048576.0, sw_isa_name(sw_isa_active()), threads, o.precise ? ", precise" : "");
 
     read_meter rm;

@@ -306,10 +306,10 @@ int main(int argc, char **argv)
     char err[1024];
     sw_model *m = sw_model_load(o.model, err, sizeof err);
     if (!m) { fprintf(stderr, "spillway-run: %s\n", err); return 1; }
-    const sw_hparams *hp = &m->hp;
-    fprintf(stderr, "spillway-run: %s: %s, %u layers, dim %u, %u/%u heads, ffn %u, vocab %u, %s, isa %s, %d threads\n",
-            o.model, m->arch, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab,
-            m->quant_name, sw_isa_name(sw_isa_active()), omp_get_max_threads());
+    char desc[256];
+    sw_model_describe(m, desc, sizeof desc);
+    fprintf(stderr, "spillway-run: %s: %s, isa %s, %d threads\n", o.model, desc, sw_isa_name(sw_isa_active()),
+            omp_get_max_threads());
     int rc = run_model(&o, m);
     sw_model_free(m);
     return rc;

@@ -8,9 +8,13 @@
 
 #pragma GCC diagnostic ignored "-Wformat-zero-length"
 
-static sw_type mix(sw_ftype ft, const char *name, uint64_t ne0, uint32_t n_layers) {
+static sw_type mix_in(sw_ftype ft, const char *name, uint64_t ne0, sw_mix_model mm) {
     uint64_t ne[2] = { ne0, 64 };
-    return sw_mix_type(ft, name, 2, ne, n_layers);
+    return sw_mix_type(ft, name, 2, ne, &mm);
+}
+
+static sw_type mix(sw_ftype ft, const char *name, uint64_t ne0, uint32_t n_layers) {
+    return mix_in(ft, name, ne0, (sw_mix_model){ n_layers, 0, false });
 }
 
 int main(void) {
@@ -49,7 +53,29 @@ int main(void) {
     CHECK(mix(SW_FTYPE_MOSTLY_F16, "blk.0.ffn_up.weight", 3, 5) == SW_TYPE_F16);
     CHECK(mix(SW_FTYPE_ALL_F32, "output.weight", 4096, 5) == SW_TYPE_F32);
     uint64_t ne1[1] = { 4096 };
-    CHECK(sw_mix_type(q, "blk.0.attn_norm.weight", 1, ne1, 32) == SW_TYPE_F32);
+    const sw_mix_model dense32 = { 32, 0, false };
+    CHECK(sw_mix_type(q, "blk.0.attn_norm.weight", 1, ne1, &dense32) == SW_TYPE_F32);
+    /* a fused attn_qkv takes attn_v's rule */
+    CHECK(mix(q, "blk.0.attn_qkv.weight", 3072, 32) == SW_TYPE_Q6_K);
+    CHECK(mix(q, "blk.4.attn_qkv.weight", 3072, 32) == SW_TYPE_Q4_K);
+    /* tied output: token_embd is the output matrix, and gets its type */
+    const sw_mix_model tied = { 26, 0, true };
+    CHECK(mix_in(q, "token_embd.weight", 2304, tied) == SW_TYPE_Q6_K);
+    CHECK(mix_in(q, "token_embd.weight", 2016, tied) == SW_TYPE_Q8_0);   /* rows not of 256 */
+    CHECK(mix_in(q, "blk.3.ffn_up.weight", 2304, tied) == SW_TYPE_Q4_K);
+    /* mixtures: the router stays float, ffn_down_exps follows ffn_down, and
+     * 8-expert models (Mixtral) raise attn_k/v to Q8_0 and attn_output to Q5_K */
+    const sw_mix_model moe8 = { 32, 8, false }, moe64 = { 48, 64, false };
+    uint64_t ne3[3] = { 4096, 14336, 8 };
+    CHECK(sw_mix_type(q, "blk.0.ffn_gate_inp.weight", 2, ne3, &moe8) == SW_TYPE_F32);
+    CHECK(sw_mix_type(q, "blk.0.ffn_down_exps.weight", 3, ne3, &moe8) == SW_TYPE_Q6_K);
+    CHECK(sw_mix_type(q, "blk.4.ffn_down_exps.weight", 3, ne3, &moe8) == SW_TYPE_Q4_K);
+    CHECK(sw_mix_type(q, "blk.4.ffn_gate_exps.weight", 3, ne3, &moe8) == SW_TYPE_Q4_K);
+    CHECK(mix_in(q, "blk.4.attn_k.weight", 4096, moe8) == SW_TYPE_Q8_0);
+    CHECK(mix_in(q, "blk.4.attn_v.weight", 4096, moe8) == SW_TYPE_Q8_0);
+    CHECK(mix_in(q, "blk.4.attn_output.weight", 4096, moe8) == SW_TYPE_Q5_K);
+    CHECK(mix_in(q, "blk.10.attn_v.weight", 4096, moe64) == SW_TYPE_Q4_K);
+    CHECK(mix_in(q, "blk.10.attn_output.weight", 4096, moe64) == SW_TYPE_Q4_K);
 
     /* llama.cpp's own Q4_K_M choice for a real file (MHA-style 8/4 heads). */
     char p[512], err[512];
@@ -60,12 +86,12 @@ int main(void) {
     }
     gguf_file *f = gguf_open(p, err, sizeof err);
     CHECK(f, "%s", err);
-    uint32_t n_layers = 0;
+    sw_mix_model mm = { 0, 0, false };
     if (f) {
-        CHECK(gguf_get_u32(f, "llama.block_count", &n_layers));
+        CHECK(gguf_get_u32(f, "llama.block_count", &mm.n_layers));
         for (uint64_t i = 0; i < f->n_tensors; i++) {
             const gguf_tensor *t = &f->tensors[i];
-            sw_type got = sw_mix_type(q, t->name, t->n_dims, t->ne, n_layers);
+            sw_type got = sw_mix_type(q, t->name, t->n_dims, t->ne, &mm);
             CHECK(got == t->type, "%s: mix says %s, llama.cpp wrote %s", t->name,
                   sw_type_info(got)->name, sw_type_info(t->type)->name);
         }
