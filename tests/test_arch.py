@@ -307,3 +307,39 @@ def test_bad_sliding_window_pattern(tmp_path):
     am.write_model(path, "gemma3", hp, w, swa_pattern=[True, False])
     err = run_fail(path)
     assert "gemma3.attention.sliding_window_pattern" in err and "expected 6" in err, err
+
+
+SERVE_POLICY = """\
+pools:
+  - name: cpu-pool
+    kind: cpu
+routes:
+  - model: "{name}"
+    target: cpu-pool
+    max_concurrency: 8
+"""
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "gemma2"])
+def test_served_through_the_gateway_batched_as_alone(arch, tmp_path, cluster):
+    """A mixture of experts (q4_k_m: packed experts) and a Gemma 2 file
+    (sliding windows, soft-caps) served by the real gateway and CPU worker:
+    four greedy completions at once, continuously batched, give exactly the
+    text each gives alone."""
+    import concurrent.futures
+    import openai
+    model = make(tmp_path, arch, quant="q4_k_m")
+    cluster.start_gateway(SERVE_POLICY.format(name=arch))
+    cluster.start_worker("cpu-pool", arch, model, ["--threads", "2", "--parallel", "4"], name="cpu")
+    cluster.wait_model(arch, timeout=60)
+    c = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    prompts = ["the cat sat on the mat", "Once upon a time there was", "a dog ran", "the mat and the cat and"]
+
+    def complete(p):
+        return c.completions.create(model=arch, prompt=p, max_tokens=24, temperature=0).choices[0].text
+
+    alone = [complete(p) for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        together = list(ex.map(complete, prompts))
+    assert all(alone), alone
+    assert together == alone
