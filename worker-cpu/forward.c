@@ -890,6 +890,7 @@ static void moe_rows(sw_ctx *c, uint32_t l, int n)
         memset(dst, 0, (size_t)E * sizeof(float));
         for (int i = 0; i < k; i++) {
             const float *src = c->exp_out + (size_t)c->slot[t * k + i] * E, w = c->sel_w[t * k + i];
+#pragma omp simd
             for (int d = 0; d < E; d++) dst[d] += w * src[d];
         }
     }
