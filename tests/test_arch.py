@@ -343,3 +343,33 @@ def test_served_through_the_gateway_batched_as_alone(arch, tmp_path, cluster):
         together = list(ex.map(complete, prompts))
     assert all(alone), alone
     assert together == alone
+
+
+def test_sliding_window_rings_and_the_prefix_cache(tmp_path, cluster):
+    """Gemma 2's sliding layers keep rings of window + batch positions (288
+    here). After a 400-token answer the ring no longer holds the window
+    before the prompt's end, so the same prompt again is computed afresh
+    (no cached tokens) and gives the same text; after a short answer it is
+    resumed from the cache, as for any model."""
+    import openai
+    model = make(tmp_path, "gemma2", quant="q4_k_m")
+    cluster.start_gateway(SERVE_POLICY.format(name="gemma2"))
+    cluster.start_worker("cpu-pool", "gemma2", model, ["--threads", "2", "--parallel", "1", "--cache-slots", "1"],
+                         name="cpu")
+    cluster.wait_model("gemma2", timeout=60)
+    c = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    prompt = "the cat sat on the mat"
+
+    def complete(n):
+        r = c.completions.create(model="gemma2", prompt=prompt, max_tokens=n, temperature=0)
+        return r.choices[0].text, r.usage
+
+    long1, u1 = complete(400)
+    assert u1.completion_tokens == 400, u1
+    long2, u2 = complete(400)
+    assert u2.prompt_tokens_details.cached_tokens == 0, u2
+    assert long2 == long1
+    short1, _ = complete(10)
+    short2, u4 = complete(10)
+    assert u4.prompt_tokens_details.cached_tokens == u4.prompt_tokens - 1, u4
+    assert short2 == short1 and long1.startswith(short1)

@@ -253,6 +253,14 @@ static void admit(sw_cpu_engine *e)
         for (int j = 0; j < e->n_slots; j++)
             if (e->lcp[j] > reuse) { src = j; reuse = e->lcp[j]; }
         if (reuse > n_prompt - 1) reuse = n_prompt - 1;
+        if (own > reuse) own = reuse;
+        /* A sliding-window layer keeps only recent positions: a cache that
+         * has moved past the window before `reuse` cannot resume there. */
+        if (!sw_ctx_can_resume(e->ctx, e->hist[src].n, reuse)) {
+            src = i;
+            reuse = own;
+            if (!sw_ctx_can_resume(e->ctx, e->hist[i].n, reuse)) reuse = own = 0;
+        }
         if (reuse > own) {   /* from another slot: copy the entries this one lacks */
             sw_ctx_copy_kv(e->ctx, src, i, own, reuse);
             memcpy(e->hist[i].toks + own, e->hist[src].toks + own, (size_t)(reuse - own) * sizeof(int32_t));

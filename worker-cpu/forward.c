@@ -32,11 +32,17 @@ struct sw_ctx {
     int n_seq, n_ctx, max_batch;
     int kv_dim, q_dim;
     /* KV cache in IEEE half, per sequence, layer and KV head: K transposed
-     * [head_dim][ctx_pad] (so scores vectorize over positions), V as
-     * [ctx_pad][head_dim]. See attention.h. */
+     * [head_dim][slots] (so scores vectorize over positions), V as
+     * [slots][head_dim]. See attention.h. A layer holds ctx_pad slots, one
+     * per position, except a sliding layer, which only ever reads its
+     * window: it keeps a ring of `ring` slots, position p in slot p % ring,
+     * enough for the window and one batch of new positions (see
+     * sw_ctx_new). */
     int ctx_pad;              /* n_ctx rounded up to the score tile (32) */
-    size_t head_stride;       /* elements per (sequence, layer, KV head): head_dim * ctx_pad */
-    size_t seq_stride;        /* elements per sequence: n_layer * n_head_kv * head_stride */
+    int ring;                 /* slots of a sliding layer (a multiple of 32; ctx_pad when no ring pays) */
+    int *kv_slots;            /* [n_layer]: ctx_pad or ring */
+    size_t *layer_off;        /* [n_layer]: where a layer's entries start in a sequence's */
+    size_t seq_stride;        /* elements per sequence: all layers' n_head_kv * head_dim * slots */
     sw_f16 *kv_k, *kv_v;
     float *zeros;             /* max(head_dim, ctx_pad) zeros: padding rows for the tiles */
     /* norm weights as float (files may store them as f16) */
@@ -315,6 +321,28 @@ static uint64_t expert_bytes(const sw_layer *L, uint32_t e)
     return L->gate_exps[e].nbytes + L->up_exps[e].nbytes + L->down_exps[e].nbytes;
 }
 
+/* Slots per layer. A query at p in a sliding layer reads p - n_swa + 1..p,
+ * and a batch files up to max_batch positions of one sequence before any
+ * of its queries reads: with n_swa + max_batch - 1 slots or more, no
+ * position a query needs has been overwritten by a later one of its batch. */
+static bool kv_layout(sw_ctx *c)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const uint32_t nl = hp->n_layer;
+    c->kv_slots = malloc(nl * sizeof *c->kv_slots);
+    c->layer_off = malloc(nl * sizeof *c->layer_off);
+    if (!c->kv_slots || !c->layer_off) return false;
+    const long ring = ((long)hp->n_swa + c->max_batch + 31) & ~31L;
+    c->ring = hp->n_swa && ring < c->ctx_pad ? (int)ring : c->ctx_pad;
+    c->seq_stride = 0;
+    for (uint32_t l = 0; l < nl; l++) {
+        c->kv_slots[l] = c->m->layers[l].sliding ? c->ring : c->ctx_pad;
+        c->layer_off[l] = c->seq_stride;
+        c->seq_stride += (size_t)hp->n_head_kv * hp->head_dim * c->kv_slots[l];
+    }
+    return true;
+}
+
 /* inv[i] = theta^(-2i/n_rot), divided by the linear scaling factor and by
  * the file's per-frequency factors where it has them. */
 static void rope_freqs(float *inv, uint32_t n_rot, float theta, float scale, const float *factors)
@@ -342,8 +370,11 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     c->kv_dim = (int)(hp->n_head_kv * hp->head_dim);
     c->q_dim = (int)(hp->n_head * hp->head_dim);
     c->ctx_pad = (n_ctx + 31) & ~31;
-    c->head_stride = (size_t)hp->head_dim * c->ctx_pad;
-    c->seq_stride = (size_t)hp->n_layer * hp->n_head_kv * c->head_stride;
+    if (!kv_layout(c)) {
+        sw_errf(err, errlen, "out of memory");
+        sw_ctx_free(c);
+        return NULL;
+    }
 
     /* calloc of a large block maps fresh zero pages: KV memory is committed
      * only as positions are written. */
@@ -445,7 +476,7 @@ void sw_ctx_free(sw_ctx *c)
     free(c->pk_exp);
     free(c->router); free(c->sel_w); free(c->sel); free(c->slot); free(c->rows); free(c->exp_first); free(c->jobs);
     free(c->exp_in); free(c->exp_out);
-    free(c->kv_k); free(c->kv_v);
+    free(c->kv_k); free(c->kv_v); free(c->kv_slots); free(c->layer_off);
     free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq); free(c->inv_freq_swa);
     free(c->bias); free(c->qk_norm); free(c->out_bias); free(c->post_norm);
     free(c->x); free(c->xb); free(c->xb2);
@@ -559,17 +590,23 @@ int sw_ctx_max_batch(const sw_ctx *c) { return c->max_batch; }
  * are done together, with the tile kernels of attention.c over the
  * half-precision cache. */
 
-/* In-place softmax of the first n entries of one row, scaled first (and
- * soft-capped, when cap > 0). */
-SW_CLONES static void softmax_row(float *a, int n, float scale, float cap)
+/* a[j] = a[j] * scale for n entries, or soft-capped: cap * tanh(a[j] * scale / cap). */
+static void scale_scores(float *a, int n, float scale, float cap)
 {
     if (cap > 0.0f) {
         softcap(a, n, scale, cap);
-        scale = 1.0f;
+        return;
     }
+#pragma omp simd
+    for (int j = 0; j < n; j++) a[j] *= scale;
+}
+
+/* In-place softmax of the first n entries of one row. */
+SW_CLONES static void softmax_row(float *a, int n)
+{
     float mx = -INFINITY;
 #pragma omp simd reduction(max:mx)
-    for (int j = 0; j < n; j++) { a[j] *= scale; mx = a[j] > mx ? a[j] : mx; }
+    for (int j = 0; j < n; j++) mx = a[j] > mx ? a[j] : mx;
     float sum = 0.0f;
 #pragma omp simd reduction(+:sum)
     for (int j = 0; j < n; j++) { a[j] = exp_fast(a[j] - mx); sum += a[j]; }
@@ -578,19 +615,41 @@ SW_CLONES static void softmax_row(float *a, int n, float scale, float cap)
     for (int j = 0; j < n; j++) a[j] *= inv;
 }
 
-/* In-place softmax of entries lo..n-1 of each of M rows; entries before lo
- * (outside a sliding window) get weight 0. */
-static void softmax_rows(float *S, size_t ss, int M, int lo, int n, float scale, float cap)
+/* The attention weights of M rows of n scores, scaled (or soft-capped);
+ * entries m0..m1-1 (positions outside a sliding window) get weight 0. */
+static void softmax_rows(float *S, size_t ss, int M, int n, int m0, int m1, float scale, float cap)
 {
     for (int r = 0; r < M; r++) {
-        memset(S + (size_t)r * ss, 0, (size_t)lo * sizeof(float));
-        softmax_row(S + (size_t)r * ss + lo, n - lo, scale, cap);
+        float *a = S + (size_t)r * ss;
+        scale_scores(a, m0, scale, cap);
+        scale_scores(a + m1, n - m1, scale, cap);
+        for (int j = m0; j < m1; j++) a[j] = -INFINITY;
+        softmax_row(a, n);
     }
 }
 
 static inline size_t kv_base(const sw_ctx *c, int seq, int layer, int g)
 {
-    return (size_t)seq * c->seq_stride + ((size_t)layer * c->m->hp.n_head_kv + (size_t)g) * c->head_stride;
+    return (size_t)seq * c->seq_stride + c->layer_off[layer] + (size_t)g * c->m->hp.head_dim * c->kv_slots[layer];
+}
+
+bool sw_ctx_can_resume(const sw_ctx *c, int held, int at)
+{
+    if (c->ring == c->ctx_pad || held <= c->ring) return true;
+    /* the rings hold held - ring..held-1; resuming at `at` needs the window before it */
+    const int need = at - (int)c->m->hp.n_swa + 1;
+    return need >= held - c->ring;
+}
+
+/* Copies slots [s0, s0 + n) of one (layer, KV head) from src to dst. */
+static void copy_slots(sw_ctx *c, size_t bs, size_t bd, int slots, int s0, int n)
+{
+    const int hd = (int)c->m->hp.head_dim;
+    for (int d = 0; d < hd; d++) {   /* K is stored transposed: a row per dimension */
+        size_t off = (size_t)d * slots + (size_t)s0;
+        memcpy(c->kv_k + bd + off, c->kv_k + bs + off, (size_t)n * sizeof(sw_f16));
+    }
+    memcpy(c->kv_v + bd + (size_t)s0 * hd, c->kv_v + bs + (size_t)s0 * hd, (size_t)n * hd * sizeof(sw_f16));
 }
 
 void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to)
@@ -599,16 +658,23 @@ void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to)
     if (from < 0) from = 0;
     if (to > c->n_ctx) to = c->n_ctx;
     if (from >= to) return;
-    const int hd = (int)c->m->hp.head_dim, n_kv = (int)c->m->hp.n_head_kv;
-    const size_t n = (size_t)(to - from);
+    const int n_kv = (int)c->m->hp.n_head_kv;
     #pragma omp parallel for schedule(static)
     for (int lg = 0; lg < (int)c->m->hp.n_layer * n_kv; lg++) {
-        size_t bs = kv_base(c, src, lg / n_kv, lg % n_kv), bd = kv_base(c, dst, lg / n_kv, lg % n_kv);
-        for (int d = 0; d < hd; d++) {   /* K is stored transposed: a row per dimension */
-            size_t off = (size_t)d * c->ctx_pad + (size_t)from;
-            memcpy(c->kv_k + bd + off, c->kv_k + bs + off, n * sizeof(sw_f16));
+        const int l = lg / n_kv, slots = c->kv_slots[l];
+        size_t bs = kv_base(c, src, l, lg % n_kv), bd = kv_base(c, dst, l, lg % n_kv);
+        if (slots == c->ctx_pad) {
+            copy_slots(c, bs, bd, slots, from, to - from);
+            continue;
         }
-        memcpy(c->kv_v + bd + (size_t)from * hd, c->kv_v + bs + (size_t)from * hd, n * hd * sizeof(sw_f16));
+        /* a ring: the window before `to`, whatever dst held (the caller
+         * checked with sw_ctx_can_resume that src still holds it) */
+        int p0 = to - (int)c->m->hp.n_swa + 1;
+        p0 = p0 > 0 ? p0 : 0;
+        const int a = p0 % slots, n = to - p0;
+        const int n1 = a + n <= slots ? n : slots - a;
+        copy_slots(c, bs, bd, slots, a, n1);
+        if (n1 < n) copy_slots(c, bs, bd, slots, 0, n - n1);
     }
 }
 
@@ -616,13 +682,13 @@ void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to)
 static void kv_store(sw_ctx *c, const sw_attn_kernels *ak, int layer, int seq, int pos, const float *k,
                      const float *v, sw_f16 *kh)
 {
-    const int hd = (int)c->m->hp.head_dim;
+    const int hd = (int)c->m->hp.head_dim, slots = c->kv_slots[layer], slot = pos % slots;
     ak->to_f16(k, kh, c->kv_dim);
     for (int g = 0; g < (int)c->m->hp.n_head_kv; g++) {
         size_t b = kv_base(c, seq, layer, g);
         sw_f16 *KT = c->kv_k + b;
-        for (int d = 0; d < hd; d++) KT[(size_t)d * c->ctx_pad + pos] = kh[g * hd + d];
-        ak->to_f16(v + (size_t)g * hd, c->kv_v + b + (size_t)pos * hd, hd);
+        for (int d = 0; d < hd; d++) KT[(size_t)d * slots + slot] = kh[g * hd + d];
+        ak->to_f16(v + (size_t)g * hd, c->kv_v + b + (size_t)slot * hd, hd);
     }
 }
 
@@ -656,16 +722,21 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
         if (!S) S = tmp = aligned_alloc(64, (size_t)group * ss * sizeof(float));
         if (!S) continue;
 
-        const int N = toks[t].pos + 1;
-        /* The window's first position lo; the tiles start at the 32-position
-         * boundary j0 below it, which keeps their alignment. */
-        const int lo = window && N > window ? N - window : 0, j0 = lo & ~31;
-        const size_t b = kv_base(c, toks[t].seq, layer, g);
+        /* The positions it reads, lo..N-1, are slots a..b-1 of the layer's
+         * cache, or in a ring that has wrapped, a..R-1 and 0..b-1 (then all
+         * R slots are scored and the gap b..a-1 gets weight 0). The tiles
+         * start at the 32-slot boundary j0 below a, which keeps their
+         * alignment, and the slots j0..a-1 get weight 0 too. */
+        const int N = toks[t].pos + 1, R = c->kv_slots[layer];
+        const int lo = window && N > window ? N - window : 0;
+        int a = lo % R, b = (N - 1) % R + 1, j0 = a & ~31, m0 = 0, m1 = a - j0;
+        if (N > R && a >= b) { j0 = 0; m0 = b; m1 = a; b = R; }
+        const size_t base = kv_base(c, toks[t].seq, layer, g);
         const float *Q = c->q + (size_t)t * c->q_dim + (size_t)g * group * hd;
         float *O = out + (size_t)t * c->q_dim + (size_t)g * group * hd;
-        ak->scores(Q, group, hd, c->kv_k + b + j0, ss, N - j0, S, ss, c->zeros);
-        softmax_rows(S, ss, group, lo - j0, N - j0, scale, cap);
-        ak->pv(S, ss, group, c->kv_v + b + (size_t)j0 * hd, hd, N - j0, O, c->zeros);
+        ak->scores(Q, group, hd, c->kv_k + base + j0, (size_t)R, b - j0, S, ss, c->zeros);
+        softmax_rows(S, ss, group, b - j0, m0, m1, scale, cap);
+        ak->pv(S, ss, group, c->kv_v + base + (size_t)j0 * hd, hd, b - j0, O, c->zeros);
         free(tmp);
     }
 }

@@ -39,8 +39,16 @@ int sw_ctx_set_precise(sw_ctx *c, bool precise);
 
 /* Copies the KV entries of positions from..to-1 of sequence src to sequence
  * dst (all layers): a prompt prefix that another sequence already computed
- * costs a memory copy instead of a prefill. */
+ * costs a memory copy instead of a prefill. Sliding-window layers keep only
+ * a ring of recent positions: of those, the window before `to` is copied,
+ * which src must still hold (sw_ctx_can_resume). */
 void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to);
+/* Whether a sequence that has filed positions 0..held-1 can continue at
+ * position `at` <= held from its cache: false when a sliding layer's ring
+ * has already overwritten part of the window before `at` (then it must be
+ * computed again from an earlier point, or from 0). Always true for models
+ * without sliding layers. */
+bool sw_ctx_can_resume(const sw_ctx *c, int held, int at);
 /* Evaluates n tokens (n <= max_batch). For each token with .logits set, in
  * batch order, writes one row of n_vocab floats to logits_out. Returns 0, or
  * -1 with err filled when the batch is invalid (token/pos/seq out of range). */
