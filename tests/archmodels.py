@@ -144,9 +144,11 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
         wr.add_rope_dimension_count(rope_dims)
     if hp.get("rope_scale") and not rope_scaling:
         rope_scaling = ("linear", hp["rope_scale"])
-    if rope_scaling:   # (type, factor)
+    if rope_scaling:   # (type, factor[, YaRN's original context])
         wr.add_rope_scaling_type(gguf.RopeScalingType(rope_scaling[0]))
         wr.add_rope_scaling_factor(rope_scaling[1])
+        if len(rope_scaling) > 2:
+            wr.add_rope_scaling_orig_ctx_len(rope_scaling[2])
     wr.add_layer_norm_rms_eps(hp["eps"])
     wr.add_file_type(0)
     if "attn_softcap" in hp:
@@ -193,7 +195,9 @@ def read_weights(path):
     hp = dict(E=E, n_head=n_head, n_kv=kv("attention.head_count_kv", n_head), hd=kv("attention.key_length", E // n_head),
               F=kv("feed_forward_length"), n_layer=kv("block_count"), theta=kv("rope.freq_base", 10000.0),
               eps=kv("attention.layer_norm_rms_epsilon", 1e-5),
-              rope_scale=kv("rope.scaling.factor", 0.0) if kv("rope.scaling.type", "linear") == "linear" else 0.0)
+              rope_type=kv("rope.scaling.type", "linear"), yarn_orig_ctx=kv("rope.scaling.original_context_length",
+                                                                             kv("context_length", 2048)))
+    hp["rope_scale"] = kv("rope.scaling.factor", 0.0) if hp["rope_type"] in ("linear", "yarn") else 0.0
     gemma2 = arch == "gemma2"   # the keys' defaults, as the worker's loader has them
     hp.update(attn_softcap=kv("attn_logit_softcapping", 50.0 if gemma2 else 0.0),
               final_softcap=kv("final_logit_softcapping", 30.0 if gemma2 else 0.0),
@@ -227,13 +231,29 @@ def _rmsnorm(x, g, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
 
 
-def _rope(x, pos, theta, neox):
-    """x: [T, heads, hd]; rotates all hd dims by pos * theta^(-2i/hd)."""
+def _rope_freqs(hd, theta, hp, scaled):
+    """Pair i's frequency theta^(-2i/hd), scaled (linear: divided by the
+    factor; YaRN: blended between that and unscaled over the pairs whose
+    wavelengths the original context holds 1 to 32 times), and the rotated
+    dims' magnitude (YaRN: 1 + 0.1 ln factor)."""
+    inv = theta ** (-2.0 * np.arange(hd // 2) / hd)
+    f = hp.get("rope_scale") or 0.0
+    if not scaled or not f:
+        return inv, 1.0
+    if hp.get("rope_type") != "yarn":
+        return inv / f, 1.0
+    corr = lambda turns: hd * np.log(hp["yarn_orig_ctx"] / (turns * 2 * np.pi)) / (2 * np.log(theta))
+    low, high = max(0.0, np.floor(corr(32.0))), min(hd - 1.0, np.ceil(corr(1.0)))
+    keep = 1 - np.clip((np.arange(hd // 2) - low) / max(0.001, high - low), 0, 1)
+    return inv * ((1 - keep) / f + keep), 1 + 0.1 * np.log(f)
+
+
+def _rope(x, pos, inv, neox, mscale=1.0):
+    """x: [T, heads, hd]; rotates all hd dims by pos * inv[i], times mscale."""
     hd = x.shape[-1]
     half = hd // 2
-    inv = theta ** (-2.0 * np.arange(half) / hd)
     ang = np.asarray(pos)[:, None] * inv[None, :]
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    c, s = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
     x = x.copy()
     if neox:
         a, b = x[..., :half].copy(), x[..., half:].copy()
@@ -290,7 +310,7 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=True):
     neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope = flags or ARCHS[arch]
     E, H, KV, hd, eps = hp["E"], hp["n_head"], hp["n_kv"], hp["hd"], hp["eps"]
     T = len(tokens)
-    pos = np.arange(T) / (hp.get("rope_scale") or 1.0)   # linear RoPE scaling
+    pos = np.arange(T)
     x = w["token_embd.weight"][tokens].astype(np.float64)
     if scale_embd:
         x = x * np.sqrt(E)
@@ -301,14 +321,15 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=True):
         p = "blk.%d." % l
         sliding = _sliding(hp, swa, l)
         mask = window if sliding else causal
-        theta, lpos = (hp.get("theta_swa", 10000.0), np.arange(T)) if sliding and own_rope else (hp["theta"], pos)
+        own = sliding and own_rope   # Gemma 3's sliding layers: their own base, unscaled
+        inv, ms = _rope_freqs(hd, hp.get("theta_swa", 10000.0) if own else hp["theta"], hp, not own)
         h = _rmsnorm(x, w[p + "attn_norm.weight"], eps)
         q, k, v = (h @ w[p + "attn_%s.weight" % n].T + w.get(p + "attn_%s.bias" % n, 0.0) for n in "qkv")
         q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
         if qk_norm:
             q = _rmsnorm(q, w[p + "attn_q_norm.weight"], eps)
             k = _rmsnorm(k, w[p + "attn_k_norm.weight"], eps)
-        q, k = _rope(q, lpos, theta, neox), _rope(k, lpos, theta, neox)
+        q, k = _rope(q, pos, inv, neox, ms), _rope(k, pos, inv, neox, ms)
         out = np.zeros((T, H, hd))
         for hh in range(H):
             g = hh // (H // KV)

@@ -240,8 +240,10 @@ def test_gpu_worker_emulation(arch, tmp_path):
 
 
 def test_rope_scaling(tmp_path):
-    """Linear RoPE scaling divides positions by its factor, on both workers;
-    YaRN (which changes the rotation otherwise) is refused, naming the key."""
+    """Linear RoPE scaling divides positions by its factor, on both workers.
+    YaRN runs on the CPU worker (against the reference, which without it, or
+    with linear scaling instead, must not match) and is refused by the GPU
+    worker; LongRoPE is refused, naming the key."""
     hp, w = am.make_weights("qwen2")
     path = tmp_path / "linear.gguf"
     am.write_model(path, "qwen2", hp, w, rope_scaling=("linear", 4.0))
@@ -255,9 +257,21 @@ def test_rope_scaling(tmp_path):
     assert cosines(emu, got).min() >= 0.99 and cosines(emu, got).min() > cosines(emu, unscaled).min()
 
     path = tmp_path / "yarn.gguf"
-    am.write_model(path, "qwen2", hp, w, rope_scaling=("yarn", 4.0))
+    am.write_model(path, "qwen2", hp, w, rope_scaling=("yarn", 4.0, 64))
+    got = spillway_logits(path, tmp_path)
+    _, hp3, w3 = am.read_weights(path)
+    assert hp3["rope_type"] == "yarn" and hp3["yarn_orig_ctx"] == 64
+    assert cosines(got, am.forward("qwen2", hp3, w3, IDS)).min() >= 0.9999
+    assert cosines(got, am.forward("qwen2", dict(hp3, rope_type="linear"), w3, IDS)).min() < 0.999
+    assert cosines(got, am.forward("qwen2", dict(hp3, rope_scale=0.0), w3, IDS)).min() < 0.999
+    r = subprocess.run([bin_path("spillway-worker-gpu"), "--backend", "emulate", "-m", str(path), "--tokens", "1,2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "uses YaRN RoPE scaling" in r.stderr, r.stderr
+
+    path = tmp_path / "longrope.gguf"
+    am.write_model(path, "qwen2", hp, w, rope_scaling=("longrope", 4.0))
     err = run_fail(path)
-    assert "qwen2.rope.scaling.type' = 'yarn'" in err and "linear" in err, err
+    assert "qwen2.rope.scaling.type' = 'longrope'" in err and "YaRN" in err, err
 
 
 def test_gpu_worker_refuses_partial_neox_rotary(tmp_path):

@@ -106,13 +106,15 @@ SW_CLONES static void rmsnorm(float *out, const float *x, const float *w, int n,
 /* Rotates pairs of each head's dims by pos * inv_freq[i]: (2i, 2i+1) in the
  * "normal" (interleaved) RoPE that Llama files use (GGUF converters permute
  * Llama's q/k rows so that this layout is correct for them), (i, i + n_rot/2)
- * in the NEOX form of the other architectures. Dims past n_rot stay. */
-static void rope(float *x, int n_heads, int head_dim, int n_rot, int pos, const float *inv_freq, bool neox)
+ * in the NEOX form of the other architectures, and scales them by mscale
+ * (1 but for YaRN). Dims past n_rot stay. */
+static void rope(float *x, int n_heads, int head_dim, int n_rot, int pos, const float *inv_freq, bool neox,
+                 float mscale)
 {
     const int half = n_rot / 2;
     for (int i = 0; i < half; i++) {
         float theta = (float)pos * inv_freq[i];
-        float c = cosf(theta), s = sinf(theta);
+        float c = cosf(theta) * mscale, s = sinf(theta) * mscale;
         const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         for (int h = 0; h < n_heads; h++) {
             float *p = x + (size_t)h * head_dim;
@@ -343,18 +345,6 @@ static bool kv_layout(sw_ctx *c)
     return true;
 }
 
-/* inv[i] = theta^(-2i/n_rot), divided by the linear scaling factor and by
- * the file's per-frequency factors where it has them. */
-static void rope_freqs(float *inv, uint32_t n_rot, float theta, float scale, const float *factors)
-{
-    for (uint32_t i = 0; i < n_rot / 2; i++) {
-        float f = powf(theta, -2.0f * (float)i / (float)n_rot);
-        if (scale > 0.0f) f /= scale;
-        if (factors && factors[i] > 0.0f) f /= factors[i];
-        inv[i] = f;
-    }
-}
-
 sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen)
 {
     const sw_hparams *hp = &m->hp;
@@ -438,22 +428,15 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
         sw_ctx_free(c);
         return NULL;
     }
-    /* RoPE frequencies: linear scaling divides them by its factor, and
-     * Llama 3.1-style files by rope_freqs. Sliding layers may have their own. */
-    float *factors = m->rope_freqs ? falloc(hp->n_rot / 2) : NULL;
-    if (factors && !sw_dequantize_row(m->rope_freqs->type, m->rope_freqs->data, factors, hp->n_rot / 2)) {
-        free(factors);
-        factors = NULL;
-    }
-    rope_freqs(c->inv_freq, hp->n_rot, hp->rope_theta, hp->rope_scale, factors);
-    if ((hp->rope_theta_swa != hp->rope_theta || hp->rope_scale_swa != hp->rope_scale) &&
-        (c->inv_freq_swa = falloc(hp->n_rot / 2)))
-        rope_freqs(c->inv_freq_swa, hp->n_rot, hp->rope_theta_swa, hp->rope_scale_swa, factors);
-    free(factors);
-    if (!c->inv_freq_swa && (hp->rope_theta_swa != hp->rope_theta || hp->rope_scale_swa != hp->rope_scale)) {
-        sw_errf(err, errlen, "out of memory");
-        sw_ctx_free(c);
-        return NULL;
+    /* RoPE frequencies (model.c): sliding layers may have their own. */
+    sw_rope_freqs(hp, m->rope_freqs, false, c->inv_freq);
+    if (hp->rope_theta_swa != hp->rope_theta || hp->rope_scale_swa != hp->rope_scale) {
+        if (!(c->inv_freq_swa = falloc(hp->n_rot / 2))) {
+            sw_errf(err, errlen, "out of memory");
+            sw_ctx_free(c);
+            return NULL;
+        }
+        sw_rope_freqs(hp, m->rope_freqs, true, c->inv_freq_swa);
     }
     pack_weights(c);
     c->dense_bytes = m->weight_bytes;
@@ -812,6 +795,7 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
     const int hd = (int)hp->head_dim;
     const float *qn = c->qk_norm ? c->qk_norm + (size_t)l * 2 * hd : NULL;
     const float *inv_freq = L->sliding && c->inv_freq_swa ? c->inv_freq_swa : c->inv_freq;
+    const float mscale = sw_rope_mscale(hp, L->sliding);
 #pragma omp parallel for if (n > 4)
     for (int t = 0; t < n; t++) {
         float *k = c->k + (size_t)t * KVD, *q = c->q + (size_t)t * QD;
@@ -819,8 +803,8 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
             for (int h = 0; t < nq && h < (int)hp->n_head; h++) rmsnorm(q + h * hd, q + h * hd, qn, hd, hp->rms_eps);
             for (int h = 0; h < (int)hp->n_head_kv; h++) rmsnorm(k + h * hd, k + h * hd, qn + hd, hd, hp->rms_eps);
         }
-        if (t < nq) rope(q, (int)hp->n_head, hd, (int)hp->n_rot, qtoks[t].pos, inv_freq, hp->rope_neox);
-        rope(k, (int)hp->n_head_kv, hd, (int)hp->n_rot, toks[t].pos, inv_freq, hp->rope_neox);
+        if (t < nq) rope(q, (int)hp->n_head, hd, (int)hp->n_rot, qtoks[t].pos, inv_freq, hp->rope_neox, mscale);
+        rope(k, (int)hp->n_head_kv, hd, (int)hp->n_rot, toks[t].pos, inv_freq, hp->rope_neox, mscale);
         kv_store(c, ak, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD, c->kh + (size_t)t * KVD);
     }
     if (!nq) return;

@@ -147,10 +147,13 @@ static bool hp_f32(const gguf_file *f, const char *arch, const char *key, float 
     return false;
 }
 
-/* RoPE scaling. Linear scaling (positions divided by the factor, llama.cpp's
- * reading of a factor without a type) is applied. YaRN and LongRoPE change
- * the rotation in other ways, which neither worker computes, so their files
- * are refused rather than run with the wrong positions. */
+/* RoPE scaling. Linear scaling divides positions by its factor (also
+ * llama.cpp's reading of a factor without a type). YaRN (Qwen's long-context
+ * files) interpolates the low frequencies by the factor, keeps the high
+ * ones, ramps between them, and scales the rotated dims up by
+ * 1 + 0.1 ln(factor): the YaRN paper's definition, with llama.cpp's keys
+ * and defaults (the original context, beta_fast 32, beta_slow 1). LongRoPE
+ * and YaRN's DeepSeek log-multiplier variant compute otherwise: refused. */
 static bool read_rope_scaling(const gguf_file *f, const char *arch, sw_hparams *hp, char *err, size_t errlen)
 {
     char key[128], type[16] = "linear";
@@ -159,8 +162,9 @@ static bool read_rope_scaling(const gguf_file *f, const char *arch, sw_hparams *
         sw_errf(err, errlen, "metadata '%s': not a short string", key);
         return false;
     }
-    if (strcmp(type, "none") && strcmp(type, "linear")) {
-        sw_errf(err, errlen, "metadata '%s' = '%s': only linear RoPE scaling is supported", key, type);
+    const bool yarn = !strcmp(type, "yarn");
+    if (strcmp(type, "none") && strcmp(type, "linear") && !yarn) {
+        sw_errf(err, errlen, "metadata '%s' = '%s': only linear and YaRN RoPE scaling are supported", key, type);
         return false;
     }
     float factor = 0.0f;
@@ -170,12 +174,84 @@ static bool read_rope_scaling(const gguf_file *f, const char *arch, sw_hparams *
         sw_errf(err, errlen, "metadata '%s': not a number", key);
         return false;
     }
-    if (!(factor >= 0.0f && factor <= 1024.0f)) {
+    if (!(factor >= 0.0f && factor <= 1024.0f) || (yarn && factor < 1.0f)) {
         sw_errf(err, errlen, "metadata '%s' = %g out of range", key, factor);
         return false;
     }
     hp->rope_scale = strcmp(type, "none") ? factor : 0.0f;
+    hp->rope_mscale = 1.0f;
+    if (!yarn) return true;
+    float log_mul = 0.0f, ext = 1.0f, attn = 1.0f;
+    hp->rope_yarn = true;
+    hp->yarn_orig_ctx = hp->n_ctx_train;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    if (!hp_u32(f, arch, "rope.scaling.original_context_length", &hp->yarn_orig_ctx, false, err, errlen) ||
+        !hp_f32(f, arch, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, err, errlen) ||
+        !hp_f32(f, arch, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, err, errlen) ||
+        !hp_f32(f, arch, "rope.scaling.yarn_ext_factor", &ext, err, errlen) ||
+        !hp_f32(f, arch, "rope.scaling.attn_factor", &attn, err, errlen) ||
+        !hp_f32(f, arch, "rope.scaling.yarn_log_multiplier", &log_mul, err, errlen))
+        return false;
+    if (log_mul != 0.0f) {
+        sw_errf(err, errlen, "metadata '%s.rope.scaling.yarn_log_multiplier': YaRN with a log multiplier is not supported", arch);
+        return false;
+    }
+    if (hp->yarn_orig_ctx == 0 || !(hp->yarn_beta_fast > 0.0f) || !(hp->yarn_beta_slow > 0.0f) ||
+        !(ext >= 0.0f && ext <= 1.0f) || !(attn > 0.0f && attn < 100.0f)) {
+        sw_errf(err, errlen, "metadata '%s.rope.scaling.*': YaRN parameters out of range", arch);
+        return false;
+    }
+    hp->yarn_ext_factor = ext;
+    /* the rotated dims' magnitude (llama.cpp folds the same into its rope) */
+    hp->rope_mscale = attn * (ext > 0.0f && factor > 1.0f ? 1.0f + 0.1f * logf(factor) : 1.0f);
     return true;
+}
+
+/* The YaRN correction dim for `rotations` full turns over the original
+ * context: the pair index whose wavelength fits them. */
+static float yarn_corr_dim(uint32_t n_rot, uint32_t orig_ctx, float rotations, float base)
+{
+    return (float)n_rot * logf((float)orig_ctx / (rotations * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+void sw_rope_freqs(const sw_hparams *hp, const gguf_tensor *freq_factors, bool sliding, float *inv)
+{
+    const uint32_t half = hp->n_rot / 2;
+    const float theta = sliding ? hp->rope_theta_swa : hp->rope_theta;
+    const float scale = sliding ? hp->rope_scale_swa : hp->rope_scale;
+    const bool yarn = hp->rope_yarn && (!sliding || scale == hp->rope_scale);
+    float *factors = freq_factors ? malloc(half * sizeof(float)) : NULL;
+    if (factors && !sw_dequantize_row(freq_factors->type, freq_factors->data, factors, half)) {
+        free(factors);
+        factors = NULL;
+    }
+    float low = 0.0f, high = 0.0f;
+    if (yarn) {
+        low = floorf(yarn_corr_dim(hp->n_rot, hp->yarn_orig_ctx, hp->yarn_beta_fast, theta));
+        high = ceilf(yarn_corr_dim(hp->n_rot, hp->yarn_orig_ctx, hp->yarn_beta_slow, theta));
+        low = low > 0.0f ? low : 0.0f;
+        high = high < (float)(hp->n_rot - 1) ? high : (float)(hp->n_rot - 1);
+    }
+    for (uint32_t i = 0; i < half; i++) {
+        float f = powf(theta, -2.0f * (float)i / (float)hp->n_rot);
+        if (factors && factors[i] > 0.0f) f /= factors[i];
+        if (yarn) {
+            /* 1 keeps pair i's frequency (extrapolates), 0 divides it by the factor */
+            float y = ((float)i - low) / (high - low > 0.001f ? high - low : 0.001f);
+            float keep = (1.0f - (y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y)) * hp->yarn_ext_factor;
+            f *= (1.0f - keep) / scale + keep;
+        } else if (scale > 0.0f) {
+            f /= scale;
+        }
+        inv[i] = f;
+    }
+    free(factors);
+}
+
+float sw_rope_mscale(const sw_hparams *hp, bool sliding)
+{
+    return !sliding || hp->rope_scale_swa == hp->rope_scale ? hp->rope_mscale : 1.0f;
 }
 
 static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, char *err, size_t errlen)

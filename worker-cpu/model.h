@@ -22,7 +22,11 @@ typedef struct {
     uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train;
     uint32_t head_dim, n_rot;
     float rope_theta, rms_eps;
-    float rope_scale;  /* linear RoPE scaling: positions are divided by it (0: none) */
+    float rope_scale;  /* RoPE scaling factor: linear (positions are divided by it) or YaRN (0: none) */
+    bool rope_yarn;    /* YaRN: sw_rope_freqs blends each pair between scaled and not */
+    uint32_t yarn_orig_ctx;
+    float yarn_beta_fast, yarn_beta_slow, yarn_ext_factor;
+    float rope_mscale; /* magnitude of the rotated dims after RoPE: 1, or YaRN's 1 + 0.1 ln(factor) */
     bool rope_neox;    /* RoPE rotates (i, i + n_rot/2), not (2i, 2i+1): every
                         * supported architecture but llama */
     float attn_scale;     /* queries are scaled by it before q.k: 1/sqrt(head_dim) but for Gemma's 27B */
@@ -121,6 +125,14 @@ void sw_model_free(sw_model *m);
 /* "llama, 16 layers, dim 2048, 32/8 heads, ffn 8192, vocab 32000, q4_k_m"
  * (a mixture: "ffn 64 experts of 768, 8 used"), for the tools' banners. */
 void sw_model_describe(const sw_model *m, char *buf, size_t len);
+
+/* RoPE's per-pair frequencies inv[0..n_rot/2) for the global layers, or
+ * the sliding ones (which may have their own base and scaling): base^(-2i/n_rot),
+ * divided by the file's freq_factors (rope_freqs, may be NULL) and by linear
+ * scaling, or blended by YaRN. Both workers build their tables with it. */
+void sw_rope_freqs(const sw_hparams *hp, const gguf_tensor *freq_factors, bool sliding, float *inv);
+/* The factor the rotated dims are multiplied by after RoPE (YaRN's magnitude correction). */
+float sw_rope_mscale(const sw_hparams *hp, bool sliding);
 
 /* "q4_k_m" etc. for a general.file_type value; NULL if unknown. */
 const char *sw_file_type_name(uint32_t ftype);

@@ -111,23 +111,10 @@ static bool layer_extras(const sw_model *m, const sw_layer *ML, sw_fp8_layer *L,
     return true;
 }
 
+/* The CPU worker's table (sw_rope_freqs), so that both rotate alike. */
 static void rope_table(sw_fp8_weights *w, const sw_model *m)
 {
-    uint32_t half = w->hp.n_rot / 2;
-    const gguf_tensor *ff = m ? gguf_find_tensor(m->file, "rope_freqs.weight") : NULL;
-    float *factors = NULL;
-    if (ff && ff->ne[0] == half && (factors = malloc(half * sizeof(float))) &&
-        !sw_dequantize_row(ff->type, ff->data, factors, half)) {
-        free(factors);
-        factors = NULL;
-    }
-    for (uint32_t i = 0; i < half; i++) {
-        double f = pow((double)w->hp.rope_theta, -2.0 * i / (double)w->hp.n_rot);
-        if (w->hp.rope_scale > 0.0f) f /= w->hp.rope_scale;
-        if (factors && factors[i] != 0.0f) f /= factors[i];
-        w->rope_inv_freq[i] = (float)f;
-    }
-    free(factors);
+    sw_rope_freqs(&w->hp, m ? m->rope_freqs : NULL, false, w->rope_inv_freq);
 }
 
 static sw_fp8_weights *alloc_shapes(const sw_hparams *hp, char *err, size_t errlen)
@@ -176,6 +163,7 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
     }
     /* Gemma 2 and 3's additions and mixtures of experts have no kernels here yet. */
     const char *missing = m->hp.n_expert             ? "a mixture of experts"
+                          : m->hp.rope_yarn            ? "YaRN RoPE scaling"
                           : m->graph->post_norms       ? "post-attention and post-FFN norms"
                           : m->hp.attn_softcap > 0.0f  ? "attention soft-capping"
                           : m->hp.final_softcap > 0.0f ? "logit soft-capping"
