@@ -380,14 +380,15 @@ void sw_get_row(const gguf_tensor *w, int64_t r, float *out) {
 }
 
 /* ---- prepacked weights -------------------------------------------------------
- * Q4_K and Q6_K, when the ISA has kernels for their packed forms (AVX-512
- * VNNI). The pack keeps the source tensor for leftover rows and other ISAs. */
+ * Q4_K, Q5_K and Q6_K, when the ISA has kernels for their packed forms
+ * (AVX-512 VNNI; Q4_K on AVX2 too). The pack keeps the source tensor for
+ * leftover rows and other ISAs. */
 
 struct sw_packed {
     const gguf_tensor *src;
     sw_type type;
     int64_t rows, cols, groups;   /* groups of 16 rows; rows past 16*groups use src */
-    size_t block_bytes;           /* sizeof(sw_q4k16) or sizeof(sw_q6k16) */
+    size_t block_bytes;           /* sizeof(sw_q4k16), sizeof(sw_q5k16) or sizeof(sw_q6k16) */
     uint8_t *blocks;              /* [group][block] */
 };
 
@@ -399,30 +400,52 @@ static void pack_nibbles(const uint8_t q[QK_K], int r, uint8_t dst[8][4][64]) {
                 dst[j][c][4 * r + k] = (uint8_t)((q[32 * j + 8 * c + k] & 0x0f) | (q[32 * j + 8 * c + 4 + k] & 0x0f) << 4);
 }
 
+/* Row r of a Q4_K-form block (Q4_K's fields, or Q5_K's low bits) into dst. */
+static void pack_q4k16_row(sw_f16 d, sw_f16 dmin, const uint8_t *scales, const uint8_t *qs, int r, sw_q4k16 *dst) {
+    /* bytes 32m..32m+31 hold weights 64m+l (low nibble) and 64m+32+l
+     * (high): sub-block j is the nibbles j%2 of bytes 32(j/2).. Read
+     * straight from them: going through sw_kblock_unpack and
+     * pack_nibbles measured 0.6 s more per load of the 1b model. */
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *src = qs + 32 * (j / 2);
+        const int sh = 4 * (j % 2);
+        for (int c = 0; c < 4; c++)
+            for (int k = 0; k < 4; k++)
+                dst->qs[j][c][4 * r + k] = (uint8_t)(((src[8 * c + k] >> sh) & 0x0f) |
+                                                     ((src[8 * c + 4 + k] >> sh) & 0x0f) << 4);
+    }
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        sw_k_scale_min(scales, j, &sc, &m);
+        dst->sc[j][r] = (uint8_t)sc;
+        dst->mn[j / 2][r][j % 2] = (uint8_t)m;
+    }
+    dst->d[r] = d;
+    dst->dmin[r] = dmin;
+}
+
 /* Packs block i of the 16 rows starting at w (row_size bytes apart). */
 static void pack_q4k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q4k16 *dst) {
     for (int r = 0; r < 16; r++) {
         const block_q4_k *b = (const block_q4_k *)(w + (size_t)r * row_size) + i;
-        /* bytes 32m..32m+31 hold weights 64m+l (low nibble) and 64m+32+l
-         * (high): sub-block j is the nibbles j%2 of bytes 32(j/2).. Read
-         * straight from them: going through sw_kblock_unpack and
-         * pack_nibbles measured 0.6 s more per load of the 1b model. */
-        for (int j = 0; j < 8; j++) {
-            const uint8_t *src = b->qs + 32 * (j / 2);
-            const int sh = 4 * (j % 2);
-            for (int c = 0; c < 4; c++)
-                for (int k = 0; k < 4; k++)
-                    dst->qs[j][c][4 * r + k] = (uint8_t)(((src[8 * c + k] >> sh) & 0x0f) |
-                                                         ((src[8 * c + 4 + k] >> sh) & 0x0f) << 4);
-        }
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            sw_k_scale_min(b->scales, j, &sc, &m);
-            dst->sc[j][r] = (uint8_t)sc;
-            dst->mn[j / 2][r][j % 2] = (uint8_t)m;
-        }
-        dst->d[r] = b->d;
-        dst->dmin[r] = b->dmin;
+        pack_q4k16_row(b->d, b->dmin, b->scales, b->qs, r, dst);
+    }
+}
+
+/* Q5_K: its low nibbles, scales and mins as Q4_K's, then the fifth bits
+ * (sw_q5k16.qh). */
+static void pack_q5k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q5k16 *dst) {
+    for (int r = 0; r < 16; r++) {
+        const block_q5_k *b = (const block_q5_k *)(w + (size_t)r * row_size) + i;
+        pack_q4k16_row(b->d, b->dmin, b->scales, b->qs, r, &dst->q4);
+        /* weight 32j + l has its fifth bit at bit j of qh[l] */
+        for (int j = 0; j < 8; j++)
+            for (int k = 0; k < 4; k++) {
+                uint8_t v = 0;
+                for (int c = 0; c < 4; c++)
+                    v |= (uint8_t)(((b->qh[8 * c + k] >> j) & 1) << (2 * c) | ((b->qh[8 * c + 4 + k] >> j) & 1) << (2 * c + 1));
+                dst->qh[j][4 * r + k] = v;
+            }
     }
 }
 
@@ -455,6 +478,7 @@ sw_packed *sw_pack_tensor(const gguf_tensor *w) {
     if (!w || !tensor_dims(w, &rows, &cols) || rows < 16) return NULL;
     size_t bb;
     if (w->type == SW_TYPE_Q4_K && kt->q4k16) bb = sizeof(sw_q4k16);
+    else if (w->type == SW_TYPE_Q5_K && kt->q5k16) bb = sizeof(sw_q5k16);
     else if (w->type == SW_TYPE_Q6_K && kt->q6k16) bb = sizeof(sw_q6k16);
     else return NULL;
     sw_packed *p = calloc(1, sizeof *p);
@@ -474,8 +498,10 @@ sw_packed *sw_pack_tensor(const gguf_tensor *w) {
     for (int64_t g = 0; g < p->groups; g++)
         for (int64_t i = 0; i < nb; i++) {
             uint8_t *dst = p->blocks + (size_t)(g * nb + i) * bb;
-            if (p->type == SW_TYPE_Q4_K) pack_q4k16_block(src + (size_t)g * 16 * row_size, row_size, i, (sw_q4k16 *)dst);
-            else pack_q6k16_block(src + (size_t)g * 16 * row_size, row_size, i, (sw_q6k16 *)dst);
+            const uint8_t *rows16 = src + (size_t)g * 16 * row_size;
+            if (p->type == SW_TYPE_Q4_K) pack_q4k16_block(rows16, row_size, i, (sw_q4k16 *)dst);
+            else if (p->type == SW_TYPE_Q5_K) pack_q5k16_block(rows16, row_size, i, (sw_q5k16 *)dst);
+            else pack_q6k16_block(rows16, row_size, i, (sw_q6k16 *)dst);
         }
     return p;
 }
@@ -490,13 +516,13 @@ size_t sw_packed_bytes(const sw_packed *p) {
     return p ? (size_t)p->groups * (size_t)(p->cols / QK_K) * p->block_bytes : 0;
 }
 
-/* Per token and block: Q4_K 4 dwords, the int16 pairs of 32-sums
+/* Per token and block: Q4_K and Q5_K 4 dwords, the int16 pairs of 32-sums
  * (bsums[4q] + bsums[4q+1], bsums[4q+2] + bsums[4q+3]); Q6_K 16 dwords
  * -32 * bsums[k]. See sw_q4k16_fn / sw_q6k16_fn. */
 static void packed_bsums(sw_type type, const block_q8_k *a, int64_t nb, int32_t *out) {
     for (int64_t i = 0; i < nb; i++) {
         const int16_t *s = a[i].bsums;
-        if (type == SW_TYPE_Q4_K) {
+        if (type != SW_TYPE_Q6_K) {
             for (int q = 0; q < 4; q++) {
                 uint16_t lo = (uint16_t)(s[4 * q] + s[4 * q + 1]), hi = (uint16_t)(s[4 * q + 2] + s[4 * q + 3]);
                 out[4 * i + q] = (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
@@ -536,12 +562,14 @@ static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t 
     const void *blk = p->blocks + (size_t)(g * nb) * p->block_bytes;
     const uint8_t *a = act + (size_t)t * act_rs;
     float *out = y + (size_t)t * p->rows + g * 16;
-    if (p->type == SW_TYPE_Q4_K) kt->q4k16(blk, nb, a, act_rs, bsp + (size_t)t * bsp_rs, bsp_rs, cnt, out, (size_t)p->rows);
-    else kt->q6k16(blk, nb, a, act_rs, bsp + (size_t)t * bsp_rs, bsp_rs, cnt, out, (size_t)p->rows);
+    const int32_t *b = bsp + (size_t)t * bsp_rs;
+    if (p->type == SW_TYPE_Q4_K) kt->q4k16(blk, nb, a, act_rs, b, bsp_rs, cnt, out, (size_t)p->rows);
+    else if (p->type == SW_TYPE_Q5_K) kt->q5k16(blk, nb, a, act_rs, b, bsp_rs, cnt, out, (size_t)p->rows);
+    else kt->q6k16(blk, nb, a, act_rs, b, bsp_rs, cnt, out, (size_t)p->rows);
 }
 
 static bool packed_usable(const sw_kernel_table *kt, const sw_packed *p) {
-    return p->type == SW_TYPE_Q4_K ? kt->q4k16 != NULL : kt->q6k16 != NULL;
+    return p->type == SW_TYPE_Q4_K ? kt->q4k16 != NULL : p->type == SW_TYPE_Q5_K ? kt->q5k16 != NULL : kt->q6k16 != NULL;
 }
 
 /* One activation matrix that some of the jobs multiply: quantized once, at
@@ -604,8 +632,8 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
         size_t gb = (size_t)(p->cols / QK_K) * p->block_bytes;
         group_bytes = gb > group_bytes ? gb : group_bytes;
         act_set *a = &sets[set_of[j]];
-        if (p->type == SW_TYPE_Q4_K) a->bs4 = 1;
-        else a->bs6 = 1;
+        if (p->type == SW_TYPE_Q6_K) a->bs6 = 1;
+        else a->bs4 = 1;   /* Q4_K and Q5_K */
     }
     if (ok) first[n] = groups;
     size_t bytes = 0;
@@ -675,7 +703,7 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
                 while (a0 >= first[j + 1]) j++;
                 const sw_packed_job *jb = &jobs[j];
                 const act_set *as = &sets[set_of[j]];
-                const bool q4 = jb->p->type == SW_TYPE_Q4_K;
+                const bool q4 = jb->p->type != SW_TYPE_Q6_K;   /* Q4_K's bsum form: Q5_K too */
                 const size_t act_rs = sw_act_row_size(SW_TYPE_Q4_K, as->cols), nb = (size_t)(as->cols / QK_K);
                 const int32_t *bsp = (const int32_t *)(buf + (q4 ? as->bs4 : as->bs6));
                 const int64_t a1 = first[j + 1] < r1 ? first[j + 1] : r1;

@@ -218,14 +218,25 @@ static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __
 #ifndef SW_Q16_PREFETCH
 #define SW_Q16_PREFETCH (16 * (int)sizeof(sw_q4k16))
 #endif
+/* h shifted left by s (right by -s) in 16-bit lanes: with s in -3..4 and the
+ * result masked to bit 4 of each byte, no bit crosses a byte. */
+static inline __attribute__((always_inline)) __m512i shift_bits(__m512i h, int s) {
+    return s >= 0 ? _mm512_slli_epi16(h, (unsigned)s) : _mm512_srli_epi16(h, (unsigned)-s);
+}
+
+/* Q4_K (q5 false) and Q5_K (q5 true: a sw_q5k16 is a sw_q4k16 plus the
+ * fifth bits, which go into bit 4 of the nibbles with one shift and one
+ * ternary-logic OR each). The rest is one code. */
 static inline __attribute__((always_inline)) void
-q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
-           const int NT, float *out, size_t ostride) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+qk16_rows(const uint8_t *blocks, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
+          const int NT, float *out, size_t ostride, const bool q5) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    const size_t bb = q5 ? sizeof(sw_q5k16) : sizeof(sw_q4k16);
     __m512 total[SW_DOTN_MAX];
     _Pragma("GCC unroll 8")
     for (int t = 0; t < NT; t++) total[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i++, p++) {
+    for (int64_t i = 0; i < nb; i++, blocks += bb) {
+        const sw_q4k16 *p = (const sw_q4k16 *)blocks;
         __m512 blk[SW_DOTN_MAX];
         _Pragma("GCC unroll 8")
         for (int t = 0; t < NT; t++) blk[t] = _mm512_setzero_ps();
@@ -233,13 +244,22 @@ q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const 
             __m512i acc[SW_DOTN_MAX];
             _Pragma("GCC unroll 8")
             for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_si512();
+            __m512i h = _mm512_setzero_si512();
+            if (q5) {
+                h = _mm512_load_si512(((const sw_q5k16 *)blocks)->qh[j]);
+                _mm_prefetch((const char *)((const sw_q5k16 *)blocks)->qh[j] + SW_Q16_PREFETCH, SW_Q16_HINT);
+            }
             _Pragma("GCC unroll 4")
             for (int c = 0; c < 4; c++) {
                 __m512i v = _mm512_load_si512(p->qs[j][c]);
                 /* SW_Q16_PREFETCH ahead: the hardware prefetcher alone
                  * falls behind once each line feeds several tokens */
-                if (NT > 1) _mm_prefetch((const char *)p->qs[j][c] + SW_Q16_PREFETCH, SW_Q16_HINT);
+                if (NT > 1 || q5) _mm_prefetch((const char *)p->qs[j][c] + SW_Q16_PREFETCH, SW_Q16_HINT);
                 __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (q5) {   /* bits 2c and 2c + 1 of h to bit 4: lo | (h' & 0x10) */
+                    lo = _mm512_ternarylogic_epi32(lo, shift_bits(h, 4 - 2 * c), m10, 0xF8);
+                    hi = _mm512_ternarylogic_epi32(hi, shift_bits(h, 3 - 2 * c), m10, 0xF8);
+                }
                 _Pragma("GCC unroll 8")
                 for (int t = 0; t < NT; t++) {
                     const int8_t *a = ACT_BLOCK_Q(act, stride, t, i)->qs + 32 * j + 8 * c;
@@ -252,7 +272,7 @@ q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const 
             for (int t = 0; t < NT; t++) blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), sc, blk[t]);
         }
         /* the 5 lines of scales, mins and d/dmin */
-        for (int k = 0; NT > 1 && k < 5; k++) _mm_prefetch((const char *)p->sc + 64 * k + SW_Q16_PREFETCH, SW_Q16_HINT);
+        for (int k = 0; (NT > 1 || q5) && k < 5; k++) _mm_prefetch((const char *)p->sc + 64 * k + SW_Q16_PREFETCH, SW_Q16_HINT);
         __m512i mn[4];
         _Pragma("GCC unroll 4")
         for (int q = 0; q < 4; q++) mn[q] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)p->mn[q]));
@@ -271,6 +291,18 @@ q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const 
     }
     _Pragma("GCC unroll 8")
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
+}
+
+static inline __attribute__((always_inline)) void
+q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
+           const int NT, float *out, size_t ostride) {
+    qk16_rows((const uint8_t *)p, nb, act, stride, bsp, bsp_stride, NT, out, ostride, false);
+}
+
+static inline __attribute__((always_inline)) void
+q5k16_rows(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
+           const int NT, float *out, size_t ostride) {
+    qk16_rows((const uint8_t *)p, nb, act, stride, bsp, bsp_stride, NT, out, ostride, true);
 }
 
 /* Prepacked Q6_K: two 64-byte quant loads and one high-bit load give four
@@ -345,6 +377,9 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
 #define SW_Q16_ROWS q4k16_rows
 SW_Q16_ENTRY(q4k16_vnni, sw_q4k16)
 #undef SW_Q16_ROWS
+#define SW_Q16_ROWS q5k16_rows
+SW_Q16_ENTRY(q5k16_vnni, sw_q5k16)
+#undef SW_Q16_ROWS
 #define SW_Q16_ROWS q6k16_rows
 SW_Q16_ENTRY(q6k16_vnni, sw_q6k16)
 #undef SW_Q16_ROWS
@@ -400,6 +435,7 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni) {
         t->gemm16 = gemm16_vnni;
         t->pack16 = pack16_vnni;
         t->q4k16 = q4k16_vnni;
+        t->q5k16 = q5k16_vnni;
         t->q6k16 = q6k16_vnni;
         t->int8_peak = int8_peak_vnni;
     } else {

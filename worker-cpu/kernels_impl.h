@@ -72,6 +72,19 @@ typedef struct {
     uint8_t mn[4][16][2];
     uint16_t d[16], dmin[16];
 } sw_q4k16;
+_Static_assert(sizeof(sw_q4k16) == 2368, "sw_q4k16: 148 bytes per row-block");
+
+/* 16 Q5_K rows x one block: Q4_K's form for the low 4 bits, scales and mins
+ * (Q5_K has the same), then the fifth bits: qh[j][4r + k] holds, for
+ * c = 0..3, the fifth bit of weight 32j + 8c + k at bit 2c and of weight
+ * 32j + 8c + 4 + k at bit 2c + 1, so one load per sub-block serves its four
+ * 64-byte nibble loads (a shift and a masked OR each). 180 bytes per
+ * row-block against 176. */
+typedef struct {
+    sw_q4k16 q4;
+    uint8_t qh[8][64];
+} sw_q5k16;
+_Static_assert(sizeof(sw_q5k16) == 2880, "sw_q5k16: 180 bytes per row-block");
 
 /* Y for 16 packed Q4_K rows (nb consecutive sw_q4k16) x ntok (1..SW_DOTN_MAX)
  * Q8_K tokens: out[t*out_stride + r]. bsp: per token bsp_stride int32, per
@@ -92,6 +105,11 @@ typedef struct {
     uint16_t d[16];
     uint8_t pad[32];
 } sw_q6k16;
+_Static_assert(sizeof(sw_q6k16) == 3392, "sw_q6k16: 212 bytes per row-block");
+
+/* As sw_q4k16_fn for sw_q5k16 (the same bsp form). */
+typedef void (*sw_q5k16_fn)(const sw_q5k16 *p, int64_t nb, const void *act, size_t act_stride,
+                            const int32_t *bsp, size_t bsp_stride, int ntok, float *out, size_t out_stride);
 
 /* As sw_q4k16_fn for sw_q6k16; bsp here: per block 16 int32, -32 * bsums[k]
  * (the stored quants' +32 offset, applied as the sums' starting value). */
@@ -105,6 +123,7 @@ typedef struct {
     sw_gemm16_fn gemm16;   /* K-quants x many tokens over sw_kpack16; NULL: dotn only */
     int (*pack16)(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk); /* as sw_kpack16_rows */
     sw_q4k16_fn q4k16;     /* prepacked Q4_K (sw_pack_tensor); NULL: the raw-row paths */
+    sw_q5k16_fn q5k16;     /* prepacked Q5_K */
     sw_q6k16_fn q6k16;     /* prepacked Q6_K */
     /* iters x SW_INT8_PEAK_MACS int8 multiply-adds in independent chains of
      * the instruction the packed kernels are built on (sw_int8_peak_gmac_s);

@@ -320,18 +320,19 @@ static void test_avx512_bw_table(void) {
     }
 }
 
-/* Prepacked Q4_K (sw_pack_tensor) against the reference: row counts that
- * leave 0..15 rows outside the 16-row groups, every token count 1..40, all
- * weight scale modes. On ISAs without a packed kernel there is no pack, and
- * sw_matmul_tensor must be used; that is checked too. */
+/* Prepacked Q4_K, Q5_K and Q6_K (sw_pack_tensor) against the reference:
+ * row counts that leave 0..15 rows outside the 16-row groups, every token
+ * count 1..40, all weight scale modes. On ISAs without a packed kernel there
+ * is no pack, and sw_matmul_tensor must be used; that is checked too. */
 static void test_packed(sw_isa isa) {
     static const int64_t ROWS[] = {16, 17, 33, 48, 15};
-    for (int ri = 0; ri < 10; ri++) {
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    for (int ri = 0; ri < 15; ri++) {
         gguf_tensor t;
         memset(&t, 0, sizeof t);
         strcpy(t.name, "packed.weight");
         t.n_dims = 2;
-        t.type = ri < 5 ? SW_TYPE_Q4_K : SW_TYPE_Q6_K;
+        t.type = TYPES[ri / 5];
         int64_t rows = ROWS[ri % 5], cols = 256 * (1 + ri % 3);
         t.ne[0] = (uint64_t)cols; t.ne[1] = (uint64_t)rows; t.ne[2] = t.ne[3] = 1;
         size_t rs = sw_row_size(t.type, (uint64_t)cols), ars = sw_act_row_size(t.type, cols);
@@ -345,14 +346,15 @@ static void test_packed(sw_isa isa) {
             sw_quantize_row(SW_TYPE_Q8_K, x + i * cols, a + i * ars, cols);
         }
         sw_packed *pk = sw_pack_tensor(&t);
-        /* Q4_K has a packed kernel from AVX2 up (vpmaddubsw without VNNI), Q6_K with VNNI only */
+        /* Q4_K has a packed kernel from AVX2 up (vpmaddubsw without VNNI), Q5_K and Q6_K with VNNI only */
         bool vnni = isa == SW_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
         bool expect = (t.type == SW_TYPE_Q4_K ? isa >= SW_ISA_AVX2 : vnni) && rows >= 16;
         CHECK((pk != NULL) == expect, "isa %s rows %lld: pack %s", sw_isa_name(isa), (long long)rows,
               pk ? "made" : "not made");
         if (!pk) { free(w); free(a); free(x); free(y); continue; }
         CHECK(sw_packed_bytes(pk) == (size_t)(rows / 16) * (size_t)(cols / 256) *
-                                         (t.type == SW_TYPE_Q4_K ? sizeof(sw_q4k16) : sizeof(sw_q6k16)), "packed size");
+                                         (t.type == SW_TYPE_Q4_K ? sizeof(sw_q4k16) : t.type == SW_TYPE_Q5_K
+                                          ? sizeof(sw_q5k16) : sizeof(sw_q6k16)), "packed size");
         int bad = 0;
         for (int ntok = 1; ntok <= 40; ntok++) {
             for (int64_t i = 0; i < rows * ntok; i++) y[i] = -12345.0f;
@@ -380,14 +382,14 @@ static void test_packed(sw_isa isa) {
         sw_packed_free(pk);
         free(w); free(a); free(x); free(y);
     }
-    gguf_tensor t5;
-    memset(&t5, 0, sizeof t5);
-    t5.type = SW_TYPE_Q5_K;
-    t5.ne[0] = 256; t5.ne[1] = 32; t5.ne[2] = t5.ne[3] = 1;
-    t5.nbytes = sw_row_size(t5.type, 256) * 32;
-    static uint8_t dummy[176 * 32];
-    t5.data = dummy;
-    CHECK(sw_pack_tensor(&t5) == NULL && sw_pack_tensor(NULL) == NULL, "no pack for other types / NULL");
+    gguf_tensor t8;
+    memset(&t8, 0, sizeof t8);
+    t8.type = SW_TYPE_Q8_0;
+    t8.ne[0] = 256; t8.ne[1] = 32; t8.ne[2] = t8.ne[3] = 1;
+    t8.nbytes = sw_row_size(t8.type, 256) * 32;
+    static uint8_t dummy[272 * 32];
+    t8.data = dummy;
+    CHECK(sw_pack_tensor(&t8) == NULL && sw_pack_tensor(NULL) == NULL, "no pack for other types / NULL");
 }
 
 /* np packs sharing one input (q/k/v style) through one sw_matmul_packed_n,
@@ -446,10 +448,10 @@ static void check_fused(sw_isa isa, const char *what, int np, const sw_type *typ
     free(x); free(a);
 }
 
-/* A Q4_K with leftover rows, a Q6_K and a Q4_K in one fused product. */
+/* A Q4_K with leftover rows, a Q6_K and a Q5_K in one fused product. */
 static void test_packed_n(sw_isa isa) {
     static const int64_t ROWS[] = {33, 32, 64};
-    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q4_K};
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q5_K};
     static const int NTOK[] = {11};
     check_fused(isa, "fused packed product", 3, TYPES, ROWS, 512, NTOK, 1);
     /* Q4_K alone: fused on every ISA with a packed Q4_K kernel (AVX2 up) */
@@ -476,8 +478,8 @@ static void test_packed_wide(sw_isa isa) {
  * reference with its own activations. */
 static void test_packed_jobs(sw_isa isa) {
     enum { NJ = 7 };
-    static const sw_type TYPES[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q4_K, SW_TYPE_Q6_K,
-                                      SW_TYPE_Q4_K, SW_TYPE_Q4_K};
+    static const sw_type TYPES[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K,
+                                      SW_TYPE_Q4_K, SW_TYPE_Q5_K};
     static const int64_t ROWS[NJ] = {48, 33, 32, 64, 16, 32, 16};
     static const int COLS[NJ] = {512, 512, 1024, 1024, 512, 512, 512};
     static const int NTOK[NJ] = {1, 1, 3, 9, 2, 0, 5};
