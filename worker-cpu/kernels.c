@@ -610,9 +610,15 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
             }
         return;
     }
-    act_set *sets = malloc((size_t)n * sizeof *sets);
-    int *set_of = malloc((size_t)n * sizeof *set_of);
-    int64_t *first = malloc(((size_t)n + 1) * sizeof *first);
+    /* a dense layer's fused products fit on the stack; a mixture's many experts take the heap */
+    enum { ON_STACK = 8 };
+    act_set sets_s[ON_STACK];
+    int set_of_s[ON_STACK];
+    int64_t first_s[ON_STACK + 1];
+    const bool heap = n > ON_STACK;
+    act_set *sets = heap ? malloc((size_t)n * sizeof *sets) : sets_s;
+    int *set_of = heap ? malloc((size_t)n * sizeof *set_of) : set_of_s;
+    int64_t *first = heap ? malloc(((size_t)n + 1) * sizeof *first) : first_s;
     bool ok = sets && set_of && first;
     for (int j = 0; ok && j < n; j++)
         if (jobs[j].p && jobs[j].n_tok > 0) ok = packed_tail(jobs[j].p, jobs[j].x, jobs[j].n_tok, jobs[j].y);
@@ -652,7 +658,7 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
         fprintf(stderr, "sw_matmul_packed: out of memory for %d products\n", n);
         for (int j = 0; j < n; j++)
             if (jobs[j].p && jobs[j].n_tok > 0) fill_nan(jobs[j].y, (size_t)jobs[j].p->rows * (size_t)jobs[j].n_tok);
-        free(sets); free(set_of); free(first);
+        if (heap) { free(sets); free(set_of); free(first); }
         return;
     }
     /* each activation row once, with the bsum forms its products need */
@@ -720,9 +726,11 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
             }
         }
     }
-    free(sets);
-    free(set_of);
-    free(first);
+    if (heap) {
+        free(sets);
+        free(set_of);
+        free(first);
+    }
 }
 
 void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n_tok, float *const *y) {
