@@ -44,7 +44,7 @@ static void usage(FILE *f)
         "  -b LIST     decode batch sizes (default 1,4,16)\n"
         "  --mem-mib   size of the streaming-read buffer (default 1024)\n"
         "  --precise   use residual-corrected activations (default: the serving path)\n"
-        "  --kernels   no model: the packed Q4_K/Q6_K matmul on random weights, in cache\n"
+        "  --kernels   no model: the packed Q4_K/Q5_K/Q6_K matmul on random weights, in cache\n"
         "              and streamed from memory (MIB/4 of weights), at 1 and 8 tokens\n");
 }
 
@@ -267,10 +267,11 @@ static sw_packed **make_packs(sw_type type, int64_t rows, int64_t cols, int n_ma
 
 static int bench_kernels(const options *o, int threads)
 {
-    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K};
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    enum { N_TYPES = sizeof TYPES / sizeof TYPES[0] };
     static const int TOKENS[] = {1, 8};
     const int64_t cols = 4096;
-    kernel_result res[8];
+    kernel_result res[N_TYPES * 4];
     int nres = 0;
     float *x = malloc(sizeof(float) * (size_t)cols * 8);
     float *y = malloc(sizeof(float) * 8 * (size_t)(threads > 8 ? 512 * threads : 4096));
@@ -278,7 +279,7 @@ static int bench_kernels(const options *o, int threads)
     for (int i = 0; i < cols * 8; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
     read_meter rm;
     if (meter_init(&rm, (size_t)o->mem_mib << 20)) { fprintf(stderr, "spillway-bench: out of memory\n"); return 1; }
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < N_TYPES; ti++)
         for (int where = 0; where < 2; where++) {
             /* cache: one matrix of 512 rows a thread (about 1.2 MB of Q4_K a
              * thread, inside its L2); stream: 4096 x 4096 ones adding up to MIB/4 */
