@@ -28,8 +28,8 @@ def spillway_logits(model, tmp_path, ids=IDS, isa=None):
     return logits_for(model, ids, tmp_path / "logits.f32", isa=isa)[0]
 
 
-def make(tmp_path, arch, fused_qkv=False, quant=None, **kw):
-    hp, w = am.make_weights(arch, seed=11, **kw)
+def make(tmp_path, arch, fused_qkv=False, quant=None, seed=11, **kw):
+    hp, w = am.make_weights(arch, seed=seed, **kw)
     path = tmp_path / f"{arch}.gguf"
     am.write_model(path, arch, hp, w, fused_qkv=fused_qkv)
     if quant:
@@ -39,6 +39,14 @@ def make(tmp_path, arch, fused_qkv=False, quant=None, **kw):
         assert r.returncode == 0, r.stderr
         path = q
     return path
+
+
+def gpu_refusal(model):
+    """The GPU worker's (emulation backend's) error for a file it refuses."""
+    r = subprocess.run([bin_path("spillway-worker-gpu"), "--backend", "emulate", "-m", str(model), "--tokens", "1,2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0, "the GPU worker ran it"
+    return r.stderr
 
 
 @pytest.mark.parametrize("quant", [None, "q4_k_m"])
@@ -162,15 +170,8 @@ def test_mixtral_style_llama(quant, tmp_path):
     """A llama file whose FFN is a mixture (Mixtral's layout: 4 experts of
     the full FFN width, 2 used) matches the reference, which without the
     experts' renormalization, or with one expert fewer, does not."""
-    hp, w = am.make_weights("llama", seed=5, experts=(4, 2, 512))
-    path = tmp_path / "mixtral.gguf"
-    am.write_model(path, "llama", hp, w)
+    path = make(tmp_path, "llama", quant=quant, seed=5, experts=(4, 2, 512))
     if quant:
-        q = tmp_path / "mixtral-q4.gguf"
-        r = subprocess.run([bin_path("spillway-quantize"), str(path), str(q), quant], capture_output=True, text=True,
-                           timeout=120)
-        assert r.returncode == 0, r.stderr
-        path = q
         # llama.cpp's mix: the router stays float, the experts' down
         # matrices take Q6_K where ffn_down would (layer 1 of 2, not 0)
         types = {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors}
@@ -185,10 +186,8 @@ def test_mixtral_style_llama(quant, tmp_path):
 
 
 def test_gpu_worker_refuses_experts(tmp_path):
-    r = subprocess.run([bin_path("spillway-worker-gpu"), "--backend", "emulate", "-m", str(make(tmp_path, "qwen3moe")),
-                        "--tokens", "1,2"], capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0
-    assert "architecture 'qwen3moe' uses a mixture of experts" in r.stderr and "spillway-worker-cpu" in r.stderr, r.stderr
+    err = gpu_refusal(make(tmp_path, "qwen3moe"))
+    assert "architecture 'qwen3moe' uses a mixture of experts" in err and "spillway-worker-cpu" in err, err
 
 
 def test_missing_required_tensor(tmp_path):
@@ -264,9 +263,8 @@ def test_rope_scaling(tmp_path):
     assert cosines(got, am.forward("qwen2", hp3, w3, IDS)).min() >= 0.9999
     assert cosines(got, am.forward("qwen2", dict(hp3, rope_type="linear"), w3, IDS)).min() < 0.999
     assert cosines(got, am.forward("qwen2", dict(hp3, rope_scale=0.0), w3, IDS)).min() < 0.999
-    r = subprocess.run([bin_path("spillway-worker-gpu"), "--backend", "emulate", "-m", str(path), "--tokens", "1,2"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0 and "uses YaRN RoPE scaling" in r.stderr, r.stderr
+    err = gpu_refusal(path)
+    assert "uses YaRN RoPE scaling" in err, err
 
     path = tmp_path / "longrope.gguf"
     am.write_model(path, "qwen2", hp, w, rope_scaling=("longrope", 4.0))
@@ -282,21 +280,17 @@ def test_gpu_worker_refuses_partial_neox_rotary(tmp_path):
     path = tmp_path / "partial.gguf"
     am.write_model(path, "qwen2", hp, w, rope_dims=32)
     spillway_logits(path, tmp_path)
-    r = subprocess.run([bin_path("spillway-worker-gpu"), "--backend", "emulate", "-m", str(path), "--tokens", "1,2"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0
-    assert "rotates 32 of 64 head dims" in r.stderr and "spillway-worker-cpu" in r.stderr, r.stderr
+    err = gpu_refusal(path)
+    assert "rotates 32 of 64 head dims" in err and "spillway-worker-cpu" in err, err
 
 
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
 def test_gpu_worker_refuses_gemma2_and_3(arch, tmp_path):
     """Post-norms, soft-caps and sliding windows have no CUDA kernels: the GPU
     worker refuses such files by name, pointing at the CPU worker."""
-    r = subprocess.run([bin_path("spillway-worker-gpu"), "--backend", "emulate", "-m", str(make(tmp_path, arch)),
-                        "--tokens", "1,2"], capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0
-    assert f"architecture '{arch}' uses post-attention and post-FFN norms" in r.stderr, r.stderr
-    assert "spillway-worker-cpu" in r.stderr, r.stderr
+    err = gpu_refusal(make(tmp_path, arch))
+    assert f"architecture '{arch}' uses post-attention and post-FFN norms" in err, err
+    assert "spillway-worker-cpu" in err, err
 
 
 @pytest.mark.parametrize("pattern", [3, [True, False, False, True, True, False]], ids=["period", "per-layer"])

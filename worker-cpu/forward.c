@@ -317,12 +317,6 @@ static const sw_packed *packed_expert(const sw_ctx *c, uint32_t l, int k, uint32
     return c->pk_exp ? c->pk_exp[((size_t)l * 3 + k) * c->m->hp.n_expert + e] : NULL;
 }
 
-/* Bytes of expert e's three matrices in layer L. */
-static uint64_t expert_bytes(const sw_layer *L, uint32_t e)
-{
-    return L->gate_exps[e].nbytes + L->up_exps[e].nbytes + L->down_exps[e].nbytes;
-}
-
 /* Slots per layer. A query at p in a sliding layer reads p - n_swa + 1..p,
  * and a batch files up to max_batch positions of one sequence before any
  * of its queries reads: with n_swa + max_batch - 1 slots or more, no
@@ -439,9 +433,7 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
         sw_rope_freqs(hp, m->rope_freqs, true, c->inv_freq_swa);
     }
     pack_weights(c);
-    c->dense_bytes = m->weight_bytes;
-    for (uint32_t l = 0; l < hp->n_layer && hp->n_expert; l++)
-        c->dense_bytes -= hp->n_expert_used * expert_bytes(&m->layers[l], 0);
+    c->dense_bytes = m->weight_bytes - m->expert_bytes;
     return c;
 }
 
@@ -935,7 +927,7 @@ static void moe_rows(sw_ctx *c, uint32_t l, int n)
     route_tokens(c, n);
     gather_expert_rows(c, n);
     for (uint32_t e = 0; e < hp->n_expert; e++)
-        if (c->exp_first[e + 1] > c->exp_first[e]) c->bytes_read += expert_bytes(L, e);
+        if (c->exp_first[e + 1] > c->exp_first[e]) c->bytes_read += sw_expert_bytes(L, e);
     expert_products(c, l, false);
     gate_rows(c, n * k, (int)hp->n_ff_exp);
     expert_products(c, l, true);

@@ -599,16 +599,19 @@ static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
            (L->w_up = bindf(ld, E, F, false, "blk.%u.ffn_up.weight", l));
 }
 
-/* Bytes of the layer one token reads: of a mixture, the router and the
- * n_used experts it picks. */
-static uint64_t layer_bytes(const sw_layer *L, uint32_t n_used)
+uint64_t sw_expert_bytes(const sw_layer *L, uint32_t e)
+{
+    return L->gate_exps[e].nbytes + L->up_exps[e].nbytes + L->down_exps[e].nbytes;
+}
+
+/* Bytes of the layer one token reads but the experts (its router included). */
+static uint64_t layer_bytes(const sw_layer *L)
 {
     const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->ffn_norm, L->w_gate, L->w_up,
                                L->w_down, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->post_attn_norm,
                                L->post_ffn_norm, L->gate_inp};
     uint64_t n = 0;
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) n += ts[i] ? ts[i]->nbytes : 0;
-    if (L->gate_exps) n += n_used * (L->gate_exps->nbytes + L->up_exps->nbytes + L->down_exps->nbytes);
     return n;
 }
 
@@ -645,10 +648,11 @@ static bool bind_tensors(loader *ld)
     if (!m->layers || !m->views) { sw_errf(ld->err, ld->errlen, "out of memory"); return false; }
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (!bind_layer(ld, l, &m->layers[l])) return false;
-        m->weight_bytes += layer_bytes(&m->layers[l], hp->n_expert_used);
+        m->weight_bytes += layer_bytes(&m->layers[l]);
+        if (hp->n_expert) m->expert_bytes += hp->n_expert_used * sw_expert_bytes(&m->layers[l], 0);
     }
-    m->weight_bytes += m->output->nbytes + m->output_norm->nbytes + sw_row_size(m->token_embd->type, E) +
-                       (m->output_bias ? m->output_bias->nbytes : 0);
+    m->weight_bytes += m->expert_bytes + m->output->nbytes + m->output_norm->nbytes +
+                       sw_row_size(m->token_embd->type, E) + (m->output_bias ? m->output_bias->nbytes : 0);
 
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         if (!ld->used[i]) {

@@ -116,6 +116,7 @@ typedef struct sw_model {
     /* Bytes of weights one decode step reads (all matrices + the output
      * projection + one embedding row), for the bandwidth figures. */
     uint64_t weight_bytes;
+    uint64_t expert_bytes;           /* of those, the n_used experts per layer of a mixture */
 } sw_model;
 
 /* Loads and validates (architecture, shapes, tensor types). NULL + err on failure. */
@@ -133,6 +134,9 @@ void sw_model_describe(const sw_model *m, char *buf, size_t len);
 void sw_rope_freqs(const sw_hparams *hp, const gguf_tensor *freq_factors, bool sliding, float *inv);
 /* The factor the rotated dims are multiplied by after RoPE (YaRN's magnitude correction). */
 float sw_rope_mscale(const sw_hparams *hp, bool sliding);
+
+/* Bytes of expert e's gate, up and down matrices in layer L (a mixture). */
+uint64_t sw_expert_bytes(const sw_layer *L, uint32_t e);
 
 /* "q4_k_m" etc. for a general.file_type value; NULL if unknown. */
 const char *sw_file_type_name(uint32_t ftype);
