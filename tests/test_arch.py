@@ -93,6 +93,27 @@ def test_isa_equivalence(arch, tmp_path):
         assert diff <= 1e-3 * float(np.abs(base).max()), f"{isa or 'default'}: max |diff| {diff}"
 
 
+@pytest.mark.parametrize("quant,E", [("q8_0", 256), ("q4_k_m", 96)], ids=["q8_0", "q4_k_m-fallbacks"])
+def test_q32_packed(quant, E, tmp_path):
+    """The 32-weight types on their packed kernels, in fast mode (as served):
+    a q8_0 file, and a q4_k_m one 96 wide, whose rows that are not a
+    multiple of 256 fall back to Q5_0 and Q8_0 (as llama.cpp's mix does for
+    Qwen2-0.5B's 896). Both agree with the scalar path, whose 32-weight dots
+    are the reference's, and with the float64 forward pass."""
+    model = make(tmp_path, "qwen2", quant=quant, E=E)
+    types = {t.tensor_type.name for t in GGUFReader(model).tensors}
+    assert ({"Q5_0", "Q8_0", "Q4_K"} if quant == "q4_k_m" else {"Q8_0"}) <= types, types
+    ids = IDS * 2   # 40 tokens: slices of 8 and a leftover
+    base = logits_for(model, ids, tmp_path / "s.f32", isa="scalar", extra=["--fast"])[0]
+    got, err = logits_for(model, ids, tmp_path / "x.f32", extra=["--fast"])
+    cos = cosines(got, base)
+    print(f"{quant} E={E}: min cosine to the scalar path {cos.min():.8f}; {err.splitlines()[0]}")
+    assert cos.min() >= 0.9995 and (got.argmax(1) == base.argmax(1)).mean() >= 0.95
+    arch, hp, w = am.read_weights(model)
+    cos = cosines(got, am.forward(arch, hp, w, ids))
+    assert cos.min() >= 0.999, cos.min()
+
+
 def test_reference_tells_the_variants_apart(tmp_path):
     """Switching off any one of an architecture's differences moves the
     reference from the worker's logits by at least 10x what the comparison

@@ -282,7 +282,7 @@ static const gguf_tensor *layer_matrix(const sw_layer *L, int k)
 }
 
 /* Repacks the layer matrices (and experts) once for the kernels' packed form
- * (kernels.h: Q4_K, Q5_K and Q6_K), which serves every batch size from one layout. The
+ * (kernels.h: the K-quants and the 32-weight types), which serves every batch size from one layout. The
  * packs take about the original's size; the mmap'd originals are then only
  * read for the rare leftovers, so their pages can be evicted. A pack that
  * fails (memory) just leaves that matrix on the raw-row path.

@@ -11,10 +11,11 @@
  * (sw_kpack16) so vpdpbusd works on 16 rows at once (gemm16), which is what
  * makes prefill compute-efficient.
  *
- * The forward pass does not use those raw-row paths for Q4_K / Q6_K on
- * AVX-512 VNNI (and Q4_K on AVX2): sw_pack_tensor repacks each matrix once
- * at load into 16-row interleaved blocks that keep the 4/6-bit quants
- * (sw_q4k16 / sw_q6k16, about the original's size), and sw_matmul_packed
+ * The forward pass does not use those raw-row paths for Q4_K..Q6_K and
+ * Q4_0..Q8_0 on AVX-512 VNNI (and Q4_K on AVX2): sw_pack_tensor repacks
+ * each matrix once at load into 16-row interleaved blocks that keep the
+ * quants (sw_q4k16 / sw_q6k16 / the sw_q32x16 form, about the original's
+ * size), and sw_matmul_packed
  * runs every batch size, 1 included, on them: one vpdpbusd per 4 weights x
  * 16 rows x token (on AVX2, one vpmaddubsw per 4 weights x 8 rows), no
  * per-call repacking, and at batch 1 a few instructions per block instead
@@ -380,17 +381,21 @@ void sw_get_row(const gguf_tensor *w, int64_t r, float *out) {
 }
 
 /* ---- prepacked weights -------------------------------------------------------
- * Q4_K, Q5_K and Q6_K, when the ISA has kernels for their packed forms
- * (AVX-512 VNNI; Q4_K on AVX2 too). The pack keeps the source tensor for
- * leftover rows and other ISAs. */
+ * Q4_K, Q5_K, Q6_K and the 32-weight types, when the ISA has kernels for
+ * their packed forms (AVX-512 VNNI; Q4_K on AVX2 too). The pack keeps the
+ * source tensor for leftover rows and other ISAs. */
 
 struct sw_packed {
     const gguf_tensor *src;
     sw_type type;
     int64_t rows, cols, groups;   /* groups of 16 rows; rows past 16*groups use src */
-    size_t block_bytes;           /* sizeof(sw_q4k16), sizeof(sw_q5k16) or sizeof(sw_q6k16) */
-    uint8_t *blocks;              /* [group][block] */
+    size_t group_bytes;           /* one group: its blocks (K-quants), or quant then scale blocks (q32) */
+    uint8_t *blocks;              /* [group] */
 };
+
+static bool is_q32(sw_type t) {
+    return t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 || t == SW_TYPE_Q8_0;
+}
 
 /* Low nibbles of row r's 256 quants q into the shared 16-row interleave. */
 static void pack_nibbles(const uint8_t q[QK_K], int r, uint8_t dst[8][4][64]) {
@@ -472,15 +477,84 @@ static void pack_q6k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q6
     }
 }
 
+/* Block i of 16 rows of a 32-weight type into the sw_q32x16 form
+ * (kernels_impl.h): quants at q, d (and m) at sc. */
+static void pack_q32x16_block(sw_type type, const uint8_t *w, size_t row_size, int64_t i, uint8_t *q, uint16_t *sc) {
+    const size_t bs = sw_type_info(type)->type_size;
+    for (int r = 0; r < 16; r++) {
+        const uint8_t *b = w + (size_t)r * row_size + (size_t)i * bs;
+        if (type == SW_TYPE_Q8_0) {
+            const block_q8_0 *x = (const block_q8_0 *)b;
+            for (int k = 0; k < 8; k++)
+                for (int e = 0; e < 4; e++) q[64 * k + 4 * r + e] = (uint8_t)x->qs[4 * k + e] ^ 0x80;
+            sc[r] = x->d;
+            continue;
+        }
+        /* the unsigned quants v (0..15, or 0..31 with the fifth bits) */
+        const uint8_t *qs, *qh = NULL;
+        sw_f16 d, m = 0;
+        switch (type) {
+        case SW_TYPE_Q4_0: { const block_q4_0 *x = (const block_q4_0 *)b; qs = x->qs; d = x->d; break; }
+        case SW_TYPE_Q4_1: { const block_q4_1 *x = (const block_q4_1 *)b; qs = x->qs; d = x->d; m = x->m; break; }
+        case SW_TYPE_Q5_0: { const block_q5_0 *x = (const block_q5_0 *)b; qs = x->qs; qh = x->qh; d = x->d; break; }
+        default: { const block_q5_1 *x = (const block_q5_1 *)b; qs = x->qs; qh = x->qh; d = x->d; m = x->m; break; }
+        }
+        uint32_t h = 0;
+        if (qh) memcpy(&h, qh, 4);
+        uint8_t v[32];
+        for (int j = 0; j < 32; j++) v[j] = (uint8_t)((j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4) | ((h >> j) & 1) << 4);
+        for (int c = 0; c < 4; c++)
+            for (int e = 0; e < 4; e++) q[64 * c + 4 * r + e] = (uint8_t)((v[4 * c + e] & 0x0f) | (v[16 + 4 * c + e] & 0x0f) << 4);
+        if (qh)
+            for (int e = 0; e < 4; e++) {
+                uint8_t bits = 0;
+                for (int g = 0; g < 8; g++) bits |= (uint8_t)((v[4 * g + e] >> 4) << g);
+                q[256 + 4 * r + e] = bits;
+            }
+        sc[r] = d;
+        if (type == SW_TYPE_Q4_1 || type == SW_TYPE_Q5_1) sc[16 + r] = m;
+    }
+}
+
+/* Group g of p from the source rows. */
+static void pack_group(sw_packed *p, const uint8_t *src, size_t row_size, int64_t g) {
+    const uint8_t *rows16 = src + (size_t)g * 16 * row_size;
+    uint8_t *dst = p->blocks + (size_t)g * p->group_bytes;
+    if (is_q32(p->type)) {
+        const int64_t nb = p->cols / 32;
+        const size_t qb = sw_q32x16_qbytes(p->type), sb = sw_q32x16_sbytes(p->type);
+        for (int64_t i = 0; i < nb; i++)
+            pack_q32x16_block(p->type, rows16, row_size, i, dst + (size_t)i * qb,
+                              (uint16_t *)(dst + (size_t)nb * qb + (size_t)i * sb));
+        return;
+    }
+    for (int64_t i = 0; i < p->cols / QK_K; i++) {
+        if (p->type == SW_TYPE_Q4_K) pack_q4k16_block(rows16, row_size, i, (sw_q4k16 *)dst + i);
+        else if (p->type == SW_TYPE_Q5_K) pack_q5k16_block(rows16, row_size, i, (sw_q5k16 *)dst + i);
+        else pack_q6k16_block(rows16, row_size, i, (sw_q6k16 *)dst + i);
+    }
+}
+
+/* Bytes of one packed 16-row group of `type` over `cols`, 0 when this
+ * ISA has no packed kernel for it. */
+static size_t packed_group_bytes(const sw_kernel_table *kt, sw_type type, int64_t cols) {
+    if (is_q32(type)) {
+        if (!kt->q32x16[type]) return 0;
+        size_t b = (size_t)(cols / 32) * (sw_q32x16_qbytes(type) + sw_q32x16_sbytes(type));
+        return (b + 63) & ~(size_t)63;   /* the next group's quants start aligned */
+    }
+    size_t bb = type == SW_TYPE_Q4_K && kt->q4k16 ? sizeof(sw_q4k16)
+              : type == SW_TYPE_Q5_K && kt->q5k16 ? sizeof(sw_q5k16)
+              : type == SW_TYPE_Q6_K && kt->q6k16 ? sizeof(sw_q6k16) : 0;
+    return bb * (size_t)(cols / QK_K);
+}
+
 sw_packed *sw_pack_tensor(const gguf_tensor *w) {
     int64_t rows, cols;
     const sw_kernel_table *kt = ktab();
     if (!w || !tensor_dims(w, &rows, &cols) || rows < 16) return NULL;
-    size_t bb;
-    if (w->type == SW_TYPE_Q4_K && kt->q4k16) bb = sizeof(sw_q4k16);
-    else if (w->type == SW_TYPE_Q5_K && kt->q5k16) bb = sizeof(sw_q5k16);
-    else if (w->type == SW_TYPE_Q6_K && kt->q6k16) bb = sizeof(sw_q6k16);
-    else return NULL;
+    size_t gb = packed_group_bytes(kt, w->type, cols);
+    if (!gb) return NULL;
     sw_packed *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->src = w;
@@ -488,21 +562,12 @@ sw_packed *sw_pack_tensor(const gguf_tensor *w) {
     p->rows = rows;
     p->cols = cols;
     p->groups = rows / 16;
-    p->block_bytes = bb;
-    int64_t nb = cols / QK_K;
-    p->blocks = aligned_alloc(64, (size_t)p->groups * (size_t)nb * bb);
+    p->group_bytes = gb;
+    p->blocks = aligned_alloc(64, (size_t)p->groups * gb);
     if (!p->blocks) { free(p); return NULL; }
     size_t row_size = sw_row_size(w->type, (uint64_t)cols);
-    const uint8_t *src = w->data;
     #pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < p->groups; g++)
-        for (int64_t i = 0; i < nb; i++) {
-            uint8_t *dst = p->blocks + (size_t)(g * nb + i) * bb;
-            const uint8_t *rows16 = src + (size_t)g * 16 * row_size;
-            if (p->type == SW_TYPE_Q4_K) pack_q4k16_block(rows16, row_size, i, (sw_q4k16 *)dst);
-            else if (p->type == SW_TYPE_Q5_K) pack_q5k16_block(rows16, row_size, i, (sw_q5k16 *)dst);
-            else pack_q6k16_block(rows16, row_size, i, (sw_q6k16 *)dst);
-        }
+    for (int64_t g = 0; g < p->groups; g++) pack_group(p, w->data, row_size, g);
     return p;
 }
 
@@ -513,7 +578,7 @@ void sw_packed_free(sw_packed *p) {
 }
 
 size_t sw_packed_bytes(const sw_packed *p) {
-    return p ? (size_t)p->groups * (size_t)(p->cols / QK_K) * p->block_bytes : 0;
+    return p ? (size_t)p->groups * p->group_bytes : 0;
 }
 
 /* Per token and block: Q4_K and Q5_K 4 dwords, the int16 pairs of 32-sums
@@ -530,6 +595,16 @@ static void packed_bsums(sw_type type, const block_q8_k *a, int64_t nb, int32_t 
         } else {
             for (int k = 0; k < 16; k++) out[16 * i + k] = -32 * (int32_t)s[k];
         }
+    }
+}
+
+/* Per token and 32-weight block of Q8_0 activations: see sw_q32_aux. */
+static void q32_aux(const block_q8_0 *a, int64_t nb, sw_q32_aux *out) {
+    for (int64_t i = 0; i < nb; i++) {
+        int32_t sum = 0;
+        for (int k = 0; k < QK8_0; k++) sum += a[i].qs[k];
+        float d = sw_f16_to_f32(a[i].d);
+        out[i] = (sw_q32_aux){ d, -sum, d * (float)sum, 0 };
     }
 }
 
@@ -555,31 +630,49 @@ static bool packed_tail(const sw_packed *p, const float *x, int n_tok, float *y)
 #define SW_L2_TILE_BYTES (512u << 10)
 #endif
 
-/* One 16-row group g of p times tokens t..t+cnt-1 (cnt <= SW_DOTN_MAX). */
-static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t g, const uint8_t *act,
-                         size_t act_rs, const int32_t *bsp, size_t bsp_rs, int t, int cnt, float *y) {
-    const int64_t nb = p->cols / QK_K;
-    const void *blk = p->blocks + (size_t)(g * nb) * p->block_bytes;
-    const uint8_t *a = act + (size_t)t * act_rs;
-    float *out = y + (size_t)t * p->rows + g * 16;
-    const int32_t *b = bsp + (size_t)t * bsp_rs;
-    if (p->type == SW_TYPE_Q4_K) kt->q4k16(blk, nb, a, act_rs, b, bsp_rs, cnt, out, (size_t)p->rows);
-    else if (p->type == SW_TYPE_Q5_K) kt->q5k16(blk, nb, a, act_rs, b, bsp_rs, cnt, out, (size_t)p->rows);
-    else kt->q6k16(blk, nb, a, act_rs, b, bsp_rs, cnt, out, (size_t)p->rows);
-}
-
 static bool packed_usable(const sw_kernel_table *kt, const sw_packed *p) {
-    return p->type == SW_TYPE_Q4_K ? kt->q4k16 != NULL : p->type == SW_TYPE_Q5_K ? kt->q5k16 != NULL : kt->q6k16 != NULL;
+    return packed_group_bytes(kt, p->type, p->cols) == p->group_bytes;
 }
 
-/* One activation matrix that some of the jobs multiply: quantized once, at
- * `off` in the scratch, with its Q4_K and Q6_K bsum forms after it. */
+/* One activation matrix that some of the jobs multiply, quantized once in
+ * each form its products want: Q8_K rows with the Q4_K / Q6_K bsum forms
+ * (K-quants), Q8_0 rows with their sw_q32_aux (32-weight types). The
+ * fields are byte offsets in the scratch. */
 typedef struct {
     const float *x;
     int n_tok;
     int64_t cols;
-    size_t off, bs4, bs6;   /* byte offsets of the bsum forms (0: none) */
+    bool k8, bs4, bs6, q32;   /* forms wanted: Q8_K rows, their two bsum forms, Q8_0 rows */
+    size_t off, off_bs4, off_bs6, off_q32, off_aux;
 } act_set;
+
+/* One 16-row group g of p times tokens t..t+cnt-1 (cnt <= SW_DOTN_MAX) of
+ * the activation set `as`, whose forms are in buf. */
+static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t g, const act_set *as,
+                         const uint8_t *buf, int t, int cnt, float *y) {
+    const uint8_t *grp = p->blocks + (size_t)g * p->group_bytes;
+    float *out = y + (size_t)t * p->rows + g * 16;
+    if (is_q32(p->type)) {
+        const int64_t nb = p->cols / 32;
+        const size_t ars = sw_act_row_size(SW_TYPE_Q8_0, p->cols);
+        kt->q32x16[p->type](grp, (const uint16_t *)(grp + (size_t)nb * sw_q32x16_qbytes(p->type)), nb,
+                            buf + as->off_q32 + (size_t)t * ars, ars,
+                            (const sw_q32_aux *)(buf + as->off_aux) + (size_t)t * (size_t)nb, (size_t)nb, cnt, out,
+                            (size_t)p->rows);
+        return;
+    }
+    const int64_t nb = p->cols / QK_K;
+    const size_t ars = sw_act_row_size(SW_TYPE_Q4_K, p->cols);
+    const uint8_t *a = buf + as->off + (size_t)t * ars;
+    if (p->type == SW_TYPE_Q6_K) {
+        const int32_t *b = (const int32_t *)(buf + as->off_bs6) + (size_t)t * (size_t)nb * 16;
+        kt->q6k16((const sw_q6k16 *)grp, nb, a, ars, b, (size_t)nb * 16, cnt, out, (size_t)p->rows);
+        return;
+    }
+    const int32_t *b = (const int32_t *)(buf + as->off_bs4) + (size_t)t * (size_t)nb * 4;
+    if (p->type == SW_TYPE_Q4_K) kt->q4k16((const sw_q4k16 *)grp, nb, a, ars, b, (size_t)nb * 4, cnt, out, (size_t)p->rows);
+    else kt->q5k16((const sw_q5k16 *)grp, nb, a, ars, b, (size_t)nb * 4, cnt, out, (size_t)p->rows);
+}
 
 static int64_t job_groups(const sw_packed_job *j) { return j->n_tok > 0 ? j->p->groups : 0; }
 
@@ -587,7 +680,7 @@ static int64_t job_groups(const sw_packed_job *j) { return j->n_tok > 0 ? j->p->
 static int act_set_of(act_set *sets, int *n_sets, const sw_packed_job *j) {
     for (int s = 0; s < *n_sets; s++)
         if (sets[s].x == j->x && sets[s].n_tok == j->n_tok && sets[s].cols == j->p->cols) return s;
-    sets[*n_sets] = (act_set){ j->x, j->n_tok, j->p->cols, 0, 0, 0 };
+    sets[*n_sets] = (act_set){ .x = j->x, .n_tok = j->n_tok, .cols = j->p->cols };
     return (*n_sets)++;
 }
 
@@ -635,21 +728,26 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
         groups += job_groups(&jobs[j]);
         work += (double)p->rows * (double)p->cols * jobs[j].n_tok;
         max_tok = jobs[j].n_tok > max_tok ? jobs[j].n_tok : max_tok;
-        size_t gb = (size_t)(p->cols / QK_K) * p->block_bytes;
-        group_bytes = gb > group_bytes ? gb : group_bytes;
+        group_bytes = p->group_bytes > group_bytes ? p->group_bytes : group_bytes;
         act_set *a = &sets[set_of[j]];
-        if (p->type == SW_TYPE_Q6_K) a->bs6 = 1;
-        else a->bs4 = 1;   /* Q4_K and Q5_K */
+        if (is_q32(p->type)) a->q32 = true;
+        else if (p->type == SW_TYPE_Q6_K) a->k8 = a->bs6 = true;
+        else a->k8 = a->bs4 = true;   /* Q4_K and Q5_K */
     }
     if (ok) first[n] = groups;
     size_t bytes = 0;
     for (int s = 0; ok && s < n_sets; s++) {
         act_set *a = &sets[s];
-        const size_t nb = (size_t)(a->cols / QK_K);
-        a->off = bytes;
-        bytes += (sw_act_row_size(SW_TYPE_Q4_K, a->cols) * (size_t)a->n_tok + 63) & ~(size_t)63;
-        if (a->bs4) { a->bs4 = bytes; bytes += nb * 4 * sizeof(int32_t) * (size_t)a->n_tok; }
-        if (a->bs6) { a->bs6 = bytes; bytes += nb * 16 * sizeof(int32_t) * (size_t)a->n_tok; }
+        const size_t nb = (size_t)(a->cols / QK_K), nt = (size_t)a->n_tok;
+        if (a->k8) { a->off = bytes; bytes += (sw_act_row_size(SW_TYPE_Q4_K, a->cols) * nt + 63) & ~(size_t)63; }
+        if (a->bs4) { a->off_bs4 = bytes; bytes += (nb * 4 * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
+        if (a->bs6) { a->off_bs6 = bytes; bytes += (nb * 16 * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
+        if (a->q32) {
+            a->off_q32 = bytes;
+            bytes += (sw_act_row_size(SW_TYPE_Q8_0, a->cols) * nt + 63) & ~(size_t)63;
+            a->off_aux = bytes;
+            bytes += (size_t)(a->cols / QK8_0) * sizeof(sw_q32_aux) * nt;
+        }
         bytes = (bytes + 63) & ~(size_t)63;
         total_tok += a->n_tok;
     }
@@ -667,12 +765,20 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
         int s = 0, t = i;
         while (t >= sets[s].n_tok) t -= sets[s++].n_tok;
         const act_set *a = &sets[s];
-        const int64_t nb = a->cols / QK_K;
-        const size_t act_rs = sw_act_row_size(SW_TYPE_Q4_K, a->cols);
-        uint8_t *q = buf + a->off + (size_t)t * act_rs;
-        kt->quant_q8_k(a->x + (size_t)t * a->cols, q, a->cols);
-        if (a->bs4) packed_bsums(SW_TYPE_Q4_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->bs4) + (size_t)t * nb * 4);
-        if (a->bs6) packed_bsums(SW_TYPE_Q6_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->bs6) + (size_t)t * nb * 16);
+        const float *x = a->x + (size_t)t * a->cols;
+        if (a->k8) {
+            const int64_t nb = a->cols / QK_K;
+            uint8_t *q = buf + a->off + (size_t)t * sw_act_row_size(SW_TYPE_Q4_K, a->cols);
+            kt->quant_q8_k(x, q, a->cols);
+            if (a->bs4) packed_bsums(SW_TYPE_Q4_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->off_bs4) + (size_t)t * nb * 4);
+            if (a->bs6) packed_bsums(SW_TYPE_Q6_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->off_bs6) + (size_t)t * nb * 16);
+        }
+        if (a->q32) {
+            const int64_t nb = a->cols / QK8_0;
+            uint8_t *q = buf + a->off_q32 + (size_t)t * sw_act_row_size(SW_TYPE_Q8_0, a->cols);
+            kt->quant_q8_0(x, q, a->cols);
+            q32_aux((const block_q8_0 *)q, nb, (sw_q32_aux *)(buf + a->off_aux) + (size_t)t * (size_t)nb);
+        }
     }
     /* Threads take runs of the products' 16-row groups, counted across all
      * of them (one parallel region for the lot; 64 bytes of y per token
@@ -709,17 +815,12 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
                 while (a0 >= first[j + 1]) j++;
                 const sw_packed_job *jb = &jobs[j];
                 const act_set *as = &sets[set_of[j]];
-                const bool q4 = jb->p->type != SW_TYPE_Q6_K;   /* Q4_K's bsum form: Q5_K too */
-                const size_t act_rs = sw_act_row_size(SW_TYPE_Q4_K, as->cols), nb = (size_t)(as->cols / QK_K);
-                const int32_t *bsp = (const int32_t *)(buf + (q4 ? as->bs4 : as->bs6));
                 const int64_t a1 = first[j + 1] < r1 ? first[j + 1] : r1;
                 for (int64_t s0 = a0; s0 < a1; s0 += tile) {
                     int64_t s1 = s0 + tile < a1 ? s0 + tile : a1;
                     for (int t = 0; t < jb->n_tok; t += SW_DOTN_MAX) {
                         int cnt = jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
-                        for (int64_t gg = s0; gg < s1; gg++)
-                            packed_group(kt, jb->p, gg - first[j], buf + as->off, act_rs, bsp, q4 ? nb * 4 : nb * 16,
-                                         t, cnt, jb->y);
+                        for (int64_t gg = s0; gg < s1; gg++) packed_group(kt, jb->p, gg - first[j], as, buf, t, cnt, jb->y);
                     }
                 }
                 a0 = a1;

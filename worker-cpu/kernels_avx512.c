@@ -366,6 +366,107 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
 }
 
+/* Prepacked 32-weight types (the sw_q32x16 form, kernels_impl.h). Per block:
+ * eight 64-byte vectors of unsigned quants (Q8_0: loaded as they are; Q4_x
+ * and Q5_x: four loads split into nibbles, Q5_x with its fifth bits put in
+ * by a shift and a ternary-logic OR), then per token eight vpdpbusd that
+ * start from the quants' offset times minus the token's block sum (a
+ * broadcast and a shift), one multiply for d x the token's scale and one
+ * multiply-add (Q4_1 / Q5_1: one more for m x the token's scaled sum). So
+ * 8 of 10 vector-pipe slots are products, as for Q4_K's 64 of 79. */
+/* Software prefetch from this many tokens up (as Q4_K: at one token
+ * batch 1 read at 93-111% of the bandwidth beside it with or without it,
+ * alternating runs, 2026-12-01). */
+#ifndef SW_Q32_PF_MIN_NT
+#define SW_Q32_PF_MIN_NT 1
+#endif
+static inline __attribute__((always_inline)) void
+q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride, const sw_q32_aux *aux,
+            size_t aux_stride, const int NT, float *out, size_t ostride, const sw_type type) {
+    const bool q8 = type == SW_TYPE_Q8_0, q5 = type == SW_TYPE_Q5_0 || type == SW_TYPE_Q5_1;
+    const bool has_m = type == SW_TYPE_Q4_1 || type == SW_TYPE_Q5_1;
+    /* log2 of the offset the unsigned quants carry (Q4_1 / Q5_1 have none) */
+    const int off_shift = q8 ? 7 : type == SW_TYPE_Q4_0 ? 3 : 4;
+    const size_t qb = sw_q32x16_qbytes(type), sw = sw_q32x16_sbytes(type) / 2;
+    /* the scale stream moves sw * 2 bytes per block against qb: the same lead in blocks */
+    const int s_ahead = (int)(SW_Q16_PREFETCH / qb * sw * 2);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    __m512 total[SW_DOTN_MAX];
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) total[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, q += qb, s += sw) {
+        __m512i w[8];
+        if (q8) {
+            _Pragma("GCC unroll 8")
+            for (int k = 0; k < 8; k++) w[k] = _mm512_load_si512(q + 64 * k);
+        } else {
+            const __m512i h = q5 ? _mm512_load_si512(q + 256) : _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 4; c++) {
+                __m512i v = _mm512_load_si512(q + 64 * c);
+                w[c] = _mm512_and_si512(v, m4);
+                w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (q5) {   /* bits c and c + 4 of h to bit 4 */
+                    w[c] = _mm512_ternarylogic_epi32(w[c], shift_bits(h, 4 - c), m10, 0xF8);
+                    w[c + 4] = _mm512_ternarylogic_epi32(w[c + 4], shift_bits(h, -c), m10, 0xF8);
+                }
+            }
+        }
+        if (NT > SW_Q32_PF_MIN_NT) {
+            for (size_t l = 0; l < qb; l += 64) _mm_prefetch((const char *)q + l + SW_Q16_PREFETCH, SW_Q16_HINT);
+            _mm_prefetch((const char *)s + s_ahead, SW_Q16_HINT);
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)s));
+        const __m512 m = has_m ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(s + 16))) : _mm512_setzero_ps();
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) {
+            const int8_t *a = ((const block_q8_0 *)((const uint8_t *)act + (size_t)t * stride) + i)->qs;
+            const sw_q32_aux *x = aux + (size_t)t * aux_stride + i;
+            __m512i acc0 = has_m ? _mm512_setzero_si512() : _mm512_slli_epi32(_mm512_set1_epi32(x->neg_sum), off_shift);
+            if (NT <= 2) {   /* two chains: one token alone would wait on the instruction's latency */
+                __m512i acc1 = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4")
+                for (int k = 0; k < 8; k += 2) {
+                    acc0 = dpbusd_bcst(acc0, w[k], a + 4 * k);
+                    acc1 = dpbusd_bcst(acc1, w[k + 1], a + 4 * k + 4);
+                }
+                acc0 = _mm512_add_epi32(acc0, acc1);
+            } else {
+                _Pragma("GCC unroll 8")
+                for (int k = 0; k < 8; k++) acc0 = dpbusd_bcst(acc0, w[k], a + 4 * k);
+            }
+            total[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0), _mm512_mul_ps(d, _mm512_set1_ps(x->d)), total[t]);
+            if (has_m) total[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(x->d_sum), total[t]);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
+}
+
+#define SW_Q32_CALL(k) q32x16_rows(q, s, nb, act, stride, aux, aux_stride, k, out, ostride, SW_Q32_TYPE)
+#define SW_Q32_ENTRY(name)                                                                                  \
+    static void name(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,        \
+                     const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) {       \
+        SW_FOR_NT(ntok, SW_Q32_CALL)                                                                        \
+    }
+#define SW_Q32_TYPE SW_TYPE_Q4_0
+SW_Q32_ENTRY(q4_0x16_vnni)
+#undef SW_Q32_TYPE
+#define SW_Q32_TYPE SW_TYPE_Q4_1
+SW_Q32_ENTRY(q4_1x16_vnni)
+#undef SW_Q32_TYPE
+#define SW_Q32_TYPE SW_TYPE_Q5_0
+SW_Q32_ENTRY(q5_0x16_vnni)
+#undef SW_Q32_TYPE
+#define SW_Q32_TYPE SW_TYPE_Q5_1
+SW_Q32_ENTRY(q5_1x16_vnni)
+#undef SW_Q32_TYPE
+#define SW_Q32_TYPE SW_TYPE_Q8_0
+SW_Q32_ENTRY(q8_0x16_vnni)
+#undef SW_Q32_TYPE
+#undef SW_Q32_ENTRY
+#undef SW_Q32_CALL
+
 /* Entry points of the packed kernels: every token count gets its own
  * unrolled instance of the rows function SW_Q16_ROWS. */
 #define SW_Q16_CALL(k) SW_Q16_ROWS(p, nb, act, stride, bsp, bsp_stride, k, out, ostride)
@@ -437,6 +538,11 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni) {
         t->q4k16 = q4k16_vnni;
         t->q5k16 = q5k16_vnni;
         t->q6k16 = q6k16_vnni;
+        t->q32x16[SW_TYPE_Q4_0] = q4_0x16_vnni;
+        t->q32x16[SW_TYPE_Q4_1] = q4_1x16_vnni;
+        t->q32x16[SW_TYPE_Q5_0] = q5_0x16_vnni;
+        t->q32x16[SW_TYPE_Q5_1] = q5_1x16_vnni;
+        t->q32x16[SW_TYPE_Q8_0] = q8_0x16_vnni;
         t->int8_peak = int8_peak_vnni;
     } else {
         t->dot[SW_TYPE_Q4_K] = dot_q4_k_bw;

@@ -116,6 +116,40 @@ typedef void (*sw_q5k16_fn)(const sw_q5k16 *p, int64_t nb, const void *act, size
 typedef void (*sw_q6k16_fn)(const sw_q6k16 *p, int64_t nb, const void *act, size_t act_stride,
                             const int32_t *bsp, size_t bsp_stride, int ntok, float *out, size_t out_stride);
 
+/* 16 rows of a 32-weight type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), prepacked at
+ * load like the K-quants. A group of 16 rows is its nb quant blocks, then
+ * its nb scale blocks, so that the 64-byte quant loads stay aligned whatever
+ * the type's size (34 bytes a row-block for Q8_0 would not be). Per block:
+ *   Q8_0       q[k][4r + e] = qs(r, 4k + e) ^ 0x80: unsigned, 128 too high;
+ *   Q4_x, Q5_x q[c][4r + e] = q(r, 4c + e) | q(r, 16 + 4c + e) << 4 (c < 4),
+ *              so the low nibbles match activation dword c and the high
+ *              ones dword c + 4; Q5_x then 64 bytes of fifth bits, byte
+ *              4r + e holding at bit g that of weight 4g + e (g < 8);
+ *   scales     d[16] (fp16), and for Q4_1 / Q5_1 then m[16].
+ * Row-block sizes equal the originals': 34, 18, 20, 22, 24 bytes. */
+enum { SW_Q32_ROWS = 16 };
+static inline size_t sw_q32x16_qbytes(sw_type t) {
+    return t == SW_TYPE_Q8_0 ? 512 : t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 ? 320 : 256;
+}
+static inline size_t sw_q32x16_sbytes(sw_type t) { return t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_1 ? 64 : 32; }
+
+/* Per token and 32-weight block of its Q8_0 activations: the scale as a
+ * float, minus the sum of the 32 quants (the unsigned weights' offset,
+ * 128, 8 or 16, times it is the sums' starting value), and d times the sum
+ * (Q4_1 / Q5_1's m term). */
+typedef struct {
+    float d;
+    int32_t neg_sum;
+    float d_sum;
+    int32_t pad;
+} sw_q32_aux;
+
+/* Y for 16 packed rows (q: nb quant blocks, s: their scale blocks) x ntok
+ * (1..SW_DOTN_MAX) Q8_0 tokens act_stride bytes apart, aux aux_stride
+ * entries apart: out[t*out_stride + r]. */
+typedef void (*sw_q32x16_fn)(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t act_stride,
+                             const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t out_stride);
+
 typedef struct {
     sw_dot_fn dot[SW_TYPE_COUNT];
     sw_dotn_fn dotn[SW_TYPE_COUNT];
@@ -125,6 +159,7 @@ typedef struct {
     sw_q4k16_fn q4k16;     /* prepacked Q4_K (sw_pack_tensor); NULL: the raw-row paths */
     sw_q5k16_fn q5k16;     /* prepacked Q5_K */
     sw_q6k16_fn q6k16;     /* prepacked Q6_K */
+    sw_q32x16_fn q32x16[SW_TYPE_COUNT];   /* prepacked Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 */
     /* iters x SW_INT8_PEAK_MACS int8 multiply-adds in independent chains of
      * the instruction the packed kernels are built on (sw_int8_peak_gmac_s);
      * returns a value that depends on all of them. NULL: no such path. */

@@ -44,8 +44,9 @@ static void usage(FILE *f)
         "  -b LIST     decode batch sizes (default 1,4,16)\n"
         "  --mem-mib   size of the streaming-read buffer (default 1024)\n"
         "  --precise   use residual-corrected activations (default: the serving path)\n"
-        "  --kernels   no model: the packed Q4_K/Q5_K/Q6_K matmul on random weights, in cache\n"
-        "              and streamed from memory (MIB/4 of weights), at 1 and 8 tokens\n");
+        "  --kernels   no model: the packed matmul (Q4_K Q5_K Q6_K Q8_0 Q5_0 Q4_0) on random\n"
+        "              weights, in cache and streamed from memory (MIB/4 of weights),\n"
+        "              at 1 and 8 tokens\n");
 }
 
 static void parse_batches(options *o, const char *s)
@@ -267,7 +268,7 @@ static sw_packed **make_packs(sw_type type, int64_t rows, int64_t cols, int n_ma
 
 static int bench_kernels(const options *o, int threads)
 {
-    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q8_0, SW_TYPE_Q5_0, SW_TYPE_Q4_0};
     enum { N_TYPES = sizeof TYPES / sizeof TYPES[0] };
     static const int TOKENS[] = {1, 8};
     const int64_t cols = 4096;
@@ -281,10 +282,11 @@ static int bench_kernels(const options *o, int threads)
     if (meter_init(&rm, (size_t)o->mem_mib << 20)) { fprintf(stderr, "spillway-bench: out of memory\n"); return 1; }
     for (int ti = 0; ti < N_TYPES; ti++)
         for (int where = 0; where < 2; where++) {
-            /* cache: one matrix of 512 rows a thread (about 1.2 MB of Q4_K a
-             * thread, inside its L2); stream: 4096 x 4096 ones adding up to MIB/4 */
-            int64_t rows = where ? 4096 : 512 * (int64_t)threads;
-            size_t one = sw_row_size(TYPES[ti], (uint64_t)cols) * (size_t)rows;
+            /* cache: one matrix of about 1.2 MB a thread (512 rows of Q4_K),
+             * inside its L2; stream: 4096 x 4096 ones adding up to MIB/4 */
+            size_t row_bytes = sw_row_size(TYPES[ti], (uint64_t)cols);
+            int64_t rows = where ? 4096 : (int64_t)((512 * sw_row_size(SW_TYPE_Q4_K, (uint64_t)cols)) / row_bytes / 16 * 16) * threads;
+            size_t one = row_bytes * (size_t)rows;
             int n_mat = where ? (int)(((size_t)o->mem_mib << 18) / one) : 1;
             if (n_mat < 1) n_mat = 1;
             gguf_tensor t;

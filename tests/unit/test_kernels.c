@@ -320,20 +320,34 @@ static void test_avx512_bw_table(void) {
     }
 }
 
-/* Prepacked Q4_K, Q5_K and Q6_K (sw_pack_tensor) against the reference:
- * row counts that leave 0..15 rows outside the 16-row groups, every token
- * count 1..40, all weight scale modes. On ISAs without a packed kernel there
- * is no pack, and sw_matmul_tensor must be used; that is checked too. */
+static bool is_q32_type(sw_type t) {
+    return t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 || t == SW_TYPE_Q8_0;
+}
+
+/* Activation row i of x for weight type t, quantized by the reference. */
+static void ref_act(sw_type t, const float *x, int64_t cols, uint8_t *a) {
+    sw_quantize_row(sw_type_info(t)->vec_dot_type, x, a, cols);
+}
+
+/* Prepacked K-quants and 32-weight types (sw_pack_tensor) against the
+ * reference: row counts that leave 0..15 rows outside the 16-row groups,
+ * every token count 1..40, all weight scale modes, and for the 32-weight
+ * types odd block counts (the scale blocks' padding). On ISAs without a
+ * packed kernel there is no pack, and sw_matmul_tensor must be used; that
+ * is checked too. */
 static void test_packed(sw_isa isa) {
     static const int64_t ROWS[] = {16, 17, 33, 48, 15};
-    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
-    for (int ri = 0; ri < 15; ri++) {
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q4_0,
+                                    SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0};
+    static const int64_t Q32_COLS[] = {96, 256, 2080};
+    for (int ri = 0; ri < 5 * (int)(sizeof TYPES / sizeof TYPES[0]); ri++) {
         gguf_tensor t;
         memset(&t, 0, sizeof t);
         strcpy(t.name, "packed.weight");
         t.n_dims = 2;
         t.type = TYPES[ri / 5];
-        int64_t rows = ROWS[ri % 5], cols = 256 * (1 + ri % 3);
+        const bool q32 = is_q32_type(t.type);
+        int64_t rows = ROWS[ri % 5], cols = q32 ? Q32_COLS[ri % 3] : 256 * (1 + ri % 3);
         t.ne[0] = (uint64_t)cols; t.ne[1] = (uint64_t)rows; t.ne[2] = t.ne[3] = 1;
         size_t rs = sw_row_size(t.type, (uint64_t)cols), ars = sw_act_row_size(t.type, cols);
         t.nbytes = rs * (size_t)rows;
@@ -343,18 +357,21 @@ static void test_packed(sw_isa isa) {
         t.data = w;
         for (int i = 0; i < 40; i++) {
             random_x(x + i * cols, cols, i % 3);
-            sw_quantize_row(SW_TYPE_Q8_K, x + i * cols, a + i * ars, cols);
+            ref_act(t.type, x + i * cols, cols, a + i * ars);
         }
         sw_packed *pk = sw_pack_tensor(&t);
-        /* Q4_K has a packed kernel from AVX2 up (vpmaddubsw without VNNI), Q5_K and Q6_K with VNNI only */
+        /* Q4_K has a packed kernel from AVX2 up (vpmaddubsw without VNNI), the others with VNNI only */
         bool vnni = isa == SW_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
         bool expect = (t.type == SW_TYPE_Q4_K ? isa >= SW_ISA_AVX2 : vnni) && rows >= 16;
         CHECK((pk != NULL) == expect, "isa %s rows %lld: pack %s", sw_isa_name(isa), (long long)rows,
               pk ? "made" : "not made");
         if (!pk) { free(w); free(a); free(x); free(y); continue; }
-        CHECK(sw_packed_bytes(pk) == (size_t)(rows / 16) * (size_t)(cols / 256) *
-                                         (t.type == SW_TYPE_Q4_K ? sizeof(sw_q4k16) : t.type == SW_TYPE_Q5_K
-                                          ? sizeof(sw_q5k16) : sizeof(sw_q6k16)), "packed size");
+        /* K-quants: their block structs; 32-weight types: the originals' bytes, each group padded to 64 */
+        size_t group = q32 ? (16 * rs + 63) / 64 * 64
+                           : (size_t)(cols / 256) * (t.type == SW_TYPE_Q4_K ? sizeof(sw_q4k16) : t.type == SW_TYPE_Q5_K
+                                                                          ? sizeof(sw_q5k16) : sizeof(sw_q6k16));
+        CHECK(sw_packed_bytes(pk) == (size_t)(rows / 16) * group, "packed %s size %zu", sw_type_info(t.type)->name,
+              sw_packed_bytes(pk));
         int bad = 0;
         for (int ntok = 1; ntok <= 40; ntok++) {
             for (int64_t i = 0; i < rows * ntok; i++) y[i] = -12345.0f;
@@ -384,10 +401,10 @@ static void test_packed(sw_isa isa) {
     }
     gguf_tensor t8;
     memset(&t8, 0, sizeof t8);
-    t8.type = SW_TYPE_Q8_0;
+    t8.type = SW_TYPE_F16;
     t8.ne[0] = 256; t8.ne[1] = 32; t8.ne[2] = t8.ne[3] = 1;
     t8.nbytes = sw_row_size(t8.type, 256) * 32;
-    static uint8_t dummy[272 * 32];
+    static uint8_t dummy[512 * 32];
     t8.data = dummy;
     CHECK(sw_pack_tensor(&t8) == NULL && sw_pack_tensor(NULL) == NULL, "no pack for other types / NULL");
 }
@@ -403,13 +420,9 @@ static void check_fused(sw_isa isa, const char *what, int np, const sw_type *typ
     sw_packed *pk[MAXNP];
     float *y[MAXNP];
     uint8_t *w[MAXNP];
-    size_t ars = sw_act_row_size(SW_TYPE_Q4_K, cols);
     float *x = malloc(sizeof(float) * (size_t)cols * maxtok);
-    uint8_t *a = malloc(ars * maxtok);
-    for (int i = 0; i < maxtok; i++) {
-        random_x(x + (size_t)i * cols, cols, i % 3);
-        sw_quantize_row(SW_TYPE_Q8_K, x + (size_t)i * cols, a + i * ars, cols);
-    }
+    uint8_t *a = malloc(sw_act_row_size(SW_TYPE_Q4_K, cols) + sw_act_row_size(SW_TYPE_Q8_0, cols));
+    for (int i = 0; i < maxtok; i++) random_x(x + (size_t)i * cols, cols, i % 3);
     for (int k = 0; k < np; k++) {
         memset(&t[k], 0, sizeof t[k]);
         t[k].type = types[k];
@@ -432,15 +445,17 @@ static void check_fused(sw_isa isa, const char *what, int np, const sw_type *typ
         sw_matmul_packed_n((const sw_packed *const *)pk, np, x, ntok, y);
         for (int k = 0; k < np; k++) {
             size_t rs = sw_row_size(types[k], (uint64_t)cols);
-            for (int i = 0; i < ntok; i++)
+            for (int i = 0; i < ntok; i++) {
+                ref_act(types[k], x + (size_t)i * cols, cols, a);   /* each type's own activation form */
                 for (int64_t r = 0; r < rows[k]; r++) {
-                    float ref = sw_vec_dot_ref(types[k], cols, w[k] + r * rs, a + i * ars);
-                    double mag = dot_magnitude(types[k], w[k] + r * rs, a + i * ars, cols);
+                    float ref = sw_vec_dot_ref(types[k], cols, w[k] + r * rs, a);
+                    double mag = dot_magnitude(types[k], w[k] + r * rs, a, cols);
                     float got = y[k][(size_t)i * rows[k] + r];
                     if (!close_enough(got, ref, mag, 2e-6) && bad++ < 3)
                         CHECK(0, "isa %s %s: %s tok %d/%d row %lld: %.9g vs ref %.9g", sw_isa_name(isa), what,
                               sw_type_info(types[k])->name, i, ntok, (long long)r, got, ref);
                 }
+            }
         }
     }
     CHECK(bad == 0, "isa %s: %s: %d wrong", sw_isa_name(isa), what, bad);
@@ -459,6 +474,14 @@ static void test_packed_n(sw_isa isa) {
     static const sw_type Q4[] = {SW_TYPE_Q4_K, SW_TYPE_Q4_K};
     static const int NTOK4[] = {1, 5, 11};
     check_fused(isa, "fused packed Q4_K product", 2, Q4, ROWS4, 512, NTOK4, 3);
+    /* a Q4_K_M mix for eight experts (Q4_K q, Q8_0 k and v), and a Qwen2-0.5B-style
+     * fallback mix (Q5_0 q and k, Q8_0 v): both activation forms of one input */
+    static const int64_t ROWSM[] = {48, 17, 32};
+    static const sw_type MIX[] = {SW_TYPE_Q4_K, SW_TYPE_Q8_0, SW_TYPE_Q8_0};
+    static const sw_type FALLBACK[] = {SW_TYPE_Q5_0, SW_TYPE_Q5_0, SW_TYPE_Q8_0};
+    static const int NTOKM[] = {1, 2, 9, 33};
+    check_fused(isa, "fused Q4_K + Q8_0 product", 3, MIX, ROWSM, 512, NTOKM, 4);
+    check_fused(isa, "fused Q5_0 + Q8_0 product", 3, FALLBACK, ROWSM, 896, NTOKM, 4);
 }
 
 /* Wide matrices (8192 columns: a Q6_K group is 106 KB, so an L2 tile holds
@@ -474,11 +497,12 @@ static void test_packed_wide(sw_isa isa) {
 
 /* Many products with their own activations in one sw_matmul_packed_jobs (a
  * mixture's experts): widths 512 and 1024, token counts 0 to 9, two jobs
- * sharing an input, a job without a pack, leftover rows; each against the
- * reference with its own activations. */
+ * sharing an input (a Q4_K and a Q8_0: both activation forms of it), a job
+ * without a pack, leftover rows, K-quants beside 32-weight types; each
+ * against the reference with its own activations. */
 static void test_packed_jobs(sw_isa isa) {
     enum { NJ = 7 };
-    static const sw_type TYPES[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K,
+    static const sw_type TYPES[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q8_0, SW_TYPE_Q6_K, SW_TYPE_Q5_K, SW_TYPE_Q4_1,
                                       SW_TYPE_Q4_K, SW_TYPE_Q5_K};
     static const int64_t ROWS[NJ] = {48, 33, 32, 64, 16, 32, 16};
     static const int COLS[NJ] = {512, 512, 1024, 1024, 512, 512, 512};
@@ -512,10 +536,10 @@ static void test_packed_jobs(sw_isa isa) {
     if (all) {
         sw_matmul_packed_jobs(jobs, NJ);
         for (int j = 0; j < NJ; j++) {
-            size_t rs = sw_row_size(TYPES[j], (uint64_t)COLS[j]), ars = sw_act_row_size(SW_TYPE_Q4_K, COLS[j]);
+            size_t rs = sw_row_size(TYPES[j], (uint64_t)COLS[j]), ars = sw_act_row_size(TYPES[j], COLS[j]);
             uint8_t *a = malloc(ars);
             for (int i = 0; i < 9; i++) {
-                sw_quantize_row(SW_TYPE_Q8_K, x[XOF[j]] + (size_t)i * COLS[j], a, COLS[j]);
+                ref_act(TYPES[j], x[XOF[j]] + (size_t)i * COLS[j], COLS[j], a);
                 for (int64_t r = 0; r < ROWS[j]; r++) {
                     float got = y[j][(size_t)i * ROWS[j] + r];
                     if (!jobs[j].p || i >= NTOK[j]) {   /* untouched */
