@@ -374,11 +374,13 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
  * broadcast and a shift), one multiply for d x the token's scale and one
  * multiply-add (Q4_1 / Q5_1: one more for m x the token's scaled sum). So
  * 8 of 10 vector-pipe slots are products, as for Q4_K's 64 of 79. */
-/* Software prefetch from this many tokens up (as Q4_K: at one token
- * batch 1 read at 93-111% of the bandwidth beside it with or without it,
- * alternating runs, 2026-12-01). */
+/* Software prefetch above this many tokens: at every count. Unlike Q4_K's
+ * kernel, batch 1 needs it here: on a Q4_0 1b file it read at 54-68% of
+ * the best pass without it and 77-83% with it (32.6-45.7 against 52.6-56.6
+ * tok/s, alternating runs); Q8_0 read at 85-109% of the bandwidth beside it
+ * either way (2026-12-01). */
 #ifndef SW_Q32_PF_MIN_NT
-#define SW_Q32_PF_MIN_NT 1
+#define SW_Q32_PF_MIN_NT 0
 #endif
 static inline __attribute__((always_inline)) void
 q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride, const sw_q32_aux *aux,
