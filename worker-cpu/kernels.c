@@ -12,7 +12,7 @@
  * makes prefill compute-efficient.
  *
  * The forward pass does not use those raw-row paths for Q4_K..Q6_K and
- * Q4_0..Q8_0 on AVX-512 VNNI (and Q4_K on AVX2): sw_pack_tensor repacks
+ * Q4_0..Q8_0 on AVX-512 VNNI (Q4_K and Q4_0..Q8_0 on AVX2): sw_pack_tensor repacks
  * each matrix once at load into 16-row interleaved blocks that keep the
  * quants (sw_q4k16 / sw_q6k16 / the sw_q32x16 form, about the original's
  * size), and sw_matmul_packed
@@ -382,7 +382,8 @@ void sw_get_row(const gguf_tensor *w, int64_t r, float *out) {
 
 /* ---- prepacked weights -------------------------------------------------------
  * Q4_K, Q5_K, Q6_K and the 32-weight types, when the ISA has kernels for
- * their packed forms (AVX-512 VNNI; Q4_K on AVX2 too). The pack keeps the
+ * their packed forms (AVX-512 VNNI; Q4_K and the 32-weight types on AVX2
+ * too). The pack keeps the
  * source tensor for leftover rows and other ISAs. */
 
 struct sw_packed {
@@ -604,7 +605,7 @@ static void q32_aux(const block_q8_0 *a, int64_t nb, sw_q32_aux *out) {
         int32_t sum = 0;
         for (int k = 0; k < QK8_0; k++) sum += a[i].qs[k];
         float d = sw_f16_to_f32(a[i].d);
-        out[i] = (sw_q32_aux){ d, -sum, d * (float)sum, 0 };
+        out[i] = (sw_q32_aux){ d, -sum, d * (float)sum };
     }
 }
 

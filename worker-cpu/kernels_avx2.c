@@ -418,6 +418,14 @@ static void q4k16_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t st
     }
 }
 
+/* Software prefetch distance of the packed 32-weight kernel below: as the
+ * VNNI kernel's. Unlike Q4_K's AVX2 kernel, batch 1 needs it here: 1b
+ * files, 2 threads, alternating runs (2026-12-01): Q8_0 19.9-20.1 -> 23.2-24.0
+ * tok/s (95% of the bandwidth beside), Q4_0 28.8-32.0 -> 41.2-49.5 (99-104%). */
+#ifndef SW_Q32_AVX2_PF
+#define SW_Q32_AVX2_PF (16 * (int)sizeof(sw_q4k16))
+#endif
+
 /* ---- prepacked 32-weight types (the sw_q32x16 form), without VNNI ----
  * 8 rows per ymm (32 bytes of each 64-byte quant vector). Up to 2 tokens
  * take both 8-row halves of the group in one pass; 3 or 4 take one half
@@ -429,13 +437,6 @@ static void q4k16_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t st
  *   Q8_0 (signed): vpmaddubsw of |w| against a's bytes signed by w (pairs of
  *     at most 128 x 127), widened per vector, since two would overflow.
  * The offset and the scales are applied as in the VNNI kernel. */
-/* Software prefetch this far ahead into L2, as the VNNI kernel does. Unlike
- * Q4_K's AVX2 kernel, batch 1 needs it here: 1b files, 2 threads,
- * alternating runs (2026-12-01): Q8_0 19.9-20.1 -> 23.2-24.0 tok/s (95% of
- * the bandwidth beside), Q4_0 28.8-32.0 -> 41.2-49.5 (99-104%). */
-#ifndef SW_Q32_AVX2_PF
-#define SW_Q32_AVX2_PF (16 * (int)sizeof(sw_q4k16))
-#endif
 static inline __attribute__((always_inline)) void
 q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,
                  const sw_q32_aux *aux, size_t aux_stride, const int NT, float *out, size_t ostride, const int h0,

@@ -374,14 +374,6 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
  * broadcast and a shift), one multiply for d x the token's scale and one
  * multiply-add (Q4_1 / Q5_1: one more for m x the token's scaled sum). So
  * 8 of 10 vector-pipe slots are products, as for Q4_K's 64 of 79. */
-/* Software prefetch above this many tokens: at every count. Unlike Q4_K's
- * kernel, batch 1 needs it here: on a Q4_0 1b file it read at 54-68% of
- * the best pass without it and 77-83% with it (32.6-45.7 against 52.6-56.6
- * tok/s, alternating runs); Q8_0 read at 85-109% of the bandwidth beside it
- * either way (2026-12-01). */
-#ifndef SW_Q32_PF_MIN_NT
-#define SW_Q32_PF_MIN_NT 0
-#endif
 static inline __attribute__((always_inline)) void
 q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride, const sw_q32_aux *aux,
             size_t aux_stride, const int NT, float *out, size_t ostride, const sw_type type) {
@@ -414,10 +406,13 @@ q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, si
                 }
             }
         }
-        if (NT > SW_Q32_PF_MIN_NT) {
-            for (size_t l = 0; l < qb; l += 64) _mm_prefetch((const char *)q + l + SW_Q16_PREFETCH, SW_Q16_HINT);
-            _mm_prefetch((const char *)s + s_ahead, SW_Q16_HINT);
-        }
+        /* Software prefetch at every token count. Unlike Q4_K's kernel,
+         * batch 1 needs it here: on a Q4_0 1b file it read at 54-68% of the
+         * best pass without it and 77-83% with it (32.6-45.7 against
+         * 52.6-56.6 tok/s, alternating runs); Q8_0 read at 85-109% of the
+         * bandwidth beside it either way (2026-12-01). */
+        for (size_t l = 0; l < qb; l += 64) _mm_prefetch((const char *)q + l + SW_Q16_PREFETCH, SW_Q16_HINT);
+        _mm_prefetch((const char *)s + s_ahead, SW_Q16_HINT);
         const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)s));
         const __m512 m = has_m ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(s + 16))) : _mm512_setzero_ps();
         _Pragma("GCC unroll 8")

@@ -127,11 +127,15 @@ typedef void (*sw_q6k16_fn)(const sw_q6k16 *p, int64_t nb, const void *act, size
  *              4r + e holding at bit g that of weight 4g + e (g < 8);
  *   scales     d[16] (fp16), and for Q4_1 / Q5_1 then m[16].
  * Row-block sizes equal the originals': 34, 18, 20, 22, 24 bytes. */
-enum { SW_Q32_ROWS = 16 };
 static inline size_t sw_q32x16_qbytes(sw_type t) {
     return t == SW_TYPE_Q8_0 ? 512 : t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 ? 320 : 256;
 }
 static inline size_t sw_q32x16_sbytes(sw_type t) { return t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_1 ? 64 : 32; }
+_Static_assert(512 + 32 == 16 * sizeof(block_q8_0), "sw_q32x16: Q8_0 keeps its size");
+_Static_assert(256 + 32 == 16 * sizeof(block_q4_0), "sw_q32x16: Q4_0 keeps its size");
+_Static_assert(256 + 64 == 16 * sizeof(block_q4_1), "sw_q32x16: Q4_1 keeps its size");
+_Static_assert(320 + 32 == 16 * sizeof(block_q5_0), "sw_q32x16: Q5_0 keeps its size");
+_Static_assert(320 + 64 == 16 * sizeof(block_q5_1), "sw_q32x16: Q5_1 keeps its size");
 
 /* Per token and 32-weight block of its Q8_0 activations: the scale as a
  * float, minus the sum of the 32 quants (the unsigned weights' offset,
@@ -141,7 +145,6 @@ typedef struct {
     float d;
     int32_t neg_sum;
     float d_sum;
-    int32_t pad;
 } sw_q32_aux;
 
 /* Y for 16 packed rows (q: nb quant blocks, s: their scale blocks) x ntok

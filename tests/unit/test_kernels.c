@@ -324,7 +324,7 @@ static bool is_q32_type(sw_type t) {
     return t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 || t == SW_TYPE_Q8_0;
 }
 
-/* Activation row i of x for weight type t, quantized by the reference. */
+/* One activation row x for weight type t, quantized by the reference. */
 static void ref_act(sw_type t, const float *x, int64_t cols, uint8_t *a) {
     sw_quantize_row(sw_type_info(t)->vec_dot_type, x, a, cols);
 }
