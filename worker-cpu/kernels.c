@@ -394,10 +394,6 @@ struct sw_packed {
     uint8_t *blocks;              /* [group] */
 };
 
-static bool is_q32(sw_type t) {
-    return t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 || t == SW_TYPE_Q8_0;
-}
-
 /* Low nibbles of row r's 256 quants q into the shared 16-row interleave. */
 static void pack_nibbles(const uint8_t q[QK_K], int r, uint8_t dst[8][4][64]) {
     for (int j = 0; j < 8; j++)
@@ -521,7 +517,7 @@ static void pack_q32x16_block(sw_type type, const uint8_t *w, size_t row_size, i
 static void pack_group(sw_packed *p, const uint8_t *src, size_t row_size, int64_t g) {
     const uint8_t *rows16 = src + (size_t)g * 16 * row_size;
     uint8_t *dst = p->blocks + (size_t)g * p->group_bytes;
-    if (is_q32(p->type)) {
+    if (sw_is_q32(p->type)) {
         const int64_t nb = p->cols / 32;
         const size_t qb = sw_q32x16_qbytes(p->type), sb = sw_q32x16_sbytes(p->type);
         for (int64_t i = 0; i < nb; i++)
@@ -539,7 +535,7 @@ static void pack_group(sw_packed *p, const uint8_t *src, size_t row_size, int64_
 /* Bytes of one packed 16-row group of `type` over `cols`, 0 when this
  * ISA has no packed kernel for it. */
 static size_t packed_group_bytes(const sw_kernel_table *kt, sw_type type, int64_t cols) {
-    if (is_q32(type)) {
+    if (sw_is_q32(type)) {
         if (!kt->q32x16[type]) return 0;
         size_t b = (size_t)(cols / 32) * (sw_q32x16_qbytes(type) + sw_q32x16_sbytes(type));
         return (b + 63) & ~(size_t)63;   /* the next group's quants start aligned */
@@ -645,6 +641,7 @@ typedef struct {
     int64_t cols;
     bool k8, bs4, bs6, q32;   /* forms wanted: Q8_K rows, their two bsum forms, Q8_0 rows */
     size_t off, off_bs4, off_bs6, off_q32, off_aux;
+    size_t rs_k8, rs_q32;     /* bytes of one Q8_K / Q8_0 row */
 } act_set;
 
 /* One 16-row group g of p times tokens t..t+cnt-1 (cnt <= SW_DOTN_MAX) of
@@ -653,9 +650,9 @@ static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t 
                          const uint8_t *buf, int t, int cnt, float *y) {
     const uint8_t *grp = p->blocks + (size_t)g * p->group_bytes;
     float *out = y + (size_t)t * p->rows + g * 16;
-    if (is_q32(p->type)) {
+    if (sw_is_q32(p->type)) {
         const int64_t nb = p->cols / 32;
-        const size_t ars = sw_act_row_size(SW_TYPE_Q8_0, p->cols);
+        const size_t ars = as->rs_q32;
         kt->q32x16[p->type](grp, (const uint16_t *)(grp + (size_t)nb * sw_q32x16_qbytes(p->type)), nb,
                             buf + as->off_q32 + (size_t)t * ars, ars,
                             (const sw_q32_aux *)(buf + as->off_aux) + (size_t)t * (size_t)nb, (size_t)nb, cnt, out,
@@ -663,7 +660,7 @@ static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t 
         return;
     }
     const int64_t nb = p->cols / QK_K;
-    const size_t ars = sw_act_row_size(SW_TYPE_Q4_K, p->cols);
+    const size_t ars = as->rs_k8;
     const uint8_t *a = buf + as->off + (size_t)t * ars;
     if (p->type == SW_TYPE_Q6_K) {
         const int32_t *b = (const int32_t *)(buf + as->off_bs6) + (size_t)t * (size_t)nb * 16;
@@ -731,7 +728,7 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
         max_tok = jobs[j].n_tok > max_tok ? jobs[j].n_tok : max_tok;
         group_bytes = p->group_bytes > group_bytes ? p->group_bytes : group_bytes;
         act_set *a = &sets[set_of[j]];
-        if (is_q32(p->type)) a->q32 = true;
+        if (sw_is_q32(p->type)) a->q32 = true;
         else if (p->type == SW_TYPE_Q6_K) a->k8 = a->bs6 = true;
         else a->k8 = a->bs4 = true;   /* Q4_K and Q5_K */
     }
@@ -740,12 +737,14 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
     for (int s = 0; ok && s < n_sets; s++) {
         act_set *a = &sets[s];
         const size_t nb = (size_t)(a->cols / QK_K), nt = (size_t)a->n_tok;
-        if (a->k8) { a->off = bytes; bytes += (sw_act_row_size(SW_TYPE_Q4_K, a->cols) * nt + 63) & ~(size_t)63; }
+        a->rs_k8 = sw_act_row_size(SW_TYPE_Q4_K, a->cols);
+        a->rs_q32 = sw_act_row_size(SW_TYPE_Q8_0, a->cols);
+        if (a->k8) { a->off = bytes; bytes += (a->rs_k8 * nt + 63) & ~(size_t)63; }
         if (a->bs4) { a->off_bs4 = bytes; bytes += (nb * 4 * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
         if (a->bs6) { a->off_bs6 = bytes; bytes += (nb * 16 * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
         if (a->q32) {
             a->off_q32 = bytes;
-            bytes += (sw_act_row_size(SW_TYPE_Q8_0, a->cols) * nt + 63) & ~(size_t)63;
+            bytes += (a->rs_q32 * nt + 63) & ~(size_t)63;
             a->off_aux = bytes;
             bytes += (size_t)(a->cols / QK8_0) * sizeof(sw_q32_aux) * nt;
         }
@@ -769,14 +768,14 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
         const float *x = a->x + (size_t)t * a->cols;
         if (a->k8) {
             const int64_t nb = a->cols / QK_K;
-            uint8_t *q = buf + a->off + (size_t)t * sw_act_row_size(SW_TYPE_Q4_K, a->cols);
+            uint8_t *q = buf + a->off + (size_t)t * a->rs_k8;
             kt->quant_q8_k(x, q, a->cols);
             if (a->bs4) packed_bsums(SW_TYPE_Q4_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->off_bs4) + (size_t)t * nb * 4);
             if (a->bs6) packed_bsums(SW_TYPE_Q6_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->off_bs6) + (size_t)t * nb * 16);
         }
         if (a->q32) {
             const int64_t nb = a->cols / QK8_0;
-            uint8_t *q = buf + a->off_q32 + (size_t)t * sw_act_row_size(SW_TYPE_Q8_0, a->cols);
+            uint8_t *q = buf + a->off_q32 + (size_t)t * a->rs_q32;
             kt->quant_q8_0(x, q, a->cols);
             q32_aux((const block_q8_0 *)q, nb, (sw_q32_aux *)(buf + a->off_aux) + (size_t)t * (size_t)nb);
         }

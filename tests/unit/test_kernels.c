@@ -320,10 +320,6 @@ static void test_avx512_bw_table(void) {
     }
 }
 
-static bool is_q32_type(sw_type t) {
-    return t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 || t == SW_TYPE_Q8_0;
-}
-
 /* One activation row x for weight type t, quantized by the reference. */
 static void ref_act(sw_type t, const float *x, int64_t cols, uint8_t *a) {
     sw_quantize_row(sw_type_info(t)->vec_dot_type, x, a, cols);
@@ -346,7 +342,7 @@ static void test_packed(sw_isa isa) {
         strcpy(t.name, "packed.weight");
         t.n_dims = 2;
         t.type = TYPES[ri / 5];
-        const bool q32 = is_q32_type(t.type);
+        const bool q32 = sw_is_q32(t.type);
         int64_t rows = ROWS[ri % 5], cols = q32 ? Q32_COLS[ri % 3] : 256 * (1 + ri % 3);
         t.ne[0] = (uint64_t)cols; t.ne[1] = (uint64_t)rows; t.ne[2] = t.ne[3] = 1;
         size_t rs = sw_row_size(t.type, (uint64_t)cols), ars = sw_act_row_size(t.type, cols);
