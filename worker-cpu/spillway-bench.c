@@ -421,12 +421,12 @@ int main(int argc, char **argv)
     /* ---- JSON ---- */
     printf("{\"model\":\"%s\",\"quantization\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"precise\":%s,"
            "\"weight_bytes_per_token\":%llu,\"int8_peak_gmac_per_s\":%.1f,\"prefill_tokens\":%d,"
-           "\"prefill_tokens_per_s\":%.2f,\"prefill_gmac_per_s\":%.3f,\"decode\":[",
+           "\"prefill_tokens_per_s\":%.2f,\"prefill_gmac_per_s\":%.6g,\"decode\":[",
            name, m->quant_name, threads, sw_isa_name(sw_isa_active()), o.precise ? "true" : "false",
            (unsigned long long)m->weight_bytes, peak, o.n_prompt, prefill, prefill_gmac);
     for (int i = 0; i < o.n_batches; i++)
         printf("%s{\"batch\":%d,\"tokens_per_s\":%.2f,\"gb_per_s\":%.2f,\"weight_bytes_per_token\":%llu,"
-               "\"mem_read_beside_gb_per_s\":%.2f,\"gmac_per_s\":%.3f}", i ? "," : "", res[i].batch, res[i].tok_s,
+               "\"mem_read_beside_gb_per_s\":%.2f,\"gmac_per_s\":%.6g}", i ? "," : "", res[i].batch, res[i].tok_s,
                res[i].gb_s, (unsigned long long)(res[i].step_bytes / res[i].batch), res[i].mem_gb_s,
                res[i].gmac_s);
     /* mem_read_gb_per_s: the figure the batch-1 ratio is taken against */
