@@ -406,6 +406,59 @@ static void test_packed(sw_isa isa) {
     CHECK(sw_pack_tensor(&t8) == NULL && sw_pack_tensor(NULL) == NULL, "no pack for other types / NULL");
 }
 
+/* The packed kernels at the int16 and int8 bounds: every quant at its
+ * largest or its smallest value, every activation at the same extreme
+ * (all-equal inputs quantize to -128 in Q8_K, 127 in Q8_0). A kernel that
+ * sums too many word products before widening them, or that mishandles
+ * Q8_0's -128, fails here where random blocks rarely reach the bounds. */
+static void test_packed_extremes(sw_isa isa) {
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q4_0,
+                                    SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0};
+    static const int NTOK[] = {1, 2, 3, 8};
+    const int64_t rows = 32, cols = 512;
+    for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++)
+        for (int pat = 0; pat < 2; pat++) {
+            const sw_type type = TYPES[ti];
+            const sw_type_traits *tr = sw_type_info(type);
+            gguf_tensor t;
+            memset(&t, 0, sizeof t);
+            t.n_dims = 2;
+            t.type = type;
+            t.ne[0] = (uint64_t)cols; t.ne[1] = (uint64_t)rows; t.ne[2] = t.ne[3] = 1;
+            size_t rs = sw_row_size(type, (uint64_t)cols), ars = sw_act_row_size(type, cols);
+            t.nbytes = rs * (size_t)rows;
+            uint8_t *w = malloc(t.nbytes), *a = malloc(ars);
+            /* largest / smallest quants (Q8_0: 127 / -128), then valid scales */
+            memset(w, type == SW_TYPE_Q8_0 ? (pat ? 0x80 : 0x7f) : (pat ? 0x00 : 0xff), t.nbytes);
+            int off[3];
+            scale_fields(type, off);
+            for (int64_t b = 0; b < rows * cols / (int64_t)tr->block_size; b++)
+                for (int k = 0; off[k] >= 0; k++) {
+                    sw_f16 h = sw_f32_to_f16(k ? 0.5f : 1.0f);
+                    memcpy(w + b * tr->type_size + off[k], &h, 2);
+                }
+            t.data = w;
+            float *x = malloc(sizeof(float) * (size_t)cols * 8), *y = malloc(sizeof(float) * (size_t)rows * 8);
+            for (int64_t i = 0; i < cols * 8; i++) x[i] = pat ? -1.0f : 1.0f;
+            ref_act(type, x, cols, a);
+            sw_packed *pk = sw_pack_tensor(&t);
+            int bad = 0;
+            for (size_t n = 0; pk && n < sizeof NTOK / sizeof NTOK[0]; n++) {
+                sw_matmul_packed(pk, x, NTOK[n], y);
+                for (int i = 0; i < NTOK[n]; i++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        float ref = sw_vec_dot_ref(type, cols, w + r * rs, a);
+                        if (!close_enough(y[i * rows + r], ref, dot_magnitude(type, w + r * rs, a, cols), 2e-6) && bad++ < 2)
+                            CHECK(0, "isa %s extreme %s pattern %d tok %d/%d row %lld: %.9g vs ref %.9g", sw_isa_name(isa),
+                                  tr->name, pat, i, NTOK[n], (long long)r, y[i * rows + r], ref);
+                    }
+            }
+            CHECK(bad == 0, "isa %s: packed %s at the bounds (pattern %d): %d wrong", sw_isa_name(isa), tr->name, pat, bad);
+            sw_packed_free(pk);
+            free(w); free(a); free(x); free(y);
+        }
+}
+
 /* np packs sharing one input (q/k/v style) through one sw_matmul_packed_n,
  * for each token count in ntoks, against the reference. */
 static void check_fused(sw_isa isa, const char *what, int np, const sw_type *types, const int64_t *rows, int cols,
@@ -580,6 +633,7 @@ int main(void) {
         test_matmul(isa);
         test_tensor_paths(isa);
         test_packed(isa);
+        test_packed_extremes(isa);
         test_packed_n(isa);
         test_packed_wide(isa);
         test_packed_jobs(isa);
