@@ -12,7 +12,7 @@
  * makes prefill compute-efficient.
  *
  * The forward pass does not use those raw-row paths for Q4_K..Q6_K and
- * Q4_0..Q8_0 on AVX-512 VNNI (Q4_K and Q4_0..Q8_0 on AVX2): sw_pack_tensor repacks
+ * Q4_0..Q8_0 on AVX-512 VNNI (all but Q6_K on AVX2): sw_pack_tensor repacks
  * each matrix once at load into 16-row interleaved blocks that keep the
  * quants (sw_q4k16 / sw_q6k16 / the sw_q32x16 form, about the original's
  * size), and sw_matmul_packed
@@ -382,9 +382,8 @@ void sw_get_row(const gguf_tensor *w, int64_t r, float *out) {
 
 /* ---- prepacked weights -------------------------------------------------------
  * Q4_K, Q5_K, Q6_K and the 32-weight types, when the ISA has kernels for
- * their packed forms (AVX-512 VNNI; Q4_K and the 32-weight types on AVX2
- * too). The pack keeps the
- * source tensor for leftover rows and other ISAs. */
+ * their packed forms (AVX-512 VNNI; all but Q6_K on AVX2). The pack keeps
+ * the source tensor for leftover rows and other ISAs. */
 
 struct sw_packed {
     const gguf_tensor *src;

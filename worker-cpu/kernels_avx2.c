@@ -322,6 +322,54 @@ KQ_ENTRY(q5_k)
 KQ_ENTRY(q6_k)
 #undef KQ_ENTRY
 
+/* Software prefetch distance (into L2) of the packed Q5_K and 32-weight
+ * kernels below: the VNNI kernels'. Q4_K's AVX2 kernel goes without (it
+ * slowed batch 1 there), but the others need it at batch 1: 1b files, 2
+ * threads, alternating runs (2026-12-01): Q8_0 19.9-20.1 -> 23.2-24.0 tok/s
+ * (95% of the bandwidth beside), Q4_0 28.8-32.0 -> 41.2-49.5 (99-104%). */
+#ifndef SW_AVX2_PF
+#define SW_AVX2_PF (16 * (int)sizeof(sw_q4k16))
+#endif
+
+/* s16 + the word products of lo against activation bytes a[0..3] and of
+ * hi against a[4..7], each broadcast to the 8 rows' dwords. */
+static inline __attribute__((always_inline)) __m256i add_pair_products(__m256i s16, __m256i lo, __m256i hi,
+                                                                       const int8_t *a) {
+    int32_t a0, a1;
+    memcpy(&a0, a, 4);
+    memcpy(&a1, a + 4, 4);
+    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a0)));
+    return _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi, _mm256_set1_epi32(a1)));
+}
+
+/* A packed Q4_K / Q5_K block's per-row factors for 8 rows from r0: the
+ * mins as words, d and dmin. */
+typedef struct {
+    __m256i mn[4];
+    __m256 d, dmin;
+} k_block_rows;
+
+static inline __attribute__((always_inline)) k_block_rows k_block_load(const sw_q4k16 *p, int r0) {
+    k_block_rows kb;
+    _Pragma("GCC unroll 4")
+    for (int q = 0; q < 4; q++) kb.mn[q] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p->mn[q][r0]));
+    kb.d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->d + r0)));
+    kb.dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->dmin + r0)));
+    return kb;
+}
+
+/* total + da * (d * acc - dmin * mins . bs): the block's end for one token,
+ * acc its scaled sums, bs its 4 dwords of paired 32-sums, da its scale. */
+static inline __attribute__((always_inline)) __m256 k_block_add(const k_block_rows *kb, __m256i acc, const int32_t *bs,
+                                                                 float da, __m256 total) {
+    __m256i m = _mm256_madd_epi16(kb->mn[0], _mm256_set1_epi32(bs[0]));
+    m = _mm256_add_epi32(m, _mm256_madd_epi16(kb->mn[1], _mm256_set1_epi32(bs[1])));
+    m = _mm256_add_epi32(m, _mm256_madd_epi16(kb->mn[2], _mm256_set1_epi32(bs[2])));
+    m = _mm256_add_epi32(m, _mm256_madd_epi16(kb->mn[3], _mm256_set1_epi32(bs[3])));
+    __m256 r = _mm256_fmsub_ps(kb->d, _mm256_cvtepi32_ps(acc), _mm256_mul_ps(kb->dmin, _mm256_cvtepi32_ps(m)));
+    return _mm256_fmadd_ps(r, _mm256_set1_ps(da), total);
+}
+
 /* ---- prepacked Q4_K x tokens (sw_q4k16), without VNNI ----
  * The same packed blocks as the AVX-512 VNNI kernel, 8 rows per ymm.
  * vpmaddubsw multiplies byte pairs into words; a sub-block's 8 of them per
@@ -364,14 +412,8 @@ q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, c
                     __m256i v = _mm256_load_si256((const __m256i *)(p->qs[j][c] + 32 * h));
                     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                     _Pragma("GCC unroll 2")
-                    for (int t = 0; t < NT; t++) {
-                        const int8_t *a = ACT_BLOCK(act, stride, t, i)->qs + 32 * j + 8 * c;
-                        int32_t a0, a1;
-                        memcpy(&a0, a, 4);
-                        memcpy(&a1, a + 4, 4);
-                        s16[h][t] = _mm256_add_epi16(s16[h][t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a0)));
-                        s16[h][t] = _mm256_add_epi16(s16[h][t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(a1)));
-                    }
+                    for (int t = 0; t < NT; t++)
+                        s16[h][t] = add_pair_products(s16[h][t], lo, hi, ACT_BLOCK(act, stride, t, i)->qs + 32 * j + 8 * c);
                 }
             }
             for (int h = 0; h < NH; h++) {
@@ -384,22 +426,11 @@ q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, c
         }
         /* mins: word pairs (m_2q, m_2q+1) per row against the token's paired 32-sums */
         for (int h = 0; h < NH; h++) {
-            const int r0 = 8 * h;
-            __m256i mn[4];
-            _Pragma("GCC unroll 4")
-            for (int q = 0; q < 4; q++) mn[q] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p->mn[q][r0]));
-            __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->d + r0)));
-            __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->dmin + r0)));
+            k_block_rows kb = k_block_load(p, 8 * h);
             _Pragma("GCC unroll 2")
-            for (int t = 0; t < NT; t++) {
-                const int32_t *bs = bsp + (size_t)t * bsp_stride + 4 * i;
-                __m256i m = _mm256_madd_epi16(mn[0], _mm256_set1_epi32(bs[0]));
-                m = _mm256_add_epi32(m, _mm256_madd_epi16(mn[1], _mm256_set1_epi32(bs[1])));
-                m = _mm256_add_epi32(m, _mm256_madd_epi16(mn[2], _mm256_set1_epi32(bs[2])));
-                m = _mm256_add_epi32(m, _mm256_madd_epi16(mn[3], _mm256_set1_epi32(bs[3])));
-                __m256 r = _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(acc[h][t]), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)));
-                total[h][t] = _mm256_fmadd_ps(r, _mm256_set1_ps(ACT_BLOCK(act, stride, t, i)->d), total[h][t]);
-            }
+            for (int t = 0; t < NT; t++)
+                total[h][t] = k_block_add(&kb, acc[h][t], bsp + (size_t)t * bsp_stride + 4 * i,
+                                          ACT_BLOCK(act, stride, t, i)->d, total[h][t]);
         }
     }
     for (int h = 0; h < NH; h++)
@@ -418,13 +449,80 @@ static void q4k16_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t st
     }
 }
 
-/* Software prefetch distance of the packed 32-weight kernel below: as the
- * VNNI kernel's. Unlike Q4_K's AVX2 kernel, batch 1 needs it here: 1b
- * files, 2 threads, alternating runs (2026-12-01): Q8_0 19.9-20.1 -> 23.2-24.0
- * tok/s (95% of the bandwidth beside), Q4_0 28.8-32.0 -> 41.2-49.5 (99-104%). */
-#ifndef SW_Q32_AVX2_PF
-#define SW_Q32_AVX2_PF (16 * (int)sizeof(sw_q4k16))
-#endif
+
+/* ---- prepacked Q5_K x tokens (sw_q5k16), without VNNI ----
+ * Q4_K's kernel shares each unpacked vector between 2 tokens; with Q5_K's
+ * fifth bits (a shift, an and and an or per vector) that was too few (1b
+ * Q5_K_M prefill 66-70 tok/s against the raw rows' 68-80). So: one 8-row
+ * half per pass, up to 4 tokens, the second half's pass finding the lines
+ * in L1/L2. Quants reach 31, so a sub-block's word sums are widened by the
+ * scale every 8 products (two vectors). Mins as in Q4_K's kernel. */
+static inline __attribute__((always_inline)) void
+q5k16_half_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
+                size_t bsp_stride, const int NT, float *out, size_t ostride, const int h) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    const int r0 = 8 * h;
+    __m256 total[4];
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) total[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, p++) {
+        if (h == 0)
+            for (size_t l = 0; l < sizeof *p; l += 64) _mm_prefetch((const char *)p + l + SW_AVX2_PF, _MM_HINT_T1);
+        __m256i acc[4];
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            /* each row's scale in both words of its dword */
+            __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p->q4.sc[j] + r0)));
+            sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+            const __m256i hb = _mm256_load_si256((const __m256i *)(p->qh[j] + 32 * h));
+            __m256i s16[4];
+            _Pragma("GCC unroll 4")
+            for (int t = 0; t < NT; t++) s16[t] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 4; c++) {
+                __m256i v = _mm256_load_si256((const __m256i *)(p->q4.qs[j][c] + 32 * h));
+                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                /* bits 2c and 2c + 1 of hb to bit 4 (no bit crosses a byte: masked to bit 4) */
+                __m256i blo = 4 - 2 * c >= 0 ? _mm256_slli_epi16(hb, 4 - 2 * c) : _mm256_srli_epi16(hb, 2 * c - 4);
+                __m256i bhi = 3 - 2 * c >= 0 ? _mm256_slli_epi16(hb, 3 - 2 * c) : _mm256_srli_epi16(hb, 2 * c - 3);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(blo, m10));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(bhi, m10));
+                _Pragma("GCC unroll 4")
+                for (int t = 0; t < NT; t++)
+                    s16[t] = add_pair_products(s16[t], lo, hi, ACT_BLOCK(act, stride, t, i)->qs + 32 * j + 8 * c);
+                if (c % 2)   /* 8 products of up to 31 x 128 a word: widen before a ninth */
+                    _Pragma("GCC unroll 4")
+                    for (int t = 0; t < NT; t++) {
+                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t], sc));
+                        s16[t] = _mm256_setzero_si256();
+                    }
+            }
+        }
+        k_block_rows kb = k_block_load(&p->q4, r0);
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++)
+            total[t] = k_block_add(&kb, acc[t], bsp + (size_t)t * bsp_stride + 4 * i, ACT_BLOCK(act, stride, t, i)->d,
+                                   total[t]);
+    }
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + r0, total[t]);
+}
+
+static void q5k16_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
+                       size_t bsp_stride, int ntok, float *out, size_t ostride) {
+    for (int t0 = 0; t0 < ntok; t0 += 4) {
+        const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
+        const int32_t *b = bsp + (size_t)t0 * bsp_stride;
+        float *o = out + (size_t)t0 * ostride;
+        for (int h = 0; h < 2; h++) switch (ntok - t0) {
+            case 1: q5k16_half_avx2(p, nb, a, stride, b, bsp_stride, 1, o, ostride, h); break;
+            case 2: q5k16_half_avx2(p, nb, a, stride, b, bsp_stride, 2, o, ostride, h); break;
+            case 3: q5k16_half_avx2(p, nb, a, stride, b, bsp_stride, 3, o, ostride, h); break;
+            default: q5k16_half_avx2(p, nb, a, stride, b, bsp_stride, 4, o, ostride, h); break;
+            }
+    }
+}
 
 /* ---- prepacked 32-weight types (the sw_q32x16 form), without VNNI ----
  * 8 rows per ymm (32 bytes of each 64-byte quant vector). Up to 2 tokens
@@ -456,8 +554,8 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) a[t] = ((const block_q8_0 *)((const uint8_t *)act + (size_t)t * stride) + i)->qs;
         if (h0 == 0) {   /* the pass that reads the lines from memory */
-            for (size_t l = 0; l < qb; l += 64) _mm_prefetch((const char *)q + l + SW_Q32_AVX2_PF, _MM_HINT_T1);
-            _mm_prefetch((const char *)s + SW_Q32_AVX2_PF / qb * sw * 2, _MM_HINT_T1);
+            for (size_t l = 0; l < qb; l += 64) _mm_prefetch((const char *)q + l + SW_AVX2_PF, _MM_HINT_T1);
+            _mm_prefetch((const char *)s + SW_AVX2_PF / qb * sw * 2, _MM_HINT_T1);
         }
         for (int h = 0; h < NH; h++) {
             const uint8_t *qh = q + 32 * (h0 + h);
@@ -585,6 +683,7 @@ void sw_kernels_fill_avx2(sw_kernel_table *t) {
     t->dot[SW_TYPE_Q6_K] = dot_q6_k_avx2;
     t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_avx2;
     t->q4k16 = q4k16_avx2;
+    t->q5k16 = q5k16_avx2;
     t->q32x16[SW_TYPE_Q4_0] = q4_0x16_avx2;
     t->q32x16[SW_TYPE_Q4_1] = q4_1x16_avx2;
     t->q32x16[SW_TYPE_Q5_0] = q5_0x16_avx2;
