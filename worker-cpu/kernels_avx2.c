@@ -629,39 +629,34 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
         for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + 8 * (h0 + h), total[h][t]);
 }
 
-#define SW_Q32_CALL(k, h0, nh) q32x16_rows_avx2(q, s, nb, a, stride, x, aux_stride, k, o, ostride, h0, nh, SW_Q32_TYPE)
-#define SW_Q32_ENTRY(name)                                                                                   \
-    static void name(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,         \
-                     const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) {        \
-        for (int t0 = 0; t0 < ntok; t0 += 4) {                                                               \
-            const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;                                   \
-            const sw_q32_aux *x = aux + (size_t)t0 * aux_stride;                                              \
-            float *o = out + (size_t)t0 * ostride;                                                           \
-            switch (ntok - t0) {                                                                             \
-            case 1: SW_Q32_CALL(1, 0, 2); break;                                                             \
-            case 2: SW_Q32_CALL(2, 0, 2); break;                                                             \
-            case 3: SW_Q32_CALL(3, 0, 1); SW_Q32_CALL(3, 1, 1); break;                                       \
-            default: SW_Q32_CALL(4, 0, 1); SW_Q32_CALL(4, 1, 1); break;                                      \
-            }                                                                                                \
-        }                                                                                                    \
+/* Tokens 4 at a time: up to 2 in one pass over both halves, 3 or 4 in a
+ * pass per half; `type` is a constant in each entry point below. */
+static inline __attribute__((always_inline)) void
+q32x16_entry_avx2(const sw_type type, const uint8_t *q, const uint16_t *s, int64_t nb, const void *act,
+                  size_t stride, const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) {
+    for (int t0 = 0; t0 < ntok; t0 += 4) {
+        const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
+        const sw_q32_aux *x = aux + (size_t)t0 * aux_stride;
+        float *o = out + (size_t)t0 * ostride;
+        switch (ntok - t0) {
+        case 1: q32x16_rows_avx2(q, s, nb, a, stride, x, aux_stride, 1, o, ostride, 0, 2, type); break;
+        case 2: q32x16_rows_avx2(q, s, nb, a, stride, x, aux_stride, 2, o, ostride, 0, 2, type); break;
+        case 3:
+            for (int h = 0; h < 2; h++) q32x16_rows_avx2(q, s, nb, a, stride, x, aux_stride, 3, o, ostride, h, 1, type);
+            break;
+        default:
+            for (int h = 0; h < 2; h++) q32x16_rows_avx2(q, s, nb, a, stride, x, aux_stride, 4, o, ostride, h, 1, type);
+            break;
+        }
     }
-#define SW_Q32_TYPE SW_TYPE_Q4_0
-SW_Q32_ENTRY(q4_0x16_avx2)
-#undef SW_Q32_TYPE
-#define SW_Q32_TYPE SW_TYPE_Q4_1
-SW_Q32_ENTRY(q4_1x16_avx2)
-#undef SW_Q32_TYPE
-#define SW_Q32_TYPE SW_TYPE_Q5_0
-SW_Q32_ENTRY(q5_0x16_avx2)
-#undef SW_Q32_TYPE
-#define SW_Q32_TYPE SW_TYPE_Q5_1
-SW_Q32_ENTRY(q5_1x16_avx2)
-#undef SW_Q32_TYPE
-#define SW_Q32_TYPE SW_TYPE_Q8_0
-SW_Q32_ENTRY(q8_0x16_avx2)
-#undef SW_Q32_TYPE
+}
+#define SW_Q32_ENTRY(name, type)                                                                               \
+    static void name##x16_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,  \
+                               const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) { \
+        q32x16_entry_avx2(type, q, s, nb, act, stride, aux, aux_stride, ntok, out, ostride);                     \
+    }
+SW_Q32_TYPES(SW_Q32_ENTRY)
 #undef SW_Q32_ENTRY
-#undef SW_Q32_CALL
 
 #pragma GCC pop_options
 
@@ -684,9 +679,7 @@ void sw_kernels_fill_avx2(sw_kernel_table *t) {
     t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_avx2;
     t->q4k16 = q4k16_avx2;
     t->q5k16 = q5k16_avx2;
-    t->q32x16[SW_TYPE_Q4_0] = q4_0x16_avx2;
-    t->q32x16[SW_TYPE_Q4_1] = q4_1x16_avx2;
-    t->q32x16[SW_TYPE_Q5_0] = q5_0x16_avx2;
-    t->q32x16[SW_TYPE_Q5_1] = q5_1x16_avx2;
-    t->q32x16[SW_TYPE_Q8_0] = q8_0x16_avx2;
+#define SW_Q32_FILL(name, type) t->q32x16[type] = name##x16_avx2;
+    SW_Q32_TYPES(SW_Q32_FILL)
+#undef SW_Q32_FILL
 }

@@ -440,29 +440,22 @@ q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, si
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
 }
 
-#define SW_Q32_CALL(k) q32x16_rows(q, s, nb, act, stride, aux, aux_stride, k, out, ostride, SW_Q32_TYPE)
-#define SW_Q32_ENTRY(name)                                                                                  \
-    static void name(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,        \
-                     const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) {       \
-        SW_FOR_NT(ntok, SW_Q32_CALL)                                                                        \
-    }
-#define SW_Q32_TYPE SW_TYPE_Q4_0
-SW_Q32_ENTRY(q4_0x16_vnni)
-#undef SW_Q32_TYPE
-#define SW_Q32_TYPE SW_TYPE_Q4_1
-SW_Q32_ENTRY(q4_1x16_vnni)
-#undef SW_Q32_TYPE
-#define SW_Q32_TYPE SW_TYPE_Q5_0
-SW_Q32_ENTRY(q5_0x16_vnni)
-#undef SW_Q32_TYPE
-#define SW_Q32_TYPE SW_TYPE_Q5_1
-SW_Q32_ENTRY(q5_1x16_vnni)
-#undef SW_Q32_TYPE
-#define SW_Q32_TYPE SW_TYPE_Q8_0
-SW_Q32_ENTRY(q8_0x16_vnni)
-#undef SW_Q32_TYPE
-#undef SW_Q32_ENTRY
+/* Every token count gets its own unrolled instance; `type` is a constant in
+ * each entry point below. */
+#define SW_Q32_CALL(k) q32x16_rows(q, s, nb, act, stride, aux, aux_stride, k, out, ostride, type)
+static inline __attribute__((always_inline)) void
+q32x16_entry(const sw_type type, const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,
+             const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) {
+    SW_FOR_NT(ntok, SW_Q32_CALL)
+}
 #undef SW_Q32_CALL
+#define SW_Q32_ENTRY(name, type)                                                                               \
+    static void name##x16_vnni(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,  \
+                               const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) { \
+        q32x16_entry(type, q, s, nb, act, stride, aux, aux_stride, ntok, out, ostride);                          \
+    }
+SW_Q32_TYPES(SW_Q32_ENTRY)
+#undef SW_Q32_ENTRY
 
 /* Entry points of the packed kernels: every token count gets its own
  * unrolled instance of the rows function SW_Q16_ROWS. */
@@ -535,11 +528,9 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni) {
         t->q4k16 = q4k16_vnni;
         t->q5k16 = q5k16_vnni;
         t->q6k16 = q6k16_vnni;
-        t->q32x16[SW_TYPE_Q4_0] = q4_0x16_vnni;
-        t->q32x16[SW_TYPE_Q4_1] = q4_1x16_vnni;
-        t->q32x16[SW_TYPE_Q5_0] = q5_0x16_vnni;
-        t->q32x16[SW_TYPE_Q5_1] = q5_1x16_vnni;
-        t->q32x16[SW_TYPE_Q8_0] = q8_0x16_vnni;
+#define SW_Q32_FILL(name, type) t->q32x16[type] = name##x16_vnni;
+        SW_Q32_TYPES(SW_Q32_FILL)
+#undef SW_Q32_FILL
         t->int8_peak = int8_peak_vnni;
     } else {
         t->dot[SW_TYPE_Q4_K] = dot_q4_k_bw;

@@ -127,6 +127,10 @@ typedef void (*sw_q6k16_fn)(const sw_q6k16 *p, int64_t nb, const void *act, size
  *              4r + e holding at bit g that of weight 4g + e (g < 8);
  *   scales     d[16] (fp16), and for Q4_1 / Q5_1 then m[16].
  * Row-block sizes equal the originals': 34, 18, 20, 22, 24 bytes. */
+/* The 32-weight types as X(name, type), for the kernel files' per-type
+ * entry points and table entries. */
+#define SW_Q32_TYPES(X) X(q4_0, SW_TYPE_Q4_0) X(q4_1, SW_TYPE_Q4_1) X(q5_0, SW_TYPE_Q5_0) \
+                        X(q5_1, SW_TYPE_Q5_1) X(q8_0, SW_TYPE_Q8_0)
 static inline bool sw_is_q32(sw_type t) {
     return t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 || t == SW_TYPE_Q8_0;
 }
