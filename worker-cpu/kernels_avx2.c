@@ -650,11 +650,7 @@ q32x16_entry_avx2(const sw_type type, const uint8_t *q, const uint16_t *s, int64
         }
     }
 }
-#define SW_Q32_ENTRY(name, type)                                                                               \
-    static void name##x16_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,  \
-                               const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) { \
-        q32x16_entry_avx2(type, q, s, nb, act, stride, aux, aux_stride, ntok, out, ostride);                     \
-    }
+#define SW_Q32_ENTRY(name, type) SW_Q32_ENTRY_POINT(avx2, q32x16_entry_avx2, name, type)
 SW_Q32_TYPES(SW_Q32_ENTRY)
 #undef SW_Q32_ENTRY
 

@@ -449,11 +449,7 @@ q32x16_entry(const sw_type type, const uint8_t *q, const uint16_t *s, int64_t nb
     SW_FOR_NT(ntok, SW_Q32_CALL)
 }
 #undef SW_Q32_CALL
-#define SW_Q32_ENTRY(name, type)                                                                               \
-    static void name##x16_vnni(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,  \
-                               const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) { \
-        q32x16_entry(type, q, s, nb, act, stride, aux, aux_stride, ntok, out, ostride);                          \
-    }
+#define SW_Q32_ENTRY(name, type) SW_Q32_ENTRY_POINT(vnni, q32x16_entry, name, type)
 SW_Q32_TYPES(SW_Q32_ENTRY)
 #undef SW_Q32_ENTRY
 
