@@ -331,15 +331,18 @@ KQ_ENTRY(q6_k)
 #define SW_AVX2_PF (16 * (int)sizeof(sw_q4k16))
 #endif
 
-/* s16 + the word products of lo against activation bytes a[0..3] and of
- * hi against a[4..7], each broadcast to the 8 rows' dwords. */
+/* s16 + the word products (vpmaddubsw) of w against activation bytes
+ * a[0..3], broadcast to the 8 rows' dwords. */
+static inline __attribute__((always_inline)) __m256i add_products(__m256i s16, __m256i w, const int8_t *a) {
+    int32_t x;
+    memcpy(&x, a, 4);
+    return _mm256_add_epi16(s16, _mm256_maddubs_epi16(w, _mm256_set1_epi32(x)));
+}
+
+/* s16 + the products of lo against a[0..3] and of hi against a[4..7]. */
 static inline __attribute__((always_inline)) __m256i add_pair_products(__m256i s16, __m256i lo, __m256i hi,
                                                                        const int8_t *a) {
-    int32_t a0, a1;
-    memcpy(&a0, a, 4);
-    memcpy(&a1, a + 4, 4);
-    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a0)));
-    return _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi, _mm256_set1_epi32(a1)));
+    return add_products(add_products(s16, lo, a), hi, a + 4);
 }
 
 /* A packed Q4_K / Q5_K block's per-row factors for 8 rows from r0: the
@@ -594,17 +597,8 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
                     }
                     _Pragma("GCC unroll 4")
                     for (int t = 0; t < NT; t++) {
-                        int32_t x0, x1;
-                        memcpy(&x0, a[t] + 4 * c, 4);
-                        memcpy(&x1, a[t] + 16 + 4 * c, 4);
-                        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x0));
-                        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x1));
-                        if (q5) {
-                            s16[t][0] = _mm256_add_epi16(s16[t][0], p0);
-                            s16[t][1] = _mm256_add_epi16(s16[t][1], p1);
-                        } else {
-                            s16[t][0] = _mm256_add_epi16(s16[t][0], _mm256_add_epi16(p0, p1));
-                        }
+                        s16[t][0] = add_products(s16[t][0], lo, a[t] + 4 * c);
+                        s16[t][q5] = add_products(s16[t][q5], hi, a[t] + 16 + 4 * c);   /* Q5_x: its own sum */
                     }
                 }
                 _Pragma("GCC unroll 4")
