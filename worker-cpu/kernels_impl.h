@@ -127,17 +127,6 @@ typedef void (*sw_q6k16_fn)(const sw_q6k16 *p, int64_t nb, const void *act, size
  *              4r + e holding at bit g that of weight 4g + e (g < 8);
  *   scales     d[16] (fp16), and for Q4_1 / Q5_1 then m[16].
  * Row-block sizes equal the originals': 34, 18, 20, 22, 24 bytes. */
-/* The 32-weight types as X(name, type), for the kernel files' per-type
- * entry points and table entries. */
-#define SW_Q32_TYPES(X) X(q4_0, SW_TYPE_Q4_0) X(q4_1, SW_TYPE_Q4_1) X(q5_0, SW_TYPE_Q5_0) \
-                        X(q5_1, SW_TYPE_Q5_1) X(q8_0, SW_TYPE_Q8_0)
-/* The entry point name##x16_##sfx (an sw_q32x16_fn) of a 32-weight type:
- * entry(type, ...), an always-inline kernel specialized on the constant. */
-#define SW_Q32_ENTRY_POINT(sfx, entry, name, type)                                                             \
-    static void name##x16_##sfx(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride, \
-                                const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) { \
-        entry(type, q, s, nb, act, stride, aux, aux_stride, ntok, out, ostride);                                 \
-    }
 static inline bool sw_is_q32(sw_type t) {
     return t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 || t == SW_TYPE_Q8_0;
 }
@@ -166,6 +155,18 @@ typedef struct {
  * entries apart: out[t*out_stride + r]. */
 typedef void (*sw_q32x16_fn)(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t act_stride,
                              const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t out_stride);
+
+/* The 32-weight types as X(name, type), for the kernel files' per-type
+ * entry points and table entries. */
+#define SW_Q32_TYPES(X) X(q4_0, SW_TYPE_Q4_0) X(q4_1, SW_TYPE_Q4_1) X(q5_0, SW_TYPE_Q5_0) \
+                        X(q5_1, SW_TYPE_Q5_1) X(q8_0, SW_TYPE_Q8_0)
+/* The entry point name##x16_##sfx (an sw_q32x16_fn) of a 32-weight type:
+ * entry(type, ...), an always-inline kernel specialized on the constant. */
+#define SW_Q32_ENTRY_POINT(sfx, entry, name, type)                                                             \
+    static void name##x16_##sfx(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride, \
+                                const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) { \
+        entry(type, q, s, nb, act, stride, aux, aux_stride, ntok, out, ostride);                                 \
+    }
 
 typedef struct {
     sw_dot_fn dot[SW_TYPE_COUNT];
