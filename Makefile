@@ -15,6 +15,10 @@ B ?= build-san
 # float-cast-overflow: GCC leaves it out of "undefined" (a float to int
 # conversion out of range is undefined behaviour all the same)
 SANFLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined,float-cast-overflow
+# -O1, as ASan's own docs advise: at -O2 the instrumented SIMD kernels took
+# GCC 134 s (kernels_avx512.c) against 40 s, and the sanitized suite ran
+# only ~10% slower for it (200 s against 182 s, the same 284 tests).
+OPT ?= -O1
 else
 B ?= build
 SANFLAGS :=
@@ -22,6 +26,8 @@ endif
 
 CC      ?= cc
 OPT     ?= -O2
+# The user-facing targets build in parallel on every core.
+JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 CFLAGS  := $(OPT) -g -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
            -fopenmp -pthread -I. -I$(B)/gen -MMD -MP $(SANFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS := -fopenmp -pthread $(SANFLAGS)
@@ -78,7 +84,8 @@ all: $(PROGS) $(TESTS)
 deps:
 	@bash ops/deps.sh
 
-$(B)/gen/spillway.pb-c.c $(B)/gen/spillway.pb-c.h: proto/spillway.proto
+# one protoc-c run makes both files (a grouped target, so -j never runs it twice)
+$(B)/gen/spillway.pb-c.c $(B)/gen/spillway.pb-c.h &: proto/spillway.proto
 	@mkdir -p $(B)/gen
 	protoc-c --c_out=$(B)/gen -Iproto proto/spillway.proto
 
@@ -117,19 +124,19 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(LIBS)
 # ---- user-facing targets -------------------------------------------------
 
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash ops/run.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@SPILLWAY_BUILD=$(B) bash tests/run.sh
 
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash ops/bench.sh
 
 bench-gateway: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash ops/bench-gateway.sh
 
 clean:
