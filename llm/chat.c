@@ -10,7 +10,7 @@
 static const char *const names[] = {
     [SW_CHAT_PLAIN] = "plain", [SW_CHAT_LLAMA2] = "llama2", [SW_CHAT_LLAMA3] = "llama3",
     [SW_CHAT_CHATML] = "chatml", [SW_CHAT_MISTRAL] = "mistral", [SW_CHAT_PHI3] = "phi3",
-    [SW_CHAT_GEMMA] = "gemma",
+    [SW_CHAT_GEMMA] = "gemma", [SW_CHAT_GRANITE] = "granite",
 };
 #define N_TEMPLATES ((int)(sizeof names / sizeof names[0]))
 
@@ -35,6 +35,7 @@ static sw_chat_template detect_mem(const char *s, size_t n) {
     if (has(s, n, "<|start_header_id|>")) return SW_CHAT_LLAMA3;
     if (has(s, n, "<|im_start|>")) return SW_CHAT_CHATML;
     if (has(s, n, "<start_of_turn>")) return SW_CHAT_GEMMA;
+    if (has(s, n, "<|start_of_role|>")) return SW_CHAT_GRANITE;
     if (has(s, n, "<|user|>") && has(s, n, "<|end|>")) return SW_CHAT_PHI3;
     if (has(s, n, "[INST]")) return has(s, n, "<<SYS>>") ? SW_CHAT_LLAMA2 : SW_CHAT_MISTRAL;
     return SW_CHAT_PLAIN;
@@ -116,6 +117,17 @@ static void fmt_llama3(sbuf *b, const sw_chat_msg *m, size_t n) {
         put_trimmed(b, content_of(&m[i])); put(b, "<|eot_id|>");
     }
     put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* Granite 3.x. Its published template also writes a dated default system
+ * turn when the conversation has none; like llama.cpp's built-in one, this
+ * leaves that to the caller. */
+static void fmt_granite(sbuf *b, const sw_chat_msg *m, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        put(b, "<|start_of_role|>"); put(b, role_name(&m[i])); put(b, "<|end_of_role|>");
+        put(b, content_of(&m[i])); put(b, "<|end_of_text|>\n");
+    }
+    put(b, "<|start_of_role|>assistant<|end_of_role|>");
 }
 
 static void fmt_phi3(sbuf *b, const sw_chat_msg *m, size_t n) {
@@ -241,6 +253,7 @@ char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n) {
     case SW_CHAT_CHATML: fmt_chatml(&b, msgs, n); break;
     case SW_CHAT_LLAMA3: fmt_llama3(&b, msgs, n); break;
     case SW_CHAT_PHI3: fmt_phi3(&b, msgs, n); break;
+    case SW_CHAT_GRANITE: fmt_granite(&b, msgs, n); break;
     case SW_CHAT_LLAMA2: fmt_llama2(&b, msgs, n, &sys); break;
     case SW_CHAT_MISTRAL: fmt_mistral(&b, msgs, n, &sys); break;
     case SW_CHAT_GEMMA: fmt_gemma(&b, msgs, n, &sys); break;

@@ -9,7 +9,8 @@
 
 typedef enum {
     SW_CHAT_PLAIN = 0,  /* "role: content\n" lines, then "assistant:" - for models without a template */
-    SW_CHAT_LLAMA2, SW_CHAT_LLAMA3, SW_CHAT_CHATML, SW_CHAT_MISTRAL, SW_CHAT_PHI3, SW_CHAT_GEMMA
+    SW_CHAT_LLAMA2, SW_CHAT_LLAMA3, SW_CHAT_CHATML, SW_CHAT_MISTRAL, SW_CHAT_PHI3, SW_CHAT_GEMMA,
+    SW_CHAT_GRANITE
 } sw_chat_template;
 
 typedef struct { const char *role; const char *content; } sw_chat_msg;

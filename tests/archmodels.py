@@ -1,6 +1,6 @@
 """Tiny random-weight GGUF models of each architecture the CPU worker runs
-(llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, and Mixtral's
-mixture of experts in a llama file), laid out as llama.cpp's converters lay
+(llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, granite,
+smollm3, and Mixtral's mixture of experts in a llama file), laid out as llama.cpp's converters lay
 them out, and an independent numpy forward pass to check the worker's logits
 against.
 
@@ -11,7 +11,9 @@ causal attention, SwiGLU (GELU-tanh gate for Gemma), optional q/k/v biases
 (Phi-3), sqrt(n_embd)-scaled embeddings (Gemma), and Gemma 2/3's norms of
 the attention and FFN outputs, soft-capped scores and logits (Gemma 2) and
 sliding-window layers (all but every 2nd in Gemma 2, every 6th in Gemma 3,
-whose sliding layers also have their own RoPE base, unscaled), and mixtures
+whose sliding layers also have their own RoPE base, unscaled), Granite's
+embedding, residual, query and logit multipliers, SmolLM3's layers without
+RoPE (every 4th), and mixtures
 of experts (Qwen3-MoE, Mixtral): a router's softmax picks each token's top
 experts, whose outputs are summed with the chosen weights renormalized. It computes
 in float64 from the weights as the file stores them (dequantized by the
@@ -26,16 +28,23 @@ import gguf
 from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as QT
 
 ARCHS = {
-    #          neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcap swa own_rope
-    "llama": (False, False, False, False, False, False, False, 0, False),
-    "qwen2": (True, False, False, False, False, False, False, 0, False),
-    "qwen3": (True, True, False, False, False, False, False, 0, False),
-    "qwen3moe": (True, True, False, False, False, False, False, 0, False),
-    "phi3": (True, False, True, False, False, False, False, 0, False),
-    "gemma": (True, False, False, True, True, False, False, 0, False),
-    "gemma2": (True, False, False, True, True, True, True, 2, False),
-    "gemma3": (True, True, False, True, True, True, False, 6, True),
+    #          neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcap swa own_rope granite nope
+    "llama": (False, False, False, False, False, False, False, 0, False, False, False),
+    "qwen2": (True, False, False, False, False, False, False, 0, False, False, False),
+    "qwen3": (True, True, False, False, False, False, False, 0, False, False, False),
+    "qwen3moe": (True, True, False, False, False, False, False, 0, False, False, False),
+    "phi3": (True, False, True, False, False, False, False, 0, False, False, False),
+    "gemma": (True, False, False, True, True, False, False, 0, False, False, False),
+    "gemma2": (True, False, False, True, True, True, True, 2, False, False, False),
+    "gemma3": (True, True, False, True, True, True, False, 6, True, False, False),
+    "granite": (False, False, False, False, False, False, False, 0, False, True, False),
+    "smollm3": (False, False, False, False, False, False, False, 0, False, False, True),
 }
+NOPE_PERIOD = 4   # SmolLM3: no RoPE in layers 4, 8, ... (1-based); llama.cpp's fixed step
+# Granite's multipliers in the test files: far enough from 1 (and the query
+# scale from 1/sqrt(64)) that leaving any out shows; the real 3.x models have
+# 12, 0.22, 1/64 and 8 or so.
+GRANITE = dict(embd_scale=3.0, residual_scale=0.5, attn_scale=0.3, logit_scale=4.0)
 FUSED = 2   # the flag that is a file layout, not a computation
 
 # A small SentencePiece vocabulary: unk, BOS, EOS, the 256 byte tokens and
@@ -63,9 +72,9 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
     default: 8 experts, 2 used, 256 wide)."""
     rng = np.random.default_rng(seed)
     QD, KVD = n_head * hd, n_kv * hd
-    neox, qk_norm, fused, gelu, scale_embd, post_norms, softcap, swa, own_rope = ARCHS[arch]
+    neox, qk_norm, fused, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope = ARCHS[arch]
     bias = arch == "qwen2" if bias is None else bias
-    n_layer = n_layer or (6 if arch == "gemma3" else 2)
+    n_layer = n_layer or {"gemma3": 6, "smollm3": NOPE_PERIOD}.get(arch, 2)
     experts = experts or ((8, 2, 256) if arch == "qwen3moe" else None)
 
     def mat(rows, cols):
@@ -109,6 +118,8 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
         hp.update(theta=1e6, rope_scale=4.0)
     if experts:
         hp.update(n_expert=experts[0], n_expert_used=experts[1], n_ff_exp=experts[2])
+    if granite:
+        hp.update(GRANITE)
     return hp, w
 
 
@@ -162,6 +173,11 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
         wr.add_expert_count(hp["n_expert"])
         wr.add_expert_used_count(hp["n_expert_used"])
         wr.add_expert_feed_forward_length(hp["n_ff_exp"])
+    if "residual_scale" in hp:   # Granite's multipliers
+        wr.add_embedding_scale(hp["embd_scale"])
+        wr.add_residual_scale(hp["residual_scale"])
+        wr.add_attention_scale(hp["attn_scale"])
+        wr.add_logit_scale(hp["logit_scale"])
     for key, value in (extra_kv or {}).items():   # unsigned integers
         wr.add_uint32(key, value)
     toks, scores, types = spm_vocab(hp["V"])
@@ -206,6 +222,9 @@ def read_weights(path):
         hp["swa_pattern"] = kv("attention.sliding_window_pattern")
     if kv("expert_count"):
         hp.update(n_expert=kv("expert_count"), n_expert_used=kv("expert_used_count"), n_ff_exp=kv("expert_feed_forward_length"))
+    if arch == "granite":   # each multiplier 0 or absent: unset, the default stays
+        hp.update(embd_scale=kv("embedding_scale") or 1.0, residual_scale=kv("residual_scale") or 1.0,
+                  attn_scale=kv("attention.scale") or 1.0 / np.sqrt(hp["hd"]), logit_scale=kv("logit_scale") or 1.0)
     w = {}
     for t in r.tensors:
         shape = [int(x) for x in reversed(t.shape.tolist())]   # numpy order: rows, then the contiguous dim
@@ -307,11 +326,12 @@ def _softcap(s, cap):
 def forward(arch, hp, w, tokens, flags=None, moe_renorm=True):
     """Logits [T, V] for a prompt of token ids at positions 0..T-1; flags
     (as in ARCHS) override the architecture's."""
-    neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope = flags or ARCHS[arch]
+    neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope = flags or ARCHS[arch]
     E, H, KV, hd, eps = hp["E"], hp["n_head"], hp["n_kv"], hp["hd"], hp["eps"]
+    g = hp if granite else dict(embd_scale=1.0, residual_scale=1.0, attn_scale=1 / np.sqrt(hd), logit_scale=1.0)
     T = len(tokens)
     pos = np.arange(T)
-    x = w["token_embd.weight"][tokens].astype(np.float64)
+    x = w["token_embd.weight"][tokens].astype(np.float64) * g["embd_scale"]
     if scale_embd:
         x = x * np.sqrt(E)
     causal = np.triu(np.full((T, T), -np.inf), 1)
@@ -329,24 +349,26 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=True):
         if qk_norm:
             q = _rmsnorm(q, w[p + "attn_q_norm.weight"], eps)
             k = _rmsnorm(k, w[p + "attn_k_norm.weight"], eps)
-        q, k = _rope(q, pos, inv, neox, ms), _rope(k, pos, inv, neox, ms)
+        if not (nope and (l + 1) % NOPE_PERIOD == 0):
+            q, k = _rope(q, pos, inv, neox, ms), _rope(k, pos, inv, neox, ms)
         out = np.zeros((T, H, hd))
         for hh in range(H):
-            g = hh // (H // KV)
-            s = _softcap(q[:, hh, :] @ k[:, g, :].T / np.sqrt(hd), softcap and hp["attn_softcap"]) + mask
+            kv = hh // (H // KV)
+            s = _softcap(q[:, hh, :] @ k[:, kv, :].T * g["attn_scale"], softcap and hp["attn_softcap"]) + mask
             s = np.exp(s - s.max(axis=1, keepdims=True))
-            out[:, hh, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, g, :]
+            out[:, hh, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kv, :]
         a = out.reshape(T, H * hd) @ w[p + "attn_output.weight"].T
-        x = x + (_rmsnorm(a, w[p + "post_attention_norm.weight"], eps) if post_norms else a)
+        x = x + g["residual_scale"] * (_rmsnorm(a, w[p + "post_attention_norm.weight"], eps) if post_norms else a)
         h = _rmsnorm(x, w[p + "ffn_norm.weight"], eps)
         if hp.get("n_expert"):
             f = _moe(h, w, p, hp, gelu, moe_renorm)
         else:
             f = _ffn(h, w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"], w[p + "ffn_down.weight"], gelu)
-        x = x + (_rmsnorm(f, w[p + "post_ffw_norm.weight"], eps) if post_norms else f)
+        x = x + g["residual_scale"] * (_rmsnorm(f, w[p + "post_ffw_norm.weight"], eps) if post_norms else f)
     x = _rmsnorm(x, w["output_norm.weight"], eps)
     out_w = w.get("output.weight", w["token_embd.weight"])
-    return _softcap(x @ out_w.T + w.get("output.bias", 0.0), softcap and hp["final_softcap"])
+    logits = (x @ out_w.T + w.get("output.bias", 0.0)) / g["logit_scale"]
+    return _softcap(logits, softcap and hp["final_softcap"])
 
 
 def copy_gguf(src, dst, drop=()):

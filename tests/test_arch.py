@@ -1,7 +1,7 @@
 """Both workers run Qwen2, Qwen3, Phi-3 and Gemma files as well as Llama's,
-including fused attn_qkv / gate+up tensors, the CPU worker Gemma 2 and 3
-and mixtures of experts (Qwen3-MoE, Mixtral-style llama) too, and each
-refuses, by name, what it cannot run.
+including fused attn_qkv / gate+up tensors, the CPU worker Gemma 2 and 3,
+Granite, SmolLM3 and mixtures of experts (Qwen3-MoE, Mixtral-style llama)
+too, and each refuses, by name, what it cannot run.
 
 Each architecture gets a tiny random-weight file written the way llama.cpp's
 converters write one (tests/archmodels.py), in f32 and after
@@ -170,7 +170,26 @@ def test_unknown_architecture_is_refused(tmp_path):
     path = tmp_path / "falcon.gguf"
     am.write_model(path, "falcon", hp, w)
     err = run_fail(path)
-    assert "architecture 'falcon' is not supported" in err and "gemma3" in err, err
+    assert "architecture 'falcon' is not supported" in err and "gemma3" in err and "smollm3" in err, err
+
+
+def test_granite_scales(tmp_path):
+    """Granite's multipliers: each one 0 (llama.cpp's "unset") keeps its
+    default, which the reference then uses too; one out of range is refused
+    by its key."""
+    hp, w = am.make_weights("granite", seed=5)
+    unset = dict(hp, embd_scale=0.0, attn_scale=0.0)
+    path = tmp_path / "unset.gguf"
+    am.write_model(path, "granite", unset, w)
+    _, hp2, w2 = am.read_weights(path)
+    assert hp2["embd_scale"] == 1.0 and hp2["attn_scale"] == 1 / np.sqrt(hp["hd"]) and hp2["residual_scale"] == 0.5
+    assert cosines(spillway_logits(path, tmp_path), am.forward("granite", hp2, w2, IDS)).min() >= 0.9999
+    for key, value in (("residual_scale", -1.0), ("logit_scale", float("nan")), ("attn_scale", 1e9)):
+        path = tmp_path / f"bad-{key}.gguf"
+        am.write_model(path, "granite", dict(hp, **{key: value}), w)
+        err = run_fail(path)
+        name = {"attn_scale": "attention.scale"}.get(key, key)
+        assert f"metadata 'granite.{name}'" in err and "out of range" in err, err
 
 
 def test_mixture_of_experts_is_refused(tmp_path):
@@ -236,7 +255,10 @@ def gpu_emulated_logits(model, tmp_path, ids=IDS):
     return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
 
 
-GPU_ARCHS = [a for a in am.ARCHS if a not in ("gemma2", "gemma3", "qwen3moe")]
+# what the GPU worker refuses, and the words of its refusal
+GPU_REFUSES = {"gemma2": "post-attention and post-FFN norms", "gemma3": "post-attention and post-FFN norms",
+               "granite": "residual, attention or logit scales (Granite)", "smollm3": "layers without RoPE (SmolLM3)"}
+GPU_ARCHS = [a for a in am.ARCHS if a not in GPU_REFUSES and a != "qwen3moe"]
 
 
 @pytest.mark.parametrize("arch", GPU_ARCHS)
@@ -305,12 +327,13 @@ def test_gpu_worker_refuses_partial_neox_rotary(tmp_path):
     assert "rotates 32 of 64 head dims" in err and "spillway-worker-cpu" in err, err
 
 
-@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
-def test_gpu_worker_refuses_gemma2_and_3(arch, tmp_path):
-    """Post-norms, soft-caps and sliding windows have no CUDA kernels: the GPU
-    worker refuses such files by name, pointing at the CPU worker."""
+@pytest.mark.parametrize("arch", list(GPU_REFUSES))
+def test_gpu_worker_refuses_what_it_lacks(arch, tmp_path):
+    """Gemma 2/3's post-norms, soft-caps and sliding windows, Granite's
+    multipliers and SmolLM3's layers without RoPE have no CUDA kernels: the
+    GPU worker refuses such files by name, pointing at the CPU worker."""
     err = gpu_refusal(make(tmp_path, arch))
-    assert f"architecture '{arch}' uses post-attention and post-FFN norms" in err, err
+    assert f"architecture '{arch}' uses {GPU_REFUSES[arch]}" in err, err
     assert "spillway-worker-cpu" in err, err
 
 

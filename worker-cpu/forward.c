@@ -209,13 +209,15 @@ static void add_bias(float *x, const float *b, int n, int dim)
     }
 }
 
-static void add_rows(float *x, const float *d, int n, int dim)
+/* x += scale * d: a block's output into the residual stream (scale is
+ * Granite's residual_scale, else 1). */
+static void add_rows(float *x, const float *d, int n, int dim, float scale)
 {
 #pragma omp parallel for if (n > 8)
     for (int t = 0; t < n; t++) {
         float *xr = x + (size_t)t * dim;
         const float *dr = d + (size_t)t * dim;
-        for (int i = 0; i < dim; i++) xr[i] += dr[i];
+        for (int i = 0; i < dim; i++) xr[i] += scale * dr[i];
     }
 }
 
@@ -795,15 +797,15 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
             for (int h = 0; t < nq && h < (int)hp->n_head; h++) rmsnorm(q + h * hd, q + h * hd, qn, hd, hp->rms_eps);
             for (int h = 0; h < (int)hp->n_head_kv; h++) rmsnorm(k + h * hd, k + h * hd, qn + hd, hd, hp->rms_eps);
         }
-        if (t < nq) rope(q, (int)hp->n_head, hd, (int)hp->n_rot, qtoks[t].pos, inv_freq, hp->rope_neox, mscale);
-        rope(k, (int)hp->n_head_kv, hd, (int)hp->n_rot, toks[t].pos, inv_freq, hp->rope_neox, mscale);
+        if (t < nq && !L->no_rope) rope(q, (int)hp->n_head, hd, (int)hp->n_rot, qtoks[t].pos, inv_freq, hp->rope_neox, mscale);
+        if (!L->no_rope) rope(k, (int)hp->n_head_kv, hd, (int)hp->n_rot, toks[t].pos, inv_freq, hp->rope_neox, mscale);
         kv_store(c, ak, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD, c->kh + (size_t)t * KVD);
     }
     if (!nq) return;
     attention(c, (int)l, qtoks, nq, c->xb);
     matmul(c, L->wo, packed(c, l, PK_O), c->xb, nq, c->xb2);
     if (c->post_norm) norm_rows(c->xb2, c->xb2, c->post_norm + (size_t)l * 2 * E, nq, E, hp->rms_eps);
-    add_rows(c->x, c->xb2, nq, E);
+    add_rows(c->x, c->xb2, nq, E, hp->residual_scale);
 }
 
 /* hb = act(hb) * hb2 for n rows of width F. */
@@ -964,7 +966,7 @@ static void ffn_block(sw_ctx *c, uint32_t l, int n)
         matmul(c, L->w_down, packed(c, l, PK_DOWN), c->hb, n, c->xb2);
     }
     if (c->post_norm) norm_rows(c->xb2, c->xb2, c->post_norm + ((size_t)l * 2 + 1) * E, n, E, hp->rms_eps);
-    add_rows(c->x, c->xb2, n, E);
+    add_rows(c->x, c->xb2, n, E, hp->residual_scale);
 }
 
 int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char *err, size_t errlen)
@@ -982,10 +984,8 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
 
     /* Embedding lookup. */
     for (int t = 0; t < n; t++) sw_get_row(m->token_embd, toks[t].token, c->x + (size_t)t * E);
-    if (m->graph->scale_embd) {
-        const float s = sqrtf((float)E);
-        for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] *= s;
-    }
+    if (hp->embd_scale != 1.0f)
+        for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] *= hp->embd_scale;
 
     /* Every layer but the last runs all n tokens. The last one only feeds
      * the logits and its own K/V cache entries, so past K and V it runs
@@ -1003,6 +1003,8 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
     for (int i = 0; i < nl; i++) rmsnorm(c->xb + (size_t)i * E, c->x + (size_t)i * E, c->out_norm, E, hp->rms_eps);
     if (nl) matmul(c, m->output, c->pk_out, c->xb, nl, logits_out);
     if (c->out_bias) add_bias(logits_out, c->out_bias, nl, (int)hp->n_vocab);
+    if (hp->logit_scale != 1.0f)
+        for (size_t i = 0; i < (size_t)nl * hp->n_vocab; i++) logits_out[i] /= hp->logit_scale;
     for (int i = 0; hp->final_softcap > 0.0f && i < nl; i++)
         softcap(logits_out + (size_t)i * hp->n_vocab, (int)hp->n_vocab, 1.0f, hp->final_softcap);
     return 0;

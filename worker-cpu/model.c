@@ -345,22 +345,34 @@ static void pick_quant_name(sw_model *m)
  * their 27B models' query scale out of the file: llama.cpp tells those
  * models by their depth (depth_27b), and so does this loader. */
 static const sw_arch ARCHS[] = {
-    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts */
-    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED},
-    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO},
-    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO},
-    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS},
-    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO},
-    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO},
-    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO},
-    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO},
+    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts        granite nope */
+    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, false, 0},
+    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0},
+    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0},
+    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0},
+    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0},
+    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0},
+    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO,      false, 0},
+    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO,      false, 0},
+    {"granite",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      true,  0},
+    {"smollm3",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 4},
 };
+enum { N_ARCHS = sizeof ARCHS / sizeof ARCHS[0] };
 
 static const sw_arch *find_arch(const char *name)
 {
-    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+    for (size_t i = 0; i < N_ARCHS; i++)
         if (!strcmp(ARCHS[i].name, name)) return &ARCHS[i];
     return NULL;
+}
+
+/* "llama, qwen2, ..." for the refusal of any other. */
+static void arch_list(char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < N_ARCHS && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", ARCHS[i].name);
 }
 
 /* A mixture of experts (Mixtral, whose files say "llama", and Qwen3-MoE):
@@ -404,6 +416,25 @@ static bool read_expert_hparams(const gguf_file *f, const char *arch, const sw_a
     return true;
 }
 
+/* Granite's four multipliers. Each is optional, and 0 means unset (as
+ * llama.cpp reads them): the default then stays. */
+static bool read_granite_scales(const gguf_file *f, const char *arch, sw_hparams *hp, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"embedding_scale", "residual_scale", "attention.scale", "logit_scale"};
+    float *const dst[] = {&hp->embd_scale, &hp->residual_scale, &hp->attn_scale, &hp->logit_scale};
+    for (int i = 0; i < 4; i++) {
+        float v = 0.0f;
+        if (!hp_f32(f, arch, keys[i], &v, err, errlen)) return false;
+        if (v == 0.0f) continue;
+        if (!(v > 0.0f && v < 1e6f)) {
+            sw_errf(err, errlen, "metadata '%s.%s' = %g out of range (0, 1e6)", arch, keys[i], v);
+            return false;
+        }
+        *dst[i] = v;
+    }
+    return true;
+}
+
 /* What the Gemma 2/3 graphs add to the hyperparameters: the query scale,
  * soft-caps, and RoPE of the sliding layers. Keys that a file carries apply
  * to any architecture; the table gives the defaults. */
@@ -412,6 +443,9 @@ static bool read_graph_hparams(const gguf_file *f, const char *arch, const sw_ar
 {
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     if (g->depth_27b && hp->n_layer == g->depth_27b) hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->embd_scale = g->scale_embd ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->residual_scale = hp->logit_scale = 1.0f;
+    if (g->granite_scales && !read_granite_scales(f, arch, hp, err, errlen)) return false;
     hp->attn_softcap = g->attn_softcap;
     hp->final_softcap = g->final_softcap;
     if (!hp_f32(f, arch, "attn_logit_softcapping", &hp->attn_softcap, err, errlen) ||
@@ -462,6 +496,13 @@ static bool mark_sliding_layers(sw_model *m, char *err, size_t errlen)
     /* of each `period` layers the last one is global; 0 makes them all sliding */
     for (uint32_t l = 0; l < hp->n_layer; l++) m->layers[l].sliding = period == 0 || l % period < period - 1;
     return true;
+}
+
+/* SmolLM3 leaves RoPE out of every 4th layer (1-based), on q and k both. */
+static void mark_nope_layers(sw_model *m)
+{
+    const uint32_t period = m->graph->nope_period;
+    for (uint32_t l = 0; period && l < m->hp.n_layer; l++) m->layers[l].no_rope = (l + 1) % period == 0;
 }
 
 /* Binds the file's tensors to the model, remembering which were used: a
@@ -694,8 +735,9 @@ sw_model *sw_model_load(const char *path, char *err, size_t errlen)
     /* Other architectures differ in ways (norms, attention, activations)
      * that would compute silently wrong logits: refuse them by name. */
     if (!(m->graph = find_arch(m->arch))) {
-        sw_errf(err, errlen, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3)",
-                path, m->arch);
+        char names[256];
+        arch_list(names, sizeof names);
+        sw_errf(err, errlen, "%s: architecture '%s' is not supported (supported: %s)", path, m->arch, names);
         goto fail;
     }
     if (!read_hparams(m->file, m->arch, &m->hp, ebuf, sizeof ebuf) ||
@@ -704,6 +746,7 @@ sw_model *sw_model_load(const char *path, char *err, size_t errlen)
         sw_errf(err, errlen, "%s: %s", path, ebuf);
         goto fail;
     }
+    mark_nope_layers(m);
     m->tok = sw_tok_load(m->file, ebuf, sizeof ebuf);
     if (!m->tok) {
         sw_errf(err, errlen, "%s: tokenizer: %s", path, ebuf);

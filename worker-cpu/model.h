@@ -29,7 +29,12 @@ typedef struct {
     float rope_mscale; /* magnitude of the rotated dims after RoPE: 1, or YaRN's 1 + 0.1 ln(factor) */
     bool rope_neox;    /* RoPE rotates (i, i + n_rot/2), not (2i, 2i+1): every
                         * supported architecture but llama */
-    float attn_scale;     /* queries are scaled by it before q.k: 1/sqrt(head_dim) but for Gemma's 27B */
+    float attn_scale;     /* queries are scaled by it before q.k: 1/sqrt(head_dim) but for Gemma's 27B
+                           * and Granite (the file's attention.scale) */
+    float embd_scale;     /* embeddings are multiplied by it: 1, sqrt(n_embd) (Gemma) or the file's (Granite) */
+    float residual_scale; /* attention and FFN outputs are multiplied by it before their residual adds
+                           * (Granite); 1 elsewhere */
+    float logit_scale;    /* logits are divided by it (Granite); 1 elsewhere */
     float attn_softcap;   /* scores become cap * tanh(score / cap) before the softmax; 0: none */
     float final_softcap;  /* the same on the logits; 0: none */
     uint32_t n_swa;       /* window of the sliding layers (sw_layer.sliding): a query at p sees p - n_swa + 1..p */
@@ -62,6 +67,9 @@ typedef struct {
                            * 10000) and no scaling (Gemma 3) */
     uint32_t depth_27b;   /* a model this deep scales queries by 1/sqrt(n_embd/n_head) */
     int experts;          /* SW_MOE_*: whether its FFN may be (or always is) a mixture */
+    bool granite_scales;  /* embedding, residual, attention and logit scales from the file (Granite) */
+    uint32_t nope_period; /* every nope_period-th layer has no RoPE (SmolLM3: 4; not in its files,
+                           * as llama.cpp has it too); 0: every layer rotates */
 } sw_arch;
 
 /* One transformer block. Matrices follow GGUF's convention: ne[0] = input
@@ -89,6 +97,7 @@ typedef struct {
     /* Gemma 2/3: norms of the attention and FFN outputs ([n_embd]), else NULL */
     const gguf_tensor *post_attn_norm, *post_ffn_norm;
     bool sliding;                   /* attends to the last hp.n_swa positions only */
+    bool no_rope;                   /* q and k are not rotated (sw_arch.nope_period) */
 } sw_layer;
 
 typedef struct sw_model {

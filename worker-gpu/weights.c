@@ -153,6 +153,20 @@ static sw_fp8_weights *alloc_shapes(const sw_hparams *hp, char *err, size_t errl
     return w;
 }
 
+/* Granite's multipliers other than the embedding's (which the kernels take):
+ * the residual adds, the query scale and the logits' divisor. */
+static bool granite_scales(const sw_hparams *hp)
+{
+    return hp->residual_scale != 1.0f || hp->logit_scale != 1.0f || hp->attn_scale != 1.0f / sqrtf((float)hp->head_dim);
+}
+
+static bool nope_layers(const sw_model *m)
+{
+    for (uint32_t l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].no_rope) return true;
+    return false;
+}
+
 sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t errlen)
 {
     /* The kernels pair NEOX dims (i, i + head_dim/2): rotary over all of each head. */
@@ -161,13 +175,16 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
                 "does not implement: serve it with spillway-worker-cpu", m->arch, m->hp.n_rot, m->hp.head_dim);
         return NULL;
     }
-    /* Gemma 2 and 3's additions and mixtures of experts have no kernels here yet. */
+    /* Gemma 2 and 3's additions, Granite's and SmolLM3's, and mixtures of
+     * experts have no kernels here yet. */
     const char *missing = m->hp.n_expert             ? "a mixture of experts"
                           : m->hp.rope_yarn            ? "YaRN RoPE scaling"
                           : m->graph->post_norms       ? "post-attention and post-FFN norms"
                           : m->hp.attn_softcap > 0.0f  ? "attention soft-capping"
                           : m->hp.final_softcap > 0.0f ? "logit soft-capping"
                           : m->hp.n_swa                ? "sliding-window attention"
+                          : granite_scales(&m->hp)     ? "residual, attention or logit scales (Granite)"
+                          : nope_layers(m)             ? "layers without RoPE (SmolLM3)"
                                                        : NULL;
     if (missing) {
         sw_errf(err, errlen, "architecture '%s' uses %s, which the GPU worker does not implement: serve it with "
@@ -202,7 +219,7 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
     /* output.weight, or the embedding when the output is tied to it */
     if (!convert_rows(m->output, &w->output, 0, err, errlen)) goto fail;
     w->gelu = m->graph->gelu;
-    if (m->graph->scale_embd) w->embd_scale = sqrtf((float)E);
+    w->embd_scale = m->hp.embd_scale;
     if (m->output_bias && !(w->output_bias = vector_f32(m->output_bias, hp->n_vocab, err, errlen))) goto fail;
     if (!(t = tensor(m, err, errlen, "output_norm.weight"))) goto fail;
     free(w->output_norm);

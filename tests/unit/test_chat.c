@@ -36,6 +36,10 @@ static const char *GEMMA_T =
     "{% for message in messages %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
     "{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}";
+static const char *GRANITE_T =
+    "{%- for message in loop_messages %}{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + "
+    "message['content'] + '<|end_of_text|>\n' }}{%- if loop.last and add_generation_prompt %}"
+    "{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}{%- endfor %}";
 
 static const sw_chat_msg CONV[] = {
     { "system", "You are terse." },
@@ -58,9 +62,10 @@ static void test_detect(void) {
     CHECK(sw_chat_detect(MISTRAL_T) == SW_CHAT_MISTRAL, "mistral");
     CHECK(sw_chat_detect(PHI3_T) == SW_CHAT_PHI3, "phi3");
     CHECK(sw_chat_detect(GEMMA_T) == SW_CHAT_GEMMA, "gemma");
+    CHECK(sw_chat_detect(GRANITE_T) == SW_CHAT_GRANITE, "granite");
     CHECK(sw_chat_detect(NULL) == SW_CHAT_PLAIN && sw_chat_detect("") == SW_CHAT_PLAIN, "none");
     CHECK(sw_chat_detect("{{ messages }}") == SW_CHAT_PLAIN, "unknown template");
-    for (int i = SW_CHAT_PLAIN; i <= SW_CHAT_GEMMA; i++)
+    for (int i = SW_CHAT_PLAIN; i <= SW_CHAT_GRANITE; i++)
         CHECK(sw_chat_from_name(sw_chat_name((sw_chat_template)i)) == i, "name round trip %d", i);
     CHECK(sw_chat_from_name("jinja2") == -1 && sw_chat_from_name(NULL) == -1, "unknown name");
     CHECK(strcmp(sw_chat_name(SW_CHAT_CHATML), "chatml") == 0, "chatml name");
@@ -92,6 +97,12 @@ static void test_formats(void) {
         "<start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
         "<start_of_turn>model\nHello!<end_of_turn>\n"
         "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n");
+    expect(SW_CHAT_GRANITE, CONV, N_CONV,
+        "<|start_of_role|>system<|end_of_role|>You are terse.<|end_of_text|>\n"
+        "<|start_of_role|>user<|end_of_role|>Hi there<|end_of_text|>\n"
+        "<|start_of_role|>assistant<|end_of_role|> Hello! <|end_of_text|>\n"
+        "<|start_of_role|>user<|end_of_role|>What is 2+2?<|end_of_text|>\n"
+        "<|start_of_role|>assistant<|end_of_role|>");
     expect(SW_CHAT_PLAIN, CONV, N_CONV,
         "system: You are terse.\nuser: Hi there\nassistant: Hello! \nuser: What is 2+2?\nassistant:");
 
