@@ -1,6 +1,6 @@
 """Tiny random-weight GGUF models of each architecture the CPU worker runs
 (llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, granite,
-smollm3, and Mixtral's mixture of experts in a llama file), laid out as llama.cpp's converters lay
+granitemoe, smollm3, and Mixtral's mixture of experts in a llama file), laid out as llama.cpp's converters lay
 them out, and an independent numpy forward pass to check the worker's logits
 against.
 
@@ -38,6 +38,7 @@ ARCHS = {
     "gemma2": (True, False, False, True, True, True, True, 2, False, False, False),
     "gemma3": (True, True, False, True, True, True, False, 6, True, False, False),
     "granite": (False, False, False, False, False, False, False, 0, False, True, False),
+    "granitemoe": (False, False, False, False, False, False, False, 0, False, True, False),
     "smollm3": (False, False, False, False, False, False, False, 0, False, False, True),
 }
 NOPE_PERIOD = 4   # SmolLM3: no RoPE in layers 4, 8, ... (1-based); llama.cpp's fixed step
@@ -75,7 +76,9 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
     neox, qk_norm, fused, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope = ARCHS[arch]
     bias = arch == "qwen2" if bias is None else bias
     n_layer = n_layer or {"gemma3": 6, "smollm3": NOPE_PERIOD}.get(arch, 2)
-    experts = experts or ((8, 2, 256) if arch == "qwen3moe" else None)
+    experts = experts or ((8, 2, 256) if arch in ("qwen3moe", "granitemoe") else None)
+    if arch == "granitemoe":   # its files' feed_forward_length is the experts' width (llama.cpp reads it so)
+        F = experts[2]
 
     def mat(rows, cols):
         return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
@@ -222,7 +225,7 @@ def read_weights(path):
         hp["swa_pattern"] = kv("attention.sliding_window_pattern")
     if kv("expert_count"):
         hp.update(n_expert=kv("expert_count"), n_expert_used=kv("expert_used_count"), n_ff_exp=kv("expert_feed_forward_length"))
-    if arch == "granite":   # each multiplier 0 or absent: unset, the default stays
+    if arch.startswith("granite"):   # each multiplier 0 or absent: unset, the default stays
         hp.update(embd_scale=kv("embedding_scale") or 1.0, residual_scale=kv("residual_scale") or 1.0,
                   attn_scale=kv("attention.scale") or 1.0 / np.sqrt(hp["hd"]), logit_scale=kv("logit_scale") or 1.0)
     w = {}

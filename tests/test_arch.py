@@ -257,7 +257,8 @@ def gpu_emulated_logits(model, tmp_path, ids=IDS):
 
 # what the GPU worker refuses, and the words of its refusal
 GPU_REFUSES = {"gemma2": "post-attention and post-FFN norms", "gemma3": "post-attention and post-FFN norms",
-               "granite": "residual, attention or logit scales (Granite)", "smollm3": "layers without RoPE (SmolLM3)"}
+               "granite": "residual, attention or logit scales (Granite)", "smollm3": "layers without RoPE (SmolLM3)",
+               "granitemoe": "a mixture of experts"}
 GPU_ARCHS = [a for a in am.ARCHS if a not in GPU_REFUSES and a != "qwen3moe"]
 
 
