@@ -376,7 +376,7 @@ static void arch_list(char *buf, size_t len)
         at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", ARCHS[i].name);
 }
 
-/* A mixture of experts (Mixtral, whose files say "llama", and Qwen3-MoE):
+/* A mixture of experts (Mixtral, whose files say "llama", Qwen3-MoE and Granite's):
  * how many experts, how many each token uses, and their FFN width. */
 static bool read_expert_hparams(const gguf_file *f, const char *arch, const sw_arch *g, sw_hparams *hp, char *err,
                                 size_t errlen)
