@@ -33,6 +33,7 @@ ARCHS = {
     "qwen2": (True, False, False, False, False, False, False, 0, False, False, False),
     "qwen3": (True, True, False, False, False, False, False, 0, False, False, False),
     "qwen3moe": (True, True, False, False, False, False, False, 0, False, False, False),
+    "qwen2moe": (True, False, False, False, False, False, False, 0, False, False, False),
     "phi3": (True, False, True, False, False, False, False, 0, False, False, False),
     "gemma": (True, False, False, True, True, False, False, 0, False, False, False),
     "gemma2": (True, False, False, True, True, True, True, 2, False, False, False),
@@ -41,6 +42,7 @@ ARCHS = {
     "granitemoe": (False, False, False, False, False, False, False, 0, False, True, False),
     "smollm3": (False, False, False, False, False, False, False, 0, False, False, True),
 }
+SHEXP = 384   # Qwen2-MoE's shared expert width in the test files
 NOPE_PERIOD = 4   # SmolLM3: no RoPE in layers 4, 8, ... (1-based); llama.cpp's fixed step
 # Granite's multipliers in the test files: far enough from 1 (and the query
 # scale from 1/sqrt(64)) that leaving any out shows; the real 3.x models have
@@ -74,9 +76,9 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
     rng = np.random.default_rng(seed)
     QD, KVD = n_head * hd, n_kv * hd
     neox, qk_norm, fused, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope = ARCHS[arch]
-    bias = arch == "qwen2" if bias is None else bias
+    bias = arch in ("qwen2", "qwen2moe") if bias is None else bias
     n_layer = n_layer or {"gemma3": 6, "smollm3": NOPE_PERIOD}.get(arch, 2)
-    experts = experts or ((8, 2, 256) if arch in ("qwen3moe", "granitemoe") else None)
+    experts = experts or ((8, 2, 256) if arch in ("qwen3moe", "granitemoe", "qwen2moe") else None)
     if arch == "granitemoe":   # its files' feed_forward_length is the experts' width (llama.cpp reads it so)
         F = experts[2]
 
@@ -107,6 +109,10 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
             w[p + "ffn_gate_exps.weight"] = np.stack([mat(fe, E) for _ in range(ne)])
             w[p + "ffn_up_exps.weight"] = np.stack([mat(fe, E) for _ in range(ne)])
             w[p + "ffn_down_exps.weight"] = np.stack([mat(E, fe) for _ in range(ne)])
+            if arch == "qwen2moe":   # the shared expert, SHEXP wide, and its gate
+                w[p + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(E) / np.sqrt(E)).astype(np.float32)
+                w[p + "ffn_gate_shexp.weight"], w[p + "ffn_up_shexp.weight"] = mat(SHEXP, E), mat(SHEXP, E)
+                w[p + "ffn_down_shexp.weight"] = mat(E, SHEXP)
         else:
             w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = mat(F, E), mat(F, E)
             w[p + "ffn_down.weight"] = mat(E, F)
@@ -121,6 +127,8 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
         hp.update(theta=1e6, rope_scale=4.0)
     if experts:
         hp.update(n_expert=experts[0], n_expert_used=experts[1], n_ff_exp=experts[2])
+    if arch == "qwen2moe":
+        hp.update(n_ff_shexp=SHEXP, expert_renorm=False)
     if granite:
         hp.update(GRANITE)
     return hp, w
@@ -176,6 +184,8 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
         wr.add_expert_count(hp["n_expert"])
         wr.add_expert_used_count(hp["n_expert_used"])
         wr.add_expert_feed_forward_length(hp["n_ff_exp"])
+    if hp.get("n_ff_shexp"):
+        wr.add_expert_shared_feed_forward_length(hp["n_ff_shexp"])
     if "residual_scale" in hp:   # Granite's multipliers
         wr.add_embedding_scale(hp["embd_scale"])
         wr.add_residual_scale(hp["residual_scale"])
@@ -225,6 +235,8 @@ def read_weights(path):
         hp["swa_pattern"] = kv("attention.sliding_window_pattern")
     if kv("expert_count"):
         hp.update(n_expert=kv("expert_count"), n_expert_used=kv("expert_used_count"), n_ff_exp=kv("expert_feed_forward_length"))
+    if arch == "qwen2moe":   # its chosen experts keep their softmax weights
+        hp.update(n_ff_shexp=kv("expert_shared_feed_forward_length", hp["F"]), expert_renorm=False)
     if arch.startswith("granite"):   # each multiplier 0 or absent: unset, the default stays
         hp.update(embd_scale=kv("embedding_scale") or 1.0, residual_scale=kv("residual_scale") or 1.0,
                   attn_scale=kv("attention.scale") or 1.0 / np.sqrt(hp["hd"]), logit_scale=kv("logit_scale") or 1.0)
@@ -308,7 +320,8 @@ def _ffn(h, gate, up, down, gelu):
 
 def _moe(h, w, p, hp, gelu, renorm=True):
     """Each row through its n_expert_used best experts, weighted by their
-    softmax probabilities (renormalized over the chosen)."""
+    softmax probabilities (renormalized over the chosen), plus Qwen2-MoE's
+    shared expert (when w has it) times the sigmoid of its gate."""
     r = h @ w[p + "ffn_gate_inp.weight"].T
     prob = np.exp(r - r.max(axis=1, keepdims=True))
     prob /= prob.sum(axis=1, keepdims=True)
@@ -319,6 +332,10 @@ def _moe(h, w, p, hp, gelu, renorm=True):
         for e, we in zip(top, wt):
             out[t] += we * _ffn(h[t:t + 1], w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e],
                                 w[p + "ffn_down_exps.weight"][e], gelu)[0]
+    if p + "ffn_gate_inp_shexp.weight" in w:
+        gate = 1 / (1 + np.exp(-(h @ w[p + "ffn_gate_inp_shexp.weight"])))
+        out += gate[:, None] * _ffn(h, w[p + "ffn_gate_shexp.weight"], w[p + "ffn_up_shexp.weight"],
+                                    w[p + "ffn_down_shexp.weight"], gelu)
     return out
 
 
@@ -326,9 +343,9 @@ def _softcap(s, cap):
     return cap * np.tanh(s / cap) if cap else s
 
 
-def forward(arch, hp, w, tokens, flags=None, moe_renorm=True):
+def forward(arch, hp, w, tokens, flags=None, moe_renorm=None):
     """Logits [T, V] for a prompt of token ids at positions 0..T-1; flags
-    (as in ARCHS) override the architecture's."""
+    (as in ARCHS) and moe_renorm override the architecture's."""
     neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope = flags or ARCHS[arch]
     E, H, KV, hd, eps = hp["E"], hp["n_head"], hp["n_kv"], hp["hd"], hp["eps"]
     g = hp if granite else dict(embd_scale=1.0, residual_scale=1.0, attn_scale=1 / np.sqrt(hd), logit_scale=1.0)
@@ -364,7 +381,7 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=True):
         x = x + g["residual_scale"] * (_rmsnorm(a, w[p + "post_attention_norm.weight"], eps) if post_norms else a)
         h = _rmsnorm(x, w[p + "ffn_norm.weight"], eps)
         if hp.get("n_expert"):
-            f = _moe(h, w, p, hp, gelu, moe_renorm)
+            f = _moe(h, w, p, hp, gelu, hp.get("expert_renorm", True) if moe_renorm is None else moe_renorm)
         else:
             f = _ffn(h, w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"], w[p + "ffn_down.weight"], gelu)
         x = x + g["residual_scale"] * (_rmsnorm(f, w[p + "post_ffw_norm.weight"], eps) if post_norms else f)

@@ -78,8 +78,11 @@ def wrong_references(arch, hp, w):
     if arch == "qwen2":
         yield "no biases", am.forward(arch, hp, {k: v for k, v in w.items() if not k.endswith(".bias")}, IDS)
     if hp.get("n_expert"):
-        yield "experts' weights not renormalized", am.forward(arch, hp, w, IDS, moe_renorm=False)
+        renorm = hp.get("expert_renorm", True)
+        yield f"experts' weights {'not ' if renorm else ''}renormalized", am.forward(arch, hp, w, IDS, moe_renorm=not renorm)
         yield "one expert fewer", am.forward(arch, dict(hp, n_expert_used=hp["n_expert_used"] - 1), w, IDS)
+    if hp.get("n_ff_shexp"):
+        yield "no shared expert", am.forward(arch, hp, {k: v for k, v in w.items() if "_shexp." not in k}, IDS)
 
 
 @pytest.mark.parametrize("arch", list(am.ARCHS))
@@ -259,7 +262,7 @@ def gpu_emulated_logits(model, tmp_path, ids=IDS):
 GPU_REFUSES = {"gemma2": "post-attention and post-FFN norms", "gemma3": "post-attention and post-FFN norms",
                "granite": "residual, attention or logit scales (Granite)", "smollm3": "layers without RoPE (SmolLM3)",
                "granitemoe": "a mixture of experts"}
-GPU_ARCHS = [a for a in am.ARCHS if a not in GPU_REFUSES and a != "qwen3moe"]
+GPU_ARCHS = [a for a in am.ARCHS if a not in GPU_REFUSES and not a.endswith("moe")]
 
 
 @pytest.mark.parametrize("arch", GPU_ARCHS)

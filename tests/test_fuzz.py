@@ -7,8 +7,9 @@ leak or undefined behaviour fails the program too. fuzz_model mutates real
 model files: a Q4_K_M model that spillway-synth makes here, and the trained
 f32 stories260K when $SPILLWAY_SHARED has it, and small Qwen2 (fused q/k/v
 with its bias), Phi-3 (fused gate and up), Gemma 2 and 3 (post-norms,
-soft-caps, sliding windows), Qwen3-MoE (stacked experts), Granite (its
-four multipliers) and SmolLM3 files from tests/archmodels.py.
+soft-caps, sliding windows), Qwen3-MoE (stacked experts), Qwen2-MoE (a
+shared expert), Granite (its four multipliers) and SmolLM3 files from
+tests/archmodels.py.
 fuzz_policy starts from the repository's routes.yaml and the documented
 examples as well as its own.
 """
@@ -35,7 +36,7 @@ def program_args(name, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     seeds = [str(seed)]
-    for arch in ("qwen2", "phi3", "gemma2", "gemma3", "qwen3moe", "granite", "smollm3"):
+    for arch in ("qwen2", "phi3", "gemma2", "gemma3", "qwen3moe", "qwen2moe", "granite", "smollm3"):
         hp, w = archmodels.make_weights(arch, E=64, n_head=4, n_kv=2, hd=16, F=128, V=300)
         archmodels.write_model(tmp_path / f"{arch}.gguf", arch, hp, w, fused_qkv=True)
         seeds.append(str(tmp_path / f"{arch}.gguf"))

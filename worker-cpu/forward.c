@@ -52,8 +52,9 @@ struct sw_ctx {
     /* what some architectures add (NULL when the model has none): q, k and v
      * biases [n_layer][q_dim + 2 kv_dim] (zeros where a layer has none), the
      * per-head q and k norms [n_layer][2][head_dim], the output bias [n_vocab],
-     * the post-attention and post-FFN norms [n_layer][2][n_embd] */
-    float *bias, *qk_norm, *out_bias, *post_norm;
+     * the post-attention and post-FFN norms [n_layer][2][n_embd], Qwen2-MoE's
+     * shared-expert gates [n_layer][n_embd] */
+    float *bias, *qk_norm, *out_bias, *post_norm, *shexp_gate;
     /* scratch, sized for max_batch tokens */
     float *x;                 /* [B][n_embd] residual stream */
     float *xb;                /* [B][max(n_embd, q_dim)] normed input / attention output */
@@ -249,6 +250,7 @@ static bool load_extras(sw_ctx *c)
     if (any_bias && !(c->bias = falloc(hp->n_layer * (QD + 2 * KVD)))) return false;
     if (m->graph->qk_norm && !(c->qk_norm = falloc(hp->n_layer * 2 * hd))) return false;
     if (m->graph->post_norms && !(c->post_norm = falloc(hp->n_layer * 2 * (size_t)hp->n_embd))) return false;
+    if (hp->n_ff_shexp && !(c->shexp_gate = falloc(hp->n_layer * (size_t)hp->n_embd))) return false;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const sw_layer *L = &m->layers[l];
         float *b = c->bias ? c->bias + l * (QD + 2 * KVD) : NULL;
@@ -261,6 +263,7 @@ static bool load_extras(sw_ctx *c)
         float *pn = c->post_norm ? c->post_norm + (size_t)l * 2 * hp->n_embd : NULL;
         if (pn && (!norm_to_float(L->post_attn_norm, pn) || !norm_to_float(L->post_ffn_norm, pn + hp->n_embd)))
             return false;
+        if (c->shexp_gate && !norm_to_float(L->gate_inp_shexp, c->shexp_gate + (size_t)l * hp->n_embd)) return false;
     }
     if (m->output_bias && (!(c->out_bias = falloc(hp->n_vocab)) || !norm_to_float(m->output_bias, c->out_bias)))
         return false;
@@ -381,7 +384,8 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     c->v = falloc(B * c->kv_dim);
     c->kh = malloc(B * c->kv_dim * sizeof(sw_f16));
     const size_t KB = B * (hp->n_expert ? hp->n_expert_used : 1);   /* rows of an FFN step */
-    const size_t F = B * hp->n_ff > KB * hp->n_ff_exp ? B * hp->n_ff : KB * hp->n_ff_exp;
+    size_t F = B * hp->n_ff > KB * hp->n_ff_exp ? B * hp->n_ff : KB * hp->n_ff_exp;
+    F = F > B * hp->n_ff_shexp ? F : B * hp->n_ff_shexp;
     c->hb = falloc(F);
     c->hb2 = falloc(F);
     c->att_threads = omp_get_max_threads();
@@ -455,7 +459,7 @@ void sw_ctx_free(sw_ctx *c)
     free(c->exp_in); free(c->exp_out);
     free(c->kv_k); free(c->kv_v); free(c->kv_slots); free(c->layer_off);
     free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq); free(c->inv_freq_swa);
-    free(c->bias); free(c->qk_norm); free(c->out_bias); free(c->post_norm);
+    free(c->bias); free(c->qk_norm); free(c->out_bias); free(c->post_norm); free(c->shexp_gate);
     free(c->x); free(c->xb); free(c->xb2);
     free(c->q); free(c->k); free(c->v); free(c->kh);
     free(c->hb); free(c->hb2); free(c->att); free(c->zeros); free(c->px); free(c->py);
@@ -481,6 +485,7 @@ static size_t max_cols(const sw_ctx *c)
     if ((size_t)c->q_dim > m) m = (size_t)c->q_dim;
     if (hp->n_ff > m) m = hp->n_ff;
     if (hp->n_ff_exp > m) m = hp->n_ff_exp;
+    if (hp->n_ff_shexp > m) m = hp->n_ff_shexp;
     if (hp->n_expert > m) m = hp->n_expert;
     return m;
 }
@@ -820,7 +825,8 @@ static void gate_rows(sw_ctx *c, int n, int F)
 
 /* Each token's n_used experts: the largest router scores, weighted by their
  * softmax over all experts, renormalized over the chosen ones (the sum
- * clamped as llama.cpp does) and scaled. Ties go to the lower index. */
+ * clamped as llama.cpp does; not in Qwen2-MoE) and scaled. Ties go to the
+ * lower index. */
 static void route_tokens(sw_ctx *c, int n)
 {
     const sw_hparams *hp = &c->m->hp;
@@ -848,6 +854,7 @@ static void route_tokens(sw_ctx *c, int n)
         for (int e = 0; e < ne; e++) all += expf(r[e] - mx);
         float norm = sum / all;   /* the chosen's share of the softmax */
         norm = norm < 6.103515625e-5f ? 6.103515625e-5f : norm;
+        if (!hp->expert_renorm) norm = 1.0f;   /* Qwen2-MoE: the softmax probabilities themselves */
         for (int i = 0; i < k; i++) w[i] = w[i] / all / norm * hp->expert_weights_scale;
     }
 }
@@ -945,25 +952,52 @@ static void moe_rows(sw_ctx *c, uint32_t l, int n)
     }
 }
 
-/* x += W_down * (act(W_gate * norm(x)) * (W_up * norm(x))) for n rows, act
- * SiLU, or GELU for Gemma (whose 2 and 3 also normalize the sum before
- * adding it, as they do attention's); or a mixture of such FFNs. */
+/* out = W_down * (act(W_gate * xb) * (W_up * xb)) for n rows of the layer's
+ * dense FFN (F wide), act SiLU or GELU (Gemma). */
+static void dense_ffn(sw_ctx *c, uint32_t l, int n, int F, float *out)
+{
+    const sw_layer *L = &c->m->layers[l];
+    if (!fused_packed(c, l, PK_GATE, 2, c->xb, n, (float *const[]){c->hb, c->hb2})) {
+        matmul(c, L->w_gate, packed(c, l, PK_GATE), c->xb, n, c->hb);
+        matmul(c, L->w_up, packed(c, l, PK_UP), c->xb, n, c->hb2);
+    }
+    gate_rows(c, n, F);
+    matmul(c, L->w_down, packed(c, l, PK_DOWN), c->hb, n, out);
+}
+
+/* Qwen2-MoE's shared expert, added to the mixture in xb2: each row gets
+ * sigmoid(gate . x) times the dense FFN of x (x: the normed rows in xb).
+ * exp_out is free again once moe_rows has summed it. */
+static void shared_expert(sw_ctx *c, uint32_t l, int n)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const int E = (int)hp->n_embd;
+    const float *g = c->shexp_gate + (size_t)l * E;
+    dense_ffn(c, l, n, (int)hp->n_ff_shexp, c->exp_out);
+#pragma omp parallel for if (n > 4)
+    for (int t = 0; t < n; t++) {
+        const float *x = c->xb + (size_t)t * E, *f = c->exp_out + (size_t)t * E;
+        float *dst = c->xb2 + (size_t)t * E, dot = 0.0f;
+        for (int d = 0; d < E; d++) dot += g[d] * x[d];
+        const float w = 1.0f / (1.0f + expf(-dot));
+        for (int d = 0; d < E; d++) dst[d] += w * f[d];
+    }
+}
+
+/* x += FFN(norm(x)) for n rows: the dense FFN, or a mixture of experts (with
+ * Qwen2-MoE's shared expert beside it); Gemma 2 and 3 normalize the result
+ * before adding it, as they do attention's. */
 static void ffn_block(sw_ctx *c, uint32_t l, int n)
 {
     const sw_hparams *hp = &c->m->hp;
-    const sw_layer *L = &c->m->layers[l];
     const int E = (int)hp->n_embd;
     if (!n) return;
     norm_rows(c->xb, c->x, c->ffn_norm + (size_t)l * E, n, E, hp->rms_eps);
     if (hp->n_expert) {
         moe_rows(c, l, n);
+        if (c->shexp_gate) shared_expert(c, l, n);
     } else {
-        if (!fused_packed(c, l, PK_GATE, 2, c->xb, n, (float *const[]){c->hb, c->hb2})) {
-            matmul(c, L->w_gate, packed(c, l, PK_GATE), c->xb, n, c->hb);
-            matmul(c, L->w_up, packed(c, l, PK_UP), c->xb, n, c->hb2);
-        }
-        gate_rows(c, n, (int)hp->n_ff);
-        matmul(c, L->w_down, packed(c, l, PK_DOWN), c->hb, n, c->xb2);
+        dense_ffn(c, l, n, (int)hp->n_ff, c->xb2);
     }
     if (c->post_norm) norm_rows(c->xb2, c->xb2, c->post_norm + ((size_t)l * 2 + 1) * E, n, E, hp->rms_eps);
     add_rows(c->x, c->xb2, n, E, hp->residual_scale);
@@ -1014,8 +1048,10 @@ double sw_forward_weight_macs(const sw_model *m, int n, int n_logits)
 {
     const sw_hparams *hp = &m->hp;
     const double E = hp->n_embd, QD = (double)hp->n_head * hp->head_dim, KVD = (double)hp->n_head_kv * hp->head_dim;
-    /* a mixture: the router and the experts a token uses */
-    const double ffn = hp->n_expert ? E * hp->n_expert + 3.0 * E * hp->n_ff_exp * hp->n_expert_used : 3 * E * hp->n_ff;
+    /* a mixture: the router, the experts a token uses and a shared one's gate and matrices */
+    const double ffn = hp->n_expert ? E * hp->n_expert + 3.0 * E * hp->n_ff_exp * hp->n_expert_used +
+                                          (hp->n_ff_shexp ? E + 3.0 * E * hp->n_ff_shexp : 0.0)
+                                    : 3 * E * hp->n_ff;
     const double kv = E * 2 * KVD, rest = E * QD + QD * E + ffn;   /* wk+wv; wq, wo, FFN */
     const double out = (double)n_logits * E * hp->n_vocab;
     if (!hp->n_layer) return out;

@@ -345,18 +345,19 @@ static void pick_quant_name(sw_model *m)
  * their 27B models' query scale out of the file: llama.cpp tells those
  * models by their depth (depth_27b), and so does this loader. */
 static const sw_arch ARCHS[] = {
-    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts        granite nope */
-    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, false, 0},
-    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0},
-    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0},
-    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0},
-    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0},
-    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0},
-    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO,      false, 0},
-    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO,      false, 0},
-    {"granite",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0},
-    {"granitemoe", false, false, false,       false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0},
-    {"smollm3",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 4},
+    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts        granite nope shexp */
+    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, false, 0, false},
+    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false},
+    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false},
+    {"qwen2moe", true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, true},
+    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false},
+    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false},
+    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false},
+    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO,      false, 0, false},
+    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO,      false, 0, false},
+    {"granite",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false},
+    {"granitemoe", false, false, false,       false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false},
+    {"smollm3",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 4, false},
 };
 enum { N_ARCHS = sizeof ARCHS / sizeof ARCHS[0] };
 
@@ -376,8 +377,9 @@ static void arch_list(char *buf, size_t len)
         at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", ARCHS[i].name);
 }
 
-/* A mixture of experts (Mixtral, whose files say "llama", Qwen3-MoE and Granite's):
- * how many experts, how many each token uses, and their FFN width. */
+/* A mixture of experts (Mixtral, whose files say "llama", Qwen2-MoE, Qwen3-MoE
+ * and Granite's): how many experts, how many each token uses, their FFN
+ * width, and Qwen2-MoE's shared expert. */
 static bool read_expert_hparams(const gguf_file *f, const char *arch, const sw_arch *g, sw_hparams *hp, char *err,
                                 size_t errlen)
 {
@@ -406,6 +408,15 @@ static bool read_expert_hparams(const gguf_file *f, const char *arch, const sw_a
     if (hp->n_ff_exp == 0 || hp->n_ff_exp > 1u << 20) {
         sw_errf(err, errlen, "metadata '%s.expert_feed_forward_length' = %u out of range", arch, hp->n_ff_exp);
         return false;
+    }
+    hp->expert_renorm = !g->shared_expert;
+    if (g->shared_expert) {
+        hp->n_ff_shexp = hp->n_ff;   /* llama.cpp's default too */
+        if (!hp_u32(f, arch, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false, err, errlen)) return false;
+        if (hp->n_ff_shexp == 0 || hp->n_ff_shexp > 1u << 20) {
+            sw_errf(err, errlen, "metadata '%s.expert_shared_feed_forward_length' = %u out of range", arch, hp->n_ff_shexp);
+            return false;
+        }
     }
     hp->expert_weights_scale = 1.0f;
     if (!hp_f32(f, arch, "expert_weights_scale", &hp->expert_weights_scale, err, errlen)) return false;
@@ -624,7 +635,12 @@ static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
                           !(L->post_ffn_norm = bindf(ld, E, 0, false, "blk.%u.post_ffw_norm.weight", l))))
         return false;
     if (hp->n_expert) {
-        const uint64_t FE = hp->n_ff_exp;
+        const uint64_t FE = hp->n_ff_exp, FS = hp->n_ff_shexp;
+        if (FS && (!(L->gate_inp_shexp = bindf(ld, E, 0, false, "blk.%u.ffn_gate_inp_shexp.weight", l)) ||
+                   !(L->w_gate = bindf(ld, E, FS, false, "blk.%u.ffn_gate_shexp.weight", l)) ||
+                   !(L->w_up = bindf(ld, E, FS, false, "blk.%u.ffn_up_shexp.weight", l)) ||
+                   !(L->w_down = bindf(ld, FS, E, false, "blk.%u.ffn_down_shexp.weight", l))))
+            return false;
         return (L->gate_inp = bindf(ld, E, hp->n_expert, false, "blk.%u.ffn_gate_inp.weight", l)) &&
                (L->gate_exps = bind_experts(ld, E, FE, "blk.%u.ffn_gate_exps.weight", l)) &&
                (L->up_exps = bind_experts(ld, E, FE, "blk.%u.ffn_up_exps.weight", l)) &&
@@ -651,7 +667,7 @@ static uint64_t layer_bytes(const sw_layer *L)
 {
     const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->ffn_norm, L->w_gate, L->w_up,
                                L->w_down, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->post_attn_norm,
-                               L->post_ffn_norm, L->gate_inp};
+                               L->post_ffn_norm, L->gate_inp, L->gate_inp_shexp};
     uint64_t n = 0;
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) n += ts[i] ? ts[i]->nbytes : 0;
     return n;

@@ -45,6 +45,9 @@ typedef struct {
      * expert_weights_scale); experts are n_ff_exp wide. */
     uint32_t n_expert, n_expert_used, n_ff_exp;
     float expert_weights_scale;
+    bool expert_renorm;   /* the chosen experts' weights renormalized to sum 1 (all but Qwen2-MoE) */
+    uint32_t n_ff_shexp;  /* Qwen2-MoE's shared expert: a dense FFN this wide beside the mixture, its output
+                           * times sigmoid(ffn_gate_inp_shexp . x); 0: none */
 } sw_hparams;
 
 enum { SW_MOE_NO, SW_MOE_ALLOWED, SW_MOE_ALWAYS };   /* sw_arch.experts */
@@ -70,6 +73,8 @@ typedef struct {
     bool granite_scales;  /* embedding, residual, attention and logit scales from the file (Granite) */
     uint32_t nope_period; /* every nope_period-th layer has no RoPE (SmolLM3: 4; not in its files,
                            * as llama.cpp has it too); 0: every layer rotates */
+    bool shared_expert;   /* a mixture with a gated shared expert, its chosen experts' weights
+                           * not renormalized (Qwen2-MoE) */
 } sw_arch;
 
 /* One transformer block. Matrices follow GGUF's convention: ne[0] = input
@@ -94,6 +99,9 @@ typedef struct {
      * w_down are then NULL. */
     const gguf_tensor *gate_inp;
     const gguf_tensor *gate_exps, *up_exps, *down_exps;
+    /* Qwen2-MoE: the shared expert's gate [n_embd]; its matrices are w_gate,
+     * w_up and w_down (n_ff_shexp wide). NULL elsewhere. */
+    const gguf_tensor *gate_inp_shexp;
     /* Gemma 2/3: norms of the attention and FFN outputs ([n_embd]), else NULL */
     const gguf_tensor *post_attn_norm, *post_ffn_norm;
     bool sliding;                   /* attends to the last hp.n_swa positions only */
