@@ -68,7 +68,7 @@ sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64
         long layer = layer_of(name);
         bool attn_v = has_suffix_part(name, ".attn_v.") || has_suffix_part(name, ".attn_qkv.");
         bool more = layer >= 0 && (attn_v || has_suffix_part(name, ".ffn_down.") ||
-                                   has_suffix_part(name, ".ffn_down_exps."))
+                                   has_suffix_part(name, ".ffn_down_exps.") || has_suffix_part(name, ".ffn_down_shexp."))
                     && sw_mix_more_bits((uint32_t)layer, mm->n_layers);
         bool output = !strcmp(name, "output.weight") || (mm->tied_output && !strcmp(name, "token_embd.weight"));
         t = more || output ? SW_TYPE_Q6_K : SW_TYPE_Q4_K;

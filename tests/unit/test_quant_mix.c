@@ -71,6 +71,13 @@ int main(void) {
     CHECK(sw_mix_type(q, "blk.0.ffn_down_exps.weight", 3, ne3, &moe8) == SW_TYPE_Q6_K);
     CHECK(sw_mix_type(q, "blk.4.ffn_down_exps.weight", 3, ne3, &moe8) == SW_TYPE_Q4_K);
     CHECK(sw_mix_type(q, "blk.4.ffn_gate_exps.weight", 3, ne3, &moe8) == SW_TYPE_Q4_K);
+    /* Qwen2-MoE's shared expert: its down matrix follows ffn_down too (as
+     * llama.cpp's "ffn_down" substring rule has it), its gate vector is float */
+    const sw_mix_model moe60 = { 24, 60, false };
+    CHECK(mix_in(q, "blk.0.ffn_down_shexp.weight", 5632, moe60) == SW_TYPE_Q6_K);
+    CHECK(mix_in(q, "blk.4.ffn_down_shexp.weight", 5632, moe60) == SW_TYPE_Q4_K);
+    CHECK(mix_in(q, "blk.0.ffn_up_shexp.weight", 2048, moe60) == SW_TYPE_Q4_K);
+    CHECK(sw_mix_type(q, "blk.0.ffn_gate_inp_shexp.weight", 1, ne3, &moe60) == SW_TYPE_F32);
     CHECK(mix_in(q, "blk.4.attn_k.weight", 4096, moe8) == SW_TYPE_Q8_0);
     CHECK(mix_in(q, "blk.4.attn_v.weight", 4096, moe8) == SW_TYPE_Q8_0);
     CHECK(mix_in(q, "blk.4.attn_output.weight", 4096, moe8) == SW_TYPE_Q5_K);
