@@ -150,7 +150,9 @@ def fuse(arch, w, n_layer, fused_qkv=False):
 
 
 def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dims=None, rope_scaling=None,
-                extra_kv=None, swa_pattern=None):
+                extra_kv=None, swa_pattern=None, longrope=None):
+    """longrope = (long factors, short factors, original context, attention
+    factor): Phi-3's LongRoPE, as its converter writes it (no scaling type)."""
     wr = GGUFWriter(str(path), arch)
     wr.add_context_length(1024)
     wr.add_embedding_length(hp["E"])
@@ -171,6 +173,11 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
         wr.add_rope_scaling_factor(rope_scaling[1])
         if len(rope_scaling) > 2:
             wr.add_rope_scaling_orig_ctx_len(rope_scaling[2])
+    if longrope:
+        wr.add_rope_scaling_orig_ctx_len(longrope[2])
+        wr.add_rope_scaling_attn_factors(longrope[3])
+        extra_tensors = dict(extra_tensors or {}, **{"rope_factors_long.weight": np.float32(longrope[0]),
+                                                     "rope_factors_short.weight": np.float32(longrope[1])})
     wr.add_layer_norm_rms_eps(hp["eps"])
     wr.add_file_type(0)
     if "attn_softcap" in hp:
@@ -227,6 +234,7 @@ def read_weights(path):
               rope_type=kv("rope.scaling.type", "linear"), yarn_orig_ctx=kv("rope.scaling.original_context_length",
                                                                              kv("context_length", 2048)))
     hp["rope_scale"] = kv("rope.scaling.factor", 0.0) if hp["rope_type"] in ("linear", "yarn") else 0.0
+    hp["attn_factor"] = kv("rope.scaling.attn_factor", 1.0)
     gemma2 = arch == "gemma2"   # the keys' defaults, as the worker's loader has them
     hp.update(attn_softcap=kv("attn_logit_softcapping", 50.0 if gemma2 else 0.0),
               final_softcap=kv("final_logit_softcapping", 30.0 if gemma2 else 0.0),
@@ -265,21 +273,25 @@ def _rmsnorm(x, g, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
 
 
-def _rope_freqs(hd, theta, hp, scaled):
-    """Pair i's frequency theta^(-2i/hd), scaled (linear: divided by the
-    factor; YaRN: blended between that and unscaled over the pairs whose
-    wavelengths the original context holds 1 to 32 times), and the rotated
-    dims' magnitude (YaRN: 1 + 0.1 ln factor)."""
+def _rope_freqs(hd, theta, hp, scaled, factors=None):
+    """Pair i's frequency theta^(-2i/hd), divided by the file's factors
+    (LongRoPE's), scaled (linear: divided by the factor; YaRN: blended
+    between that and unscaled over the pairs whose wavelengths the original
+    context holds 1 to 32 times), and the rotated dims' magnitude (the
+    file's attention factor, times YaRN's 1 + 0.1 ln factor)."""
     inv = theta ** (-2.0 * np.arange(hd // 2) / hd)
+    if factors is not None:
+        inv = inv / factors
     f = hp.get("rope_scale") or 0.0
+    a = hp.get("attn_factor", 1.0)
     if not scaled or not f:
-        return inv, 1.0
+        return inv, a
     if hp.get("rope_type") != "yarn":
-        return inv / f, 1.0
+        return inv / f, a
     corr = lambda turns: hd * np.log(hp["yarn_orig_ctx"] / (turns * 2 * np.pi)) / (2 * np.log(theta))
     low, high = max(0.0, np.floor(corr(32.0))), min(hd - 1.0, np.ceil(corr(1.0)))
     keep = 1 - np.clip((np.arange(hd // 2) - low) / max(0.001, high - low), 0, 1)
-    return inv * ((1 - keep) / f + keep), 1 + 0.1 * np.log(f)
+    return inv * ((1 - keep) / f + keep), a * (1 + 0.1 * np.log(f))
 
 
 def _rope(x, pos, inv, neox, mscale=1.0):
@@ -343,9 +355,11 @@ def _softcap(s, cap):
     return cap * np.tanh(s / cap) if cap else s
 
 
-def forward(arch, hp, w, tokens, flags=None, moe_renorm=None):
+def forward(arch, hp, w, tokens, flags=None, moe_renorm=None, n_ctx=4096):
     """Logits [T, V] for a prompt of token ids at positions 0..T-1; flags
-    (as in ARCHS) and moe_renorm override the architecture's."""
+    (as in ARCHS) and moe_renorm override the architecture's. A LongRoPE
+    file rotates with its long factors when the context n_ctx exceeds the
+    original one, else with its short ones (llama.cpp's choice)."""
     neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope = flags or ARCHS[arch]
     E, H, KV, hd, eps = hp["E"], hp["n_head"], hp["n_kv"], hp["hd"], hp["eps"]
     g = hp if granite else dict(embd_scale=1.0, residual_scale=1.0, attn_scale=1 / np.sqrt(hd), logit_scale=1.0)
@@ -362,7 +376,10 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=None):
         sliding = _sliding(hp, swa, l)
         mask = window if sliding else causal
         own = sliding and own_rope   # Gemma 3's sliding layers: their own base, unscaled
-        inv, ms = _rope_freqs(hd, hp.get("theta_swa", 10000.0) if own else hp["theta"], hp, not own)
+        factors = None
+        if "rope_factors_long.weight" in w:
+            factors = w["rope_factors_%s.weight" % ("long" if n_ctx > hp["yarn_orig_ctx"] else "short")]
+        inv, ms = _rope_freqs(hd, hp.get("theta_swa", 10000.0) if own else hp["theta"], hp, not own, factors)
         h = _rmsnorm(x, w[p + "attn_norm.weight"], eps)
         q, k, v = (h @ w[p + "attn_%s.weight" % n].T + w.get(p + "attn_%s.bias" % n, 0.0) for n in "qkv")
         q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)

@@ -319,6 +319,36 @@ def test_rope_scaling(tmp_path):
     assert "qwen2.rope.scaling.type' = 'longrope'" in err and "YaRN" in err, err
 
 
+def test_longrope(tmp_path):
+    """Phi-3's LongRoPE (its 128k files, Phi-3.5, Phi-4-mini): frequency
+    divisors for a context past the original one and for one within it,
+    chosen by the context the worker runs with, and the rotated dims scaled
+    by the file's attention factor. The reference with the other factors,
+    or without the attention factor, must not match; the GPU worker refuses
+    it by name; a file with only one of the two tables is refused."""
+    hp, w = am.make_weights("phi3", seed=4)
+    rng = np.random.default_rng(4)
+    half = hp["hd"] // 2
+    long_f, short_f = 1 + 8 * rng.random(half), 1 + 0.3 * rng.random(half)
+    attn = float(np.sqrt(1 + np.log(16) / np.log(64)))   # 16x past an original 64, as the converter computes it
+    path = tmp_path / "longrope.gguf"
+    am.write_model(path, "phi3", hp, w, longrope=(long_f, short_f, 64, attn))
+    _, hp2, w2 = am.read_weights(path)
+    assert hp2["yarn_orig_ctx"] == 64 and abs(hp2["attn_factor"] - attn) < 1e-6
+    long_ref, short_ref = am.forward("phi3", hp2, w2, IDS, n_ctx=1024), am.forward("phi3", hp2, w2, IDS, n_ctx=32)
+    got_long = spillway_logits(path, tmp_path)   # the file's context, 1024 > 64
+    got_short = logits_for(path, IDS, tmp_path / "short.f32", extra=["-c", "32"])[0]
+    assert cosines(got_long, long_ref).min() >= 0.9999 and cosines(got_short, short_ref).min() >= 0.9999
+    assert cosines(got_long, short_ref).min() < 0.999 and cosines(got_short, long_ref).min() < 0.999
+    no_attn = am.forward("phi3", dict(hp2, attn_factor=1.0), w2, IDS, n_ctx=1024)
+    assert cosines(got_long, no_attn).min() < 0.999
+    assert "uses LongRoPE scaling" in gpu_refusal(path)
+    path = tmp_path / "half.gguf"
+    am.write_model(path, "phi3", hp, w, extra_tensors={"rope_factors_long.weight": np.float32(long_f)})
+    err = run_fail(path)
+    assert "'rope_factors_long.weight' without 'rope_factors_short.weight'" in err, err
+
+
 def test_gpu_worker_refuses_partial_neox_rotary(tmp_path):
     """The CUDA RoPE kernel pairs NEOX dims across the whole head: a file that
     rotates only part of each head in NEOX order is refused by name (the

@@ -429,15 +429,13 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
         return NULL;
     }
     /* RoPE frequencies (model.c): sliding layers may have their own. */
-    sw_rope_freqs(hp, m->rope_freqs, false, c->inv_freq);
-    if (hp->rope_theta_swa != hp->rope_theta || hp->rope_scale_swa != hp->rope_scale) {
-        if (!(c->inv_freq_swa = falloc(hp->n_rot / 2))) {
-            sw_errf(err, errlen, "out of memory");
-            sw_ctx_free(c);
-            return NULL;
-        }
-        sw_rope_freqs(hp, m->rope_freqs, true, c->inv_freq_swa);
+    if ((hp->rope_theta_swa != hp->rope_theta || hp->rope_scale_swa != hp->rope_scale) &&
+        !(c->inv_freq_swa = falloc(hp->n_rot / 2))) {
+        sw_errf(err, errlen, "out of memory");
+        sw_ctx_free(c);
+        return NULL;
     }
+    sw_ctx_set_rope_context(c, n_ctx);
     pack_weights(c);
     c->dense_bytes = m->weight_bytes - m->expert_bytes;
     return c;
@@ -468,6 +466,13 @@ void sw_ctx_free(sw_ctx *c)
 }
 
 int sw_ctx_n_ctx(const sw_ctx *c) { return c->n_ctx; }
+
+void sw_ctx_set_rope_context(sw_ctx *c, int n_ctx)
+{
+    const gguf_tensor *factors = sw_rope_factors(c->m, (uint32_t)n_ctx);
+    sw_rope_freqs(&c->m->hp, factors, false, c->inv_freq);
+    if (c->inv_freq_swa) sw_rope_freqs(&c->m->hp, factors, true, c->inv_freq_swa);
+}
 
 /* ---- matrix products ----
  * Fast mode multiplies with activations quantized once (Q8_K / Q8_0), as the

@@ -29,6 +29,11 @@ typedef struct sw_ctx sw_ctx;
 sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen);
 void sw_ctx_free(sw_ctx *c);
 int sw_ctx_n_ctx(const sw_ctx *c);
+/* The context length the model is run at, where it is not the one the
+ * context was sized with (spillway-run sizes it to what one prompt needs):
+ * LongRoPE files rotate with other frequencies past their original context.
+ * sw_ctx_new sets it to its n_ctx. */
+void sw_ctx_set_rope_context(sw_ctx *c, int n_ctx);
 int sw_ctx_max_batch(const sw_ctx *c);
 
 /* Precise mode: each quantized matmul also multiplies the activations'

@@ -179,26 +179,35 @@ static bool read_rope_scaling(const gguf_file *f, const char *arch, sw_hparams *
         return false;
     }
     hp->rope_scale = strcmp(type, "none") ? factor : 0.0f;
-    hp->rope_mscale = 1.0f;
-    if (!yarn) return true;
-    float log_mul = 0.0f, ext = 1.0f, attn = 1.0f;
-    hp->rope_yarn = true;
+    /* The rotated dims' magnitude and the original context apply to any
+     * scaling (LongRoPE files carry them without a type); YaRN adds to the
+     * first below. */
+    float attn = 1.0f;
     hp->yarn_orig_ctx = hp->n_ctx_train;
+    if (!hp_f32(f, arch, "rope.scaling.attn_factor", &attn, err, errlen) ||
+        !hp_u32(f, arch, "rope.scaling.original_context_length", &hp->yarn_orig_ctx, false, err, errlen))
+        return false;
+    if (!(attn > 0.0f && attn < 100.0f) || hp->yarn_orig_ctx == 0) {
+        sw_errf(err, errlen, "metadata '%s.rope.scaling.attn_factor' = %g / 'original_context_length' = %u out of range",
+                arch, attn, hp->yarn_orig_ctx);
+        return false;
+    }
+    hp->rope_mscale = attn;
+    if (!yarn) return true;
+    float log_mul = 0.0f, ext = 1.0f;
+    hp->rope_yarn = true;
     hp->yarn_beta_fast = 32.0f;
     hp->yarn_beta_slow = 1.0f;
-    if (!hp_u32(f, arch, "rope.scaling.original_context_length", &hp->yarn_orig_ctx, false, err, errlen) ||
-        !hp_f32(f, arch, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, err, errlen) ||
+    if (!hp_f32(f, arch, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, err, errlen) ||
         !hp_f32(f, arch, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, err, errlen) ||
         !hp_f32(f, arch, "rope.scaling.yarn_ext_factor", &ext, err, errlen) ||
-        !hp_f32(f, arch, "rope.scaling.attn_factor", &attn, err, errlen) ||
         !hp_f32(f, arch, "rope.scaling.yarn_log_multiplier", &log_mul, err, errlen))
         return false;
     if (log_mul != 0.0f) {
         sw_errf(err, errlen, "metadata '%s.rope.scaling.yarn_log_multiplier': YaRN with a log multiplier is not supported", arch);
         return false;
     }
-    if (hp->yarn_orig_ctx == 0 || !(hp->yarn_beta_fast > 0.0f) || !(hp->yarn_beta_slow > 0.0f) ||
-        !(ext >= 0.0f && ext <= 1.0f) || !(attn > 0.0f && attn < 100.0f)) {
+    if (!(hp->yarn_beta_fast > 0.0f) || !(hp->yarn_beta_slow > 0.0f) || !(ext >= 0.0f && ext <= 1.0f)) {
         sw_errf(err, errlen, "metadata '%s.rope.scaling.*': YaRN parameters out of range", arch);
         return false;
     }
@@ -247,6 +256,12 @@ void sw_rope_freqs(const sw_hparams *hp, const gguf_tensor *freq_factors, bool s
         inv[i] = f;
     }
     free(factors);
+}
+
+const gguf_tensor *sw_rope_factors(const sw_model *m, uint32_t n_ctx)
+{
+    if (m->rope_freqs || !m->rope_long) return m->rope_freqs;
+    return n_ctx > m->hp.yarn_orig_ctx ? m->rope_long : m->rope_short;
 }
 
 float sw_rope_mscale(const sw_hparams *hp, bool sliding)
@@ -698,6 +713,13 @@ static bool bind_tensors(loader *ld)
     }
     m->output_bias = bind(ld, "output.bias", V, 0, true);
     m->rope_freqs = bind(ld, "rope_freqs.weight", hp->n_rot / 2, 0, true);
+    if (!ld->err[0]) m->rope_long = bind(ld, "rope_factors_long.weight", hp->n_rot / 2, 0, true);
+    if (!ld->err[0]) m->rope_short = bind(ld, "rope_factors_short.weight", hp->n_rot / 2, 0, true);
+    if (!ld->err[0] && !m->rope_long != !m->rope_short) {
+        sw_errf(ld->err, ld->errlen, "tensor 'rope_factors_%s.weight' without 'rope_factors_%s.weight'",
+                m->rope_long ? "long" : "short", m->rope_long ? "short" : "long");
+        return false;
+    }
     if (ld->err[0]) return false;
 
     m->layers = calloc(hp->n_layer, sizeof *m->layers);

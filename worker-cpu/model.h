@@ -24,9 +24,11 @@ typedef struct {
     float rope_theta, rms_eps;
     float rope_scale;  /* RoPE scaling factor: linear (positions are divided by it) or YaRN (0: none) */
     bool rope_yarn;    /* YaRN: sw_rope_freqs blends each pair between scaled and not */
-    uint32_t yarn_orig_ctx;
+    uint32_t yarn_orig_ctx;   /* the context the model was trained at before scaling (YaRN, LongRoPE) */
     float yarn_beta_fast, yarn_beta_slow, yarn_ext_factor;
-    float rope_mscale; /* magnitude of the rotated dims after RoPE: 1, or YaRN's 1 + 0.1 ln(factor) */
+    float rope_mscale; /* magnitude of the rotated dims after RoPE: the file's rope.scaling.attn_factor
+                        * (1 if absent; LongRoPE's sqrt(1 + ln(s) / ln(orig))), times YaRN's
+                        * 1 + 0.1 ln(factor) */
     bool rope_neox;    /* RoPE rotates (i, i + n_rot/2), not (2i, 2i+1): every
                         * supported architecture but llama */
     float attn_scale;     /* queries are scaled by it before q.k: 1/sqrt(head_dim) but for Gemma's 27B
@@ -123,6 +125,9 @@ typedef struct sw_model {
     const gguf_tensor *output_norm;  /* [n_embd] */
     const gguf_tensor *output;       /* [n_embd, n_vocab]; == token_embd when tied */
     const gguf_tensor *rope_freqs;   /* optional [n_rot/2] frequency divisors (Llama 3.1), else NULL */
+    /* LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): [n_rot/2] divisors for a
+     * context beyond yarn_orig_ctx, and for one within it; else NULL */
+    const gguf_tensor *rope_long, *rope_short;
     const gguf_tensor *output_bias;  /* optional [n_vocab] */
     sw_layer *layers;                /* n_layer entries */
     /* Fused tensors (attn_qkv, Phi-3's ffn_up) split into row ranges that
@@ -149,6 +154,11 @@ void sw_model_describe(const sw_model *m, char *buf, size_t len);
  * divided by the file's freq_factors (rope_freqs, may be NULL) and by linear
  * scaling, or blended by YaRN. Both workers build their tables with it. */
 void sw_rope_freqs(const sw_hparams *hp, const gguf_tensor *freq_factors, bool sliding, float *inv);
+/* The frequency divisors a context of n_ctx positions per sequence rotates
+ * with: rope_freqs, or LongRoPE's long ones past the original context and
+ * its short ones within it (llama.cpp's choice, by the context size rather
+ * than by each sequence's length), or NULL. */
+const gguf_tensor *sw_rope_factors(const sw_model *m, uint32_t n_ctx);
 /* The factor the rotated dims are multiplied by after RoPE (YaRN's magnitude correction). */
 float sw_rope_mscale(const sw_hparams *hp, bool sliding);
 

@@ -210,6 +210,7 @@ static int run_model(const options *o, sw_model *m)
     sw_gen g;
 
     int n_ctx = o->n_ctx ? o->n_ctx : (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    const int run_ctx = n_ctx;   /* the context it runs at, whatever the cache is sized to */
     long n_predict = o->n_predict >= 0 ? o->n_predict : (o->tokens ? 0 : 128);
 
     /* The prompt as tokens. */
@@ -237,6 +238,7 @@ static int run_model(const options *o, sw_model *m)
     int max_batch = o->tokens ? g.n_prompt : (g.n_prompt < PREFILL_CHUNK ? g.n_prompt : PREFILL_CHUNK);
     ctx = sw_ctx_new(m, 1, n_ctx, max_batch, err, sizeof err);
     if (!ctx) { fprintf(stderr, "spillway-run: %s\n", err); goto out; }
+    sw_ctx_set_rope_context(ctx, run_ctx);
     logits = malloc((size_t)max_batch * hp->n_vocab * sizeof(float));
     last = malloc((size_t)hp->n_vocab * sizeof(float));
     if (!logits || !last) { fprintf(stderr, "spillway-run: out of memory\n"); goto out; }

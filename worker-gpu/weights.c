@@ -179,6 +179,8 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
      * experts have no kernels here yet. */
     const char *missing = m->hp.n_expert             ? "a mixture of experts"
                           : m->hp.rope_yarn            ? "YaRN RoPE scaling"
+                          : m->rope_long               ? "LongRoPE scaling"
+                          : m->hp.rope_mscale != 1.0f  ? "a RoPE attention factor"
                           : m->graph->post_norms       ? "post-attention and post-FFN norms"
                           : m->hp.attn_softcap > 0.0f  ? "attention soft-capping"
                           : m->hp.final_softcap > 0.0f ? "logit soft-capping"
