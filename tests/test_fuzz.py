@@ -6,7 +6,7 @@ time, so a sanitizer build (much slower) still finishes in time; there, a
 leak or undefined behaviour fails the program too. fuzz_model mutates real
 model files: a Q4_K_M model that spillway-synth makes here, and the trained
 f32 stories260K when $SPILLWAY_SHARED has it, and small Qwen2 (fused q/k/v
-with its bias), Phi-3 (fused gate and up), Gemma 2 and 3 (post-norms,
+with its bias), Phi-3 (fused gate and up, LongRoPE), Gemma 2 and 3 (post-norms,
 soft-caps, sliding windows), Qwen3-MoE (stacked experts), Qwen2-MoE (a
 shared expert), Granite (its four multipliers) and SmolLM3 files from
 tests/archmodels.py.
@@ -38,7 +38,9 @@ def program_args(name, tmp_path):
     seeds = [str(seed)]
     for arch in ("qwen2", "phi3", "gemma2", "gemma3", "qwen3moe", "qwen2moe", "granite", "smollm3"):
         hp, w = archmodels.make_weights(arch, E=64, n_head=4, n_kv=2, hd=16, F=128, V=300)
-        archmodels.write_model(tmp_path / f"{arch}.gguf", arch, hp, w, fused_qkv=True)
+        # the Phi-3 seed with LongRoPE's tables and keys (hd 16: 8 pairs)
+        longrope = ([1.0 + i for i in range(8)], [1.0] * 8, 32, 1.2) if arch == "phi3" else None
+        archmodels.write_model(tmp_path / f"{arch}.gguf", arch, hp, w, fused_qkv=True, longrope=longrope)
         seeds.append(str(tmp_path / f"{arch}.gguf"))
     stories = SHARED / "models" / "stories260K.gguf"
     return seeds + ([str(stories)] if stories.exists() else [])
