@@ -7,7 +7,8 @@
  * fall back to <0xNN> byte tokens.
  *
  * BPE ("gpt2"): the text is split into words by the pre-tokenizer (a hand
- * written equivalent of the GPT-2 or Llama-3 regex), each word's bytes are
+ * written equivalent of the GPT-2, Llama-3 or Qwen2 regex, or of StarCoder's
+ * digits-then-GPT-2 pair), each word's bytes are
  * mapped to printable code points (GPT-2's byte<->unicode table), and
  * adjacent symbols are merged by merge rank (lowest first, ties: leftmost).
  *
@@ -37,7 +38,7 @@ extern const int sw_uni_space_n;
 enum { TT_UNDEFINED = 0, TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3,
        TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
-enum { PRE_GPT2 = 0, PRE_LLAMA3 = 1, PRE_QWEN2 = 2 };
+enum { PRE_GPT2 = 0, PRE_LLAMA3 = 1, PRE_QWEN2 = 2, PRE_DIGITS_GPT2 = 3 };
 
 #define MAX_VOCAB (1 << 24)
 #define MAX_TEXT_LEN ((size_t)1 << 28)   /* keeps symbol indices within int */
@@ -396,6 +397,9 @@ sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
             t->pre = PRE_LLAMA3;
         else if (gguf_str_eq(pre, "qwen2") || gguf_str_eq(pre, "deepseek-r1-qwen"))
             t->pre = PRE_QWEN2;
+        else if (gguf_str_eq(pre, "refact") || gguf_str_eq(pre, "starcoder") || gguf_str_eq(pre, "smollm") ||
+                 gguf_str_eq(pre, "command-r") || gguf_str_eq(pre, "codeshell") || gguf_str_eq(pre, "exaone"))
+            t->pre = PRE_DIGITS_GPT2;
         else if (!gguf_str_eq(pre, "gpt-2") && !gguf_str_eq(pre, "gpt2") && !gguf_str_eq(pre, "default"))
             /* Not fatal: the GPT-2 split is the closest general rule, but the
              * ids may differ from the model's own tokenizer. */
@@ -647,6 +651,16 @@ static size_t split_gpt2(const uint32_t *cp, const uint8_t *cl, size_t n, size_t
     return i + 1;
 }
 
+/* StarCoder's, Refact's (Granite 3's files), Command-R's, SmolLM's: first
+ * \p{N}, each digit a word of its own; then GPT-2's rule within the text
+ * between digits, whose ends count as the text's ends. */
+static size_t split_digits_gpt2(const uint32_t *cp, const uint8_t *cl, size_t n, size_t i) {
+    if (cl[i] == CL_NUMBER) return i + 1;
+    size_t end = i;
+    while (end < n && cl[end] != CL_NUMBER) end++;
+    return split_gpt2(cp, cl, end, i);
+}
+
 static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
 
 /* Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
@@ -742,7 +756,9 @@ static void bpe_encode(const sw_tokenizer *t, merger *m, const char *text, size_
     }
     off[n] = (uint32_t)len;
     for (size_t i = 0; i < n && !m->oom; ) {
-        size_t e = t->pre == PRE_GPT2 ? split_gpt2(cp, cl, n, i) : split_llama3(cp, cl, n, i, t->pre == PRE_QWEN2 ? 1 : 3);
+        size_t e = t->pre == PRE_GPT2          ? split_gpt2(cp, cl, n, i)
+                   : t->pre == PRE_DIGITS_GPT2 ? split_digits_gpt2(cp, cl, n, i)
+                                               : split_llama3(cp, cl, n, i, t->pre == PRE_QWEN2 ? 1 : 3);
         bpe_word(t, m, (const uint8_t *)text + off[i], off[e] - off[i], out);
         i = e;
     }

@@ -503,7 +503,8 @@ static void test_add_bos_default(void) {
 
 /* Qwen2's split is Llama 3's with single digits (\p{N}, not \p{N}{1,3}):
  * with a merge "1 2", llama-bpe makes "123" -> "12" "3", qwen2 keeps every
- * digit apart. */
+ * digit apart, and so does refact (StarCoder's digits-first split, Granite
+ * 3's files), where gpt2 takes the digits as one word. */
 static void test_qwen2_digits(void) {
     char path[] = "/tmp/sw_test_qwen2_XXXXXX";
     int fd = mkstemp(path);
@@ -511,8 +512,9 @@ static void test_qwen2_digits(void) {
     close(fd);
     const char *toks[] = { "1", "2", "3", "4", "5", "12" }, *merges[] = { "1 2" };
     const struct { const char *pre; int n; int32_t ids[5]; } cases[] = {
-        { "llama-bpe", 4, { 5, 2, 3, 4 } }, { "qwen2", 5, { 0, 1, 2, 3, 4 } } };
-    for (int c = 0; c < 2; c++) {
+        { "llama-bpe", 4, { 5, 2, 3, 4 } }, { "qwen2", 5, { 0, 1, 2, 3, 4 } },
+        { "refact", 5, { 0, 1, 2, 3, 4 } }, { "gpt2", 4, { 5, 2, 3, 4 } } };
+    for (int c = 0; c < 4; c++) {
         gguf_file *f = write_and_open(bpe_vocab(cases[c].pre, toks, 6, merges, 1), path);
         char err[256] = "";
         sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
