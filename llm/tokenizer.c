@@ -653,12 +653,14 @@ static size_t split_gpt2(const uint32_t *cp, const uint8_t *cl, size_t n, size_t
 
 /* StarCoder's, Refact's (Granite 3's files), Command-R's, SmolLM's: first
  * \p{N}, each digit a word of its own; then GPT-2's rule within the text
- * between digits, whose ends count as the text's ends. */
-static size_t split_digits_gpt2(const uint32_t *cp, const uint8_t *cl, size_t n, size_t i) {
+ * between digits, whose ends count as the text's ends. *run_end carries the
+ * end of the current digit-free run between calls, so each code point is
+ * scanned once however long the run. */
+static size_t split_digits_gpt2(const uint32_t *cp, const uint8_t *cl, size_t n, size_t i, size_t *run_end) {
     if (cl[i] == CL_NUMBER) return i + 1;
-    size_t end = i;
-    while (end < n && cl[end] != CL_NUMBER) end++;
-    return split_gpt2(cp, cl, end, i);
+    if (*run_end <= i)
+        for (*run_end = i; *run_end < n && cl[*run_end] != CL_NUMBER;) ++*run_end;
+    return split_gpt2(cp, cl, *run_end, i);
 }
 
 static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
@@ -755,9 +757,10 @@ static void bpe_encode(const sw_tokenizer *t, merger *m, const char *text, size_
         cl[n] = (uint8_t)cp_class(cp[n]);
     }
     off[n] = (uint32_t)len;
+    size_t run_end = 0;
     for (size_t i = 0; i < n && !m->oom; ) {
         size_t e = t->pre == PRE_GPT2          ? split_gpt2(cp, cl, n, i)
-                   : t->pre == PRE_DIGITS_GPT2 ? split_digits_gpt2(cp, cl, n, i)
+                   : t->pre == PRE_DIGITS_GPT2 ? split_digits_gpt2(cp, cl, n, i, &run_end)
                                                : split_llama3(cp, cl, n, i, t->pre == PRE_QWEN2 ? 1 : 3);
         bpe_word(t, m, (const uint8_t *)text + off[i], off[e] - off[i], out);
         i = e;
