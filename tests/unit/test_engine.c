@@ -135,7 +135,7 @@ static void test_prefix_cache(sw_model *m)
     sw_cpu_engine *e = sw_cpu_engine_new(m, 2, 0, 512, err, sizeof err);
     CHECK(e != NULL, "engine: %s", err);
     if (!e) return;
-    static char base[4096], a[4096], b[4096], x[4096], y[4096], turn2[32768];
+    static char base[4096], a[4096 + 64], b[4096 + 64], x[4096 + 64], y[4096 + 64], turn2[32768];
     for (int i = 0; i < 12; i++) strcat(base, "Lily and Tom went to the park. ");
     snprintf(a, sizeof a, "%sThey played with a red ball.", base);
     snprintf(b, sizeof b, "%sThey saw a big dog.", base);

@@ -96,7 +96,7 @@ static uint32_t run_one(sw_gpu_engine *e, sink *s, int i, const char *prompt, ui
  * full blocks instead of computing them, with the same text as computing. */
 static void test_prefix_cache(sw_model *m)
 {
-    static char base[2048], a[2048], b[2048];
+    static char base[2048], a[2048 + 64], b[2048 + 64];
     for (int i = 0; i < 6; i++) strcat(base, "Lily and Tom went to the park. ");
     snprintf(a, sizeof a, "%sThey played.", base);
     snprintf(b, sizeof b, "%sThey saw a big dog.", base);
@@ -151,12 +151,12 @@ static void test_prefix_cache(sw_model *m)
     int guard = 0;
     while (!crowd.text[0][0] && guard++ < 1000) sw_gpu_engine_ops.step(e, emit, fail, &crowd);
     for (int i = 1; i < NREQ; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "r%d", i);
         CHECK(submit(e, id, shared_p[i], 40, "stories", 0) == 0, "submit %s", id);
     }
     /* a fifth request with the same prefix, cancelled while it holds shared blocks */
-    static char fifth[2048];
+    static char fifth[2048 + 64];
     snprintf(fifth, sizeof fifth, "%sThe end.", base);
     CHECK(submit(e, "r9", fifth, 40, "stories", 0) == 0, "submit r9");
     for (int k = 0; k < 3; k++) sw_gpu_engine_ops.step(e, emit, fail, &crowd);
@@ -177,7 +177,7 @@ static void test_prefix_cache(sw_model *m)
 
 static void run_all(sw_gpu_engine *e, sink *s, uint32_t max_tokens)
 {
-    char id[8];
+    char id[16];
     for (int i = 0; i < NREQ; i++) {
         snprintf(id, sizeof id, "r%d", i);
         CHECK(submit(e, id, prompts[i], max_tokens, "stories", 0) == 0, "submit %d", i);
@@ -202,7 +202,7 @@ int main(void)
     sw_backend *be;
     sw_gpu_engine *e = engine(m, &be, 0);
     for (int i = 0; i < NREQ; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "r%d", i);
         CHECK(submit(e, id, prompts[i], 60, "stories", 0) == 0, "solo submit");
         while (sw_gpu_engine_ops.step(e, emit, fail, &solo) > 0) {}
