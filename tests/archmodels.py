@@ -1,8 +1,8 @@
 """Tiny random-weight GGUF models of each architecture the CPU worker runs
-(llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, granite,
-granitemoe, smollm3, and Mixtral's mixture of experts in a llama file), laid out as llama.cpp's converters lay
-them out, and an independent numpy forward pass to check the worker's logits
-against.
+(llama, qwen2, qwen3, qwen3moe, qwen2moe, phi3, gemma, gemma2, gemma3,
+granite, granitemoe, smollm3, and Mixtral's mixture of experts in a llama
+file), laid out as llama.cpp's converters lay them out, and an independent
+numpy forward pass to check the worker's logits against.
 
 The reference follows the architectures' published definitions: RMSNorm,
 RoPE (interleaved pairs for llama, NEOX halves for the rest), grouped-query
@@ -13,9 +13,10 @@ the attention and FFN outputs, soft-capped scores and logits (Gemma 2) and
 sliding-window layers (all but every 2nd in Gemma 2, every 6th in Gemma 3,
 whose sliding layers also have their own RoPE base, unscaled), Granite's
 embedding, residual, query and logit multipliers, SmolLM3's layers without
-RoPE (every 4th), and mixtures
-of experts (Qwen3-MoE, Mixtral): a router's softmax picks each token's top
-experts, whose outputs are summed with the chosen weights renormalized. It computes
+RoPE (every 4th), Phi-3's LongRoPE tables, and mixtures of experts
+(Qwen3-MoE, Mixtral, Granite's): a router's softmax picks each token's top
+experts, whose outputs are summed with the chosen weights renormalized (not
+in Qwen2-MoE, which adds a sigmoid-gated shared expert). It computes
 in float64 from the weights as the file stores them (dequantized by the
 gguf package), so a quantized file is checked against its own weights.
 
