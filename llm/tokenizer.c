@@ -40,6 +40,22 @@ enum { TT_UNDEFINED = 0, TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3,
 
 enum { PRE_GPT2 = 0, PRE_LLAMA3 = 1, PRE_QWEN2 = 2, PRE_DIGITS_GPT2 = 3 };
 
+/* tokenizer.ggml.pre names and the split each stands for: the names that
+ * llama.cpp gives the same split (and, for Llama 3's, the same whole-word
+ * lookup and BOS default). */
+static const struct { const char *name; int pre; } PRE_NAMES[] = {
+    {"gpt2", PRE_GPT2}, {"gpt-2", PRE_GPT2}, {"default", PRE_GPT2}, {"phi-2", PRE_GPT2},
+    {"mellum", PRE_GPT2}, {"exaone4", PRE_GPT2}, {"gigachat", PRE_GPT2}, {"a.x-4.0", PRE_GPT2},
+    {"mpt", PRE_GPT2}, {"olmo", PRE_GPT2}, {"jais", PRE_GPT2}, {"trillion", PRE_GPT2}, {"granite-docling", PRE_GPT2},
+    {"llama-bpe", PRE_LLAMA3}, {"llama3", PRE_LLAMA3}, {"llama-v3", PRE_LLAMA3}, {"falcon3", PRE_LLAMA3},
+    {"falcon-h1", PRE_LLAMA3}, {"pixtral", PRE_LLAMA3}, {"midm-2.0", PRE_LLAMA3}, {"lfm2", PRE_LLAMA3},
+    {"qwen2", PRE_QWEN2}, {"deepseek-r1-qwen", PRE_QWEN2}, {"kormo", PRE_QWEN2}, {"f2llmv2", PRE_QWEN2},
+    {"refact", PRE_DIGITS_GPT2}, {"starcoder", PRE_DIGITS_GPT2}, {"smollm", PRE_DIGITS_GPT2},
+    {"command-r", PRE_DIGITS_GPT2}, {"codeshell", PRE_DIGITS_GPT2}, {"exaone", PRE_DIGITS_GPT2},
+    {"minerva-7b", PRE_DIGITS_GPT2}, {"mellum2", PRE_DIGITS_GPT2},
+    {NULL, 0},
+};
+
 #define MAX_VOCAB (1 << 24)
 #define MAX_TEXT_LEN ((size_t)1 << 28)   /* keeps symbol indices within int */
 
@@ -393,14 +409,11 @@ sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
     t->pre = PRE_GPT2;
     gguf_str pre;
     if (kind == SW_TOK_BPE && gguf_get_str(f, "tokenizer.ggml.pre", &pre)) {
-        if (gguf_str_eq(pre, "llama-bpe") || gguf_str_eq(pre, "llama3") || gguf_str_eq(pre, "llama-v3"))
-            t->pre = PRE_LLAMA3;
-        else if (gguf_str_eq(pre, "qwen2") || gguf_str_eq(pre, "deepseek-r1-qwen"))
-            t->pre = PRE_QWEN2;
-        else if (gguf_str_eq(pre, "refact") || gguf_str_eq(pre, "starcoder") || gguf_str_eq(pre, "smollm") ||
-                 gguf_str_eq(pre, "command-r") || gguf_str_eq(pre, "codeshell") || gguf_str_eq(pre, "exaone"))
-            t->pre = PRE_DIGITS_GPT2;
-        else if (!gguf_str_eq(pre, "gpt-2") && !gguf_str_eq(pre, "gpt2") && !gguf_str_eq(pre, "default"))
+        int k = 0;
+        while (PRE_NAMES[k].name && !gguf_str_eq(pre, PRE_NAMES[k].name)) k++;
+        if (PRE_NAMES[k].name)
+            t->pre = PRE_NAMES[k].pre;
+        else
             /* Not fatal: the GPT-2 split is the closest general rule, but the
              * ids may differ from the model's own tokenizer. */
             fprintf(stderr, "tokenizer: pre-tokenizer '%.*s' is not supported, using gpt2's split\n",

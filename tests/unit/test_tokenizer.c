@@ -513,8 +513,10 @@ static void test_qwen2_digits(void) {
     const char *toks[] = { "1", "2", "3", "4", "5", "12" }, *merges[] = { "1 2" };
     const struct { const char *pre; int n; int32_t ids[5]; } cases[] = {
         { "llama-bpe", 4, { 5, 2, 3, 4 } }, { "qwen2", 5, { 0, 1, 2, 3, 4 } },
-        { "refact", 5, { 0, 1, 2, 3, 4 } }, { "gpt2", 4, { 5, 2, 3, 4 } } };
-    for (int c = 0; c < 4; c++) {
+        { "refact", 5, { 0, 1, 2, 3, 4 } }, { "gpt2", 4, { 5, 2, 3, 4 } },
+        /* names llama.cpp gives the same splits */
+        { "falcon3", 4, { 5, 2, 3, 4 } }, { "kormo", 5, { 0, 1, 2, 3, 4 } }, { "minerva-7b", 5, { 0, 1, 2, 3, 4 } } };
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         gguf_file *f = write_and_open(bpe_vocab(cases[c].pre, toks, 6, merges, 1), path);
         char err[256] = "";
         sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
