@@ -232,7 +232,7 @@ def read_weights(path):
     hp = dict(E=E, n_head=n_head, n_kv=kv("attention.head_count_kv", n_head), hd=kv("attention.key_length", E // n_head),
               F=kv("feed_forward_length"), n_layer=kv("block_count"), theta=kv("rope.freq_base", 10000.0),
               eps=kv("attention.layer_norm_rms_epsilon", 1e-5),
-              rope_type=kv("rope.scaling.type", "linear"), yarn_orig_ctx=kv("rope.scaling.original_context_length",
+              rope_type=kv("rope.scaling.type", "linear"), rope_orig_ctx=kv("rope.scaling.original_context_length",
                                                                              kv("context_length", 2048)))
     hp["rope_scale"] = kv("rope.scaling.factor", 0.0) if hp["rope_type"] in ("linear", "yarn") else 0.0
     hp["attn_factor"] = kv("rope.scaling.attn_factor", 1.0)
@@ -289,7 +289,7 @@ def _rope_freqs(hd, theta, hp, scaled, factors=None):
         return inv, a
     if hp.get("rope_type") != "yarn":
         return inv / f, a
-    corr = lambda turns: hd * np.log(hp["yarn_orig_ctx"] / (turns * 2 * np.pi)) / (2 * np.log(theta))
+    corr = lambda turns: hd * np.log(hp["rope_orig_ctx"] / (turns * 2 * np.pi)) / (2 * np.log(theta))
     low, high = max(0.0, np.floor(corr(32.0))), min(hd - 1.0, np.ceil(corr(1.0)))
     keep = 1 - np.clip((np.arange(hd // 2) - low) / max(0.001, high - low), 0, 1)
     return inv * ((1 - keep) / f + keep), a * (1 + 0.1 * np.log(f))
@@ -379,7 +379,7 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=None, n_ctx=4096):
         own = sliding and own_rope   # Gemma 3's sliding layers: their own base, unscaled
         factors = None
         if "rope_factors_long.weight" in w:
-            factors = w["rope_factors_%s.weight" % ("long" if n_ctx > hp["yarn_orig_ctx"] else "short")]
+            factors = w["rope_factors_%s.weight" % ("long" if n_ctx > hp["rope_orig_ctx"] else "short")]
         inv, ms = _rope_freqs(hd, hp.get("theta_swa", 10000.0) if own else hp["theta"], hp, not own, factors)
         h = _rmsnorm(x, w[p + "attn_norm.weight"], eps)
         q, k, v = (h @ w[p + "attn_%s.weight" % n].T + w.get(p + "attn_%s.bias" % n, 0.0) for n in "qkv")

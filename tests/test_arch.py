@@ -306,7 +306,7 @@ def test_rope_scaling(tmp_path):
     am.write_model(path, "qwen2", hp, w, rope_scaling=("yarn", 4.0, 64))
     got = spillway_logits(path, tmp_path)
     _, hp3, w3 = am.read_weights(path)
-    assert hp3["rope_type"] == "yarn" and hp3["yarn_orig_ctx"] == 64
+    assert hp3["rope_type"] == "yarn" and hp3["rope_orig_ctx"] == 64
     assert cosines(got, am.forward("qwen2", hp3, w3, IDS)).min() >= 0.9999
     assert cosines(got, am.forward("qwen2", dict(hp3, rope_type="linear"), w3, IDS)).min() < 0.999
     assert cosines(got, am.forward("qwen2", dict(hp3, rope_scale=0.0), w3, IDS)).min() < 0.999
@@ -334,7 +334,7 @@ def test_longrope(tmp_path):
     path = tmp_path / "longrope.gguf"
     am.write_model(path, "phi3", hp, w, longrope=(long_f, short_f, 64, attn))
     _, hp2, w2 = am.read_weights(path)
-    assert hp2["yarn_orig_ctx"] == 64 and abs(hp2["attn_factor"] - attn) < 1e-6
+    assert hp2["rope_orig_ctx"] == 64 and abs(hp2["attn_factor"] - attn) < 1e-6
     long_ref, short_ref = am.forward("phi3", hp2, w2, IDS, n_ctx=1024), am.forward("phi3", hp2, w2, IDS, n_ctx=32)
     got_long = spillway_logits(path, tmp_path)   # the file's context, 1024 > 64
     got_short = logits_for(path, IDS, tmp_path / "short.f32", extra=["-c", "32"])[0]

@@ -183,13 +183,13 @@ static bool read_rope_scaling(const gguf_file *f, const char *arch, sw_hparams *
      * scaling (LongRoPE files carry them without a type); YaRN adds to the
      * first below. */
     float attn = 1.0f;
-    hp->yarn_orig_ctx = hp->n_ctx_train;
+    hp->rope_orig_ctx = hp->n_ctx_train;
     if (!hp_f32(f, arch, "rope.scaling.attn_factor", &attn, err, errlen) ||
-        !hp_u32(f, arch, "rope.scaling.original_context_length", &hp->yarn_orig_ctx, false, err, errlen))
+        !hp_u32(f, arch, "rope.scaling.original_context_length", &hp->rope_orig_ctx, false, err, errlen))
         return false;
-    if (!(attn > 0.0f && attn < 100.0f) || hp->yarn_orig_ctx == 0) {
+    if (!(attn > 0.0f && attn < 100.0f) || hp->rope_orig_ctx == 0) {
         sw_errf(err, errlen, "metadata '%s.rope.scaling.attn_factor' = %g / 'original_context_length' = %u out of range",
-                arch, attn, hp->yarn_orig_ctx);
+                arch, attn, hp->rope_orig_ctx);
         return false;
     }
     hp->rope_mscale = attn;
@@ -237,8 +237,8 @@ void sw_rope_freqs(const sw_hparams *hp, const gguf_tensor *freq_factors, bool s
     }
     float low = 0.0f, high = 0.0f;
     if (yarn) {
-        low = floorf(yarn_corr_dim(hp->n_rot, hp->yarn_orig_ctx, hp->yarn_beta_fast, theta));
-        high = ceilf(yarn_corr_dim(hp->n_rot, hp->yarn_orig_ctx, hp->yarn_beta_slow, theta));
+        low = floorf(yarn_corr_dim(hp->n_rot, hp->rope_orig_ctx, hp->yarn_beta_fast, theta));
+        high = ceilf(yarn_corr_dim(hp->n_rot, hp->rope_orig_ctx, hp->yarn_beta_slow, theta));
         low = low > 0.0f ? low : 0.0f;
         high = high < (float)(hp->n_rot - 1) ? high : (float)(hp->n_rot - 1);
     }
@@ -261,7 +261,7 @@ void sw_rope_freqs(const sw_hparams *hp, const gguf_tensor *freq_factors, bool s
 const gguf_tensor *sw_rope_factors(const sw_model *m, uint32_t n_ctx)
 {
     if (m->rope_freqs || !m->rope_long) return m->rope_freqs;
-    return n_ctx > m->hp.yarn_orig_ctx ? m->rope_long : m->rope_short;
+    return n_ctx > m->hp.rope_orig_ctx ? m->rope_long : m->rope_short;
 }
 
 float sw_rope_mscale(const sw_hparams *hp, bool sliding)

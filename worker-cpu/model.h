@@ -24,7 +24,7 @@ typedef struct {
     float rope_theta, rms_eps;
     float rope_scale;  /* RoPE scaling factor: linear (positions are divided by it) or YaRN (0: none) */
     bool rope_yarn;    /* YaRN: sw_rope_freqs blends each pair between scaled and not */
-    uint32_t yarn_orig_ctx;   /* the context the model was trained at before scaling (YaRN, LongRoPE) */
+    uint32_t rope_orig_ctx;   /* the context the model was trained at before scaling (YaRN, LongRoPE) */
     float yarn_beta_fast, yarn_beta_slow, yarn_ext_factor;
     float rope_mscale; /* magnitude of the rotated dims after RoPE: the file's rope.scaling.attn_factor
                         * (1 if absent; LongRoPE's sqrt(1 + ln(s) / ln(orig))), times YaRN's
@@ -126,7 +126,7 @@ typedef struct sw_model {
     const gguf_tensor *output;       /* [n_embd, n_vocab]; == token_embd when tied */
     const gguf_tensor *rope_freqs;   /* optional [n_rot/2] frequency divisors (Llama 3.1), else NULL */
     /* LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): [n_rot/2] divisors for a
-     * context beyond yarn_orig_ctx, and for one within it; else NULL */
+     * context beyond rope_orig_ctx, and for one within it; else NULL */
     const gguf_tensor *rope_long, *rope_short;
     const gguf_tensor *output_bias;  /* optional [n_vocab] */
     sw_layer *layers;                /* n_layer entries */
