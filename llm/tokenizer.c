@@ -6,10 +6,9 @@
  * highest score (ties: leftmost). Characters that end up outside the vocab
  * fall back to <0xNN> byte tokens.
  *
- * BPE ("gpt2"): the text is split into words by the pre-tokenizer (a hand
- * written equivalent of the GPT-2, Llama-3 or Qwen2 regex, or of StarCoder's
- * digits-then-GPT-2 pair), each word's bytes are
- * mapped to printable code points (GPT-2's byte<->unicode table), and
+ * BPE ("gpt2"): the text is split into words by the pre-tokenizer that
+ * tokenizer.ggml.pre names (pretok.c: the model's own regexes), each word's
+ * bytes are mapped to printable code points (GPT-2's byte<->unicode table), and
  * adjacent symbols are merged by merge rank (lowest first, ties: leftmost).
  *
  * Both merge loops share one engine: symbols in a linked list over a buffer,
@@ -17,6 +16,7 @@
  * keeps long inputs at O(n log n).
  */
 #include "llm/tokenizer.h"
+#include "llm/pretok.h"
 #include "llm/text.h"
 
 #include <limits.h>
@@ -26,35 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Generated range tables (llm/unicode_tables.c, by llm/gen_unicode_tables.py). */
-extern const uint32_t sw_uni_letter[][2];
-extern const int sw_uni_letter_n;
-extern const uint32_t sw_uni_number[][2];
-extern const int sw_uni_number_n;
-extern const uint32_t sw_uni_space[][2];
-extern const int sw_uni_space_n;
-
 /* Token types as GGUF stores them (tokenizer.ggml.token_type). */
 enum { TT_UNDEFINED = 0, TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3,
        TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
-
-enum { PRE_GPT2 = 0, PRE_LLAMA3 = 1, PRE_QWEN2 = 2, PRE_DIGITS_GPT2 = 3 };
-
-/* tokenizer.ggml.pre names and the split each stands for: the names that
- * llama.cpp gives the same split (and, for Llama 3's, the same whole-word
- * lookup and BOS default). */
-static const struct { const char *name; int pre; } PRE_NAMES[] = {
-    {"gpt2", PRE_GPT2}, {"gpt-2", PRE_GPT2}, {"default", PRE_GPT2}, {"phi-2", PRE_GPT2},
-    {"mellum", PRE_GPT2}, {"exaone4", PRE_GPT2}, {"gigachat", PRE_GPT2}, {"a.x-4.0", PRE_GPT2},
-    {"mpt", PRE_GPT2}, {"olmo", PRE_GPT2}, {"jais", PRE_GPT2}, {"trillion", PRE_GPT2}, {"granite-docling", PRE_GPT2},
-    {"llama-bpe", PRE_LLAMA3}, {"llama3", PRE_LLAMA3}, {"llama-v3", PRE_LLAMA3}, {"falcon3", PRE_LLAMA3},
-    {"falcon-h1", PRE_LLAMA3}, {"pixtral", PRE_LLAMA3}, {"midm-2.0", PRE_LLAMA3}, {"lfm2", PRE_LLAMA3},
-    {"qwen2", PRE_QWEN2}, {"deepseek-r1-qwen", PRE_QWEN2}, {"kormo", PRE_QWEN2}, {"f2llmv2", PRE_QWEN2},
-    {"refact", PRE_DIGITS_GPT2}, {"starcoder", PRE_DIGITS_GPT2}, {"smollm", PRE_DIGITS_GPT2},
-    {"command-r", PRE_DIGITS_GPT2}, {"codeshell", PRE_DIGITS_GPT2}, {"exaone", PRE_DIGITS_GPT2},
-    {"minerva-7b", PRE_DIGITS_GPT2}, {"mellum2", PRE_DIGITS_GPT2},
-    {NULL, 0},
-};
 
 #define MAX_VOCAB (1 << 24)
 #define MAX_TEXT_LEN ((size_t)1 << 28)   /* keeps symbol indices within int */
@@ -115,7 +89,7 @@ struct sw_tokenizer {
     int32_t byte_tok[256];   /* SPM: <0xNN>; BPE: the token of that byte's mapped char */
     int32_t bos, eos, unk;
     bool add_bos, add_space_prefix, has_byte_tokens;
-    int pre;
+    sw_pretok *pretok;       /* BPE: the pre-tokenizer */
     uint32_t max_len;        /* longest token text */
     int32_t *special;        /* control / user-defined ids, longest text first */
     int n_special, n_user;     /* n_user: how many of them are user-defined */
@@ -192,33 +166,6 @@ static int utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
     int k = sw_utf8_decode(s, n, cp);
     if (k == 0) { *cp = SW_INVALID_CP + s[0]; return 1; }
     return k;
-}
-
-static bool in_ranges(const uint32_t (*r)[2], int n, uint32_t cp) {
-    int lo = 0, hi = n - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (cp < r[mid][0]) hi = mid - 1;
-        else if (cp > r[mid][1]) lo = mid + 1;
-        else return true;
-    }
-    return false;
-}
-
-enum { CL_OTHER = 0, CL_LETTER = 1, CL_NUMBER = 2, CL_SPACE = 3 };
-
-static int cp_class(uint32_t cp) {
-    if (cp < 0x80) {
-        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return CL_LETTER;
-        if (cp >= '0' && cp <= '9') return CL_NUMBER;
-        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return CL_SPACE;
-        return CL_OTHER;
-    }
-    if (cp >= SW_INVALID_CP) return CL_OTHER;
-    if (in_ranges(sw_uni_letter, sw_uni_letter_n, cp)) return CL_LETTER;
-    if (in_ranges(sw_uni_number, sw_uni_number_n, cp)) return CL_NUMBER;
-    if (in_ranges(sw_uni_space, sw_uni_space_n, cp)) return CL_SPACE;
-    return CL_OTHER;
 }
 
 /* ---- loading ---- */
@@ -406,24 +353,24 @@ sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
     if (!gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix))
         t->add_space_prefix = kind == SW_TOK_SPM;
 
-    t->pre = PRE_GPT2;
-    gguf_str pre;
-    if (kind == SW_TOK_BPE && gguf_get_str(f, "tokenizer.ggml.pre", &pre)) {
-        int k = 0;
-        while (PRE_NAMES[k].name && !gguf_str_eq(pre, PRE_NAMES[k].name)) k++;
-        if (PRE_NAMES[k].name)
-            t->pre = PRE_NAMES[k].pre;
-        else
-            /* Not fatal: the GPT-2 split is the closest general rule, but the
+    if (kind == SW_TOK_BPE) {
+        gguf_str pre;
+        bool named = gguf_get_str(f, "tokenizer.ggml.pre", &pre);
+        char why[200];
+        t->pretok = sw_pretok_new(named ? pre.ptr : NULL, named ? pre.len : 0, why, sizeof why);
+        if (!t->pretok && named) {
+            /* Not fatal: GPT-2's split is the closest general rule, but the
              * ids may differ from the model's own tokenizer. */
-            fprintf(stderr, "tokenizer: pre-tokenizer '%.*s' is not supported, using gpt2's split\n",
-                    (int)(pre.len < 60 ? pre.len : 60), pre.ptr);
+            fprintf(stderr, "tokenizer: %s, using gpt2's split\n", why);
+            t->pretok = sw_pretok_new(NULL, 0, why, sizeof why);
+        }
+        if (!t->pretok) { set_err(err, errlen, "tokenizer: %s", why); goto fail; }
     }
-    /* Without the key, BOS goes first for SentencePiece and for Llama 3's
-     * BPE (whose models are trained with <|begin_of_text|> first, and which
-     * llama.cpp also defaults to), not for GPT-2's. */
+    /* Without the key, BOS goes first for SentencePiece and for the BPE
+     * families trained with it first (Llama 3's <|begin_of_text|>, Tekken's
+     * <s>), as llama.cpp also defaults. */
     if (!gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos))
-        t->add_bos = kind == SW_TOK_SPM || t->pre == PRE_LLAMA3;
+        t->add_bos = kind == SW_TOK_SPM || sw_pretok_default_bos(t->pretok);
     if (!types) {   /* ... and BOS/EOS/UNK by their ids */
         if (t->bos >= 0) t->type[t->bos] = TT_CONTROL;
         if (t->eos >= 0) t->type[t->eos] = TT_CONTROL;
@@ -441,6 +388,7 @@ void sw_tok_free(sw_tokenizer *t) {
     free(t->arena); free(t->off); free(t->len); free(t->score); free(t->type);
     free(t->eog); free(t->vocab.slot); free(t->merges.slot); free(t->merge_arena);
     free(t->special);
+    sw_pretok_free(t->pretok);
     free(t);
 }
 
@@ -633,91 +581,6 @@ static void spm_encode(const sw_tokenizer *t, merger *m, const char *text, size_
     m->buf = NULL;
 }
 
-/* ---- BPE pre-tokenizers ---- */
-
-static bool is_nl(uint32_t c) { return c == '\r' || c == '\n'; }
-
-/* Returns the end of the word that starts at i, following
- * 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-static size_t split_gpt2(const uint32_t *cp, const uint8_t *cl, size_t n, size_t i) {
-    uint32_t c = cp[i];
-    if (c == '\'' && i + 1 < n) {
-        uint32_t d = cp[i + 1];
-        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
-        if (i + 2 < n) {
-            uint32_t e = cp[i + 2];
-            if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) return i + 3;
-        }
-    }
-    size_t j = i + (c == ' ');
-    if (j < n && cl[j] != CL_SPACE) {       /* ' ?' then a run of one class */
-        uint8_t k = cl[j];
-        while (j < n && cl[j] == k) j++;
-        return j;
-    }
-    if (cl[i] == CL_SPACE) {
-        j = i;
-        while (j < n && cl[j] == CL_SPACE) j++;
-        /* \s+(?!\S): leave the last space to prefix the next word. */
-        return (j < n && j - i > 1) ? j - 1 : j;
-    }
-    return i + 1;
-}
-
-/* StarCoder's, Refact's (Granite 3's files), Command-R's, SmolLM's: first
- * \p{N}, each digit a word of its own; then GPT-2's rule within the text
- * between digits, whose ends count as the text's ends. *run_end carries the
- * end of the current digit-free run between calls, so each code point is
- * scanned once however long the run. */
-static size_t split_digits_gpt2(const uint32_t *cp, const uint8_t *cl, size_t n, size_t i, size_t *run_end) {
-    if (cl[i] == CL_NUMBER) return i + 1;
-    if (*run_end <= i)
-        for (*run_end = i; *run_end < n && cl[*run_end] != CL_NUMBER;) ++*run_end;
-    return split_gpt2(cp, cl, *run_end, i);
-}
-
-static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
-
-/* Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- * Qwen2's is the same with \p{N} for \p{N}{1,3}: max_digits 1. */
-static size_t split_llama3(const uint32_t *cp, const uint8_t *cl, size_t n, size_t i, size_t max_digits) {
-    uint32_t c = cp[i];
-    if (c == '\'' && i + 1 < n) {
-        uint32_t d = ascii_lower(cp[i + 1]);
-        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
-        if (i + 2 < n) {
-            uint32_t e = ascii_lower(cp[i + 2]);
-            if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) return i + 3;
-        }
-    }
-    size_t j = i;
-    if (cl[i] != CL_LETTER && cl[i] != CL_NUMBER && !is_nl(c)) j = i + 1;
-    if (j < n && cl[j] == CL_LETTER) {
-        while (j < n && cl[j] == CL_LETTER) j++;
-        return j;
-    }
-    if (cl[i] == CL_NUMBER) {
-        j = i;
-        while (j < n && j - i < max_digits && cl[j] == CL_NUMBER) j++;
-        return j;
-    }
-    j = i + (c == ' ');
-    if (j < n && cl[j] == CL_OTHER) {
-        while (j < n && cl[j] == CL_OTHER) j++;
-        while (j < n && is_nl(cp[j])) j++;
-        return j;
-    }
-    if (cl[i] == CL_SPACE) {
-        size_t last_nl = SIZE_MAX;
-        j = i;
-        while (j < n && cl[j] == CL_SPACE) { if (is_nl(cp[j])) last_nl = j; j++; }
-        if (last_nl != SIZE_MAX) return last_nl + 1;          /* \s*[\r\n]+ */
-        return (j < n && j - i > 1) ? j - 1 : j;               /* \s+(?!\S) | \s+ */
-    }
-    return i + 1;
-}
-
 /* Encodes one pre-token (bytes) with byte-level BPE. */
 static void bpe_word(const sw_tokenizer *t, merger *m, const uint8_t *w, size_t len, idvec *out) {
     char small[256];
@@ -731,8 +594,8 @@ static void bpe_word(const sw_tokenizer *t, merger *m, const uint8_t *w, size_t 
         m->syms[i] = (sym){ (int)i - 1, i + 1 < len ? (int)i + 1 : -1, (uint32_t)p, (uint32_t)k };
         p += (size_t)k;
     }
-    /* Llama 3's tokenizer takes a word that is itself a token as is. */
-    int32_t whole = t->pre == PRE_LLAMA3 ? map_get(&t->vocab, buf, p) : -1;
+    /* Llama 3's and Tekken's tokenizers take a word that is itself a token as is. */
+    int32_t whole = sw_pretok_whole_words(t->pretok) ? map_get(&t->vocab, buf, p) : -1;
     if (whole >= 0) {
         idvec_push(out, whole);
     } else {
@@ -759,27 +622,11 @@ static void bpe_word(const sw_tokenizer *t, merger *m, const uint8_t *w, size_t 
 
 static void bpe_encode(const sw_tokenizer *t, merger *m, const char *text, size_t len, idvec *out) {
     if (len == 0) return;
-    uint32_t *cp = malloc(len * sizeof *cp);
-    uint32_t *off = malloc((len + 1) * sizeof *off);
-    uint8_t *cl = malloc(len);
-    if (!cp || !off || !cl) { m->oom = true; goto done; }
-    size_t n = 0;
-    for (size_t i = 0; i < len; n++) {
-        off[n] = (uint32_t)i;
-        i += (size_t)utf8_next((const uint8_t *)text + i, len - i, &cp[n]);
-        cl[n] = (uint8_t)cp_class(cp[n]);
-    }
-    off[n] = (uint32_t)len;
-    size_t run_end = 0;
-    for (size_t i = 0; i < n && !m->oom; ) {
-        size_t e = t->pre == PRE_GPT2          ? split_gpt2(cp, cl, n, i)
-                   : t->pre == PRE_DIGITS_GPT2 ? split_digits_gpt2(cp, cl, n, i, &run_end)
-                                               : split_llama3(cp, cl, n, i, t->pre == PRE_QWEN2 ? 1 : 3);
-        bpe_word(t, m, (const uint8_t *)text + off[i], off[e] - off[i], out);
-        i = e;
-    }
-done:
-    free(cp); free(off); free(cl);
+    sw_span *w;
+    size_t n = sw_pretok_split(t->pretok, text, len, &w);
+    if (n == SIZE_MAX) { m->oom = true; return; }
+    for (size_t i = 0; i < n && !m->oom; i++) bpe_word(t, m, (const uint8_t *)text + w[i].off, w[i].len, out);
+    free(w);
 }
 
 /* ---- encode ---- */

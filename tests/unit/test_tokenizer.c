@@ -468,7 +468,7 @@ static gguf_writer *bpe_vocab(const char *pre, const char **toks, int nt, const 
 }
 
 /* Whether BOS goes first when the file has no tokenizer.ggml.add_bos_token:
- * yes for Llama 3's BPE, no for GPT-2's (as llama.cpp decides it); the key,
+ * yes for Llama 3's and Tekken's BPE, no for GPT-2's or DeepSeek's (as llama.cpp decides it); the key,
  * when present, wins. */
 static void test_add_bos_default(void) {
     char path[] = "/tmp/sw_test_addbos_XXXXXX";
@@ -477,8 +477,9 @@ static void test_add_bos_default(void) {
     close(fd);
     const char *toks[] = { "a", "b", "ab", "<|begin_of_text|>" }, *merges[] = { "a b" };
     const struct { const char *pre; int key; bool want; } cases[] = {
-        { "gpt2", -1, false }, { "llama-bpe", -1, true }, { "llama-bpe", 0, false }, { "gpt2", 1, true } };
-    for (int c = 0; c < 4; c++) {
+        { "gpt2", -1, false }, { "llama-bpe", -1, true }, { "llama-bpe", 0, false }, { "gpt2", 1, true },
+        { "tekken", -1, true }, { "deepseek-v3", -1, false } };
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         gguf_writer *w = bpe_vocab(cases[c].pre, toks, 4, merges, 1);
         gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 3);
         if (cases[c].key >= 0) gguf_w_bool(w, "tokenizer.ggml.add_bos_token", cases[c].key);
