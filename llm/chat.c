@@ -10,8 +10,11 @@
 static const char *const names[] = {
     [SW_CHAT_PLAIN] = "plain", [SW_CHAT_LLAMA2] = "llama2", [SW_CHAT_LLAMA3] = "llama3",
     [SW_CHAT_CHATML] = "chatml", [SW_CHAT_MISTRAL] = "mistral", [SW_CHAT_PHI3] = "phi3",
-    [SW_CHAT_GEMMA] = "gemma", [SW_CHAT_GRANITE] = "granite",
+    [SW_CHAT_GEMMA] = "gemma", [SW_CHAT_GRANITE] = "granite", [SW_CHAT_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
+    [SW_CHAT_MISTRAL_V7] = "mistral-v7", [SW_CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken", [SW_CHAT_PHI4] = "phi4",
+    [SW_CHAT_PHI4_MINI] = "phi4-mini", [SW_CHAT_DEEPSEEK3] = "deepseek3", [SW_CHAT_DEEPSEEK_R1] = "deepseek-r1",
 };
+_Static_assert(sizeof names / sizeof names[0] == SW_CHAT_COUNT, "a name for every template");
 #define N_TEMPLATES ((int)(sizeof names / sizeof names[0]))
 
 const char *sw_chat_name(sw_chat_template t) {
@@ -29,15 +32,32 @@ static bool has(const char *s, size_t n, const char *needle) {
     return memmem(s, n, needle, strlen(needle)) != NULL;
 }
 
+/* DeepSeek's markers use fullwidth bars (U+FF5C) and U+2581 for spaces. */
+#define DS_USER "<｜User｜>"
+#define DS_ASSISTANT "<｜Assistant｜>"
+#define DS_END "<｜end▁of▁sentence｜>"
+
 /* The order matters: the more specific markers are tested first. */
 static sw_chat_template detect_mem(const char *s, size_t n) {
     if (!s || n == 0) return SW_CHAT_PLAIN;
     if (has(s, n, "<|start_header_id|>")) return SW_CHAT_LLAMA3;
+    if (has(s, n, "<|im_sep|>")) return SW_CHAT_PHI4;
     if (has(s, n, "<|im_start|>")) return SW_CHAT_CHATML;
     if (has(s, n, "<start_of_turn>")) return SW_CHAT_GEMMA;
     if (has(s, n, "<|start_of_role|>")) return SW_CHAT_GRANITE;
+    if (has(s, n, DS_USER) && has(s, n, DS_ASSISTANT) && has(s, n, DS_END))
+        return has(s, n, DS_ASSISTANT "<think>\\n") ? SW_CHAT_DEEPSEEK_R1 : SW_CHAT_DEEPSEEK3;
+    /* Phi-4-mini writes its role markers as '<|' + message['role'] + '|>'. */
+    if (has(s, n, "'<|' + message['role'] + '|>'") && has(s, n, "<|end|>")) return SW_CHAT_PHI4_MINI;
     if (has(s, n, "<|user|>") && has(s, n, "<|end|>")) return SW_CHAT_PHI3;
-    if (has(s, n, "[INST]")) return has(s, n, "<<SYS>>") ? SW_CHAT_LLAMA2 : SW_CHAT_MISTRAL;
+    if (has(s, n, "[INST]")) {
+        /* Mistral's v7 templates have a system role; the Tekken tokenizer's
+         * versions (v3-tekken, v7-tekken) put no space after the markers. */
+        bool spaced = has(s, n, "[INST] ");
+        if (has(s, n, "[SYSTEM_PROMPT]")) return spaced ? SW_CHAT_MISTRAL_V7 : SW_CHAT_MISTRAL_V7_TEKKEN;
+        if (has(s, n, "<<SYS>>")) return SW_CHAT_LLAMA2;
+        return spaced ? SW_CHAT_MISTRAL : SW_CHAT_MISTRAL_V3_TEKKEN;
+    }
     return SW_CHAT_PLAIN;
 }
 
@@ -103,31 +123,27 @@ static const char *role_name(const sw_chat_msg *m) { return m->role && *m->role 
 
 /* ---- families with a system role ---- */
 
-static void fmt_chatml(sbuf *b, const sw_chat_msg *m, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        put(b, "<|im_start|>"); put(b, role_name(&m[i])); put(b, "\n");
-        put(b, content_of(&m[i])); put(b, "<|im_end|>\n");
-    }
-    put(b, "<|im_start|>assistant\n");
-}
+/* The families that wrap each message as open + role + mid + text + close
+ * and end with the assistant's open + "assistant" + mid. */
+typedef struct { const char *open, *mid, *close; bool trim; } tagged_fmt;
 
-static void fmt_llama3(sbuf *b, const sw_chat_msg *m, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        put(b, "<|start_header_id|>"); put(b, role_name(&m[i])); put(b, "<|end_header_id|>\n\n");
-        put_trimmed(b, content_of(&m[i])); put(b, "<|eot_id|>");
-    }
-    put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
+static const tagged_fmt CHATML = { "<|im_start|>", "\n", "<|im_end|>\n", false };
+static const tagged_fmt LLAMA3 = { "<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>", true };
 /* Granite 3.x. Its published template also writes a dated default system
  * turn when the conversation has none; like llama.cpp's built-in one, this
  * leaves that to the caller. */
-static void fmt_granite(sbuf *b, const sw_chat_msg *m, size_t n) {
+static const tagged_fmt GRANITE = { "<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>\n", false };
+static const tagged_fmt PHI4 = { "<|im_start|>", "<|im_sep|>", "<|im_end|>", false };
+static const tagged_fmt PHI4_MINI = { "<|", "|>", "<|end|>", false };
+
+static void fmt_tagged(sbuf *b, const sw_chat_msg *m, size_t n, const tagged_fmt *f) {
     for (size_t i = 0; i < n; i++) {
-        put(b, "<|start_of_role|>"); put(b, role_name(&m[i])); put(b, "<|end_of_role|>");
-        put(b, content_of(&m[i])); put(b, "<|end_of_text|>\n");
+        put(b, f->open); put(b, role_name(&m[i])); put(b, f->mid);
+        if (f->trim) put_trimmed(b, content_of(&m[i]));
+        else put(b, content_of(&m[i]));
+        put(b, f->close);
     }
-    put(b, "<|start_of_role|>assistant<|end_of_role|>");
+    put(b, f->open); put(b, "assistant"); put(b, f->mid);
 }
 
 static void fmt_phi3(sbuf *b, const sw_chat_msg *m, size_t n) {
@@ -225,6 +241,58 @@ static void fmt_mistral(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sy
     }
 }
 
+/* Mistral Nemo (v3-tekken): "[INST]user[/INST]answer</s>", no spaces; the
+ * system text goes into the last user turn only, as its template does. */
+static void fmt_mistral_v3_tekken(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys) {
+    size_t last_user = n;
+    for (size_t i = 0; i < n; i++) {
+        role_kind r = role_of(m[i].role);
+        if (r == R_SYSTEM) sys_add(sys, content_of(&m[i]));
+        else if (r != R_ASSISTANT) last_user = i;
+    }
+    for (size_t i = 0; i < n; i++) {
+        role_kind r = role_of(m[i].role);
+        if (r == R_SYSTEM) continue;
+        if (r == R_ASSISTANT) { put(b, content_of(&m[i])); put(b, "</s>"); continue; }
+        put(b, "[INST]");
+        if (i == last_user && sys->any) { put_n(b, sys->text.s, sys->text.n); put(b, "\n\n"); }
+        put(b, content_of(&m[i]));
+        put(b, "[/INST]");
+    }
+    if (last_user == n && sys->any) {  /* only system text: it becomes the user turn */
+        put(b, "[INST]"); put_n(b, sys->text.s, sys->text.n); put(b, "[/INST]");
+    }
+}
+
+/* Mistral v7: a system role of its own, in place. sp is " " for the
+ * SentencePiece models (Large 2411), "" for Tekken's (Small 3.x). */
+static void fmt_mistral_v7(sbuf *b, const sw_chat_msg *m, size_t n, const char *sp) {
+    for (size_t i = 0; i < n; i++) {
+        role_kind r = role_of(m[i].role);
+        if (r == R_SYSTEM) { put(b, "[SYSTEM_PROMPT]"); put(b, sp); put(b, content_of(&m[i])); put(b, "[/SYSTEM_PROMPT]"); }
+        else if (r == R_ASSISTANT) { put(b, sp); put(b, content_of(&m[i])); put(b, "</s>"); }
+        else { put(b, "[INST]"); put(b, sp); put(b, content_of(&m[i])); put(b, "[/INST]"); }
+    }
+}
+
+/* DeepSeek V3 and R1: the system text first, with no marker; a past answer
+ * keeps only what follows its reasoning ("</think>"), as the templates do. */
+static void fmt_deepseek(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, bool think) {
+    for (size_t i = 0; i < n; i++)
+        if (role_of(m[i].role) == R_SYSTEM) sys_add(sys, content_of(&m[i]));
+    put_n(b, sys->text.s ? sys->text.s : "", sys->text.n);
+    for (size_t i = 0; i < n; i++) {
+        role_kind r = role_of(m[i].role);
+        if (r == R_SYSTEM) continue;
+        if (r != R_ASSISTANT) { put(b, DS_USER); put(b, content_of(&m[i])); continue; }
+        const char *c = content_of(&m[i]), *t;
+        while ((t = strstr(c, "</think>"))) c = t + strlen("</think>");
+        put(b, DS_ASSISTANT); put(b, c); put(b, DS_END);
+    }
+    put(b, DS_ASSISTANT);
+    if (think) put(b, "<think>\n");
+}
+
 /* Gemma: roles user and model; system text starts the first user turn. */
 static void fmt_gemma(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys) {
     for (size_t i = 0; i < n; i++) {
@@ -250,10 +318,17 @@ char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n) {
     if (!msgs) n = 0;
     put(&b, "");                       /* an empty conversation still gives a string */
     switch (t) {
-    case SW_CHAT_CHATML: fmt_chatml(&b, msgs, n); break;
-    case SW_CHAT_LLAMA3: fmt_llama3(&b, msgs, n); break;
+    case SW_CHAT_CHATML: fmt_tagged(&b, msgs, n, &CHATML); break;
+    case SW_CHAT_LLAMA3: fmt_tagged(&b, msgs, n, &LLAMA3); break;
+    case SW_CHAT_GRANITE: fmt_tagged(&b, msgs, n, &GRANITE); break;
+    case SW_CHAT_PHI4: fmt_tagged(&b, msgs, n, &PHI4); break;
+    case SW_CHAT_PHI4_MINI: fmt_tagged(&b, msgs, n, &PHI4_MINI); break;
     case SW_CHAT_PHI3: fmt_phi3(&b, msgs, n); break;
-    case SW_CHAT_GRANITE: fmt_granite(&b, msgs, n); break;
+    case SW_CHAT_MISTRAL_V3_TEKKEN: fmt_mistral_v3_tekken(&b, msgs, n, &sys); break;
+    case SW_CHAT_MISTRAL_V7: fmt_mistral_v7(&b, msgs, n, " "); break;
+    case SW_CHAT_MISTRAL_V7_TEKKEN: fmt_mistral_v7(&b, msgs, n, ""); break;
+    case SW_CHAT_DEEPSEEK3: fmt_deepseek(&b, msgs, n, &sys, false); break;
+    case SW_CHAT_DEEPSEEK_R1: fmt_deepseek(&b, msgs, n, &sys, true); break;
     case SW_CHAT_LLAMA2: fmt_llama2(&b, msgs, n, &sys); break;
     case SW_CHAT_MISTRAL: fmt_mistral(&b, msgs, n, &sys); break;
     case SW_CHAT_GEMMA: fmt_gemma(&b, msgs, n, &sys); break;

@@ -10,7 +10,15 @@
 typedef enum {
     SW_CHAT_PLAIN = 0,  /* "role: content\n" lines, then "assistant:" - for models without a template */
     SW_CHAT_LLAMA2, SW_CHAT_LLAMA3, SW_CHAT_CHATML, SW_CHAT_MISTRAL, SW_CHAT_PHI3, SW_CHAT_GEMMA,
-    SW_CHAT_GRANITE
+    SW_CHAT_GRANITE,
+    SW_CHAT_MISTRAL_V3_TEKKEN,  /* Mistral Nemo: "[INST]user[/INST]answer</s>", system text in the last user turn */
+    SW_CHAT_MISTRAL_V7,         /* Mistral Large 2411: "[SYSTEM_PROMPT] s[/SYSTEM_PROMPT][INST] u[/INST] a</s>" */
+    SW_CHAT_MISTRAL_V7_TEKKEN,  /* Mistral Small 3.x, Devstral, Ministral 3: the same without the spaces */
+    SW_CHAT_PHI4,               /* Phi-4: "<|im_start|>role<|im_sep|>text<|im_end|>" */
+    SW_CHAT_PHI4_MINI,          /* Phi-4-mini: "<|role|>text<|end|>" */
+    SW_CHAT_DEEPSEEK3,          /* DeepSeek V3: "system<｜User｜>u<｜Assistant｜>a<｜end▁of▁sentence｜>" */
+    SW_CHAT_DEEPSEEK_R1,        /* DeepSeek R1 and its distills: the same, the answer opened with "<think>\n" */
+    SW_CHAT_COUNT
 } sw_chat_template;
 
 typedef struct { const char *role; const char *content; } sw_chat_msg;

@@ -40,6 +40,37 @@ static const char *GRANITE_T =
     "{%- for message in loop_messages %}{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + "
     "message['content'] + '<|end_of_text|>\n' }}{%- if loop.last and add_generation_prompt %}"
     "{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}{%- endfor %}";
+/* Mistral Nemo's (v3-tekken), Mistral Small 3.2's (v7-tekken), Mistral
+ * Large 2411's (v7), Phi-4's and Phi-4-mini's. */
+static const char *MISTRAL_V3_TEKKEN_T =
+    "{{- bos_token }}{%- for message in loop_messages %}{%- if message[\"role\"] == \"user\" %}"
+    "{%- if loop.last and system_message is defined %}{{- \"[INST]\" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}"
+    "{%- else %}{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}{%- endif %}"
+    "{%- elif message[\"role\"] == \"assistant\" %}{{- message[\"content\"] + eos_token}}{%- endif %}{%- endfor %}";
+static const char *MISTRAL_V7_TEKKEN_T =
+    "{{- bos_token }}{{- '[SYSTEM_PROMPT]' + system_prompt + '[/SYSTEM_PROMPT]' }}{%- for message in loop_messages %}"
+    "{%- if message['role'] == 'user' %}{{- '[INST]' + message['content'] + '[/INST]' }}"
+    "{%- elif message['role'] == 'assistant' %}{{- message['content'] + eos_token }}{%- endif %}{%- endfor %}";
+static const char *MISTRAL_V7_T =
+    "{{- bos_token }}{%- for message in messages %}{%- if message['role'] == 'user' %}{{- '[INST] ' + message['content'] + '[/INST]' }}"
+    "{%- elif message['role'] == 'system' %}{{- '[SYSTEM_PROMPT] ' + message['content'] + '[/SYSTEM_PROMPT]' }}"
+    "{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] + eos_token }}{%- endif %}{%- endfor %}";
+static const char *PHI4_T =
+    "{% for message in messages %}{% if (message['role'] == 'system') %}{{'<|im_start|>system<|im_sep|>' + message['content'] + '<|im_end|>'}}"
+    "{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant<|im_sep|>' }}{% endif %}";
+static const char *PHI4_MINI_T =
+    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is not none %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}"
+    "{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}";
+/* DeepSeek-R1-Distill's (the V3 one lacks the "<think>\n" opener). */
+static const char *DEEPSEEK_R1_T =
+    "{%- for message in messages -%}{%- if message['role'] == 'user' -%}{{'<｜User｜>' + message['content']}}{%- endif -%}"
+    "{%- if message['role'] == 'assistant' and message['content'] is not none -%}{%- set content = message['content'] -%}"
+    "{%- if '</think>' in content -%}{%- set content = content.split('</think>')[-1] -%}{%- endif -%}"
+    "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt and not ns.is_tool -%}{{'<｜Assistant｜><think>\\n'}}{%- endif %}";
 
 static const sw_chat_msg CONV[] = {
     { "system", "You are terse." },
@@ -63,9 +94,15 @@ static void test_detect(void) {
     CHECK(sw_chat_detect(PHI3_T) == SW_CHAT_PHI3, "phi3");
     CHECK(sw_chat_detect(GEMMA_T) == SW_CHAT_GEMMA, "gemma");
     CHECK(sw_chat_detect(GRANITE_T) == SW_CHAT_GRANITE, "granite");
+    CHECK(sw_chat_detect(MISTRAL_V3_TEKKEN_T) == SW_CHAT_MISTRAL_V3_TEKKEN, "mistral-v3-tekken");
+    CHECK(sw_chat_detect(MISTRAL_V7_TEKKEN_T) == SW_CHAT_MISTRAL_V7_TEKKEN, "mistral-v7-tekken");
+    CHECK(sw_chat_detect(MISTRAL_V7_T) == SW_CHAT_MISTRAL_V7, "mistral-v7");
+    CHECK(sw_chat_detect(PHI4_T) == SW_CHAT_PHI4, "phi4");
+    CHECK(sw_chat_detect(PHI4_MINI_T) == SW_CHAT_PHI4_MINI, "phi4-mini");
+    CHECK(sw_chat_detect(DEEPSEEK_R1_T) == SW_CHAT_DEEPSEEK_R1, "deepseek-r1");
     CHECK(sw_chat_detect(NULL) == SW_CHAT_PLAIN && sw_chat_detect("") == SW_CHAT_PLAIN, "none");
     CHECK(sw_chat_detect("{{ messages }}") == SW_CHAT_PLAIN, "unknown template");
-    for (int i = SW_CHAT_PLAIN; i <= SW_CHAT_GRANITE; i++)
+    for (int i = SW_CHAT_PLAIN; i < SW_CHAT_COUNT; i++)
         CHECK(sw_chat_from_name(sw_chat_name((sw_chat_template)i)) == i, "name round trip %d", i);
     CHECK(sw_chat_from_name("jinja2") == -1 && sw_chat_from_name(NULL) == -1, "unknown name");
     CHECK(strcmp(sw_chat_name(SW_CHAT_CHATML), "chatml") == 0, "chatml name");
@@ -103,6 +140,26 @@ static void test_formats(void) {
         "<|start_of_role|>assistant<|end_of_role|> Hello! <|end_of_text|>\n"
         "<|start_of_role|>user<|end_of_role|>What is 2+2?<|end_of_text|>\n"
         "<|start_of_role|>assistant<|end_of_role|>");
+    expect(SW_CHAT_MISTRAL_V3_TEKKEN, CONV, N_CONV,
+        "[INST]Hi there[/INST] Hello! </s>[INST]You are terse.\n\nWhat is 2+2?[/INST]");
+    expect(SW_CHAT_MISTRAL_V7_TEKKEN, CONV, N_CONV,
+        "[SYSTEM_PROMPT]You are terse.[/SYSTEM_PROMPT][INST]Hi there[/INST] Hello! </s>[INST]What is 2+2?[/INST]");
+    expect(SW_CHAT_MISTRAL_V7, CONV, N_CONV,
+        "[SYSTEM_PROMPT] You are terse.[/SYSTEM_PROMPT][INST] Hi there[/INST]  Hello! </s>[INST] What is 2+2?[/INST]");
+    expect(SW_CHAT_PHI4, CONV, N_CONV,
+        "<|im_start|>system<|im_sep|>You are terse.<|im_end|><|im_start|>user<|im_sep|>Hi there<|im_end|>"
+        "<|im_start|>assistant<|im_sep|> Hello! <|im_end|><|im_start|>user<|im_sep|>What is 2+2?<|im_end|>"
+        "<|im_start|>assistant<|im_sep|>");
+    expect(SW_CHAT_PHI4_MINI, CONV, N_CONV,
+        "<|system|>You are terse.<|end|><|user|>Hi there<|end|><|assistant|> Hello! <|end|>"
+        "<|user|>What is 2+2?<|end|><|assistant|>");
+    expect(SW_CHAT_DEEPSEEK_R1, CONV, N_CONV,
+        "You are terse.<｜User｜>Hi there<｜Assistant｜> Hello! <｜end▁of▁sentence｜><｜User｜>What is 2+2?"
+        "<｜Assistant｜><think>\n");
+    /* A past answer keeps only what follows its reasoning. */
+    const sw_chat_msg thought[] = { { "user", "Q" }, { "assistant", "<think>\nhmm</think>\n\nA" }, { "user", "Q2" } };
+    expect(SW_CHAT_DEEPSEEK3, thought, 3,
+        "<｜User｜>Q<｜Assistant｜>\n\nA<｜end▁of▁sentence｜><｜User｜>Q2<｜Assistant｜>");
     expect(SW_CHAT_PLAIN, CONV, N_CONV,
         "system: You are terse.\nuser: Hi there\nassistant: Hello! \nuser: What is 2+2?\nassistant:");
 
@@ -120,6 +177,8 @@ static void test_formats(void) {
     /* Only a system prompt: the families without a system role turn it into the user turn. */
     const sw_chat_msg sys_only[] = { { "system", "Be nice." } };
     expect(SW_CHAT_GEMMA, sys_only, 1, "<start_of_turn>user\nBe nice.<end_of_turn>\n<start_of_turn>model\n");
+    expect(SW_CHAT_MISTRAL_V3_TEKKEN, sys_only, 1, "[INST]Be nice.[/INST]");
+    expect(SW_CHAT_MISTRAL_V3_TEKKEN, one, 1, "[INST]Hello[/INST]");
     /* An out-of-range family formats as plain. */
     expect((sw_chat_template)99, one, 1, "user: Hello\nassistant:");
 }
