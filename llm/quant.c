@@ -15,6 +15,7 @@ _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
 _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
 _Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 size");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 size");
 _Static_assert(sizeof(block_q4_k) == 144, "block_q4_k size");
 _Static_assert(sizeof(block_q5_k) == 176, "block_q5_k size");
 _Static_assert(sizeof(block_q6_k) == 210, "block_q6_k size");
@@ -31,6 +32,7 @@ static const sw_type_traits TRAITS[SW_TYPE_COUNT] = {
     [SW_TYPE_Q5_0] = {"q5_0", QK5_0, sizeof(block_q5_0), true, SW_TYPE_Q8_0},
     [SW_TYPE_Q5_1] = {"q5_1", QK5_1, sizeof(block_q5_1), true, SW_TYPE_Q8_0},
     [SW_TYPE_Q8_0] = {"q8_0", QK8_0, sizeof(block_q8_0), true, SW_TYPE_Q8_0},
+    [SW_TYPE_MXFP4] = {"mxfp4", QK_MXFP4, sizeof(block_mxfp4), true, SW_TYPE_Q8_0},
     [SW_TYPE_Q4_K] = {"q4_K", QK_K, sizeof(block_q4_k), true, SW_TYPE_Q8_K},
     [SW_TYPE_Q5_K] = {"q5_K", QK_K, sizeof(block_q5_k), true, SW_TYPE_Q8_K},
     [SW_TYPE_Q6_K] = {"q6_K", QK_K, sizeof(block_q6_k), true, SW_TYPE_Q8_K},
@@ -133,7 +135,30 @@ static void k_pack_scales(uint8_t *s, const uint8_t *sc, const uint8_t *m) {
     }
 }
 
+/* ---- MXFP4 ------------------------------------------------------------- */
+
+/* E2M1's values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, doubled. */
+const int8_t sw_fp4_values[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+/* An E8M0 byte is the exponent 2^(e-127); halved for the doubled table.
+ * e = 0 and 1 give the denormals 2^-128 and 2^-127; 255 (NaN in the OCP
+ * format) reads as 2^127, as llama.cpp reads it. */
+float sw_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* ---- dequantize -------------------------------------------------------- */
+
+static void deq_mxfp4(const block_mxfp4 *b, float *y) {
+    float d = sw_e8m0_half(b->e);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * sw_fp4_values[b->qs[j] & 0xf];
+        y[j + 16] = d * sw_fp4_values[b->qs[j] >> 4];
+    }
+}
 
 static void deq_q4_0(const block_q4_0 *b, float *y) {
     float d = F16(b->d);
@@ -365,6 +390,24 @@ static void quant_q4_0(const float *x, block_q4_0 *b) {
     }
 }
 
+/* The shared exponent puts the block's largest magnitude in [4, 8) times
+ * the scale, E2M1's top binade (OCP MX: floor(log2(amax)) - 2); each value
+ * then takes the nearest of the sixteen (the first of equals). */
+static void quant_mxfp4(const float *x, block_mxfp4 *b) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    int e = amax > 0.0f ? (int)floorf(log2f(amax)) - 2 + 127 : 0;
+    b->e = (uint8_t)clampi(e, 0, 254);
+    float d = sw_e8m0_half(b->e);
+    for (int j = 0; j < 32; j++) {
+        int best = 0;
+        for (int i = 1; i < 16; i++)
+            if (fabsf(sw_fp4_values[i] * d - x[j]) < fabsf(sw_fp4_values[best] * d - x[j])) best = i;
+        if (j < 16) b->qs[j] = (uint8_t)best;
+        else b->qs[j - 16] |= (uint8_t)(best << 4);
+    }
+}
+
 static void quant_q5_0(const float *x, block_q5_0 *b) {
     int8_t q[32];
     float d = via_f16(fit_symmetric(x, 32, -16, 15, q));
@@ -532,6 +575,13 @@ static float dot_q4_0(const block_q4_0 *w, const block_q8_0 *a) {
     return F16(w->d) * F16(a->d) * (float)s;
 }
 
+static float dot_mxfp4(const block_mxfp4 *w, const block_q8_0 *a) {
+    int s = 0;
+    for (int j = 0; j < 16; j++)
+        s += sw_fp4_values[w->qs[j] & 0xf] * a->qs[j] + sw_fp4_values[w->qs[j] >> 4] * a->qs[j + 16];
+    return sw_e8m0_half(w->e) * F16(a->d) * (float)s;
+}
+
 static int sum_q8(const int8_t *q, int n) { int s = 0; for (int i = 0; i < n; i++) s += q[i]; return s; }
 
 static float dot_q4_1(const block_q4_1 *w, const block_q8_0 *a) {
@@ -629,7 +679,7 @@ typedef struct {
     static void deq_##T##_v(const void *b, float *y) { deq_##T(b, y); }                  \
     static void quant_##T##_v(const float *x, void *b) { quant_##T(x, b); }              \
     static float dot_##T##_v(const void *w, const void *a) { return dot_##T(w, a); }
-BLOCK_REF(q4_0) BLOCK_REF(q4_1) BLOCK_REF(q5_0) BLOCK_REF(q5_1) BLOCK_REF(q8_0)
+BLOCK_REF(q4_0) BLOCK_REF(q4_1) BLOCK_REF(q5_0) BLOCK_REF(q5_1) BLOCK_REF(q8_0) BLOCK_REF(mxfp4)
 BLOCK_REF(q4_k) BLOCK_REF(q5_k) BLOCK_REF(q6_k) BLOCK_REF(q8_k)
 #undef BLOCK_REF
 
@@ -638,6 +688,7 @@ static const block_ref BLOCK_REFS[SW_TYPE_COUNT] = {
     [SW_TYPE_Q4_0] = REF(q4_0), [SW_TYPE_Q4_1] = REF(q4_1), [SW_TYPE_Q5_0] = REF(q5_0),
     [SW_TYPE_Q5_1] = REF(q5_1), [SW_TYPE_Q8_0] = REF(q8_0), [SW_TYPE_Q4_K] = REF(q4_k),
     [SW_TYPE_Q5_K] = REF(q5_k), [SW_TYPE_Q6_K] = REF(q6_k), [SW_TYPE_Q8_K] = REF(q8_k),
+    [SW_TYPE_MXFP4] = REF(mxfp4),
 };
 #undef REF
 

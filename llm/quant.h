@@ -17,7 +17,7 @@ typedef enum {
     SW_TYPE_F32 = 0, SW_TYPE_F16 = 1, SW_TYPE_Q4_0 = 2, SW_TYPE_Q4_1 = 3,
     SW_TYPE_Q5_0 = 6, SW_TYPE_Q5_1 = 7, SW_TYPE_Q8_0 = 8, SW_TYPE_Q8_1 = 9,
     SW_TYPE_Q2_K = 10, SW_TYPE_Q3_K = 11, SW_TYPE_Q4_K = 12, SW_TYPE_Q5_K = 13,
-    SW_TYPE_Q6_K = 14, SW_TYPE_Q8_K = 15, SW_TYPE_BF16 = 30,
+    SW_TYPE_Q6_K = 14, SW_TYPE_Q8_K = 15, SW_TYPE_BF16 = 30, SW_TYPE_MXFP4 = 39,
     SW_TYPE_COUNT = 40
 } sw_type;
 
@@ -29,6 +29,7 @@ typedef uint16_t sw_bf16;  /* bfloat16, raw bits */
 #define QK5_0 32
 #define QK5_1 32
 #define QK8_0 32
+#define QK_MXFP4 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
@@ -37,6 +38,15 @@ typedef struct { sw_f16 d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;         /* 20
 typedef struct { sw_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0; /* 22 B */
 typedef struct { sw_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1; /* 24 B */
 typedef struct { sw_f16 d; int8_t qs[QK8_0]; } block_q8_0;                 /* 34 B */
+
+/* MXFP4 (OCP microscaling, gpt-oss's experts): 32 E2M1 values sharing a
+ * power-of-two scale. Element j is sw_fp4_values[q] * 2^(e - 128), q the
+ * low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16]: the table
+ * holds twice each E2M1 value, so all sixteen are integers. */
+typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4;       /* 17 B */
+extern const int8_t sw_fp4_values[16];
+/* 2^(e - 128): the block scale for the doubled table above. */
+float sw_e8m0_half(uint8_t e);
 
 /* Q4_K: 8 sub-blocks of 32; weight = d*scale_j*q - dmin*min_j, 6-bit scales/mins packed in 12 bytes. */
 typedef struct {
@@ -91,7 +101,7 @@ sw_bf16 sw_f32_to_bf16(float f);
 /* Reference (scalar) row routines; n is a multiple of the block size.
  * dequantize: any supported type (float types too) -> float.
  * quantize:   float -> type, for every type we write (F16, BF16, Q8_0, Q4_0,
- *             Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_K); returns false for others.
+ *             Q4_1, Q5_0, Q5_1, MXFP4, Q4_K, Q5_K, Q6_K, Q8_K); false for others.
  * vec_dot:    dot of a row of `type` with a row of sw_type_info(type)->vec_dot_type. */
 bool sw_dequantize_row(sw_type type, const void *src, float *dst, int64_t n);
 bool sw_quantize_row(sw_type type, const float *src, void *dst, int64_t n);

@@ -8,7 +8,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGMLQuantizationType as QT
+from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
 from conftest import bin_path, shared_file
@@ -229,6 +229,27 @@ def test_quantize_llama_cpp_q4km_to_q8_0(tmp_path):
     for t in r1.tensors:
         if t.tensor_type == t0[t.name].tensor_type:
             assert np.array_equal(np.asarray(t.data), np.asarray(t0[t.name].data)), t.name
+
+
+def test_mxfp4_reads_as_gguf_reads_it(tmp_path):
+    """MXFP4 (gpt-oss's expert format): random blocks, every nibble and a
+    range of E8M0 exponents, dequantized by spillway-quantize (to f16, where
+    all these values are exact) and by the gguf package: equal."""
+    rng = np.random.default_rng(5)
+    rows, cols = 16, 96
+    blk = rng.integers(0, 256, size=(rows, cols // 32, 17), dtype=np.uint8)
+    blk[:, :, 0] = rng.integers(110, 141, size=(rows, cols // 32))   # 2^-18 .. 2^12 x 12: exact in f16
+    src, out = tmp_path / "mx.gguf", tmp_path / "mx16.gguf"
+    w = GGUFWriter(str(src), "llama")
+    w.add_tensor("blk.0.ffn_down_exps.weight", blk.reshape(rows, -1), raw_dtype=QT.MXFP4)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    run([bin_path("spillway-quantize"), src, out, "f16"])
+    a, b = GGUFReader(src).tensors[0], GGUFReader(out).tensors[0]
+    assert a.tensor_type == QT.MXFP4 and b.tensor_type == QT.F16
+    ref = dequantize(a.data, QT.MXFP4).reshape(rows, cols)
+    got = np.asarray(b.data, dtype=np.float32).reshape(rows, cols)
+    assert np.abs(ref).max() > 1000 and np.abs(ref[ref != 0]).min() < 1e-4
+    assert np.array_equal(got, ref)
 
 
 def test_cli_errors(tmp_path, tiny_f32):

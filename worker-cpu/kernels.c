@@ -39,7 +39,7 @@
         return sw_vec_dot_ref(SW_TYPE_##T, n, w, act);                           \
     }
 REF_DOT(F32) REF_DOT(F16) REF_DOT(BF16) REF_DOT(Q4_0) REF_DOT(Q4_1) REF_DOT(Q5_0)
-REF_DOT(Q5_1) REF_DOT(Q8_0) REF_DOT(Q4_K) REF_DOT(Q5_K) REF_DOT(Q6_K) REF_DOT(Q8_K)
+REF_DOT(Q5_1) REF_DOT(Q8_0) REF_DOT(MXFP4) REF_DOT(Q4_K) REF_DOT(Q5_K) REF_DOT(Q6_K) REF_DOT(Q8_K)
 
 static void ref_quant_q8_k(const float *x, void *dst, int64_t n) { sw_quantize_row(SW_TYPE_Q8_K, x, dst, n); }
 static void ref_quant_q8_0(const float *x, void *dst, int64_t n) { sw_quantize_row(SW_TYPE_Q8_0, x, dst, n); }
@@ -54,6 +54,7 @@ static void fill_scalar(sw_kernel_table *t) {
     t->dot[SW_TYPE_Q5_0] = ref_dot_Q5_0;
     t->dot[SW_TYPE_Q5_1] = ref_dot_Q5_1;
     t->dot[SW_TYPE_Q8_0] = ref_dot_Q8_0;
+    t->dot[SW_TYPE_MXFP4] = ref_dot_MXFP4;
     t->dot[SW_TYPE_Q4_K] = ref_dot_Q4_K;
     t->dot[SW_TYPE_Q5_K] = ref_dot_Q5_K;
     t->dot[SW_TYPE_Q6_K] = ref_dot_Q6_K;

@@ -661,6 +661,7 @@ void sw_kernels_fill_avx2(sw_kernel_table *t) {
     t->dot[SW_TYPE_Q5_0] = dot_q5_0_avx2;
     t->dot[SW_TYPE_Q5_1] = dot_q5_1_avx2;
     t->dot[SW_TYPE_Q8_0] = dot_q8_0_avx2;
+    t->dot[SW_TYPE_MXFP4] = dot_mxfp4_avx2;
     t->dot[SW_TYPE_Q4_K] = dot_q4_k_avx2;
     t->dotn[SW_TYPE_Q4_K] = dotn_q4_k_avx2;
     t->dot[SW_TYPE_Q5_K] = dot_q5_k_avx2;

@@ -513,6 +513,7 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni) {
         t->dot[SW_TYPE_Q5_0] = dot_q5_0_vnni;
         t->dot[SW_TYPE_Q5_1] = dot_q5_1_vnni;
         t->dot[SW_TYPE_Q8_0] = dot_q8_0_vnni;
+        t->dot[SW_TYPE_MXFP4] = dot_mxfp4_vnni;
         t->dot[SW_TYPE_Q4_K] = dot_q4_k_vnni;
         t->dotn[SW_TYPE_Q4_K] = dotn_q4_k_vnni;
         t->dot[SW_TYPE_Q5_K] = dot_q5_k_vnni;

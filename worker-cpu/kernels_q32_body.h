@@ -1,4 +1,4 @@
-/* 32-weight blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) x Q8_0, 256-bit.
+/* 32-weight blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4) x Q8_0, 256-bit.
  * Included by kernels_avx2.c (vpmaddubsw + vpmaddwd) and kernels_avx512.c
  * (AVX512-VL VNNI vpdpbusd on ymm). The includer defines
  *   Q32_SFX(name)      the instantiation's name
@@ -44,6 +44,22 @@ static float Q32_SFX(dot_q4_0)(int64_t n, const void *w, const void *act) {
         __m256i q = _mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8));
         __m256i p = dot_s8s8(q, _mm256_loadu_si256((const __m256i *)y[i].qs));
         float d = _cvtsh_ss(x[i].d) * _cvtsh_ss(y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
+    }
+    return hsum256(acc);
+}
+
+/* MXFP4: each nibble looked up (vpshufb) as its doubled E2M1 value, an
+ * integer within +-12; the block scale is a power of two. */
+static float Q32_SFX(dot_mxfp4)(int64_t n, const void *w, const void *act) {
+    const block_mxfp4 *x = w;
+    const block_q8_0 *y = act;
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)sw_fp4_values));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        __m256i q = _mm256_shuffle_epi8(lut, nibbles32(x[i].qs));
+        __m256i p = dot_s8s8(q, _mm256_loadu_si256((const __m256i *)y[i].qs));
+        float d = sw_e8m0_half(x[i].e) * _cvtsh_ss(y[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d), acc);
     }
     return hsum256(acc);

@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 static const sw_type WTYPES[] = {SW_TYPE_F32, SW_TYPE_F16, SW_TYPE_BF16, SW_TYPE_Q4_0, SW_TYPE_Q4_1,
-                                 SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_Q4_K, SW_TYPE_Q5_K,
-                                 SW_TYPE_Q6_K};
+                                 SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_MXFP4, SW_TYPE_Q4_K,
+                                 SW_TYPE_Q5_K, SW_TYPE_Q6_K};
 #define NW (int)(sizeof WTYPES / sizeof WTYPES[0])
 
 /* Offsets of the fp16 scale fields in a block; -1 ends. The second entry of
@@ -61,6 +61,12 @@ static void random_weights(sw_type t, uint8_t *w, int64_t n, int mode) {
         return;
     }
     for (size_t i = 0; i < rs; i++) w[i] = (uint8_t)rng_u64();
+    if (t == SW_TYPE_MXFP4) {   /* E8M0 exponents: denormal, around 1, huge */
+        for (int64_t b = 0; b < n / tr->block_size; b++)
+            w[b * tr->type_size] = (uint8_t)(mode == 1 ? rng_u64() % 4 : mode == 2 ? 150 + rng_u64() % 20
+                                                                               : 110 + rng_u64() % 24);
+        return;
+    }
     int off[3];
     scale_fields(t, off);
     for (int64_t b = 0; b < n / tr->block_size; b++)
