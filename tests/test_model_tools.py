@@ -341,7 +341,7 @@ def test_bench_kernels_mode(tmp_path):
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout.strip().splitlines()[-1])
     got = {(k["type"], k["weights"], k["tokens"]) for k in j["kernels"]}
-    assert got == {(t, w, n) for t in ("q4_K", "q5_K", "q6_K", "q8_0", "q5_0", "q4_0") for w in ("cache", "stream") for n in (1, 8)}, got
+    assert got == {(t, w, n) for t in ("q4_K", "q5_K", "q6_K", "q8_0", "q5_0", "q4_0", "mxfp4") for w in ("cache", "stream") for n in (1, 8)}, got
     for k in j["kernels"]:
         assert k["gb_per_s"] > 0 and k["gmac_per_s"] > 0, k
     assert j["mem_read_gb_per_s"] > 0 and j["threads"] == 2

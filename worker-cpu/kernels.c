@@ -490,6 +490,13 @@ static void pack_q32x16_block(sw_type type, const uint8_t *w, size_t row_size, i
         /* the unsigned quants v (0..15, or 0..31 with the fifth bits) */
         const uint8_t *qs, *qh = NULL;
         sw_f16 d, m = 0;
+        if (type == SW_TYPE_MXFP4) {   /* the nibbles as Q4_0's; the exponent byte as it is */
+            const block_mxfp4 *x = (const block_mxfp4 *)b;
+            for (int c = 0; c < 4; c++)   /* Q4_0's nibble layout, so its bytes as they are */
+                for (int e = 0; e < 4; e++) q[64 * c + 4 * r + e] = x->qs[4 * c + e];
+            ((uint8_t *)sc)[r] = x->e;
+            continue;
+        }
         switch (type) {
         case SW_TYPE_Q4_0: { const block_q4_0 *x = (const block_q4_0 *)b; qs = x->qs; d = x->d; break; }
         case SW_TYPE_Q4_1: { const block_q4_1 *x = (const block_q4_1 *)b; qs = x->qs; d = x->d; m = x->m; break; }

@@ -41,8 +41,8 @@ void sw_matmul(sw_type type, const void *w, int64_t rows, int64_t cols,
 void sw_matmul_tensor(const gguf_tensor *w, const float *x, int n_tok, float *y);
 
 /* Weights prepacked once at model load for the fastest kernel this CPU has
- * (today: Q4_K, Q5_K, Q6_K and the 32-weight types Q4_0..Q8_0 with AVX-512
- * VNNI, all but Q6_K with AVX2; 16 rows interleaved, within 3% of the
+ * (today: Q4_K, Q5_K, Q6_K and the 32-weight types Q4_0..Q8_0 and MXFP4
+ * with AVX-512 VNNI, all but Q6_K with AVX2; 16 rows interleaved, within 3% of the
  * original's size). sw_pack_tensor returns NULL when there is nothing to gain (other
  * types, other ISAs, out of memory): callers then use sw_matmul_tensor. The
  * tensor must outlive the pack (rows that do not fill a group of 16 and

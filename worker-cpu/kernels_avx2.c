@@ -527,6 +527,15 @@ static void q5k16_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t st
     }
 }
 
+/* 8 E8M0 exponents (bytes) as the floats 2^(e - 128), sw_e8m0_half's
+ * values: e - 1 in the exponent field, and for e = 0, 1 the denormals. */
+static inline __m256 e8m0_half8(const uint8_t *e8) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e8));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i denormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, denormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+}
+
 /* ---- prepacked 32-weight types (the sw_q32x16 form), without VNNI ----
  * 8 rows per ymm (32 bytes of each 64-byte quant vector). Up to 2 tokens
  * take both 8-row halves of the group in one pass; 3 or 4 take one half
@@ -543,10 +552,11 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
                  const sw_q32_aux *aux, size_t aux_stride, const int NT, float *out, size_t ostride, const int h0,
                  const int NH, const sw_type type) {
     const bool q8 = type == SW_TYPE_Q8_0, q5 = type == SW_TYPE_Q5_0 || type == SW_TYPE_Q5_1;
-    const bool has_m = type == SW_TYPE_Q4_1 || type == SW_TYPE_Q5_1;
-    /* log2 of the unsigned quants' offset; Q8_0 is multiplied signed, the _1 types have m instead */
-    const int off_shift = type == SW_TYPE_Q4_0 ? 3 : type == SW_TYPE_Q5_0 ? 4 : -1;
+    const bool has_m = type == SW_TYPE_Q4_1 || type == SW_TYPE_Q5_1, mx = type == SW_TYPE_MXFP4;
+    /* the unsigned quants' offset; Q8_0 is multiplied signed, the _1 types have m instead */
+    const int off = q8 ? 0 : sw_q32_offset(type);
     const size_t qb = sw_q32x16_qbytes(type), sw = sw_q32x16_sbytes(type) / 2;
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(SW_MXFP4_LUT_U8));
     const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
     __m256 total[2][4];
     for (int h = 0; h < NH; h++)
@@ -565,9 +575,7 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
             __m256i acc[4];
             _Pragma("GCC unroll 4")
             for (int t = 0; t < NT; t++)
-                acc[t] = off_shift >= 0
-                       ? _mm256_slli_epi32(_mm256_set1_epi32(aux[(size_t)t * aux_stride + i].neg_sum), off_shift)
-                       : _mm256_setzero_si256();
+                acc[t] = _mm256_set1_epi32(aux[(size_t)t * aux_stride + i].neg_sum * off);
             if (q8) {
                 _Pragma("GCC unroll 1")
                 for (int k = 0; k < 8; k++) {
@@ -591,6 +599,10 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
                 for (int c = 0; c < 4; c++) {
                     __m256i v = _mm256_load_si256((const __m256i *)(qh + 64 * c));
                     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    if (mx) {   /* E2M1 values + 12 */
+                        lo = _mm256_shuffle_epi8(lut, lo);
+                        hi = _mm256_shuffle_epi8(lut, hi);
+                    }
                     if (q5) {   /* bits c and c + 4 of hb to bit 4 of each byte */
                         lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hb, c), 4), m10));
                         hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, c), m10));
@@ -598,17 +610,18 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
                     _Pragma("GCC unroll 4")
                     for (int t = 0; t < NT; t++) {
                         s16[t][0] = add_products(s16[t][0], lo, a[t] + 4 * c);
-                        s16[t][q5] = add_products(s16[t][q5], hi, a[t] + 16 + 4 * c);   /* Q5_x: its own sum */
+                        /* Q5_x and MXFP4 (quants up to 31, 24): the high half its own sum */
+                        s16[t][q5 || mx] = add_products(s16[t][q5 || mx], hi, a[t] + 16 + 4 * c);
                     }
                 }
                 _Pragma("GCC unroll 4")
                 for (int t = 0; t < NT; t++) {
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t][0], ones));
-                    if (q5) acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t][1], ones));
+                    if (q5 || mx) acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t][1], ones));
                 }
             }
             const int r0 = 8 * (h0 + h);
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + r0)));
+            const __m256 d = mx ? e8m0_half8((const uint8_t *)s + r0) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + r0)));
             const __m256 m = has_m ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 16 + r0))) : _mm256_setzero_ps();
             _Pragma("GCC unroll 4")
             for (int t = 0; t < NT; t++) {

@@ -366,6 +366,16 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
 }
 
+/* 16 E8M0 exponents (bytes) as the floats 2^(e - 128), sw_e8m0_half's
+ * values: e - 1 in the exponent field, and for e = 0, 1 the denormals. */
+static inline __m512 e8m0_half16(const void *e8) {
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)e8));
+    __m512i bits = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    bits = _mm512_mask_sllv_epi32(bits, _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)),
+                                  _mm512_set1_epi32(0x00200000), e);
+    return _mm512_castsi512_ps(bits);
+}
+
 /* Prepacked 32-weight types (the sw_q32x16 form, kernels_impl.h). Per block:
  * eight 64-byte vectors of unsigned quants (Q8_0: loaded as they are; Q4_x
  * and Q5_x: four loads split into nibbles, Q5_x with its fifth bits put in
@@ -378,10 +388,10 @@ static inline __attribute__((always_inline)) void
 q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride, const sw_q32_aux *aux,
             size_t aux_stride, const int NT, float *out, size_t ostride, const sw_type type) {
     const bool q8 = type == SW_TYPE_Q8_0, q5 = type == SW_TYPE_Q5_0 || type == SW_TYPE_Q5_1;
-    const bool has_m = type == SW_TYPE_Q4_1 || type == SW_TYPE_Q5_1;
-    /* log2 of the offset the unsigned quants carry (Q4_1 / Q5_1 have none) */
-    const int off_shift = q8 ? 7 : type == SW_TYPE_Q4_0 ? 3 : 4;
+    const bool has_m = type == SW_TYPE_Q4_1 || type == SW_TYPE_Q5_1, mx = type == SW_TYPE_MXFP4;
+    const int off = sw_q32_offset(type);   /* the unsigned quants' offset (Q4_1 / Q5_1: none) */
     const size_t qb = sw_q32x16_qbytes(type), sw = sw_q32x16_sbytes(type) / 2;
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(SW_MXFP4_LUT_U8));
     /* the scale stream moves sw * 2 bytes per block against qb: the same lead in blocks */
     const int s_ahead = (int)(SW_Q16_PREFETCH / qb * sw * 2);
     const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
@@ -400,6 +410,10 @@ q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, si
                 __m512i v = _mm512_load_si512(q + 64 * c);
                 w[c] = _mm512_and_si512(v, m4);
                 w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (mx) {   /* E2M1 values + 12 */
+                    w[c] = _mm512_shuffle_epi8(lut, w[c]);
+                    w[c + 4] = _mm512_shuffle_epi8(lut, w[c + 4]);
+                }
                 if (q5) {   /* bits c and c + 4 of h to bit 4 */
                     w[c] = _mm512_ternarylogic_epi32(w[c], shift_bits(h, 4 - c), m10, 0xF8);
                     w[c + 4] = _mm512_ternarylogic_epi32(w[c + 4], shift_bits(h, -c), m10, 0xF8);
@@ -413,13 +427,13 @@ q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, si
          * bandwidth beside it either way (2026-12-01). */
         for (size_t l = 0; l < qb; l += 64) _mm_prefetch((const char *)q + l + SW_Q16_PREFETCH, SW_Q16_HINT);
         _mm_prefetch((const char *)s + s_ahead, SW_Q16_HINT);
-        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)s));
+        const __m512 d = mx ? e8m0_half16(s) : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)s));
         const __m512 m = has_m ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(s + 16))) : _mm512_setzero_ps();
         _Pragma("GCC unroll 8")
         for (int t = 0; t < NT; t++) {
             const int8_t *a = ((const block_q8_0 *)((const uint8_t *)act + (size_t)t * stride) + i)->qs;
             const sw_q32_aux *x = aux + (size_t)t * aux_stride + i;
-            __m512i acc0 = has_m ? _mm512_setzero_si512() : _mm512_slli_epi32(_mm512_set1_epi32(x->neg_sum), off_shift);
+            __m512i acc0 = _mm512_set1_epi32(x->neg_sum * off);
             if (NT <= 2) {   /* two chains: one token alone would wait on the instruction's latency */
                 __m512i acc1 = _mm512_setzero_si512();
                 _Pragma("GCC unroll 4")

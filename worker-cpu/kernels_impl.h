@@ -116,7 +116,7 @@ typedef void (*sw_q5k16_fn)(const sw_q5k16 *p, int64_t nb, const void *act, size
 typedef void (*sw_q6k16_fn)(const sw_q6k16 *p, int64_t nb, const void *act, size_t act_stride,
                             const int32_t *bsp, size_t bsp_stride, int ntok, float *out, size_t out_stride);
 
-/* 16 rows of a 32-weight type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), prepacked at
+/* 16 rows of a 32-weight type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4), prepacked at
  * load like the K-quants. A group of 16 rows is its nb quant blocks, then
  * its nb scale blocks, so that the 64-byte quant loads stay aligned whatever
  * the type's size (34 bytes a row-block for Q8_0 would not be). Per block:
@@ -125,20 +125,34 @@ typedef void (*sw_q6k16_fn)(const sw_q6k16 *p, int64_t nb, const void *act, size
  *              so the low nibbles match activation dword c and the high
  *              ones dword c + 4; Q5_x then 64 bytes of fifth bits, byte
  *              4r + e holding at bit g that of weight 4g + e (g < 8);
- *   scales     d[16] (fp16), and for Q4_1 / Q5_1 then m[16].
- * Row-block sizes equal the originals': 34, 18, 20, 22, 24 bytes. */
+ *   MXFP4      as Q4_x; the kernels look each nibble up as its doubled
+ *              E2M1 value plus 12 (0..24, unsigned);
+ *   scales     d[16] (fp16), and for Q4_1 / Q5_1 then m[16]; MXFP4: the
+ *              16 E8M0 exponents as they are.
+ * Row-block sizes equal the originals': 34, 18, 20, 22, 24, 17 bytes. */
 static inline bool sw_is_q32(sw_type t) {
-    return t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 || t == SW_TYPE_Q8_0;
+    return t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 || t == SW_TYPE_Q8_0 ||
+           t == SW_TYPE_MXFP4;
 }
 static inline size_t sw_q32x16_qbytes(sw_type t) {
     return t == SW_TYPE_Q8_0 ? 512 : t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 ? 320 : 256;
 }
-static inline size_t sw_q32x16_sbytes(sw_type t) { return t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_1 ? 64 : 32; }
+static inline size_t sw_q32x16_sbytes(sw_type t) {
+    return t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_1 ? 64 : t == SW_TYPE_MXFP4 ? 16 : 32;
+}
+/* The offset a type's unsigned packed quants carry: 128 (Q8_0), 8, 16,
+ * 12 (MXFP4's looked-up values), none for Q4_1 / Q5_1 (m instead). */
+static inline int sw_q32_offset(sw_type t) {
+    return t == SW_TYPE_Q8_0 ? 128 : t == SW_TYPE_Q4_0 ? 8 : t == SW_TYPE_Q5_0 ? 16 : t == SW_TYPE_MXFP4 ? 12 : 0;
+}
+/* MXFP4's nibble -> its doubled E2M1 value + 12, for vpshufb. */
+#define SW_MXFP4_LUT_U8 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0
 _Static_assert(512 + 32 == 16 * sizeof(block_q8_0), "sw_q32x16: Q8_0 keeps its size");
 _Static_assert(256 + 32 == 16 * sizeof(block_q4_0), "sw_q32x16: Q4_0 keeps its size");
 _Static_assert(256 + 64 == 16 * sizeof(block_q4_1), "sw_q32x16: Q4_1 keeps its size");
 _Static_assert(320 + 32 == 16 * sizeof(block_q5_0), "sw_q32x16: Q5_0 keeps its size");
 _Static_assert(320 + 64 == 16 * sizeof(block_q5_1), "sw_q32x16: Q5_1 keeps its size");
+_Static_assert(256 + 16 == 16 * sizeof(block_mxfp4), "sw_q32x16: MXFP4 keeps its size");
 
 /* Per token and 32-weight block of its Q8_0 activations: the scale as a
  * float, minus the sum of the 32 quants (the unsigned weights' offset,
@@ -159,7 +173,7 @@ typedef void (*sw_q32x16_fn)(const uint8_t *q, const uint16_t *s, int64_t nb, co
 /* The 32-weight types as X(name, type), for the kernel files' per-type
  * entry points and table entries. */
 #define SW_Q32_TYPES(X) X(q4_0, SW_TYPE_Q4_0) X(q4_1, SW_TYPE_Q4_1) X(q5_0, SW_TYPE_Q5_0) \
-                        X(q5_1, SW_TYPE_Q5_1) X(q8_0, SW_TYPE_Q8_0)
+                        X(q5_1, SW_TYPE_Q5_1) X(q8_0, SW_TYPE_Q8_0) X(mxfp4, SW_TYPE_MXFP4)
 /* The entry point name##x16_##sfx (an sw_q32x16_fn) of a 32-weight type:
  * entry(type, ...), an always-inline kernel specialized on the constant. */
 #define SW_Q32_ENTRY_POINT(sfx, entry, name, type)                                                             \

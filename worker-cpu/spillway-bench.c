@@ -44,7 +44,7 @@ static void usage(FILE *f)
         "  -b LIST     decode batch sizes (default 1,4,16)\n"
         "  --mem-mib   size of the streaming-read buffer (default 1024)\n"
         "  --precise   use residual-corrected activations (default: the serving path)\n"
-        "  --kernels   no model: the packed matmul (Q4_K Q5_K Q6_K Q8_0 Q5_0 Q4_0) on random\n"
+        "  --kernels   no model: the packed matmul (Q4_K Q5_K Q6_K Q8_0 Q5_0 Q4_0 MXFP4) on random\n"
         "              weights, in cache and streamed from memory (MIB/4 of weights),\n"
         "              at 1 and 8 tokens\n");
 }
@@ -268,7 +268,8 @@ static sw_packed **make_packs(sw_type type, int64_t rows, int64_t cols, int n_ma
 
 static int bench_kernels(const options *o, int threads)
 {
-    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q8_0, SW_TYPE_Q5_0, SW_TYPE_Q4_0};
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q8_0, SW_TYPE_Q5_0, SW_TYPE_Q4_0,
+                                    SW_TYPE_MXFP4};
     enum { N_TYPES = sizeof TYPES / sizeof TYPES[0] };
     static const int TOKENS[] = {1, 8};
     const int64_t cols = 4096;

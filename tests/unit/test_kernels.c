@@ -340,7 +340,7 @@ static void ref_act(sw_type t, const float *x, int64_t cols, uint8_t *a) {
 static void test_packed(sw_isa isa) {
     static const int64_t ROWS[] = {16, 17, 33, 48, 15};
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q4_0,
-                                    SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0};
+                                    SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_MXFP4};
     static const int64_t Q32_COLS[] = {96, 256, 2080};
     for (int ri = 0; ri < 5 * (int)(sizeof TYPES / sizeof TYPES[0]); ri++) {
         gguf_tensor t;
@@ -419,7 +419,7 @@ static void test_packed(sw_isa isa) {
  * Q8_0's -128, fails here where random blocks rarely reach the bounds. */
 static void test_packed_extremes(sw_isa isa) {
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q4_0,
-                                    SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0};
+                                    SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_MXFP4};
     static const int NTOK[] = {1, 2, 3, 8};
     const int64_t rows = 32, cols = 512;
     for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++)
@@ -436,6 +436,11 @@ static void test_packed_extremes(sw_isa isa) {
             uint8_t *w = malloc(t.nbytes), *a = malloc(ars);
             /* largest / smallest quants (Q8_0: 127 / -128), then valid scales */
             memset(w, type == SW_TYPE_Q8_0 ? (pat ? 0x80 : 0x7f) : (pat ? 0x00 : 0xff), t.nbytes);
+            if (type == SW_TYPE_MXFP4)   /* +12 or -12 (nibble 7 or 15) everywhere, exponents near 1 */
+                for (int64_t b = 0; b < rows * cols / 32; b++) {
+                    memset(w + b * tr->type_size + 1, pat ? 0x77 : 0xff, 16);
+                    w[b * tr->type_size] = 127;
+                }
             int off[3];
             scale_fields(type, off);
             for (int64_t b = 0; b < rows * cols / (int64_t)tr->block_size; b++)
