@@ -56,9 +56,12 @@ static sw_type fit_row(sw_type t, uint64_t ne0) {
 }
 
 sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64_t *ne, const sw_mix_model *mm) {
-    /* vectors, and a mixture's router (small, and it picks the experts:
-     * llama.cpp keeps it in float too) */
-    if (n_dims < 2 || has_suffix_part(name, ".ffn_gate_inp.")) return SW_TYPE_F32;
+    /* vectors, tensors that are not weights (gpt-oss's 2-D expert biases:
+     * llama.cpp quantizes only names ending in "weight"), and a mixture's
+     * router (small, and it picks the experts: llama.cpp keeps it in float too) */
+    size_t len = strlen(name);
+    if (n_dims < 2 || len < 6 || strcmp(name + len - 6, "weight") != 0 || has_suffix_part(name, ".ffn_gate_inp."))
+        return SW_TYPE_F32;
     sw_type t;
     switch (ft) {
     case SW_FTYPE_ALL_F32: return SW_TYPE_F32;

@@ -1,7 +1,7 @@
 """Tiny random-weight GGUF models of each architecture the CPU worker runs
 (llama, qwen2, qwen3, qwen3moe, qwen2moe, phi3, gemma, gemma2, gemma3,
-granite, granitemoe, smollm3, and Mixtral's mixture of experts in a llama
-file), laid out as llama.cpp's converters lay them out, and an independent
+granite, granitemoe, smollm3, gpt-oss, and Mixtral's mixture of experts in a
+llama file), laid out as llama.cpp's converters lay them out, and an independent
 numpy forward pass to check the worker's logits against.
 
 The reference follows the architectures' published definitions: RMSNorm,
@@ -16,7 +16,10 @@ embedding, residual, query and logit multipliers, SmolLM3's layers without
 RoPE (every 4th), Phi-3's LongRoPE tables, and mixtures of experts
 (Qwen3-MoE, Mixtral, Granite's): a router's softmax picks each token's top
 experts, whose outputs are summed with the chosen weights renormalized (not
-in Qwen2-MoE, which adds a sigmoid-gated shared expert). It computes
+in Qwen2-MoE, which adds a sigmoid-gated shared expert), and gpt-oss's
+attention sinks (a logit per head in each softmax's denominator), output and
+expert biases, router bias, clamped SwiGLU and softmax over the chosen
+experts' logits, with sliding windows every other layer. It computes
 in float64 from the weights as the file stores them (dequantized by the
 gguf package), so a quantized file is checked against its own weights.
 
@@ -29,20 +32,22 @@ import gguf
 from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as QT
 
 ARCHS = {
-    #          neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcap swa own_rope granite nope
-    "llama": (False, False, False, False, False, False, False, 0, False, False, False),
-    "qwen2": (True, False, False, False, False, False, False, 0, False, False, False),
-    "qwen3": (True, True, False, False, False, False, False, 0, False, False, False),
-    "qwen3moe": (True, True, False, False, False, False, False, 0, False, False, False),
-    "qwen2moe": (True, False, False, False, False, False, False, 0, False, False, False),
-    "phi3": (True, False, True, False, False, False, False, 0, False, False, False),
-    "gemma": (True, False, False, True, True, False, False, 0, False, False, False),
-    "gemma2": (True, False, False, True, True, True, True, 2, False, False, False),
-    "gemma3": (True, True, False, True, True, True, False, 6, True, False, False),
-    "granite": (False, False, False, False, False, False, False, 0, False, True, False),
-    "granitemoe": (False, False, False, False, False, False, False, 0, False, True, False),
-    "smollm3": (False, False, False, False, False, False, False, 0, False, False, True),
+    #          neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcap swa own_rope granite nope oai
+    "llama": (False, False, False, False, False, False, False, 0, False, False, False, False),
+    "qwen2": (True, False, False, False, False, False, False, 0, False, False, False, False),
+    "qwen3": (True, True, False, False, False, False, False, 0, False, False, False, False),
+    "qwen3moe": (True, True, False, False, False, False, False, 0, False, False, False, False),
+    "qwen2moe": (True, False, False, False, False, False, False, 0, False, False, False, False),
+    "phi3": (True, False, True, False, False, False, False, 0, False, False, False, False),
+    "gemma": (True, False, False, True, True, False, False, 0, False, False, False, False),
+    "gemma2": (True, False, False, True, True, True, True, 2, False, False, False, False),
+    "gemma3": (True, True, False, True, True, True, False, 6, True, False, False, False),
+    "granite": (False, False, False, False, False, False, False, 0, False, True, False, False),
+    "granitemoe": (False, False, False, False, False, False, False, 0, False, True, False, False),
+    "smollm3": (False, False, False, False, False, False, False, 0, False, False, True, False),
+    "gpt-oss": (True, False, False, False, False, False, False, 2, False, False, False, True),
 }
+OAI = 11   # gpt-oss's flag: clamped SwiGLU, softmax over the chosen experts, its FFN norm's name
 SHEXP = 384   # Qwen2-MoE's shared expert width in the test files
 NOPE_PERIOD = 4   # SmolLM3: no RoPE in layers 4, 8, ... (1-based); llama.cpp's fixed step
 # Granite's multipliers in the test files: far enough from 1 (and the query
@@ -76,11 +81,11 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
     default: 8 experts, 2 used, 256 wide)."""
     rng = np.random.default_rng(seed)
     QD, KVD = n_head * hd, n_kv * hd
-    neox, qk_norm, fused, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope = ARCHS[arch]
-    bias = arch in ("qwen2", "qwen2moe") if bias is None else bias
+    neox, qk_norm, fused, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope, oai = ARCHS[arch]
+    bias = arch in ("qwen2", "qwen2moe", "gpt-oss") if bias is None else bias
     n_layer = n_layer or {"gemma3": 6, "smollm3": NOPE_PERIOD}.get(arch, 2)
-    experts = experts or ((8, 2, 256) if arch in ("qwen3moe", "granitemoe", "qwen2moe") else None)
-    if arch == "granitemoe":   # its files' feed_forward_length is the experts' width (llama.cpp reads it so)
+    experts = experts or ((8, 2, 256) if arch in ("qwen3moe", "granitemoe", "qwen2moe", "gpt-oss") else None)
+    if arch in ("granitemoe", "gpt-oss"):   # its files' feed_forward_length is the experts' width
         F = experts[2]
 
     def mat(rows, cols):
@@ -103,13 +108,20 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
         if qk_norm:   # gains near 2, so that leaving the norms out shows
             w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = 2 * norm(hd), 2 * norm(hd)
         w[p + "attn_output.weight"] = mat(E, QD)
-        w[p + "ffn_norm.weight"] = norm(E)
+        w[p + ("post_attention_norm.weight" if oai else "ffn_norm.weight")] = norm(E)
+        if oai:   # sinks of about the scores' own size; biases of a fraction of the products'
+            w[p + "attn_output.bias"] = (0.5 * rng.standard_normal(E)).astype(np.float32)
+            w[p + "attn_sinks.weight"] = rng.standard_normal(n_head).astype(np.float32)
         if experts:
             ne, _, fe = experts
             w[p + "ffn_gate_inp.weight"] = mat(ne, E)
             w[p + "ffn_gate_exps.weight"] = np.stack([mat(fe, E) for _ in range(ne)])
             w[p + "ffn_up_exps.weight"] = np.stack([mat(fe, E) for _ in range(ne)])
             w[p + "ffn_down_exps.weight"] = np.stack([mat(E, fe) for _ in range(ne)])
+            if oai:
+                w[p + "ffn_gate_inp.bias"] = rng.standard_normal(ne).astype(np.float32)
+                for k, n in (("gate", fe), ("up", fe), ("down", E)):
+                    w[p + "ffn_%s_exps.bias" % k] = (0.5 * rng.standard_normal((ne, n))).astype(np.float32)
             if arch == "qwen2moe":   # the shared expert, SHEXP wide, and its gate
                 w[p + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(E) / np.sqrt(E)).astype(np.float32)
                 w[p + "ffn_gate_shexp.weight"], w[p + "ffn_up_shexp.weight"] = mat(SHEXP, E), mat(SHEXP, E)
@@ -151,9 +163,12 @@ def fuse(arch, w, n_layer, fused_qkv=False):
 
 
 def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dims=None, rope_scaling=None,
-                extra_kv=None, swa_pattern=None, longrope=None):
+                extra_kv=None, swa_pattern=None, longrope=None, quantize=None):
     """longrope = (long factors, short factors, original context, attention
-    factor): Phi-3's LongRoPE, as its converter writes it (no scaling type)."""
+    factor): Phi-3's LongRoPE, as its converter writes it (no scaling type).
+    quantize = (type, name part): the tensors whose names contain the part
+    stored in that type, quantized by the gguf package (gpt-oss's experts
+    are MXFP4 in its files)."""
     wr = GGUFWriter(str(path), arch)
     wr.add_context_length(1024)
     wr.add_embedding_length(hp["E"])
@@ -211,7 +226,10 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
     tensors = fuse(arch, w, hp["n_layer"], fused_qkv)
     tensors.update(extra_tensors or {})
     for name, a in tensors.items():
-        wr.add_tensor(name, a)
+        if quantize and quantize[1] in name:
+            wr.add_tensor(name, gguf.quants.quantize(a, quantize[0]), raw_dtype=quantize[0])
+        else:
+            wr.add_tensor(name, a)
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.write_tensors_to_file()
@@ -322,20 +340,25 @@ def _sliding(hp, swa, l):
     return pat == 0 or l % pat < pat - 1
 
 
-def _ffn(h, gate, up, down, gelu):
-    gt, u = h @ gate.T, h @ up.T
+def _ffn(h, gate, up, down, gelu, oai=False, biases=(0.0, 0.0, 0.0)):
+    gt, u = h @ gate.T + biases[0], h @ up.T + biases[1]
     if gelu:
         act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
+    elif oai:   # gpt-oss: the gate clamped above at 7, up to +-7, a sharper sigmoid, up + 1
+        gt, u = np.minimum(gt, 7.0), np.clip(u, -7.0, 7.0) + 1
+        act = gt / (1 + np.exp(-1.702 * gt))
     else:
         act = gt / (1 + np.exp(-gt))
-    return (act * u) @ down.T
+    return (act * u) @ down.T + biases[2]
 
 
-def _moe(h, w, p, hp, gelu, renorm=True):
+def _moe(h, w, p, hp, gelu, renorm=True, oai=False):
     """Each row through its n_expert_used best experts, weighted by their
-    softmax probabilities (renormalized over the chosen), plus Qwen2-MoE's
-    shared expert (when w has it) times the sigmoid of its gate."""
-    r = h @ w[p + "ffn_gate_inp.weight"].T
+    softmax probabilities (renormalized over the chosen; gpt-oss: the
+    softmax of the chosen logits, the same up to the clamp the others
+    apply), plus Qwen2-MoE's shared expert (when w has it) times the sigmoid
+    of its gate. The router's and the experts' biases count when w has them."""
+    r = h @ w[p + "ffn_gate_inp.weight"].T + w.get(p + "ffn_gate_inp.bias", 0.0)
     prob = np.exp(r - r.max(axis=1, keepdims=True))
     prob /= prob.sum(axis=1, keepdims=True)
     out = np.zeros_like(h)
@@ -343,8 +366,10 @@ def _moe(h, w, p, hp, gelu, renorm=True):
         top = np.argsort(-prob[t], kind="stable")[:hp["n_expert_used"]]
         wt = prob[t, top] / (prob[t, top].sum() if renorm else 1.0)
         for e, we in zip(top, wt):
+            b = tuple(w[p + "ffn_%s_exps.bias" % k][e] if p + "ffn_%s_exps.bias" % k in w else 0.0
+                      for k in ("gate", "up", "down"))
             out[t] += we * _ffn(h[t:t + 1], w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e],
-                                w[p + "ffn_down_exps.weight"][e], gelu)[0]
+                                w[p + "ffn_down_exps.weight"][e], gelu, oai, b)[0]
     if p + "ffn_gate_inp_shexp.weight" in w:
         gate = 1 / (1 + np.exp(-(h @ w[p + "ffn_gate_inp_shexp.weight"])))
         out += gate[:, None] * _ffn(h, w[p + "ffn_gate_shexp.weight"], w[p + "ffn_up_shexp.weight"],
@@ -361,7 +386,7 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=None, n_ctx=4096):
     (as in ARCHS) and moe_renorm override the architecture's. A LongRoPE
     file rotates with its long factors when the context n_ctx exceeds the
     original one, else with its short ones (llama.cpp's choice)."""
-    neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope = flags or ARCHS[arch]
+    neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope, oai = flags or ARCHS[arch]
     E, H, KV, hd, eps = hp["E"], hp["n_head"], hp["n_kv"], hp["hd"], hp["eps"]
     g = hp if granite else dict(embd_scale=1.0, residual_scale=1.0, attn_scale=1 / np.sqrt(hd), logit_scale=1.0)
     T = len(tokens)
@@ -393,13 +418,17 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=None, n_ctx=4096):
         for hh in range(H):
             kv = hh // (H // KV)
             s = _softcap(q[:, hh, :] @ k[:, kv, :].T * g["attn_scale"], softcap and hp["attn_softcap"]) + mask
-            s = np.exp(s - s.max(axis=1, keepdims=True))
-            out[:, hh, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kv, :]
-        a = out.reshape(T, H * hd) @ w[p + "attn_output.weight"].T
+            # a sink (gpt-oss) is one more logit in the denominator, with no value
+            sink = w[p + "attn_sinks.weight"][hh] if p + "attn_sinks.weight" in w else -np.inf
+            m = np.maximum(s.max(axis=1, keepdims=True), sink)
+            s = np.exp(s - m)
+            out[:, hh, :] = (s / (s.sum(axis=1, keepdims=True) + np.exp(sink - m))) @ v[:, kv, :]
+        a = out.reshape(T, H * hd) @ w[p + "attn_output.weight"].T + w.get(p + "attn_output.bias", 0.0)
         x = x + g["residual_scale"] * (_rmsnorm(a, w[p + "post_attention_norm.weight"], eps) if post_norms else a)
-        h = _rmsnorm(x, w[p + "ffn_norm.weight"], eps)
+        # gpt-oss names its FFN norm post_attention_norm
+        h = _rmsnorm(x, w.get(p + "ffn_norm.weight", w.get(p + "post_attention_norm.weight")), eps)
         if hp.get("n_expert"):
-            f = _moe(h, w, p, hp, gelu, hp.get("expert_renorm", True) if moe_renorm is None else moe_renorm)
+            f = _moe(h, w, p, hp, gelu, hp.get("expert_renorm", True) if moe_renorm is None else moe_renorm, oai)
         else:
             f = _ffn(h, w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"], w[p + "ffn_down.weight"], gelu)
         x = x + g["residual_scale"] * (_rmsnorm(f, w[p + "post_ffw_norm.weight"], eps) if post_norms else f)

@@ -1,7 +1,7 @@
 """Both workers run Qwen2, Qwen3, Phi-3 and Gemma files as well as Llama's,
 including fused attn_qkv / gate+up tensors, the CPU worker Gemma 2 and 3,
-Granite, SmolLM3 and mixtures of experts (Qwen3-MoE, Mixtral-style llama)
-too, and each refuses, by name, what it cannot run.
+Granite, SmolLM3, gpt-oss and mixtures of experts (Qwen3-MoE, Mixtral-style
+llama) too, and each refuses, by name, what it cannot run.
 
 Each architecture gets a tiny random-weight file written the way llama.cpp's
 converters write one (tests/archmodels.py), in f32 and after
@@ -16,7 +16,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
+from gguf import GGUFReader, GGMLQuantizationType as QT
 
 import archmodels as am
 from conftest import BUILD, bin_path, cosines, logits_for
@@ -83,6 +83,10 @@ def wrong_references(arch, hp, w):
         yield "one expert fewer", am.forward(arch, dict(hp, n_expert_used=hp["n_expert_used"] - 1), w, IDS)
     if hp.get("n_ff_shexp"):
         yield "no shared expert", am.forward(arch, hp, {k: v for k, v in w.items() if "_shexp." not in k}, IDS)
+    for what, part in (("sinks", "attn_sinks."), ("attention output bias", "attn_output.bias"),
+                       ("router bias", "ffn_gate_inp.bias"), ("expert biases", "_exps.bias")):
+        if any(part in k for k in w):
+            yield f"no {what}", am.forward(arch, hp, {k: v for k, v in w.items() if part not in k}, IDS)
 
 
 @pytest.mark.parametrize("arch", list(am.ARCHS))
@@ -115,6 +119,32 @@ def test_q32_packed(quant, E, tmp_path):
     arch, hp, w = am.read_weights(model)
     cos = cosines(got, am.forward(arch, hp, w, ids))
     assert cos.min() >= 0.999, cos.min()
+
+
+def test_gpt_oss_mxfp4_experts(tmp_path):
+    """gpt-oss as its files come: the experts' matrices in MXFP4 (quantized
+    by the gguf package), the rest in float. The worker's logits match the
+    reference over the same MXFP4 weights on every ISA (each has its own
+    MXFP4 dot and packed kernel), and the experts really are MXFP4 in the file."""
+    hp, w = am.make_weights("gpt-oss", seed=11)
+    path = tmp_path / "gpt-oss-mxfp4.gguf"
+    am.write_model(path, "gpt-oss", hp, w, quantize=(QT.MXFP4, "_exps.weight"))
+    types = {t.name: t.tensor_type for t in GGUFReader(path).tensors}
+    assert types["blk.0.ffn_down_exps.weight"] == QT.MXFP4 and types["blk.0.ffn_down_exps.bias"] == QT.F32
+    _, hp2, w2 = am.read_weights(path)
+    ref = am.forward("gpt-oss", hp2, w2, IDS)
+    for isa in ("scalar", "avx2", None):
+        cos = cosines(spillway_logits(path, tmp_path, isa=isa), ref)
+        print(f"gpt-oss MXFP4 experts, {isa or 'default'}: min cosine {cos.min():.7f}")
+        assert cos.min() >= 0.9999
+    # as served: the experts on the packed MXFP4 kernels (fast mode), 40 tokens
+    ids = IDS * 2
+    ref = am.forward("gpt-oss", hp2, w2, ids)
+    for isa in ("avx2", None):
+        got, err = logits_for(path, ids, tmp_path / "fast.f32", isa=isa, extra=["--fast"])
+        cos = cosines(got, ref)
+        print(f"gpt-oss MXFP4 experts, {isa or 'default'}, packed: min cosine {cos.min():.7f}")
+        assert cos.min() >= 0.9999
 
 
 def test_reference_tells_the_variants_apart(tmp_path):
@@ -261,7 +291,7 @@ def gpu_emulated_logits(model, tmp_path, ids=IDS):
 # what the GPU worker refuses, and the words of its refusal
 GPU_REFUSES = {"gemma2": "post-attention and post-FFN norms", "gemma3": "post-attention and post-FFN norms",
                "granite": "residual, attention or logit scales (Granite)", "smollm3": "layers without RoPE (SmolLM3)",
-               "granitemoe": "a mixture of experts"}
+               "granitemoe": "a mixture of experts", "gpt-oss": "a mixture of experts"}
 GPU_ARCHS = [a for a in am.ARCHS if a not in GPU_REFUSES and not a.endswith("moe")]
 
 
@@ -359,6 +389,32 @@ def test_gpu_worker_refuses_partial_neox_rotary(tmp_path):
     spillway_logits(path, tmp_path)
     err = gpu_refusal(path)
     assert "rotates 32 of 64 head dims" in err and "spillway-worker-cpu" in err, err
+
+
+def test_output_bias_and_sinks_in_any_file(tmp_path):
+    """An attention output bias and attention sinks are read wherever a file
+    has them (gpt-oss's, here in a Llama file): the logits match the
+    reference with them and not without; the GPU worker refuses each by name."""
+    hp, w = am.make_weights("llama", seed=5)
+    rng = np.random.default_rng(5)
+    extra = {}
+    for l in range(hp["n_layer"]):
+        extra[f"blk.{l}.attn_output.bias"] = (0.5 * rng.standard_normal(hp["E"])).astype(np.float32)
+        extra[f"blk.{l}.attn_sinks.weight"] = rng.standard_normal(hp["n_head"]).astype(np.float32)
+    for drop, words in (("attn_sinks", "an attention output bias"), ("attn_output.bias", "attention sinks")):
+        path = tmp_path / f"no-{drop}.gguf"
+        am.write_model(path, "llama", hp, w, extra_tensors={k: v for k, v in extra.items() if drop not in k})
+        got = spillway_logits(path, tmp_path)
+        _, hp2, w2 = am.read_weights(path)
+        assert cosines(got, am.forward("llama", hp2, w2, IDS)).min() >= 0.9999
+        assert cosines(got, am.forward("llama", hp2, {k: v for k, v in w2.items() if k not in extra}, IDS)).min() < 0.999
+        assert f"uses {words}" in gpu_refusal(path)
+    # in some layers only: refused, naming the layer that lacks it
+    path = tmp_path / "partial.gguf"
+    am.write_model(path, "llama", hp, w, extra_tensors={"blk.0.attn_sinks.weight": extra["blk.0.attn_sinks.weight"]})
+    r = subprocess.run([bin_path("spillway-run"), "-m", str(path), "--tokens", "1,2"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and "blk.1.attn_sinks.weight' missing" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("arch", list(GPU_REFUSES))

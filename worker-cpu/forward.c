@@ -25,6 +25,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 struct sw_ctx {
@@ -55,6 +56,11 @@ struct sw_ctx {
      * the post-attention and post-FFN norms [n_layer][2][n_embd], Qwen2-MoE's
      * shared-expert gates [n_layer][n_embd] */
     float *bias, *qk_norm, *out_bias, *post_norm, *shexp_gate;
+    /* gpt-oss's (NULL when the file has none): the attention output's bias
+     * [n_layer][n_embd], sink logits [n_layer][n_head], the router's bias
+     * [n_layer][n_expert], and each expert's gate, up and down biases
+     * [n_layer][n_expert][2 n_ff_exp + n_embd] */
+    float *attn_out_b, *sinks, *router_b, *exp_b;
     /* scratch, sized for max_batch tokens */
     float *x;                 /* [B][n_embd] residual stream */
     float *xb;                /* [B][max(n_embd, q_dim)] normed input / attention output */
@@ -174,6 +180,17 @@ SW_CLONES static void swiglu(float *g, const float *u, int n)
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + exp_fast(-g[i])) * u[i];
 }
 
+/* gpt-oss's clamped SwiGLU: x = min(g, 7), u clamped to +-7, then
+ * x * sigmoid(1.702 x) * (u + 1). */
+SW_CLONES static void swiglu_oai(float *g, const float *u, int n)
+{
+#pragma omp simd
+    for (int i = 0; i < n; i++) {
+        float x = g[i] < 7.0f ? g[i] : 7.0f, y = u[i] < -7.0f ? -7.0f : (u[i] > 7.0f ? 7.0f : u[i]);
+        g[i] = x / (1.0f + exp_fast(-1.702f * x)) * (y + 1.0f);
+    }
+}
+
 /* g[i] = gelu(g[i]) * u[i], GELU in its tanh form (as Gemma and llama.cpp
  * compute it). */
 SW_CLONES static void geglu(float *g, const float *u, int n)
@@ -239,6 +256,50 @@ static bool norm_to_float(const gguf_tensor *t, float *dst)
     return sw_dequantize_row(t->type, t->data, dst, (int64_t)t->ne[0]);
 }
 
+/* Each layer's tensor of one kind (at byte offset `field` in sw_layer) as
+ * float, `per` values a layer, into a fresh array; NULL in *out when no
+ * layer has one, false when memory runs out or a layer lacks it. */
+static bool layer_floats(const sw_model *m, size_t field, size_t per, float **out)
+{
+    const gguf_tensor *first = *(const gguf_tensor *const *)((const char *)&m->layers[0] + field);
+    *out = NULL;
+    if (!first) return true;
+    if (!(*out = falloc(m->hp.n_layer * per))) return false;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const gguf_tensor *t = *(const gguf_tensor *const *)((const char *)&m->layers[l] + field);
+        if (!t || !sw_dequantize_row(t->type, t->data, *out + l * per, (int64_t)per)) return false;
+    }
+    return true;
+}
+
+/* gpt-oss's extras. The experts' biases are stored per kind ([n_expert]
+ * rows each); here each expert's three sit together. */
+static bool load_oai_extras(sw_ctx *c)
+{
+    const sw_model *m = c->m;
+    const sw_hparams *hp = &m->hp;
+    const size_t E = hp->n_embd, NE = hp->n_expert, FE = hp->n_ff_exp, W = 2 * FE + E;
+    if (!layer_floats(m, offsetof(sw_layer, bo), E, &c->attn_out_b) ||
+        !layer_floats(m, offsetof(sw_layer, sinks), hp->n_head, &c->sinks) ||
+        (NE && !layer_floats(m, offsetof(sw_layer, gate_inp_b), NE, &c->router_b)))
+        return false;
+    if (!NE || !m->layers[0].gate_exps_b) return true;
+    float *tmp = malloc(NE * W * sizeof *tmp);
+    bool ok = tmp && (c->exp_b = falloc(hp->n_layer * NE * W));
+    for (uint32_t l = 0; ok && l < hp->n_layer; l++) {
+        const sw_layer *L = &m->layers[l];
+        const gguf_tensor *kinds[3] = {L->gate_exps_b, L->up_exps_b, L->down_exps_b};
+        const size_t width[3] = {FE, FE, E}, at[3] = {0, FE, 2 * FE};
+        for (int k = 0; ok && k < 3; k++) {
+            ok = kinds[k] && sw_dequantize_row(kinds[k]->type, kinds[k]->data, tmp, (int64_t)(width[k] * NE));
+            for (size_t e = 0; ok && e < NE; e++)
+                memcpy(c->exp_b + (l * NE + e) * W + at[k], tmp + e * width[k], width[k] * sizeof(float));
+        }
+    }
+    free(tmp);
+    return ok;
+}
+
 /* Biases and per-head norms as float, for the architectures that have them. */
 static bool load_extras(sw_ctx *c)
 {
@@ -267,7 +328,7 @@ static bool load_extras(sw_ctx *c)
     }
     if (m->output_bias && (!(c->out_bias = falloc(hp->n_vocab)) || !norm_to_float(m->output_bias, c->out_bias)))
         return false;
-    return true;
+    return load_oai_extras(c);
 }
 
 /* The layer matrices in a fixed order, for the pack table. */
@@ -458,6 +519,7 @@ void sw_ctx_free(sw_ctx *c)
     free(c->kv_k); free(c->kv_v); free(c->kv_slots); free(c->layer_off);
     free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq); free(c->inv_freq_swa);
     free(c->bias); free(c->qk_norm); free(c->out_bias); free(c->post_norm); free(c->shexp_gate);
+    free(c->attn_out_b); free(c->sinks); free(c->router_b); free(c->exp_b);
     free(c->x); free(c->xb); free(c->xb2);
     free(c->q); free(c->k); free(c->v); free(c->kh);
     free(c->hb); free(c->hb2); free(c->att); free(c->zeros); free(c->px); free(c->py);
@@ -588,13 +650,14 @@ static void scale_scores(float *a, int n, float scale, float cap)
     for (int j = 0; j < n; j++) a[j] *= scale;
 }
 
-/* In-place softmax of the first n entries of one row. */
-SW_CLONES static void softmax_row(float *a, int n)
+/* In-place softmax of the first n entries of one row; a sink logit (gpt-oss;
+ * -INFINITY for none) joins the denominator as a position without a value. */
+SW_CLONES static void softmax_row(float *a, int n, float sink)
 {
-    float mx = -INFINITY;
+    float mx = sink;
 #pragma omp simd reduction(max:mx)
     for (int j = 0; j < n; j++) mx = a[j] > mx ? a[j] : mx;
-    float sum = 0.0f;
+    float sum = sink > -INFINITY ? exp_fast(sink - mx) : 0.0f;
 #pragma omp simd reduction(+:sum)
     for (int j = 0; j < n; j++) { a[j] = exp_fast(a[j] - mx); sum += a[j]; }
     float inv = 1.0f / sum;
@@ -603,15 +666,17 @@ SW_CLONES static void softmax_row(float *a, int n)
 }
 
 /* The attention weights of M rows of n scores, scaled (or soft-capped);
- * entries m0..m1-1 (positions outside a sliding window) get weight 0. */
-static void softmax_rows(float *S, size_t ss, int M, int n, int m0, int m1, float scale, float cap)
+ * entries m0..m1-1 (positions outside a sliding window) get weight 0.
+ * sinks: the M heads' sink logits, or NULL. */
+static void softmax_rows(float *S, size_t ss, int M, int n, int m0, int m1, float scale, float cap,
+                         const float *sinks)
 {
     for (int r = 0; r < M; r++) {
         float *a = S + (size_t)r * ss;
         scale_scores(a, m0, scale, cap);
         scale_scores(a + m1, n - m1, scale, cap);
         for (int j = m0; j < m1; j++) a[j] = -INFINITY;
-        softmax_row(a, n);
+        softmax_row(a, n, sinks ? sinks[r] : -INFINITY);
     }
 }
 
@@ -722,7 +787,8 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
         const float *Q = c->q + (size_t)t * c->q_dim + (size_t)g * group * hd;
         float *O = out + (size_t)t * c->q_dim + (size_t)g * group * hd;
         ak->scores(Q, group, hd, c->kv_k + base + j0, (size_t)R, b - j0, S, ss, c->zeros);
-        softmax_rows(S, ss, group, b - j0, m0, m1, scale, cap);
+        softmax_rows(S, ss, group, b - j0, m0, m1, scale, cap,
+                     c->sinks ? c->sinks + (size_t)layer * hp->n_head + (size_t)g * group : NULL);
         ak->pv(S, ss, group, c->kv_v + base + (size_t)j0 * hd, hd, b - j0, O, c->zeros);
         free(tmp);
     }
@@ -814,6 +880,7 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
     if (!nq) return;
     attention(c, (int)l, qtoks, nq, c->xb);
     matmul(c, L->wo, packed(c, l, PK_O), c->xb, nq, c->xb2);
+    if (c->attn_out_b) add_bias(c->xb2, c->attn_out_b + (size_t)l * E, nq, E);
     if (c->post_norm) norm_rows(c->xb2, c->xb2, c->post_norm + (size_t)l * 2 * E, nq, E, hp->rms_eps);
     add_rows(c->x, c->xb2, nq, E, hp->residual_scale);
 }
@@ -824,6 +891,7 @@ static void gate_rows(sw_ctx *c, int n, int F)
 #pragma omp parallel for if (n > 4)
     for (int t = 0; t < n; t++) {
         if (c->m->graph->gelu) geglu(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
+        else if (c->m->graph->oai_moe) swiglu_oai(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
         else swiglu(c->hb + (size_t)t * F, c->hb2 + (size_t)t * F, F);
     }
 }
@@ -858,7 +926,7 @@ static void route_tokens(sw_ctx *c, int n)
         float all = 0.0f;
         for (int e = 0; e < ne; e++) all += expf(r[e] - mx);
         float norm = sum / all;   /* the chosen's share of the softmax */
-        norm = norm < 6.103515625e-5f ? 6.103515625e-5f : norm;
+        if (!c->m->graph->oai_moe) norm = norm < 6.103515625e-5f ? 6.103515625e-5f : norm;   /* gpt-oss: unclamped */
         if (!hp->expert_renorm) norm = 1.0f;   /* Qwen2-MoE: the softmax probabilities themselves */
         for (int i = 0; i < k; i++) w[i] = w[i] / all / norm * hp->expert_weights_scale;
     }
@@ -888,6 +956,26 @@ static void gather_expert_rows(sw_ctx *c, int n)
         memcpy(c->exp_in + (size_t)s * E, c->xb + (size_t)c->rows[s] * E, (size_t)E * sizeof(float));
 }
 
+/* gpt-oss: each slot's expert biases, added to its gate and up products, or
+ * to its down product. */
+static void add_expert_biases(sw_ctx *c, uint32_t l, bool down)
+{
+    const sw_hparams *hp = &c->m->hp;
+    if (!c->exp_b) return;
+    const size_t E = hp->n_embd, FE = hp->n_ff_exp, W = 2 * FE + E;
+    for (uint32_t e = 0; e < hp->n_expert; e++) {
+        const int s0 = c->exp_first[e], m = c->exp_first[e + 1] - s0;
+        const float *b = c->exp_b + ((size_t)l * hp->n_expert + e) * W;
+        if (!m) continue;
+        if (down) {
+            add_bias(c->exp_out + (size_t)s0 * E, b + 2 * FE, m, (int)E);
+        } else {
+            add_bias(c->hb + (size_t)s0 * FE, b, m, (int)FE);
+            add_bias(c->hb2 + (size_t)s0 * FE, b + FE, m, (int)FE);
+        }
+    }
+}
+
 /* The experts' products over their slots: all of one kind (gate and up,
  * then down) in one parallel region when every expert used is packed,
  * else one matmul each. */
@@ -913,6 +1001,7 @@ static void expert_products(sw_ctx *c, uint32_t l, bool down)
     }
     if (packed_all) {
         sw_matmul_packed_jobs(c->jobs, nj);
+        add_expert_biases(c, l, down);
         return;
     }
     for (uint32_t e = 0; e < hp->n_expert; e++) {
@@ -926,6 +1015,7 @@ static void expert_products(sw_ctx *c, uint32_t l, bool down)
             matmul(c, &L->up_exps[e], packed_expert(c, l, 1, e), c->exp_in + s0 * E, m, c->hb2 + s0 * FE);
         }
     }
+    add_expert_biases(c, l, down);
 }
 
 /* xb2 = the mixture of experts over the n normed rows in xb. The pairs
@@ -938,6 +1028,7 @@ static void moe_rows(sw_ctx *c, uint32_t l, int n)
     const sw_layer *L = &c->m->layers[l];
     const int E = (int)hp->n_embd, k = (int)hp->n_expert_used;
     matmul(c, L->gate_inp, NULL, c->xb, n, c->router);
+    if (c->router_b) add_bias(c->router, c->router_b + (size_t)l * hp->n_expert, n, (int)hp->n_expert);
     route_tokens(c, n);
     gather_expert_rows(c, n);
     for (uint32_t e = 0; e < hp->n_expert; e++)

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include "llm/util.h"
 
@@ -44,7 +45,7 @@ static bool matmul_type_ok(sw_type t)
     switch (t) {
     case SW_TYPE_F32: case SW_TYPE_F16: case SW_TYPE_BF16:
     case SW_TYPE_Q4_0: case SW_TYPE_Q4_1: case SW_TYPE_Q5_0: case SW_TYPE_Q5_1:
-    case SW_TYPE_Q8_0: case SW_TYPE_Q4_K: case SW_TYPE_Q5_K: case SW_TYPE_Q6_K:
+    case SW_TYPE_Q8_0: case SW_TYPE_Q4_K: case SW_TYPE_Q5_K: case SW_TYPE_Q6_K: case SW_TYPE_MXFP4:
         return true;
     default:
         return false;
@@ -360,19 +361,20 @@ static void pick_quant_name(sw_model *m)
  * their 27B models' query scale out of the file: llama.cpp tells those
  * models by their depth (depth_27b), and so does this loader. */
 static const sw_arch ARCHS[] = {
-    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts        granite nope shexp */
-    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, false, 0, false},
-    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false},
-    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false},
-    {"qwen2moe", true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, true},
-    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false},
-    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false},
-    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false},
-    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO,      false, 0, false},
-    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO,      false, 0, false},
-    {"granite",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false},
-    {"granitemoe", false, false, false,       false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false},
-    {"smollm3",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 4, false},
+    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts        granite nope shexp  oai */
+    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, false, 0, false, false},
+    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false},
+    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false},
+    {"qwen2moe", true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, true, false},
+    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, false},
+    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false},
+    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false},
+    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO,      false, 0, false, false},
+    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO,      false, 0, false, false},
+    {"granite",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false},
+    {"granitemoe", false, false, false,       false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false},
+    {"smollm3",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 4, false, false},
+    {"gpt-oss",  true,  false,  false,        false, false,    false,     0.f, 0.f,   2, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, true},
 };
 enum { N_ARCHS = sizeof ARCHS / sizeof ARCHS[0] };
 
@@ -640,9 +642,12 @@ static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
     const uint64_t E = hp->n_embd, F = hp->n_ff, QD = (uint64_t)hp->n_head * hp->head_dim;
     if (!(L->attn_norm = bindf(ld, E, 0, false, "blk.%u.attn_norm.weight", l)) || !bind_qkv(ld, l, L) ||
         !(L->wo = bindf(ld, QD, E, false, "blk.%u.attn_output.weight", l)) ||
-        !(L->ffn_norm = bindf(ld, E, 0, false, "blk.%u.ffn_norm.weight", l)) ||
+        !(L->ffn_norm = bindf(ld, E, 0, false, a->oai_moe ? "blk.%u.post_attention_norm.weight" : "blk.%u.ffn_norm.weight", l)) ||
         (!hp->n_expert && !(L->w_down = bindf(ld, F, E, false, "blk.%u.ffn_down.weight", l))))
         return false;
+    L->bo = bindf(ld, E, 0, true, "blk.%u.attn_output.bias", l);
+    if (!ld->err[0]) L->sinks = bindf(ld, hp->n_head, 0, true, "blk.%u.attn_sinks.weight", l);
+    if (ld->err[0]) return false;
     if (a->qk_norm && (!(L->q_norm = bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_q_norm.weight", l)) ||
                        !(L->k_norm = bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_k_norm.weight", l))))
         return false;
@@ -656,7 +661,13 @@ static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
                    !(L->w_up = bindf(ld, E, FS, false, "blk.%u.ffn_up_shexp.weight", l)) ||
                    !(L->w_down = bindf(ld, FS, E, false, "blk.%u.ffn_down_shexp.weight", l))))
             return false;
-        return (L->gate_inp = bindf(ld, E, hp->n_expert, false, "blk.%u.ffn_gate_inp.weight", l)) &&
+        const uint64_t NE = hp->n_expert;
+        L->gate_inp_b = bindf(ld, NE, 0, true, "blk.%u.ffn_gate_inp.bias", l);
+        if (!ld->err[0]) L->gate_exps_b = bindf(ld, FE, NE, true, "blk.%u.ffn_gate_exps.bias", l);
+        if (!ld->err[0]) L->up_exps_b = bindf(ld, FE, NE, true, "blk.%u.ffn_up_exps.bias", l);
+        if (!ld->err[0]) L->down_exps_b = bindf(ld, E, NE, true, "blk.%u.ffn_down_exps.bias", l);
+        if (ld->err[0]) return false;
+        return (L->gate_inp = bindf(ld, E, NE, false, "blk.%u.ffn_gate_inp.weight", l)) &&
                (L->gate_exps = bind_experts(ld, E, FE, "blk.%u.ffn_gate_exps.weight", l)) &&
                (L->up_exps = bind_experts(ld, E, FE, "blk.%u.ffn_up_exps.weight", l)) &&
                (L->down_exps = bind_experts(ld, FE, E, "blk.%u.ffn_down_exps.weight", l));
@@ -682,10 +693,36 @@ static uint64_t layer_bytes(const sw_layer *L)
 {
     const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->ffn_norm, L->w_gate, L->w_up,
                                L->w_down, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->post_attn_norm,
-                               L->post_ffn_norm, L->gate_inp, L->gate_inp_shexp};
+                               L->post_ffn_norm, L->gate_inp, L->gate_inp_shexp, L->bo, L->sinks, L->gate_inp_b};
     uint64_t n = 0;
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) n += ts[i] ? ts[i]->nbytes : 0;
     return n;
+}
+
+/* The optional per-layer tensors the graph reads as "the model has them"
+ * (from layer 0) must be in every layer or in none. */
+static bool same_in_every_layer(loader *ld)
+{
+    static const struct { size_t at; const char *name; } opt[] = {
+        {offsetof(sw_layer, bo), "attn_output.bias"},       {offsetof(sw_layer, sinks), "attn_sinks.weight"},
+        {offsetof(sw_layer, gate_inp_b), "ffn_gate_inp.bias"}, {offsetof(sw_layer, gate_exps_b), "ffn_gate_exps.bias"},
+        {offsetof(sw_layer, up_exps_b), "ffn_up_exps.bias"},   {offsetof(sw_layer, down_exps_b), "ffn_down_exps.bias"},
+    };
+    const sw_model *m = ld->m;
+    for (size_t k = 0; k < sizeof opt / sizeof opt[0]; k++) {
+        bool first = *(const gguf_tensor *const *)((const char *)&m->layers[0] + opt[k].at) != NULL;
+        /* the experts' three biases come together */
+        if (k >= 4) first = m->layers[0].gate_exps_b != NULL;
+        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+            bool has = *(const gguf_tensor *const *)((const char *)&m->layers[l] + opt[k].at) != NULL;
+            if (has != first) {
+                sw_errf(ld->err, ld->errlen, "tensor 'blk.%u.%s' %s, but layer 0's is %s", l, opt[k].name,
+                        has ? "present" : "missing", first ? "present" : "missing");
+                return false;
+            }
+        }
+    }
+    return true;
 }
 
 static bool bind_tensors(loader *ld)
@@ -731,6 +768,7 @@ static bool bind_tensors(loader *ld)
         m->weight_bytes += layer_bytes(&m->layers[l]);
         if (hp->n_expert) m->expert_bytes += hp->n_expert_used * sw_expert_bytes(&m->layers[l], 0);
     }
+    if (!same_in_every_layer(ld)) return false;
     m->weight_bytes += m->expert_bytes + m->output->nbytes + m->output_norm->nbytes +
                        sw_row_size(m->token_embd->type, E) + (m->output_bias ? m->output_bias->nbytes : 0);
 

@@ -77,6 +77,10 @@ typedef struct {
                            * as llama.cpp has it too); 0: every layer rotates */
     bool shared_expert;   /* a mixture with a gated shared expert, its chosen experts' weights
                            * not renormalized (Qwen2-MoE) */
+    bool oai_moe;         /* gpt-oss: its FFN norm is named post_attention_norm, the chosen experts'
+                           * weights are the softmax of their router logits alone, and the expert
+                           * gate is SwiGLU clamped (x = min(g, 7), u clamped to +-7,
+                           * x * sigmoid(1.702 x) * (u + 1)) */
 } sw_arch;
 
 /* One transformer block. Matrices follow GGUF's convention: ne[0] = input
@@ -95,12 +99,19 @@ typedef struct {
      * [n_head_kv*head_dim] x 2) and the per-head q/k norms ([head_dim]). */
     const gguf_tensor *bq, *bk, *bv;
     const gguf_tensor *q_norm, *k_norm;
+    /* Optional, NULL when absent: the attention output's bias [n_embd], and
+     * attention sinks [n_head] (gpt-oss): a logit per head that joins each
+     * softmax's denominator without a value. */
+    const gguf_tensor *bo, *sinks;
     /* A mixture's router [n_embd, n_expert] and its experts' matrices, each
      * n_expert consecutive views (gate and up [n_embd, n_ff_exp], down
      * [n_ff_exp, n_embd]) into the file's stacked tensors; w_gate, w_up and
      * w_down are then NULL. */
     const gguf_tensor *gate_inp;
     const gguf_tensor *gate_exps, *up_exps, *down_exps;
+    /* Optional (gpt-oss): the router's bias [n_expert] and the experts'
+     * biases, [n_ff_exp, n_expert] for gate and up, [n_embd, n_expert] for down. */
+    const gguf_tensor *gate_inp_b, *gate_exps_b, *up_exps_b, *down_exps_b;
     /* Qwen2-MoE: the shared expert's gate [n_embd]; its matrices are w_gate,
      * w_up and w_down (n_ff_shexp wide). NULL elsewhere. */
     const gguf_tensor *gate_inp_shexp;

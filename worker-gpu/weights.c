@@ -187,6 +187,8 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
                           : m->hp.n_swa                ? "sliding-window attention"
                           : granite_scales(&m->hp)     ? "residual, attention or logit scales (Granite)"
                           : nope_layers(m)             ? "layers without RoPE (SmolLM3)"
+                          : m->layers[0].bo            ? "an attention output bias"
+                          : m->layers[0].sinks         ? "attention sinks"
                                                        : NULL;
     if (missing) {
         sw_errf(err, errlen, "architecture '%s' uses %s, which the GPU worker does not implement: serve it with "

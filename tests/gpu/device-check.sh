@@ -141,6 +141,9 @@ for m in "${SHARED:-/nonexistent}"/arch/*.gguf; do
         else
             cat "$TMP/err"; record "arch:$name" FAIL "min_cos ${cos:-?} top1 ${top:-?} (need 0.999)"
         fi
+    elif grep -q "which the GPU worker does not implement" "$TMP/err"; then
+        # architectures the GPU worker refuses by name (test_arch checks the refusals)
+        record "arch:$name" SKIP "refused: $(grep -o 'uses .*, which' "$TMP/err" | head -1 | sed 's/^uses //; s/, which$//')"
     else
         cat "$TMP/err"; record "arch:$name" FAIL "emulation run failed"
     fi

@@ -68,6 +68,9 @@ int main(void) {
     const sw_mix_model moe8 = { 32, 8, false }, moe64 = { 48, 64, false };
     uint64_t ne3[3] = { 4096, 14336, 8 };
     CHECK(sw_mix_type(q, "blk.0.ffn_gate_inp.weight", 2, ne3, &moe8) == SW_TYPE_F32);
+    /* gpt-oss's expert biases are 2-D but not weights: kept */
+    CHECK(sw_mix_type(q, "blk.0.ffn_down_exps.bias", 2, ne3, &moe8) == SW_TYPE_F32);
+    CHECK(sw_mix_type(q, "blk.0.ffn_up_exps.bias", 2, ne3, &moe8) == SW_TYPE_F32);
     CHECK(sw_mix_type(q, "blk.0.ffn_down_exps.weight", 3, ne3, &moe8) == SW_TYPE_Q6_K);
     CHECK(sw_mix_type(q, "blk.4.ffn_down_exps.weight", 3, ne3, &moe8) == SW_TYPE_Q4_K);
     CHECK(sw_mix_type(q, "blk.4.ffn_gate_exps.weight", 3, ne3, &moe8) == SW_TYPE_Q4_K);
