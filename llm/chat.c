@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const names[] = {
     [SW_CHAT_PLAIN] = "plain", [SW_CHAT_LLAMA2] = "llama2", [SW_CHAT_LLAMA3] = "llama3",
@@ -13,6 +14,7 @@ static const char *const names[] = {
     [SW_CHAT_GEMMA] = "gemma", [SW_CHAT_GRANITE] = "granite", [SW_CHAT_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
     [SW_CHAT_MISTRAL_V7] = "mistral-v7", [SW_CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken", [SW_CHAT_PHI4] = "phi4",
     [SW_CHAT_PHI4_MINI] = "phi4-mini", [SW_CHAT_DEEPSEEK3] = "deepseek3", [SW_CHAT_DEEPSEEK_R1] = "deepseek-r1",
+    [SW_CHAT_HARMONY] = "harmony",
 };
 _Static_assert(sizeof names / sizeof names[0] == SW_CHAT_COUNT, "a name for every template");
 #define N_TEMPLATES ((int)(sizeof names / sizeof names[0]))
@@ -41,6 +43,7 @@ static bool has(const char *s, size_t n, const char *needle) {
 static sw_chat_template detect_mem(const char *s, size_t n) {
     if (!s || n == 0) return SW_CHAT_PLAIN;
     if (has(s, n, "<|start_header_id|>")) return SW_CHAT_LLAMA3;
+    if (has(s, n, "<|start|>") && has(s, n, "<|message|>") && has(s, n, "<|channel|>")) return SW_CHAT_HARMONY;
     if (has(s, n, "<|im_sep|>")) return SW_CHAT_PHI4;
     if (has(s, n, "<|im_start|>")) return SW_CHAT_CHATML;
     if (has(s, n, "<start_of_turn>")) return SW_CHAT_GEMMA;
@@ -293,6 +296,38 @@ static void fmt_deepseek(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *s
     if (think) put(b, "<think>\n");
 }
 
+/* Harmony (gpt-oss), as its template renders it: a system message the
+ * template always writes (identity, knowledge cutoff, today's date in UTC,
+ * reasoning effort, the channels), the caller's system text as the
+ * developer's instructions, past answers in the final channel, and the
+ * assistant's header left open: the model names the channel itself. */
+static void fmt_harmony(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys) {
+    char date[16] = "1970-01-01";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(date, sizeof date, "%Y-%m-%d", &tm);
+    put(b, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+           "Knowledge cutoff: 2024-06\nCurrent date: ");
+    put(b, date);
+    put(b, "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. "
+           "Channel must be included for every message.<|end|>");
+    for (size_t i = 0; i < n; i++)
+        if (role_of(m[i].role) == R_SYSTEM) sys_add(sys, content_of(&m[i]));
+    if (sys->any) {
+        put(b, "<|start|>developer<|message|># Instructions\n\n");
+        put_n(b, sys->text.s, sys->text.n);
+        put(b, "\n\n<|end|>");
+    }
+    for (size_t i = 0; i < n; i++) {
+        role_kind r = role_of(m[i].role);
+        if (r == R_SYSTEM) continue;
+        put(b, r == R_ASSISTANT ? "<|start|>assistant<|channel|>final<|message|>" : "<|start|>user<|message|>");
+        put(b, content_of(&m[i]));
+        put(b, "<|end|>");
+    }
+    put(b, "<|start|>assistant");
+}
+
 /* Gemma: roles user and model; system text starts the first user turn. */
 static void fmt_gemma(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys) {
     for (size_t i = 0; i < n; i++) {
@@ -329,6 +364,7 @@ char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n) {
     case SW_CHAT_MISTRAL_V7_TEKKEN: fmt_mistral_v7(&b, msgs, n, ""); break;
     case SW_CHAT_DEEPSEEK3: fmt_deepseek(&b, msgs, n, &sys, false); break;
     case SW_CHAT_DEEPSEEK_R1: fmt_deepseek(&b, msgs, n, &sys, true); break;
+    case SW_CHAT_HARMONY: fmt_harmony(&b, msgs, n, &sys); break;
     case SW_CHAT_LLAMA2: fmt_llama2(&b, msgs, n, &sys); break;
     case SW_CHAT_MISTRAL: fmt_mistral(&b, msgs, n, &sys); break;
     case SW_CHAT_GEMMA: fmt_gemma(&b, msgs, n, &sys); break;

@@ -69,6 +69,13 @@ typedef struct {
     size_t cap_out;
     uint32_t n_generated;         /* tokens accepted (completion_tokens) */
     int finish;                   /* SW_FINISH_*, sticky */
+    /* Harmony chats (gpt-oss): only the final channel's text is output, not
+     * the reasoning (analysis channel) or the messages' headers. The
+     * tokens <|start|> <|end|> <|channel|> <|message|>; h_state 0: off. */
+    int32_t h_start, h_end, h_channel, h_message;
+    int h_state;
+    char h_chan[16];              /* the channel being named */
+    size_t h_n_chan;
 } sw_gen;
 
 /* Returns 0, or 400 with err filled (empty or too long prompt, bad token id,

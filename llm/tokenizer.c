@@ -238,8 +238,14 @@ static bool load_merges(sw_tokenizer *t, const gguf_file *f, char *err, size_t e
 /* Texts of control tokens that end a turn in the common chat formats. */
 static const char *const eog_texts[] = {
     "</s>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-    "<|endoftext|>", "<|end_of_text|>", "<eos>", NULL
+    "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|return|>", "<|call|>", NULL
 };
+
+/* The id of control token `text`, or -1. */
+static int32_t control_id(const sw_tokenizer *t, const char *text) {
+    int32_t id = map_get(&t->vocab, text, strlen(text));
+    return id >= 0 && t->type[id] == TT_CONTROL ? id : -1;
+}
 
 static bool finish_load(sw_tokenizer *t, const gguf_file *f, char *err, size_t errlen) {
     int32_t n = t->n_vocab;
@@ -279,9 +285,14 @@ static bool finish_load(sw_tokenizer *t, const gguf_file *f, char *err, size_t e
         if (id >= 0) t->eog[id] = 1;
     }
     for (int k = 0; eog_texts[k]; k++) {
-        int32_t id = map_get(&t->vocab, eog_texts[k], strlen(eog_texts[k]));
-        if (id >= 0 && t->type[id] == TT_CONTROL) t->eog[id] = 1;
+        int32_t id = control_id(t, eog_texts[k]);
+        if (id >= 0) t->eog[id] = 1;
     }
+    /* Harmony (gpt-oss): <|end|> closes a message, and the answer follows
+     * the reasoning in a message of its own; the turn ends at <|return|> or
+     * at a tool <|call|>. */
+    int32_t end = control_id(t, "<|end|>");
+    if (end >= 0 && control_id(t, "<|return|>") >= 0 && control_id(t, "<|call|>") >= 0) t->eog[end] = 0;
     return true;
 }
 

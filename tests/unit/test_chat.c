@@ -71,6 +71,11 @@ static const char *DEEPSEEK_R1_T =
     "{%- if '</think>' in content -%}{%- set content = content.split('</think>')[-1] -%}{%- endif -%}"
     "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif -%}{%- endfor -%}"
     "{%- if add_generation_prompt and not ns.is_tool -%}{{'<｜Assistant｜><think>\\n'}}{%- endif %}";
+/* gpt-oss's (harmony) template, the parts that identify it. */
+static const char *HARMONY_T =
+    "{{- \"<|start|>system<|message|>\" }}{{- build_system_message() }}{{- \"<|end|>\" }}"
+    "{{- \"<|start|>assistant<|channel|>final<|message|>\" + message.content + \"<|end|>\" }}"
+    "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}";
 
 static const sw_chat_msg CONV[] = {
     { "system", "You are terse." },
@@ -100,6 +105,7 @@ static void test_detect(void) {
     CHECK(sw_chat_detect(PHI4_T) == SW_CHAT_PHI4, "phi4");
     CHECK(sw_chat_detect(PHI4_MINI_T) == SW_CHAT_PHI4_MINI, "phi4-mini");
     CHECK(sw_chat_detect(DEEPSEEK_R1_T) == SW_CHAT_DEEPSEEK_R1, "deepseek-r1");
+    CHECK(sw_chat_detect(HARMONY_T) == SW_CHAT_HARMONY, "harmony");
     CHECK(sw_chat_detect(NULL) == SW_CHAT_PLAIN && sw_chat_detect("") == SW_CHAT_PLAIN, "none");
     CHECK(sw_chat_detect("{{ messages }}") == SW_CHAT_PLAIN, "unknown template");
     for (int i = SW_CHAT_PLAIN; i < SW_CHAT_COUNT; i++)
@@ -160,6 +166,19 @@ static void test_formats(void) {
     const sw_chat_msg thought[] = { { "user", "Q" }, { "assistant", "<think>\nhmm</think>\n\nA" }, { "user", "Q2" } };
     expect(SW_CHAT_DEEPSEEK3, thought, 3,
         "<｜User｜>Q<｜Assistant｜>\n\nA<｜end▁of▁sentence｜><｜User｜>Q2<｜Assistant｜>");
+    /* Harmony: a system message with today's date, then the caller's system
+     * text as the developer's, past answers in the final channel. */
+    char *h = sw_chat_format(SW_CHAT_HARMONY, CONV, N_CONV);
+    const char *head = "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+                       "Knowledge cutoff: 2024-06\nCurrent date: ";
+    const char *tail = "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be "
+                       "included for every message.<|end|><|start|>developer<|message|># Instructions\n\nYou are terse."
+                       "\n\n<|end|><|start|>user<|message|>Hi there<|end|><|start|>assistant<|channel|>final<|message|>"
+                       " Hello! <|end|><|start|>user<|message|>What is 2+2?<|end|><|start|>assistant";
+    size_t hl = strlen(head);
+    CHECK(h && !strncmp(h, head, hl) && strlen(h) == hl + 10 + strlen(tail) && h[hl + 4] == '-' && h[hl + 7] == '-' &&
+          !strcmp(h + hl + 10, tail), "harmony:\n%s", h ? h : "(null)");
+    free(h);
     expect(SW_CHAT_PLAIN, CONV, N_CONV,
         "system: You are terse.\nuser: Hi there\nassistant: Hello! \nuser: What is 2+2?\nassistant:");
 

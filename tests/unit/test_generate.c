@@ -1,11 +1,96 @@
 /* llm/generate.c with the real stories260K tokenizer: prompt building, stop
  * strings held back across tokens and never emitted, EOS, max_tokens and
- * context limits, request validation. */
+ * context limits, request validation. And a harmony chat (gpt-oss) on a
+ * byte-level vocabulary built here: only the final channel is output. */
 #include "tests/unit/check.h"
+#include "tests/unit/testutil.h"
 #include "llm/generate.h"
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
+
+/* A byte-level BPE vocabulary of the 256 byte symbols (GPT-2's mapping of
+ * bytes to printable code points) and harmony's control tokens, no merges. */
+static const char *const HARMONY[] = { "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|return|>", "<|call|>" };
+enum { N_HARMONY = sizeof HARMONY / sizeof HARMONY[0] };
+
+static void test_harmony_final_channel(void)
+{
+    static char sym[256][4];
+    const char *toks[256 + N_HARMONY];
+    int32_t types[256 + N_HARMONY];
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+        unsigned cp = printable ? (unsigned)b : 256u + (unsigned)extra++;
+        if (cp < 0x80) sym[b][0] = (char)cp;
+        else { sym[b][0] = (char)(0xC0 | (cp >> 6)); sym[b][1] = (char)(0x80 | (cp & 0x3F)); }
+        toks[b] = sym[b];
+        types[b] = 1;
+    }
+    for (int k = 0; k < N_HARMONY; k++) { toks[256 + k] = HARMONY[k]; types[256 + k] = 3; }
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_w_str(w, "tokenizer.ggml.pre", "gpt-4o");
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 256 + N_HARMONY);
+    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 256 + N_HARMONY);
+    gguf_w_arr_str(w, "tokenizer.ggml.merges", toks, 0);
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 256 + 4);
+    char path[] = "/tmp/sw_test_harmony_XXXXXX", err[256] = "";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    gguf_file *f = write_and_open(w, path);
+    sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
+    CHECK(t != NULL, "harmony vocab: %s", err);
+    if (t) {
+        int32_t id[N_HARMONY];
+        for (int k = 0; k < N_HARMONY; k++) id[k] = sw_tok_lookup(t, HARMONY[k]);
+        CHECK(!sw_tok_is_eog(t, id[1]) && sw_tok_is_eog(t, id[4]) && sw_tok_is_eog(t, id[5]),
+              "<|end|> ends a message, <|return|> and <|call|> the turn");
+        const sw_chat_msg msgs[] = { { "system", "Be brief." }, { "user", "Hi" } };
+        sw_gen_params p = { .messages = msgs, .n_messages = 2 };
+        sw_gen g;
+        CHECK(sw_gen_init(&g, t, SW_CHAT_HARMONY, &p, 4096, err, sizeof err) == 0, "init: %s", err);
+        CHECK(g.n_prompt > 10 && g.prompt[g.n_prompt - 10] == id[0], "the prompt ends with <|start|>assistant");
+        /* What gpt-oss answers: reasoning in analysis, then the answer in final. */
+        const struct { int special; const char *text; } out[] = {
+            { 2, NULL }, { -1, "analysis" }, { 3, NULL }, { -1, "The user greets." }, { 1, NULL },
+            { 0, NULL }, { -1, "assistant" }, { 2, NULL }, { -1, "final" }, { 3, NULL }, { -1, "Hello!" }, { 4, NULL },
+        };
+        char got[256] = "";
+        int fin = 0, steps = 0;
+        for (size_t i = 0; i < sizeof out / sizeof out[0] && !fin; i++) {
+            int32_t ids[64];
+            int n = 1;
+            if (out[i].special >= 0) ids[0] = id[out[i].special];
+            else n = sw_tok_encode(t, out[i].text, strlen(out[i].text), false, false, ids, 64);
+            for (int k = 0; k < n && !fin; k++, steps++) {
+                const char *d;
+                size_t dl;
+                fin = sw_gen_accept(&g, ids[k], &d, &dl);
+                strncat(got, d, sizeof got - strlen(got) - 1);
+            }
+        }
+        CHECK(!strcmp(got, "Hello!"), "harmony output '%s', want only the final channel's 'Hello!'", got);
+        CHECK(fin == SW_FINISH_STOP && g.n_generated == (uint32_t)steps, "finished %d after %d tokens", fin, steps);
+        sw_gen_free(&g);
+        /* A plain completion with the same vocabulary is not filtered. */
+        sw_gen_params q = { .prompt = "x" };
+        CHECK(sw_gen_init(&g, t, SW_CHAT_HARMONY, &q, 4096, err, sizeof err) == 0, "init: %s", err);
+        const char *d;
+        size_t dl;
+        sw_gen_accept(&g, id[2], &d, &dl);
+        int32_t a = sw_tok_lookup(t, "a");
+        sw_gen_accept(&g, a, &d, &dl);
+        CHECK(dl == 1 && d[0] == 'a', "plain completion: '%.*s'", (int)dl, d);
+        sw_gen_free(&g);
+    }
+    sw_tok_free(t);
+    gguf_close(f);
+    unlink(path);
+}
 
 static sw_tokenizer *tok;
 
@@ -43,6 +128,7 @@ static void init(sw_gen *g, const char *prompt, uint32_t max_tokens, const char 
 int main(void)
 {
     char path[512], err[512];
+    test_harmony_final_channel();
     shared_path(path, sizeof path, "models/stories260K.gguf");
     gguf_file *f = gguf_open(path, err, sizeof err);
     if (!f) SKIP_TEST("%s: %s", path, err);
