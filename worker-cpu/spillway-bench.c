@@ -159,7 +159,11 @@ static int run_batch(sw_ctx *ctx, sw_tok_in *b, int n, float *logits)
     return 0;
 }
 
-/* Prefill: one prompt of n_prompt tokens, in one batch, logits for the last. */
+/* Prefill: one prompt of n_prompt tokens, in one batch, logits for the last.
+ * main runs it twice and times the second, as llama-bench warms up before
+ * it measures: the first run of a process pays for cold pages and caches
+ * (279.6 and 282.3 against 298.7 and 294.2 tok/s warm in two pairs on
+ * 2026-12-02; a third pair caught the neighbour). */
 static double bench_prefill(const sw_model *m, int n_prompt, int precise, uint32_t *rng)
 {
     char err[256];
@@ -182,24 +186,25 @@ static double bench_prefill(const sw_model *m, int n_prompt, int precise, uint32
 }
 
 /* Decode: `batch` sequences, each one token per step from position 0, all in
- * one forward call per step (weights read once per step). The steps run in
- * segments of SEGMENT_STEPS with a streaming-read pass before each and after
- * the last; only the steps are timed for the decode rate, and the mean of
- * the passes is the bandwidth beside it. */
+ * one forward call per step (weights read once per step). The first step is
+ * a warm-up and is not timed; then n_gen steps run in segments of
+ * SEGMENT_STEPS with a streaming-read pass before each and after the last;
+ * only the steps are timed for the decode rate, and the mean of the passes
+ * is the bandwidth beside it. */
 #define SEGMENT_STEPS 16
 static int bench_decode(const sw_model *m, int batch, int n_gen, int precise, uint32_t *rng, read_meter *rm,
                         decode_result *out)
 {
     char err[256];
-    sw_ctx *ctx = sw_ctx_new(m, batch, n_gen, batch, err, sizeof err);
+    sw_ctx *ctx = sw_ctx_new(m, batch, n_gen + 1, batch, err, sizeof err);
     if (!ctx) { fprintf(stderr, "spillway-bench: %s\n", err); return -1; }
     if (precise) sw_ctx_set_precise(ctx, true);
     sw_tok_in *b = calloc((size_t)batch, sizeof *b);
     float *logits = malloc((size_t)batch * m->hp.n_vocab * sizeof(float));
     int rc = 0, passes = 0;
     double dt = 0.0, bw = 0.0, bytes = 0.0;
-    for (int step = 0; step < n_gen && !rc; step++) {
-        if (rm && step % SEGMENT_STEPS == 0) { bw += meter_pass(rm); passes++; }
+    for (int step = 0; step <= n_gen && !rc; step++) {
+        if (rm && step > 0 && (step - 1) % SEGMENT_STEPS == 0) { bw += meter_pass(rm); passes++; }
         for (int s = 0; s < batch; s++) {
             /* the next token is the argmax, as in greedy decoding (cheap next to the step) */
             int32_t tok;
@@ -209,6 +214,7 @@ static int bench_decode(const sw_model *m, int batch, int n_gen, int precise, ui
         }
         double t0 = sw_clock_s();
         rc = run_batch(ctx, b, batch, logits);
+        if (step == 0) continue;   /* the warm-up */
         dt += sw_clock_s() - t0;
         bytes += (double)sw_ctx_weight_bytes_read(ctx);   /* a mixture's experts vary by step */
     }
@@ -368,7 +374,8 @@ int main(int argc, char **argv)
 
     /* The int8 multiply-add peak, right before the prefill it bounds. */
     double peak = sw_int8_peak_gmac_s(0.25);
-    double prefill = bench_prefill(m, o.n_prompt, o.precise, &rng);
+    double prefill = bench_prefill(m, o.n_prompt, o.precise, &rng);   /* warm-up */
+    if (prefill >= 0) prefill = bench_prefill(m, o.n_prompt, o.precise, &rng);
     if (prefill < 0) return 1;
     /* weight multiply-adds per prompt token, and what the peak alone would allow */
     double prefill_macs = sw_forward_weight_macs(m, o.n_prompt, 1) / o.n_prompt;
