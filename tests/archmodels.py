@@ -1,7 +1,7 @@
 """Tiny random-weight GGUF models of each architecture the CPU worker runs
 (llama, qwen2, qwen3, qwen3moe, qwen2moe, phi3, gemma, gemma2, gemma3,
-granite, granitemoe, smollm3, gpt-oss, and Mixtral's mixture of experts in a
-llama file), laid out as llama.cpp's converters lay them out, and an independent
+granite, granitemoe, smollm3, gpt-oss, olmo2, and Mixtral's mixture of
+experts in a llama file), laid out as llama.cpp's converters lay them out, and an independent
 numpy forward pass to check the worker's logits against.
 
 The reference follows the architectures' published definitions: RMSNorm,
@@ -19,7 +19,9 @@ experts, whose outputs are summed with the chosen weights renormalized (not
 in Qwen2-MoE, which adds a sigmoid-gated shared expert), and gpt-oss's
 attention sinks (a logit per head in each softmax's denominator), output and
 expert biases, router bias, clamped SwiGLU and softmax over the chosen
-experts' logits, with sliding windows every other layer. It computes
+experts' logits, with sliding windows every other layer, and OLMo 2's
+blocks without input norms (their outputs normed instead) and q/k norms
+over all heads at once. It computes
 in float64 from the weights as the file stores them (dequantized by the
 gguf package), so a quantized file is checked against its own weights.
 
@@ -32,21 +34,23 @@ import gguf
 from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as QT
 
 ARCHS = {
-    #          neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcap swa own_rope granite nope oai
-    "llama": (False, False, False, False, False, False, False, 0, False, False, False, False),
-    "qwen2": (True, False, False, False, False, False, False, 0, False, False, False, False),
-    "qwen3": (True, True, False, False, False, False, False, 0, False, False, False, False),
-    "qwen3moe": (True, True, False, False, False, False, False, 0, False, False, False, False),
-    "qwen2moe": (True, False, False, False, False, False, False, 0, False, False, False, False),
-    "phi3": (True, False, True, False, False, False, False, 0, False, False, False, False),
-    "gemma": (True, False, False, True, True, False, False, 0, False, False, False, False),
-    "gemma2": (True, False, False, True, True, True, True, 2, False, False, False, False),
-    "gemma3": (True, True, False, True, True, True, False, 6, True, False, False, False),
-    "granite": (False, False, False, False, False, False, False, 0, False, True, False, False),
-    "granitemoe": (False, False, False, False, False, False, False, 0, False, True, False, False),
-    "smollm3": (False, False, False, False, False, False, False, 0, False, False, True, False),
-    "gpt-oss": (True, False, False, False, False, False, False, 2, False, False, False, True),
+    #          neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcap swa own_rope granite nope oai olmo2
+    "llama": (False, False, False, False, False, False, False, 0, False, False, False, False, False),
+    "qwen2": (True, False, False, False, False, False, False, 0, False, False, False, False, False),
+    "qwen3": (True, True, False, False, False, False, False, 0, False, False, False, False, False),
+    "qwen3moe": (True, True, False, False, False, False, False, 0, False, False, False, False, False),
+    "qwen2moe": (True, False, False, False, False, False, False, 0, False, False, False, False, False),
+    "phi3": (True, False, True, False, False, False, False, 0, False, False, False, False, False),
+    "gemma": (True, False, False, True, True, False, False, 0, False, False, False, False, False),
+    "gemma2": (True, False, False, True, True, True, True, 2, False, False, False, False, False),
+    "gemma3": (True, True, False, True, True, True, False, 6, True, False, False, False, False),
+    "granite": (False, False, False, False, False, False, False, 0, False, True, False, False, False),
+    "granitemoe": (False, False, False, False, False, False, False, 0, False, True, False, False, False),
+    "smollm3": (False, False, False, False, False, False, False, 0, False, False, True, False, False),
+    "gpt-oss": (True, False, False, False, False, False, False, 2, False, False, False, True, False),
+    "olmo2": (True, False, False, False, False, True, False, 0, False, False, False, False, True),
 }
+OLMO2 = 12   # OLMo 2's flag: no input norms, q/k norms over all heads at once
 OAI = 11   # gpt-oss's flag: clamped SwiGLU, softmax over the chosen experts, its FFN norm's name
 SHEXP = 384   # Qwen2-MoE's shared expert width in the test files
 NOPE_PERIOD = 4   # SmolLM3: no RoPE in layers 4, 8, ... (1-based); llama.cpp's fixed step
@@ -81,7 +85,7 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
     default: 8 experts, 2 used, 256 wide)."""
     rng = np.random.default_rng(seed)
     QD, KVD = n_head * hd, n_kv * hd
-    neox, qk_norm, fused, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope, oai = ARCHS[arch]
+    neox, qk_norm, fused, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope, oai, olmo2 = ARCHS[arch]
     bias = arch in ("qwen2", "qwen2moe", "gpt-oss") if bias is None else bias
     n_layer = n_layer or {"gemma3": 6, "smollm3": NOPE_PERIOD}.get(arch, 2)
     experts = experts or ((8, 2, 256) if arch in ("qwen3moe", "granitemoe", "qwen2moe", "gpt-oss") else None)
@@ -100,15 +104,19 @@ def make_weights(arch, E=256, n_head=4, n_kv=2, hd=64, F=512, V=320, n_layer=Non
         w["output.weight"] = mat(V, E)
     for l in range(n_layer):
         p = "blk.%d." % l
-        w[p + "attn_norm.weight"] = norm(E)
+        if not olmo2:
+            w[p + "attn_norm.weight"] = norm(E)
         w[p + "attn_q.weight"], w[p + "attn_k.weight"], w[p + "attn_v.weight"] = mat(QD, E), mat(KVD, E), mat(KVD, E)
         if bias:
             for k, n in (("q", QD), ("k", KVD), ("v", KVD)):
                 w[p + "attn_%s.bias" % k] = (0.5 * rng.standard_normal(n)).astype(np.float32)
         if qk_norm:   # gains near 2, so that leaving the norms out shows
             w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = 2 * norm(hd), 2 * norm(hd)
+        if olmo2:     # over all heads at once
+            w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = 2 * norm(QD), 2 * norm(KVD)
         w[p + "attn_output.weight"] = mat(E, QD)
-        w[p + ("post_attention_norm.weight" if oai else "ffn_norm.weight")] = norm(E)
+        if not olmo2:
+            w[p + ("post_attention_norm.weight" if oai else "ffn_norm.weight")] = norm(E)
         if oai:   # sinks of about the scores' own size; biases of a fraction of the products'
             w[p + "attn_output.bias"] = (0.5 * rng.standard_normal(E)).astype(np.float32)
             w[p + "attn_sinks.weight"] = rng.standard_normal(n_head).astype(np.float32)
@@ -386,7 +394,7 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=None, n_ctx=4096):
     (as in ARCHS) and moe_renorm override the architecture's. A LongRoPE
     file rotates with its long factors when the context n_ctx exceeds the
     original one, else with its short ones (llama.cpp's choice)."""
-    neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope, oai = flags or ARCHS[arch]
+    neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope, oai, olmo2 = flags or ARCHS[arch]
     E, H, KV, hd, eps = hp["E"], hp["n_head"], hp["n_kv"], hp["hd"], hp["eps"]
     g = hp if granite else dict(embd_scale=1.0, residual_scale=1.0, attn_scale=1 / np.sqrt(hd), logit_scale=1.0)
     T = len(tokens)
@@ -406,8 +414,10 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=None, n_ctx=4096):
         if "rope_factors_long.weight" in w:
             factors = w["rope_factors_%s.weight" % ("long" if n_ctx > hp["rope_orig_ctx"] else "short")]
         inv, ms = _rope_freqs(hd, hp.get("theta_swa", 10000.0) if own else hp["theta"], hp, not own, factors)
-        h = _rmsnorm(x, w[p + "attn_norm.weight"], eps)
+        h = _rmsnorm(x, w[p + "attn_norm.weight"], eps) if p + "attn_norm.weight" in w else x   # OLMo 2: none
         q, k, v = (h @ w[p + "attn_%s.weight" % n].T + w.get(p + "attn_%s.bias" % n, 0.0) for n in "qkv")
+        if olmo2:
+            q, k = _rmsnorm(q, w[p + "attn_q_norm.weight"], eps), _rmsnorm(k, w[p + "attn_k_norm.weight"], eps)
         q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
         if qk_norm:
             q = _rmsnorm(q, w[p + "attn_q_norm.weight"], eps)
@@ -425,8 +435,9 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=None, n_ctx=4096):
             out[:, hh, :] = (s / (s.sum(axis=1, keepdims=True) + np.exp(sink - m))) @ v[:, kv, :]
         a = out.reshape(T, H * hd) @ w[p + "attn_output.weight"].T + w.get(p + "attn_output.bias", 0.0)
         x = x + g["residual_scale"] * (_rmsnorm(a, w[p + "post_attention_norm.weight"], eps) if post_norms else a)
-        # gpt-oss names its FFN norm post_attention_norm
-        h = _rmsnorm(x, w.get(p + "ffn_norm.weight", w.get(p + "post_attention_norm.weight")), eps)
+        # gpt-oss names its FFN norm post_attention_norm (Gemma 2's is its attention's output norm); OLMo 2 has none
+        fn = w.get(p + "ffn_norm.weight", None if post_norms else w.get(p + "post_attention_norm.weight"))
+        h = x if fn is None else _rmsnorm(x, fn, eps)
         if hp.get("n_expert"):
             f = _moe(h, w, p, hp, gelu, hp.get("expert_renorm", True) if moe_renorm is None else moe_renorm, oai)
         else:

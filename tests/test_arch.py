@@ -1,7 +1,7 @@
 """Both workers run Qwen2, Qwen3, Phi-3 and Gemma files as well as Llama's,
 including fused attn_qkv / gate+up tensors, the CPU worker Gemma 2 and 3,
-Granite, SmolLM3, gpt-oss and mixtures of experts (Qwen3-MoE, Mixtral-style
-llama) too, and each refuses, by name, what it cannot run.
+Granite, SmolLM3, gpt-oss, OLMo 2 and mixtures of experts (Qwen3-MoE,
+Mixtral-style llama) too, and each refuses, by name, what it cannot run.
 
 Each architecture gets a tiny random-weight file written the way llama.cpp's
 converters write one (tests/archmodels.py), in f32 and after
@@ -291,7 +291,8 @@ def gpu_emulated_logits(model, tmp_path, ids=IDS):
 # what the GPU worker refuses, and the words of its refusal
 GPU_REFUSES = {"gemma2": "post-attention and post-FFN norms", "gemma3": "post-attention and post-FFN norms",
                "granite": "residual, attention or logit scales (Granite)", "smollm3": "layers without RoPE (SmolLM3)",
-               "granitemoe": "a mixture of experts", "gpt-oss": "a mixture of experts"}
+               "granitemoe": "a mixture of experts", "gpt-oss": "a mixture of experts",
+               "olmo2": "post-attention and post-FFN norms"}
 GPU_ARCHS = [a for a in am.ARCHS if a not in GPU_REFUSES and not a.endswith("moe")]
 
 
@@ -415,6 +416,18 @@ def test_output_bias_and_sinks_in_any_file(tmp_path):
     r = subprocess.run([bin_path("spillway-run"), "-m", str(path), "--tokens", "1,2"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode != 0 and "blk.1.attn_sinks.weight' missing" in r.stderr, r.stderr
+
+
+def test_olmo3_windows_refused(tmp_path):
+    """OLMo 3's files say olmo2 and add sliding windows, whose layers rotate
+    without the file's scaling: not implemented, so refused by name rather
+    than run as OLMo 2."""
+    hp, w = am.make_weights("olmo2")
+    path = tmp_path / "olmo3.gguf"
+    am.write_model(path, "olmo2", dict(hp, n_swa=16), w, swa_pattern=[True, False])
+    r = subprocess.run([bin_path("spillway-run"), "-m", str(path), "--tokens", "1,2"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and "OLMo 3's sliding-window layers are not implemented" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("arch", list(GPU_REFUSES))

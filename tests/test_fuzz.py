@@ -36,7 +36,7 @@ def program_args(name, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     seeds = [str(seed)]
-    for arch in ("qwen2", "phi3", "gemma2", "gemma3", "qwen3moe", "qwen2moe", "granite", "smollm3", "gpt-oss"):
+    for arch in ("qwen2", "phi3", "gemma2", "gemma3", "qwen3moe", "qwen2moe", "granite", "smollm3", "gpt-oss", "olmo2"):
         hp, w = archmodels.make_weights(arch, E=64, n_head=4, n_kv=2, hd=16, F=128, V=300)
         # the Phi-3 seed with LongRoPE's tables and keys (hd 16: 8 pairs)
         longrope = ([1.0 + i for i in range(8)], [1.0] * 8, 32, 1.2) if arch == "phi3" else None

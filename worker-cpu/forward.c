@@ -218,6 +218,15 @@ static void norm_rows(float *out, const float *x, const float *w, int n, int dim
     for (int t = 0; t < n; t++) rmsnorm(out + (size_t)t * dim, x + (size_t)t * dim, w, dim, eps);
 }
 
+/* xb = the n rows of x as a block takes them: RMS-normed with gains w, or
+ * as they are (OLMo 2, which norms the blocks' outputs instead). */
+static void input_rows(sw_ctx *c, const float *w, int n)
+{
+    const int E = (int)c->m->hp.n_embd;
+    if (c->m->graph->olmo2) memcpy(c->xb, c->x, (size_t)n * E * sizeof(float));
+    else norm_rows(c->xb, c->x, w, n, E, c->m->hp.rms_eps);
+}
+
 /* x[t] += b for each of n rows: biases */
 static void add_bias(float *x, const float *b, int n, int dim)
 {
@@ -309,7 +318,9 @@ static bool load_extras(sw_ctx *c)
     bool any_bias = false;
     for (uint32_t l = 0; l < hp->n_layer; l++) any_bias |= m->layers[l].bq || m->layers[l].bk || m->layers[l].bv;
     if (any_bias && !(c->bias = falloc(hp->n_layer * (QD + 2 * KVD)))) return false;
-    if (m->graph->qk_norm && !(c->qk_norm = falloc(hp->n_layer * 2 * hd))) return false;
+    /* per layer: q's then k's, over one head (Qwen3, Gemma 3) or all heads (OLMo 2) */
+    const size_t qn = m->graph->olmo2 ? QD : hd, kn = m->graph->olmo2 ? KVD : hd;
+    if ((m->graph->qk_norm || m->graph->olmo2) && !(c->qk_norm = falloc(hp->n_layer * (qn + kn)))) return false;
     if (m->graph->post_norms && !(c->post_norm = falloc(hp->n_layer * 2 * (size_t)hp->n_embd))) return false;
     if (hp->n_ff_shexp && !(c->shexp_gate = falloc(hp->n_layer * (size_t)hp->n_embd))) return false;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
@@ -318,8 +329,8 @@ static bool load_extras(sw_ctx *c)
         if ((L->bq && !norm_to_float(L->bq, b)) || (L->bk && !norm_to_float(L->bk, b + QD)) ||
             (L->bv && !norm_to_float(L->bv, b + QD + KVD)))
             return false;
-        if (c->qk_norm && (!norm_to_float(L->q_norm, c->qk_norm + l * 2 * hd) ||
-                           !norm_to_float(L->k_norm, c->qk_norm + l * 2 * hd + hd)))
+        if (c->qk_norm && (!norm_to_float(L->q_norm, c->qk_norm + l * (qn + kn)) ||
+                           !norm_to_float(L->k_norm, c->qk_norm + l * (qn + kn) + qn)))
             return false;
         float *pn = c->post_norm ? c->post_norm + (size_t)l * 2 * hp->n_embd : NULL;
         if (pn && (!norm_to_float(L->post_attn_norm, pn) || !norm_to_float(L->post_ffn_norm, pn + hp->n_embd)))
@@ -477,8 +488,8 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
         return NULL;
     }
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        if (!norm_to_float(m->layers[l].attn_norm, c->attn_norm + l * E) ||
-            !norm_to_float(m->layers[l].ffn_norm, c->ffn_norm + l * E)) {
+        if (m->layers[l].attn_norm && (!norm_to_float(m->layers[l].attn_norm, c->attn_norm + l * E) ||
+                                       !norm_to_float(m->layers[l].ffn_norm, c->ffn_norm + l * E))) {
             sw_errf(err, errlen, "layer %u: cannot convert norm weights", l);
             sw_ctx_free(c);
             return NULL;
@@ -835,7 +846,7 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
     const int E = (int)hp->n_embd, QD = c->q_dim, KVD = c->kv_dim;
     const sw_attn_kernels *ak = sw_attn_kernels_for(sw_isa_active());
 
-    norm_rows(c->xb, c->x, c->attn_norm + (size_t)l * E, n, E, hp->rms_eps);
+    input_rows(c, c->attn_norm + (size_t)l * E, n);
     if (nq == n) {
         if (!fused_packed(c, l, PK_Q, 3, c->xb, n, (float *const[]){c->q, c->k, c->v})) {
             matmul(c, L->wq, packed(c, l, PK_Q), c->xb, n, c->q);
@@ -863,13 +874,17 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
      * cache before any attention reads it (tokens of the same sequence in
      * this batch see each other, causally). */
     const int hd = (int)hp->head_dim;
-    const float *qn = c->qk_norm ? c->qk_norm + (size_t)l * 2 * hd : NULL;
+    const bool full = c->m->graph->olmo2;   /* OLMo 2: q and k normed over all heads */
+    const float *qn = c->qk_norm ? c->qk_norm + (size_t)l * (size_t)(full ? QD + KVD : 2 * hd) : NULL;
     const float *inv_freq = L->sliding && c->inv_freq_swa ? c->inv_freq_swa : c->inv_freq;
     const float mscale = sw_rope_mscale(hp, L->sliding);
 #pragma omp parallel for if (n > 4)
     for (int t = 0; t < n; t++) {
         float *k = c->k + (size_t)t * KVD, *q = c->q + (size_t)t * QD;
-        if (qn) {
+        if (qn && full) {
+            if (t < nq) rmsnorm(q, q, qn, QD, hp->rms_eps);
+            rmsnorm(k, k, qn + QD, KVD, hp->rms_eps);
+        } else if (qn) {
             for (int h = 0; t < nq && h < (int)hp->n_head; h++) rmsnorm(q + h * hd, q + h * hd, qn, hd, hp->rms_eps);
             for (int h = 0; h < (int)hp->n_head_kv; h++) rmsnorm(k + h * hd, k + h * hd, qn + hd, hd, hp->rms_eps);
         }
@@ -1088,7 +1103,7 @@ static void ffn_block(sw_ctx *c, uint32_t l, int n)
     const sw_hparams *hp = &c->m->hp;
     const int E = (int)hp->n_embd;
     if (!n) return;
-    norm_rows(c->xb, c->x, c->ffn_norm + (size_t)l * E, n, E, hp->rms_eps);
+    input_rows(c, c->ffn_norm + (size_t)l * E, n);
     if (hp->n_expert) {
         moe_rows(c, l, n);
         if (c->shexp_gate) shared_expert(c, l, n);

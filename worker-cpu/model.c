@@ -361,20 +361,21 @@ static void pick_quant_name(sw_model *m)
  * their 27B models' query scale out of the file: llama.cpp tells those
  * models by their depth (depth_27b), and so does this loader. */
 static const sw_arch ARCHS[] = {
-    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts        granite nope shexp  oai */
-    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, false, 0, false, false},
-    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false},
-    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false},
-    {"qwen2moe", true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, true, false},
-    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, false},
-    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false},
-    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false},
-    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO,      false, 0, false, false},
-    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO,      false, 0, false, false},
-    {"granite",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false},
-    {"granitemoe", false, false, false,       false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false},
-    {"smollm3",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 4, false, false},
-    {"gpt-oss",  true,  false,  false,        false, false,    false,     0.f, 0.f,   2, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, true},
+    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts        granite nope shexp  oai   olmo2 */
+    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, false, 0, false, false, false},
+    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false},
+    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false},
+    {"qwen2moe", true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, true, false, false},
+    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, false, false},
+    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false},
+    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false},
+    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO,      false, 0, false, false, false},
+    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO,      false, 0, false, false, false},
+    {"granite",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false, false},
+    {"granitemoe", false, false, false,       false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false, false},
+    {"smollm3",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 4, false, false, false},
+    {"gpt-oss",  true,  false,  false,        false, false,    false,     0.f, 0.f,   2, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, true, false},
+    {"olmo2",    true,  false,  false,        false, false,    true,      0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, true},
 };
 enum { N_ARCHS = sizeof ARCHS / sizeof ARCHS[0] };
 
@@ -506,6 +507,15 @@ static bool mark_sliding_layers(sw_model *m, char *err, size_t errlen)
     sw_hparams *hp = &m->hp;
     uint32_t period = g->swa_pattern;
     hp->n_swa = g->swa_window;
+    if (g->olmo2) {   /* OLMo 3's files say olmo2 and add windows, whose layers rotate differently */
+        uint32_t window = 0;
+        if (!hp_u32(m->file, m->arch, "attention.sliding_window", &window, false, err, errlen)) return false;
+        if (window) {
+            sw_errf(err, errlen, "metadata '%s.attention.sliding_window' = %u: OLMo 3's sliding-window layers are "
+                    "not implemented", m->arch, window);
+            return false;
+        }
+    }
     if (!period) return true;
     if (!hp_u32(m->file, m->arch, "attention.sliding_window", &hp->n_swa, false, err, errlen)) return false;
     if (!hp->n_swa) return true;
@@ -640,9 +650,15 @@ static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
     const sw_hparams *hp = &ld->m->hp;
     const sw_arch *a = ld->m->graph;
     const uint64_t E = hp->n_embd, F = hp->n_ff, QD = (uint64_t)hp->n_head * hp->head_dim;
-    if (!(L->attn_norm = bindf(ld, E, 0, false, "blk.%u.attn_norm.weight", l)) || !bind_qkv(ld, l, L) ||
-        !(L->wo = bindf(ld, QD, E, false, "blk.%u.attn_output.weight", l)) ||
-        !(L->ffn_norm = bindf(ld, E, 0, false, a->oai_moe ? "blk.%u.post_attention_norm.weight" : "blk.%u.ffn_norm.weight", l)) ||
+    const uint64_t KVD = (uint64_t)hp->n_head_kv * hp->head_dim;
+    /* OLMo 2 has no input norms: its q and k norms span all heads */
+    if (a->olmo2 ? !(L->q_norm = bindf(ld, QD, 0, false, "blk.%u.attn_q_norm.weight", l)) ||
+                       !(L->k_norm = bindf(ld, KVD, 0, false, "blk.%u.attn_k_norm.weight", l))
+                 : !(L->attn_norm = bindf(ld, E, 0, false, "blk.%u.attn_norm.weight", l)) ||
+                       !(L->ffn_norm = bindf(ld, E, 0, false, a->oai_moe ? "blk.%u.post_attention_norm.weight"
+                                                                          : "blk.%u.ffn_norm.weight", l)))
+        return false;
+    if (!bind_qkv(ld, l, L) || !(L->wo = bindf(ld, QD, E, false, "blk.%u.attn_output.weight", l)) ||
         (!hp->n_expert && !(L->w_down = bindf(ld, F, E, false, "blk.%u.ffn_down.weight", l))))
         return false;
     L->bo = bindf(ld, E, 0, true, "blk.%u.attn_output.bias", l);

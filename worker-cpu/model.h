@@ -81,12 +81,14 @@ typedef struct {
                            * weights are the softmax of their router logits alone, and the expert
                            * gate is SwiGLU clamped (x = min(g, 7), u clamped to +-7,
                            * x * sigmoid(1.702 x) * (u + 1)) */
+    bool olmo2;           /* no norms before attention and the FFN (their outputs are normed instead:
+                           * post_norms), and q and k RMS-normalized over all heads at once (OLMo 2) */
 } sw_arch;
 
 /* One transformer block. Matrices follow GGUF's convention: ne[0] = input
  * width (contiguous), ne[1] = output width. Norm weights are 1-D. */
 typedef struct {
-    const gguf_tensor *attn_norm;   /* [n_embd] */
+    const gguf_tensor *attn_norm;   /* [n_embd]; NULL in OLMo 2 (as ffn_norm) */
     const gguf_tensor *wq;          /* [n_embd, n_head*head_dim] */
     const gguf_tensor *wk;          /* [n_embd, n_head_kv*head_dim] */
     const gguf_tensor *wv;          /* [n_embd, n_head_kv*head_dim] */
@@ -96,7 +98,8 @@ typedef struct {
     const gguf_tensor *w_up;        /* [n_embd, n_ff] */
     const gguf_tensor *w_down;      /* [n_ff, n_embd] */
     /* Optional, NULL when absent: q/k/v biases ([n_head*head_dim],
-     * [n_head_kv*head_dim] x 2) and the per-head q/k norms ([head_dim]). */
+     * [n_head_kv*head_dim] x 2) and the per-head q/k norms ([head_dim];
+     * OLMo 2's span all heads: [n_head*head_dim], [n_head_kv*head_dim]). */
     const gguf_tensor *bq, *bk, *bv;
     const gguf_tensor *q_norm, *k_norm;
     /* Optional, NULL when absent: the attention output's bias [n_embd], and
