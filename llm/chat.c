@@ -14,7 +14,7 @@ static const char *const names[] = {
     [SW_CHAT_GEMMA] = "gemma", [SW_CHAT_GRANITE] = "granite", [SW_CHAT_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
     [SW_CHAT_MISTRAL_V7] = "mistral-v7", [SW_CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken", [SW_CHAT_PHI4] = "phi4",
     [SW_CHAT_PHI4_MINI] = "phi4-mini", [SW_CHAT_DEEPSEEK3] = "deepseek3", [SW_CHAT_DEEPSEEK_R1] = "deepseek-r1",
-    [SW_CHAT_HARMONY] = "harmony",
+    [SW_CHAT_HARMONY] = "harmony", [SW_CHAT_TULU] = "tulu",
 };
 _Static_assert(sizeof names / sizeof names[0] == SW_CHAT_COUNT, "a name for every template");
 #define N_TEMPLATES ((int)(sizeof names / sizeof names[0]))
@@ -53,6 +53,7 @@ static sw_chat_template detect_mem(const char *s, size_t n) {
     /* Phi-4-mini writes its role markers as '<|' + message['role'] + '|>'. */
     if (has(s, n, "'<|' + message['role'] + '|>'") && has(s, n, "<|end|>")) return SW_CHAT_PHI4_MINI;
     if (has(s, n, "<|user|>") && has(s, n, "<|end|>")) return SW_CHAT_PHI3;
+    if (has(s, n, "'<|user|>\\n' + message['content'] + '\\n'") && has(s, n, "<|assistant|>\\n")) return SW_CHAT_TULU;
     if (has(s, n, "[INST]")) {
         /* Mistral's v7 templates have a system role; the Tekken tokenizer's
          * versions (v3-tekken, v7-tekken) put no space after the markers. */
@@ -154,6 +155,19 @@ static void fmt_phi3(sbuf *b, const sw_chat_msg *m, size_t n) {
         role_kind r = role_of(m[i].role);
         put(b, r == R_SYSTEM ? "<|system|>\n" : r == R_ASSISTANT ? "<|assistant|>\n" : "<|user|>\n");
         put(b, content_of(&m[i])); put(b, "<|end|>\n");
+    }
+    put(b, "<|assistant|>\n");
+}
+
+/* OLMo 2's Instruct models (Tulu 3's format): "<|role|>\n" and the text on
+ * lines of their own, each past answer ended by EOS, which is OLMo 2's
+ * <|endoftext|> (a Tulu model with another EOS would want its own). */
+static void fmt_tulu(sbuf *b, const sw_chat_msg *m, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        role_kind r = role_of(m[i].role);
+        put(b, r == R_SYSTEM ? "<|system|>\n" : r == R_ASSISTANT ? "<|assistant|>\n" : "<|user|>\n");
+        put(b, content_of(&m[i]));
+        put(b, r == R_ASSISTANT ? "<|endoftext|>\n" : "\n");
     }
     put(b, "<|assistant|>\n");
 }
@@ -365,6 +379,7 @@ char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n) {
     case SW_CHAT_DEEPSEEK3: fmt_deepseek(&b, msgs, n, &sys, false); break;
     case SW_CHAT_DEEPSEEK_R1: fmt_deepseek(&b, msgs, n, &sys, true); break;
     case SW_CHAT_HARMONY: fmt_harmony(&b, msgs, n, &sys); break;
+    case SW_CHAT_TULU: fmt_tulu(&b, msgs, n); break;
     case SW_CHAT_LLAMA2: fmt_llama2(&b, msgs, n, &sys); break;
     case SW_CHAT_MISTRAL: fmt_mistral(&b, msgs, n, &sys); break;
     case SW_CHAT_GEMMA: fmt_gemma(&b, msgs, n, &sys); break;

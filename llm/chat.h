@@ -19,6 +19,7 @@ typedef enum {
     SW_CHAT_DEEPSEEK3,          /* DeepSeek V3: "system<｜User｜>u<｜Assistant｜>a<｜end▁of▁sentence｜>" */
     SW_CHAT_DEEPSEEK_R1,        /* DeepSeek R1 and its distills: the same, the answer opened with "<think>\n" */
     SW_CHAT_HARMONY,            /* gpt-oss: "<|start|>role<|message|>text<|end|>", answers in channels */
+    SW_CHAT_TULU,               /* OLMo 2, Tulu: "<|user|>\ntext\n<|assistant|>\nanswer<|endoftext|>\n" */
     SW_CHAT_COUNT
 } sw_chat_template;
 

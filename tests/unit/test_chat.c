@@ -71,6 +71,14 @@ static const char *DEEPSEEK_R1_T =
     "{%- if '</think>' in content -%}{%- set content = content.split('</think>')[-1] -%}{%- endif -%}"
     "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif -%}{%- endfor -%}"
     "{%- if add_generation_prompt and not ns.is_tool -%}{{'<｜Assistant｜><think>\\n'}}{%- endif %}";
+/* OLMo 2 Instruct's (Tulu 3's). */
+static const char *TULU_T =
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\\n' + message['content'] + '\\n' }}"
+    "{% elif message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}"
+    "{% if not loop.last %}{{ '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}{% else %}"
+    "{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}"
+    "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}";
+
 /* gpt-oss's (harmony) template, the parts that identify it. */
 static const char *HARMONY_T =
     "{{- \"<|start|>system<|message|>\" }}{{- build_system_message() }}{{- \"<|end|>\" }}"
@@ -106,6 +114,7 @@ static void test_detect(void) {
     CHECK(sw_chat_detect(PHI4_MINI_T) == SW_CHAT_PHI4_MINI, "phi4-mini");
     CHECK(sw_chat_detect(DEEPSEEK_R1_T) == SW_CHAT_DEEPSEEK_R1, "deepseek-r1");
     CHECK(sw_chat_detect(HARMONY_T) == SW_CHAT_HARMONY, "harmony");
+    CHECK(sw_chat_detect(TULU_T) == SW_CHAT_TULU, "tulu");
     CHECK(sw_chat_detect(NULL) == SW_CHAT_PLAIN && sw_chat_detect("") == SW_CHAT_PLAIN, "none");
     CHECK(sw_chat_detect("{{ messages }}") == SW_CHAT_PLAIN, "unknown template");
     for (int i = SW_CHAT_PLAIN; i < SW_CHAT_COUNT; i++)
@@ -159,6 +168,9 @@ static void test_formats(void) {
     expect(SW_CHAT_PHI4_MINI, CONV, N_CONV,
         "<|system|>You are terse.<|end|><|user|>Hi there<|end|><|assistant|> Hello! <|end|>"
         "<|user|>What is 2+2?<|end|><|assistant|>");
+    expect(SW_CHAT_TULU, CONV, N_CONV,
+        "<|system|>\nYou are terse.\n<|user|>\nHi there\n<|assistant|>\n Hello! <|endoftext|>\n"
+        "<|user|>\nWhat is 2+2?\n<|assistant|>\n");
     expect(SW_CHAT_DEEPSEEK_R1, CONV, N_CONV,
         "You are terse.<｜User｜>Hi there<｜Assistant｜> Hello! <｜end▁of▁sentence｜><｜User｜>What is 2+2?"
         "<｜Assistant｜><think>\n");
