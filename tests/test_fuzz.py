@@ -8,10 +8,11 @@ model files: a Q4_K_M model that spillway-synth makes here, and the trained
 f32 stories260K when $SPILLWAY_SHARED has it, and small Qwen2 (fused q/k/v
 with its bias), Phi-3 (fused gate and up, LongRoPE), Gemma 2 and 3 (post-norms,
 soft-caps, sliding windows), Qwen3-MoE (stacked experts), Qwen2-MoE (a
-shared expert), Granite (its four multipliers) and SmolLM3 files from
-tests/archmodels.py.
+shared expert), Granite (its four multipliers), SmolLM3, gpt-oss (sinks and
+biases) and OLMo 2 files from tests/archmodels.py.
 fuzz_policy starts from the repository's routes.yaml and the documented
-examples as well as its own.
+examples as well as its own. fuzz_pretok runs every BPE pre-tokenizer
+family's regexes (PCRE2) over mutated text, ill-formed UTF-8 included.
 """
 import os
 import subprocess
