@@ -90,7 +90,50 @@ static int build_prompt(sw_gen *g, sw_chat_template chat, const sw_gen_params *p
     return 0;
 }
 
-static void harmony_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p);
+enum { H_OFF, H_HEADER, H_CHANNEL, H_SHOW, H_HIDE };
+
+/* A harmony chat's answer starts after "<|start|>assistant"; the model names
+ * a channel (<|channel|>analysis or final), then writes after <|message|>
+ * up to <|end|>. */
+static void harmony_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
+{
+    g->h_state = H_OFF;
+    if (chat != SW_CHAT_HARMONY || p->n_messages == 0) return;
+    g->h_start = sw_tok_lookup(g->tok, "<|start|>");
+    g->h_end = sw_tok_lookup(g->tok, "<|end|>");
+    g->h_channel = sw_tok_lookup(g->tok, "<|channel|>");
+    g->h_message = sw_tok_lookup(g->tok, "<|message|>");
+    if (g->h_start >= 0 && g->h_end >= 0 && g->h_channel >= 0 && g->h_message >= 0) g->h_state = H_HEADER;
+}
+
+/* How much of this token's text (n bytes) is the answer's. */
+static size_t harmony_keep(sw_gen *g, int32_t token, const char *piece, size_t n)
+{
+    if (g->h_state == H_OFF) return n;
+    if (token == g->h_channel) {
+        g->h_state = H_CHANNEL;
+        g->h_n_chan = 0;
+        return 0;
+    }
+    if (token == g->h_message) {
+        const char *c = g->h_chan;
+        size_t k = g->h_n_chan;
+        while (k && *c == ' ') c++, k--;
+        g->h_state = g->h_state != H_CHANNEL || (k >= 5 && !memcmp(c, "final", 5)) ? H_SHOW : H_HIDE;
+        return 0;
+    }
+    if (token == g->h_start || token == g->h_end) {
+        g->h_state = H_HEADER;
+        return 0;
+    }
+    if (g->h_state == H_CHANNEL) {
+        size_t room = sizeof g->h_chan - g->h_n_chan, take = n < room ? n : room;
+        memcpy(g->h_chan + g->h_n_chan, piece, take);
+        g->h_n_chan += take;
+        return 0;
+    }
+    return g->h_state == H_SHOW ? n : 0;
+}
 
 static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
                     const sw_gen_params *p, int n_ctx, char *err, size_t errlen)
@@ -265,51 +308,6 @@ static bool find_stop(const sw_gen *g, size_t *at)
         if (p && (!found || (size_t)(p - g->held) < *at)) { *at = (size_t)(p - g->held); found = true; }
     }
     return found;
-}
-
-enum { H_OFF, H_HEADER, H_CHANNEL, H_SHOW, H_HIDE };
-
-/* A harmony chat's answer starts after "<|start|>assistant"; the model names
- * a channel (<|channel|>analysis or final), then writes after <|message|>
- * up to <|end|>. */
-static void harmony_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
-{
-    g->h_state = H_OFF;
-    if (chat != SW_CHAT_HARMONY || p->n_messages == 0) return;
-    g->h_start = sw_tok_lookup(g->tok, "<|start|>");
-    g->h_end = sw_tok_lookup(g->tok, "<|end|>");
-    g->h_channel = sw_tok_lookup(g->tok, "<|channel|>");
-    g->h_message = sw_tok_lookup(g->tok, "<|message|>");
-    if (g->h_start >= 0 && g->h_end >= 0 && g->h_channel >= 0 && g->h_message >= 0) g->h_state = H_HEADER;
-}
-
-/* How much of this token's text (n bytes) is the answer's. */
-static size_t harmony_keep(sw_gen *g, int32_t token, const char *piece, size_t n)
-{
-    if (g->h_state == H_OFF) return n;
-    if (token == g->h_channel) {
-        g->h_state = H_CHANNEL;
-        g->h_n_chan = 0;
-        return 0;
-    }
-    if (token == g->h_message) {
-        const char *c = g->h_chan;
-        size_t k = g->h_n_chan;
-        while (k && *c == ' ') c++, k--;
-        g->h_state = g->h_state != H_CHANNEL || (k >= 5 && !memcmp(c, "final", 5)) ? H_SHOW : H_HIDE;
-        return 0;
-    }
-    if (token == g->h_start || token == g->h_end) {
-        g->h_state = H_HEADER;
-        return 0;
-    }
-    if (g->h_state == H_CHANNEL) {
-        size_t room = sizeof g->h_chan - g->h_n_chan, take = n < room ? n : room;
-        memcpy(g->h_chan + g->h_n_chan, piece, take);
-        g->h_n_chan += take;
-        return 0;
-    }
-    return g->h_state == H_SHOW ? n : 0;
 }
 
 int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_len)

@@ -415,7 +415,8 @@ def test_output_bias_and_sinks_in_any_file(tmp_path):
     am.write_model(path, "llama", hp, w, extra_tensors={"blk.0.attn_sinks.weight": extra["blk.0.attn_sinks.weight"]})
     r = subprocess.run([bin_path("spillway-run"), "-m", str(path), "--tokens", "1,2"], capture_output=True, text=True,
                        timeout=60)
-    assert r.returncode != 0 and "blk.1.attn_sinks.weight' missing" in r.stderr, r.stderr
+    assert r.returncode != 0 and "'blk.1.attn_sinks.weight' missing, but 'blk.0.attn_sinks.weight' is present" in r.stderr, \
+        r.stderr
 
 
 def test_olmo3_windows_refused(tmp_path):

@@ -716,28 +716,27 @@ static uint64_t layer_bytes(const sw_layer *L)
 }
 
 /* The optional per-layer tensors the graph reads as "the model has them"
- * (from layer 0) must be in every layer or in none. */
+ * (from layer 0) must be in every layer or in none; the experts' three
+ * biases come together, as gate's (entry `with`) does. */
 static bool same_in_every_layer(loader *ld)
 {
-    static const struct { size_t at; const char *name; } opt[] = {
-        {offsetof(sw_layer, bo), "attn_output.bias"},       {offsetof(sw_layer, sinks), "attn_sinks.weight"},
-        {offsetof(sw_layer, gate_inp_b), "ffn_gate_inp.bias"}, {offsetof(sw_layer, gate_exps_b), "ffn_gate_exps.bias"},
-        {offsetof(sw_layer, up_exps_b), "ffn_up_exps.bias"},   {offsetof(sw_layer, down_exps_b), "ffn_down_exps.bias"},
+    static const struct { size_t at; const char *name; int with; } opt[] = {
+        {offsetof(sw_layer, bo), "attn_output.bias", 0},          {offsetof(sw_layer, sinks), "attn_sinks.weight", 1},
+        {offsetof(sw_layer, gate_inp_b), "ffn_gate_inp.bias", 2}, {offsetof(sw_layer, gate_exps_b), "ffn_gate_exps.bias", 3},
+        {offsetof(sw_layer, up_exps_b), "ffn_up_exps.bias", 3},   {offsetof(sw_layer, down_exps_b), "ffn_down_exps.bias", 3},
     };
     const sw_model *m = ld->m;
+#define HAS(l, k) (*(const gguf_tensor *const *)((const char *)&m->layers[l] + opt[k].at) != NULL)
     for (size_t k = 0; k < sizeof opt / sizeof opt[0]; k++) {
-        bool first = *(const gguf_tensor *const *)((const char *)&m->layers[0] + opt[k].at) != NULL;
-        /* the experts' three biases come together */
-        if (k >= 4) first = m->layers[0].gate_exps_b != NULL;
-        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-            bool has = *(const gguf_tensor *const *)((const char *)&m->layers[l] + opt[k].at) != NULL;
-            if (has != first) {
-                sw_errf(ld->err, ld->errlen, "tensor 'blk.%u.%s' %s, but layer 0's is %s", l, opt[k].name,
-                        has ? "present" : "missing", first ? "present" : "missing");
+        const bool want = HAS(0, opt[k].with);
+        for (uint32_t l = 0; l < m->hp.n_layer; l++)
+            if (HAS(l, k) != want) {
+                sw_errf(ld->err, ld->errlen, "tensor 'blk.%u.%s' %s, but 'blk.0.%s' is %s", l, opt[k].name,
+                        want ? "missing" : "present", opt[opt[k].with].name, want ? "present" : "missing");
                 return false;
             }
-        }
     }
+#undef HAS
     return true;
 }
 
