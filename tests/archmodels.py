@@ -265,7 +265,8 @@ def read_weights(path):
     gemma2 = arch == "gemma2"   # the keys' defaults, as the worker's loader has them
     hp.update(attn_softcap=kv("attn_logit_softcapping", 50.0 if gemma2 else 0.0),
               final_softcap=kv("final_logit_softcapping", 30.0 if gemma2 else 0.0),
-              n_swa=kv("attention.sliding_window", 4096 if gemma2 else 0), theta_swa=kv("rope.freq_base_swa", 10000.0))
+              n_swa=kv("attention.sliding_window", 4096 if gemma2 else 0),
+              theta_swa=kv("rope.freq_base_swa", hp["theta"] if arch == "olmo2" else 10000.0))   # OLMo 3: the global base
     if kv("attention.sliding_window_pattern") is not None:
         hp["swa_pattern"] = kv("attention.sliding_window_pattern")
     if kv("expert_count"):

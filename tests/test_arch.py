@@ -419,16 +419,27 @@ def test_output_bias_and_sinks_in_any_file(tmp_path):
         r.stderr
 
 
-def test_olmo3_windows_refused(tmp_path):
-    """OLMo 3's files say olmo2 and add sliding windows, whose layers rotate
-    without the file's scaling: not implemented, so refused by name rather
-    than run as OLMo 2."""
-    hp, w = am.make_weights("olmo2")
-    path = tmp_path / "olmo3.gguf"
-    am.write_model(path, "olmo2", dict(hp, n_swa=16), w, swa_pattern=[True, False])
-    r = subprocess.run([bin_path("spillway-run"), "-m", str(path), "--tokens", "1,2"], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode != 0 and "OLMo 3's sliding-window layers are not implemented" in r.stderr, r.stderr
+def test_olmo3_sliding_layers(tmp_path):
+    """OLMo 3's files say olmo2 and add a window on three layers in four
+    (a flag per layer in the file; the table's period 4 without one), whose
+    RoPE keeps the global base but not its scaling. The logits match the
+    reference with them; without the window, or with the sliding layers
+    scaled like the global ones, they do not."""
+    hp, w = am.make_weights("olmo2", n_layer=4, seed=7)
+    flags = list(am.ARCHS["olmo2"])
+    flags[7], flags[8] = 4, True   # swa period 4, sliding layers with their own (unscaled) RoPE
+    for pattern in (None, [True, False, True, False]):
+        path = tmp_path / f"olmo3-{pattern is None}.gguf"
+        am.write_model(path, "olmo2", dict(hp, n_swa=6), w, swa_pattern=pattern, rope_scaling=("linear", 4.0))
+        got = spillway_logits(path, tmp_path, ids=IDS)
+        _, hp2, w2 = am.read_weights(path)
+        assert hp2["n_swa"] == 6 and hp2["theta_swa"] == hp2["theta"]
+        ref = am.forward("olmo2", hp2, w2, IDS, flags=tuple(flags))
+        assert cosines(got, ref).min() >= 0.9999, pattern
+        assert cosines(got, am.forward("olmo2", hp2, w2, IDS)).min() < 0.999, "the window makes no difference"
+        same_rope = list(flags)
+        same_rope[8] = False
+        assert cosines(got, am.forward("olmo2", hp2, w2, IDS, flags=tuple(same_rope))).min() < 0.999, "own RoPE"
 
 
 @pytest.mark.parametrize("arch", list(GPU_REFUSES))

@@ -375,7 +375,7 @@ static const sw_arch ARCHS[] = {
     {"granitemoe", false, false, false,       false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false, false},
     {"smollm3",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 4, false, false, false},
     {"gpt-oss",  true,  false,  false,        false, false,    false,     0.f, 0.f,   2, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, true, false},
-    {"olmo2",    true,  false,  false,        false, false,    true,      0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, true},
+    {"olmo2",    true,  false,  false,        false, false,    true,      0.f, 0.f,   4, 0,    true,  0,  SW_MOE_NO,      false, 0, false, false, true},
 };
 enum { N_ARCHS = sizeof ARCHS / sizeof ARCHS[0] };
 
@@ -486,7 +486,9 @@ static bool read_graph_hparams(const gguf_file *f, const char *arch, const sw_ar
                 arch, hp->attn_softcap, hp->final_softcap);
         return false;
     }
-    hp->rope_theta_swa = g->swa_own_rope ? 10000.0f : hp->rope_theta;
+    /* sliding layers with their own RoPE: base 10000 by default in Gemma 3, the
+     * global layers' in OLMo 3 (whose files say olmo2) */
+    hp->rope_theta_swa = g->swa_own_rope && !g->olmo2 ? 10000.0f : hp->rope_theta;
     hp->rope_scale_swa = g->swa_own_rope ? 0.0f : hp->rope_scale;
     if (g->swa_own_rope && !hp_f32(f, arch, "rope.freq_base_swa", &hp->rope_theta_swa, err, errlen)) return false;
     if (!(hp->rope_theta_swa > 0.0f)) {
@@ -498,7 +500,8 @@ static bool read_graph_hparams(const gguf_file *f, const char *arch, const sw_ar
 
 /* Which layers attend through a sliding window, and how wide it is. Gemma 2
  * has one every other layer (4096 wide unless the file says otherwise),
- * Gemma 3 five in six when the file names a window. A file's
+ * Gemma 3 five in six and OLMo 3 three in four when the file names a
+ * window (OLMo 2's files name none). A file's
  * sliding_window_pattern (a period, or one flag per layer) overrides the
  * table. Other architectures' windows are ignored, as llama.cpp does. */
 static bool mark_sliding_layers(sw_model *m, char *err, size_t errlen)
@@ -507,15 +510,6 @@ static bool mark_sliding_layers(sw_model *m, char *err, size_t errlen)
     sw_hparams *hp = &m->hp;
     uint32_t period = g->swa_pattern;
     hp->n_swa = g->swa_window;
-    if (g->olmo2) {   /* OLMo 3's files say olmo2 and add windows, whose layers rotate differently */
-        uint32_t window = 0;
-        if (!hp_u32(m->file, m->arch, "attention.sliding_window", &window, false, err, errlen)) return false;
-        if (window) {
-            sw_errf(err, errlen, "metadata '%s.attention.sliding_window' = %u: OLMo 3's sliding-window layers are "
-                    "not implemented", m->arch, window);
-            return false;
-        }
-    }
     if (!period) return true;
     if (!hp_u32(m->file, m->arch, "attention.sliding_window", &hp->n_swa, false, err, errlen)) return false;
     if (!hp->n_swa) return true;

@@ -69,7 +69,7 @@ typedef struct {
                            * use it (Gemma 2: 2, Gemma 3: 6); 0: no layer does */
     uint32_t swa_window;  /* its width when the file names none (Gemma 2: 4096; 0: no window) */
     bool swa_own_rope;    /* sliding layers rotate with rope.freq_base_swa (default
-                           * 10000) and no scaling (Gemma 3) */
+                           * 10000; OLMo 3: the global base) and no scaling (Gemma 3, OLMo 3) */
     uint32_t depth_27b;   /* a model this deep scales queries by 1/sqrt(n_embd/n_head) */
     int experts;          /* SW_MOE_*: whether its FFN may be (or always is) a mixture */
     bool granite_scales;  /* embedding, residual, attention and logit scales from the file (Granite) */
