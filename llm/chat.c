@@ -286,9 +286,9 @@ static void fmt_mistral_v3_tekken(sbuf *b, const sw_chat_msg *m, size_t n, pendi
 static void fmt_mistral_v7(sbuf *b, const sw_chat_msg *m, size_t n, const char *sp) {
     for (size_t i = 0; i < n; i++) {
         role_kind r = role_of(m[i].role);
-        if (r == R_SYSTEM) { put(b, "[SYSTEM_PROMPT]"); put(b, sp); put(b, content_of(&m[i])); put(b, "[/SYSTEM_PROMPT]"); }
-        else if (r == R_ASSISTANT) { put(b, sp); put(b, content_of(&m[i])); put(b, "</s>"); }
-        else { put(b, "[INST]"); put(b, sp); put(b, content_of(&m[i])); put(b, "[/INST]"); }
+        const char *open = r == R_SYSTEM ? "[SYSTEM_PROMPT]" : r == R_ASSISTANT ? "" : "[INST]";
+        const char *close = r == R_SYSTEM ? "[/SYSTEM_PROMPT]" : r == R_ASSISTANT ? "</s>" : "[/INST]";
+        put(b, open); put(b, sp); put(b, content_of(&m[i])); put(b, close);
     }
 }
 

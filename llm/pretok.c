@@ -190,7 +190,8 @@ size_t sw_pretok_split(const sw_pretok *p, const char *text, size_t len, sw_span
     if (!md) cur.oom = true;
     for (int r = 0; r < p->n_re && !cur.oom; r++) {
         next.n = 0;
-        for (size_t i = 0; i < cur.n && !next.oom; i++) split_one(p->re[r], text, cur.v[i].off, cur.v[i].len, md, &next);
+        for (size_t i = 0; i < cur.n && !next.oom; i++)
+            split_one(p->re[r], text, cur.v[i].off, cur.v[i].len, md, &next);
         spanvec t = cur; cur = next; next = t;
     }
     pcre2_match_data_free(md);

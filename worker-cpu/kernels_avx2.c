@@ -621,7 +621,8 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
                 }
             }
             const int r0 = 8 * (h0 + h);
-            const __m256 d = mx ? e8m0_half8((const uint8_t *)s + r0) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + r0)));
+            const __m256 d = mx ? e8m0_half8((const uint8_t *)s + r0)
+                                : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + r0)));
             const __m256 m = has_m ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 16 + r0))) : _mm256_setzero_ps();
             _Pragma("GCC unroll 4")
             for (int t = 0; t < NT; t++) {
