@@ -110,7 +110,7 @@ sw_pretok *sw_pretok_new(const char *name, size_t len, char *err, size_t errlen)
         if (!re) {
             PCRE2_UCHAR msg[120];
             pcre2_get_error_message(code, msg, sizeof msg);
-            snprintf(err, errlen, "pre-tokenizer '%.*s': regex %d at %zu: %s", (int)(len < 60 ? len : 60),
+            snprintf(err, errlen, "pre-tokenizer '%.*s': regex %d at %zu: %s", name ? (int)(len < 60 ? len : 60) : 4,
                      name ? name : "gpt2", p->n_re, (size_t)at, (const char *)msg);
             sw_pretok_free(p);
             return NULL;

@@ -159,8 +159,8 @@ static int utf8_put(uint32_t cp, char *out) {
 }
 
 /* Decodes one code point at s[0..n); *cp gets it. Invalid or truncated
- * sequences consume one byte and give SW_INVALID_CP + byte, which no
- * character class contains, so the byte still reaches the tokenizer. */
+ * sequences consume one byte and give SW_INVALID_CP + byte, a value no
+ * character has, so the byte still reaches the tokenizer. */
 #define SW_INVALID_CP 0x110000u
 static int utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
     int k = sw_utf8_decode(s, n, cp);

@@ -322,7 +322,6 @@ static bool load_extras(sw_ctx *c)
     const size_t qn = m->graph->olmo2 ? QD : hd, kn = m->graph->olmo2 ? KVD : hd;
     if ((m->graph->qk_norm || m->graph->olmo2) && !(c->qk_norm = falloc(hp->n_layer * (qn + kn)))) return false;
     if (m->graph->post_norms && !(c->post_norm = falloc(hp->n_layer * 2 * (size_t)hp->n_embd))) return false;
-    if (hp->n_ff_shexp && !(c->shexp_gate = falloc(hp->n_layer * (size_t)hp->n_embd))) return false;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const sw_layer *L = &m->layers[l];
         float *b = c->bias ? c->bias + l * (QD + 2 * KVD) : NULL;
@@ -335,8 +334,8 @@ static bool load_extras(sw_ctx *c)
         float *pn = c->post_norm ? c->post_norm + (size_t)l * 2 * hp->n_embd : NULL;
         if (pn && (!norm_to_float(L->post_attn_norm, pn) || !norm_to_float(L->post_ffn_norm, pn + hp->n_embd)))
             return false;
-        if (c->shexp_gate && !norm_to_float(L->gate_inp_shexp, c->shexp_gate + (size_t)l * hp->n_embd)) return false;
     }
+    if (!layer_floats(m, offsetof(sw_layer, gate_inp_shexp), hp->n_embd, &c->shexp_gate)) return false;
     if (m->output_bias && (!(c->out_bias = falloc(hp->n_vocab)) || !norm_to_float(m->output_bias, c->out_bias)))
         return false;
     return load_oai_extras(c);

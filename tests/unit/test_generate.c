@@ -20,10 +20,8 @@ static void test_harmony_final_channel(void)
     static char sym[256][4];
     const char *toks[256 + N_HARMONY];
     int32_t types[256 + N_HARMONY];
-    int extra = 0;
     for (int b = 0; b < 256; b++) {
-        bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-        unsigned cp = printable ? (unsigned)b : 256u + (unsigned)extra++;
+        unsigned cp = (unsigned)gpt2_byte_cp(b);
         if (cp < 0x80) sym[b][0] = (char)cp;
         else { sym[b][0] = (char)(0xC0 | (cp >> 6)); sym[b][1] = (char)(0x80 | (cp & 0x3F)); }
         toks[b] = sym[b];

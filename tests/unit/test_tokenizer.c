@@ -300,19 +300,11 @@ static void test_spm_details(void) {
 
 /* ---- a byte-level BPE vocab built here, to test the Llama-3 split ---- */
 
-static int gpt2_cp(int b) {
-    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
-    int n = 0;
-    for (int x = 0; x < b; x++)
-        if (!((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) n++;
-    return 256 + n;
-}
-
 /* The byte-level form of raw text (what the vocab stores). */
 static char *mapped(const char *s) {
     char *o = malloc(strlen(s) * 2 + 1), *p = o;
     for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
-        int c = gpt2_cp(*q);
+        int c = gpt2_byte_cp(*q);
         if (c < 0x80) *p++ = (char)c;
         else { *p++ = (char)(0xC0 | (c >> 6)); *p++ = (char)(0x80 | (c & 0x3F)); }
     }

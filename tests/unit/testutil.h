@@ -39,6 +39,17 @@ static inline char *read_file(const char *path, size_t *len)
     return s;
 }
 
+/* GPT-2's byte-level BPE alphabet: the code point byte b is written as
+ * (printable Latin-1 bytes stand for themselves, the rest map to 256..). */
+static inline int gpt2_byte_cp(int b)
+{
+    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
+    int n = 0;
+    for (int x = 0; x < b; x++)
+        if (!((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) n++;
+    return 256 + n;
+}
+
 /* Writes w to path, frees it and opens the result; NULL (after a failed
  * CHECK) if either step fails. */
 static inline gguf_file *write_and_open(gguf_writer *w, const char *path)
