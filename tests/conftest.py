@@ -66,13 +66,15 @@ def cosines(a, b):
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-def logits_for(model, ids, out, isa=None, extra=()):
+def logits_for(model, ids, out, isa=None, extra=(), env_extra=None):
     """spillway-run's float32 logits for token ids (one batch, positions
-    0..n-1), every position, on the ISA given (default: the best); returns
-    (logits [n, vocab], stderr)."""
+    0..n-1), every position, on the ISA given (default: the best), with
+    env_extra added to its environment; returns (logits [n, vocab], stderr)."""
     import numpy as np
     env = dict(os.environ)
     env.pop("SPILLWAY_ISA", None)
+    env.pop("SPILLWAY_I8_MIN_TOKENS", None)
+    env.update(env_extra or {})
     if isa:
         env["SPILLWAY_ISA"] = isa
     r = subprocess.run([bin_path("spillway-run"), "-m", str(model), "--tokens", ",".join(map(str, ids)),

@@ -41,6 +41,21 @@ def test_golden_logits_fast_path(name, tmp_path):
     assert cos.min() >= 0.998
 
 
+def test_golden_logits_int8_form(name, tmp_path):
+    """The int8 form that long prompts run on (SPILLWAY_I8_MIN_TOKENS=1
+    puts every product of this short batch on it, where the CPU has AVX-512
+    VNNI) holds the serving path's bar, and does change the logits."""
+    model, ids, ref = load_golden(name)
+    exact, _ = logits_for(model, ids, tmp_path / "e.f32", extra=["--fast"], env_extra={"SPILLWAY_I8_MIN_TOKENS": "0"})
+    got, _ = logits_for(model, ids, tmp_path / "l.f32", extra=["--fast"], env_extra={"SPILLWAY_I8_MIN_TOKENS": "1"})
+    cos, cos_exact = cosines(got, ref), cosines(exact, ref)
+    print(f"{name} (fast, int8 form): min cosine {cos.min():.6f} (exact products {cos_exact.min():.6f}), "
+          f"top-1 {(got.argmax(1) == ref.argmax(1)).mean():.3f}; against the exact products {cosines(got, exact).min():.6f}")
+    assert cos.min() >= 0.998
+    if "avx512_vnni" in open("/proc/cpuinfo").read():
+        assert not np.array_equal(got, exact), "the int8 form was not used"
+
+
 ISA_TOKENS = 24   # the scalar path is slow on the 50k-vocab output: a prefix is enough
 
 

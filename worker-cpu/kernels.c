@@ -76,6 +76,20 @@ static bool cpu_has_avx512(void) {
            __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
+static int i8_min_tokens = SW_I8_MIN_TOKENS;
+
+/* SPILLWAY_I8_MIN_TOKENS=N overrides the int8 form's threshold (0: off). */
+static void i8_env(void) {
+    const char *env = getenv("SPILLWAY_I8_MIN_TOKENS");
+    if (!env || !*env) return;
+    char *end;
+    long n = strtol(env, &end, 10);
+    if (*end || n < 0 || n > 1 << 20)
+        fprintf(stderr, "kernels: SPILLWAY_I8_MIN_TOKENS=%s not understood (0..%d); using %d\n", env, 1 << 20,
+                i8_min_tokens);
+    else i8_min_tokens = (int)n;
+}
+
 static void isa_init(void) {
     __builtin_cpu_init();
     fill_scalar(&tables[SW_ISA_SCALAR]);
@@ -103,6 +117,7 @@ static void isa_init(void) {
                     env, sw_isa_name(isa_best));
         isa_cur = want > isa_best ? isa_best : want;
     }
+    i8_env();
 }
 
 static inline const sw_kernel_table *ktab(void) {
@@ -141,15 +156,19 @@ double sw_int8_peak_gmac_s(double seconds) {
     const int64_t iters = 1 << 16;   /* ~50M MACs: well under a millisecond a call */
     double total = 0.0;
     int64_t sum = 0;
+    /* Each thread's best window of 16 calls (a few ms): on a shared host a
+     * thread is sometimes descheduled for part of a run, and the average
+     * over the whole run then read as low as half the peak. */
     #pragma omp parallel reduction(+:total, sum)
     {
-        int64_t n = 0;
-        double t0 = sw_clock_s(), dt;
+        double best = 0.0, start = sw_clock_s();
         do {
-            sum += kt->int8_peak(iters);
-            n += iters;
-        } while ((dt = sw_clock_s() - t0) < seconds);
-        total += (double)n * SW_INT8_PEAK_MACS / dt;
+            double t0 = sw_clock_s();
+            for (int k = 0; k < 16; k++) sum += kt->int8_peak(iters);
+            double rate = 16.0 * (double)iters * SW_INT8_PEAK_MACS / (sw_clock_s() - t0);
+            best = rate > best ? rate : best;
+        } while (sw_clock_s() - start < seconds);
+        total += best;
     }
     int8_peak_sink = sum;
     return total / 1e9;
@@ -474,6 +493,32 @@ static void pack_q6k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q6
     }
 }
 
+bool sw_i8x16_ref_block(sw_type type, const uint8_t *w, size_t row_size, int64_t i, sw_i8x16 *dst) {
+    if (type != SW_TYPE_Q4_K && type != SW_TYPE_Q5_K && type != SW_TYPE_Q6_K) return false;
+    const float qmax = type == SW_TYPE_Q4_K ? 15.0f : type == SW_TYPE_Q5_K ? 31.0f : 63.0f;
+    const size_t bs = sw_type_info(type)->type_size;
+    for (int r = 0; r < 16; r++) {
+        uint8_t q[QK_K];
+        float scale[16], offs[16], a[16], b[16];
+        const int nsub = sw_kblock_unpack(type, w + (size_t)r * row_size + (size_t)i * bs, q, scale, offs);
+        float amax = 0;
+        for (int s = 0; s < nsub; s++) {
+            a[s] = scale[s];
+            b[s] = nsub == 8 ? offs[2 * s] : offs[s];   /* Q4_K / Q5_K repeat each sub-block's offset */
+            amax = fmaxf(amax, fmaxf(fabsf(b[s]), fabsf(fmaf(qmax, a[s], -b[s]))));
+        }
+        const float id = amax > 0 ? 127.0f / amax : 0.0f;
+        dst->d[r] = amax / 127.0f;
+        for (int k = 0; k < QK_K; k++) {
+            const int s = k / (QK_K / nsub);
+            long v = lrintf(fmaf((float)q[k], a[s] * id, -(b[s] * id)));
+            v = v < -127 ? -127 : v > 127 ? 127 : v;
+            dst->q[k / 4][4 * r + k % 4] = (uint8_t)(v + 128);
+        }
+    }
+    return true;
+}
+
 /* Block i of 16 rows of a 32-weight type into the sw_q32x16 form
  * (kernels_impl.h): quants at q, d (and m) at sc. */
 static void pack_q32x16_block(sw_type type, const uint8_t *w, size_t row_size, int64_t i, uint8_t *q, uint16_t *sc) {
@@ -581,6 +626,10 @@ void sw_packed_free(sw_packed *p) {
     free(p);
 }
 
+const uint8_t *sw_packed_group(const sw_packed *p, int64_t g) {
+    return p->blocks + (size_t)g * p->group_bytes;
+}
+
 size_t sw_packed_bytes(const sw_packed *p) {
     return p ? (size_t)p->groups * p->group_bytes : 0;
 }
@@ -610,6 +659,32 @@ static void q32_aux(const block_q8_0 *a, int64_t nb, sw_q32_aux *out) {
         float d = sw_f16_to_f32(a[i].d);
         out[i] = (sw_q32_aux){ d, -sum, d * (float)sum };
     }
+}
+
+/* Per token and block of Q8_K activations: -128 times the sum of the
+ * block's quants (the int8 form's sw_i8x16_fn nsum). */
+static void i8_nsums(const block_q8_k *a, int64_t nb, int32_t *out) {
+    for (int64_t i = 0; i < nb; i++) {
+        int32_t sum = 0;
+        for (int k = 0; k < QK_K / 16; k++) sum += a[i].bsums[k];
+        out[i] = -128 * sum;
+    }
+}
+
+int sw_set_i8_min_tokens(int n) {
+    pthread_once(&isa_once, isa_init);
+    int old = i8_min_tokens;
+    i8_min_tokens = n > 0 ? n : 0;
+    return old;
+}
+
+int sw_i8_min_tokens(void) {
+    return ktab()->i8x16 ? i8_min_tokens : 0;
+}
+
+/* Whether job j runs on the int8 form (its pack usable, checked before). */
+static bool job_i8(const sw_kernel_table *kt, const sw_packed_job *j) {
+    return i8_min_tokens > 0 && j->n_tok >= i8_min_tokens && kt->i8x16 && kt->i8x16_expand[j->p->type];
 }
 
 /* Leftover rows (past the 16-row groups) from the original tensor. Runs
@@ -646,8 +721,8 @@ typedef struct {
     const float *x;
     int n_tok;
     int64_t cols;
-    bool k8, bs4, bs6, q32;   /* forms wanted: Q8_K rows, their two bsum forms, Q8_0 rows */
-    size_t off, off_bs4, off_bs6, off_q32, off_aux;
+    bool k8, bs4, bs6, ns, q32;   /* forms wanted: Q8_K rows, their bsum forms (Q4_K, Q6_K, int8 form), Q8_0 rows */
+    size_t off, off_bs4, off_bs6, off_ns, off_q32, off_aux;
     size_t rs_k8, rs_q32;     /* bytes of one Q8_K / Q8_0 row */
 } act_set;
 
@@ -677,6 +752,36 @@ static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t 
     const int32_t *b = (const int32_t *)(buf + as->off_bs4) + (size_t)t * (size_t)nb * 4;
     if (p->type == SW_TYPE_Q4_K) kt->q4k16((const sw_q4k16 *)grp, nb, a, ars, b, (size_t)nb * 4, cnt, out, (size_t)p->rows);
     else kt->q5k16((const sw_q5k16 *)grp, nb, a, ars, b, (size_t)nb * 4, cnt, out, (size_t)p->rows);
+}
+
+/* Groups g0..g1-1 of job jb on the int8 form: tiles of groups expanded
+ * into this thread's buffer (sized to half the L2, like the packed tiles),
+ * then every token slice over the tile. False (nothing done) when the
+ * buffer cannot be had: the caller then runs the packed kernels. */
+static bool i8_part(const sw_kernel_table *kt, const sw_packed_job *jb, const act_set *as, const uint8_t *buf,
+                      int64_t g0, int64_t g1) {
+    const sw_packed *p = jb->p;
+    const int64_t nb = p->cols / QK_K;
+    const size_t gw = (size_t)nb * sizeof(sw_i8x16);
+    const int64_t tile = (int64_t)(SW_L2_TILE_BYTES / gw) > 1 ? (int64_t)(SW_L2_TILE_BYTES / gw) : 1;
+    const int64_t most = g1 - g0 < tile ? g1 - g0 : tile;
+    sw_i8x16 *w8 = scratch_get(SCRATCH_PACK, (size_t)most * gw);
+    if (!w8) return false;
+    const size_t ars = as->rs_k8;
+    for (int64_t s0 = g0; s0 < g1; s0 += tile) {
+        const int64_t s1 = s0 + tile < g1 ? s0 + tile : g1;
+        for (int64_t g = s0; g < s1; g++)
+            kt->i8x16_expand[p->type](p->blocks + (size_t)g * p->group_bytes, nb, w8 + (size_t)(g - s0) * (size_t)nb);
+        for (int t = 0; t < jb->n_tok; t += SW_DOTN_MAX) {
+            const int cnt = jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
+            const uint8_t *a = buf + as->off + (size_t)t * ars;
+            const int32_t *ns = (const int32_t *)(buf + as->off_ns) + (size_t)t * (size_t)nb;
+            for (int64_t g = s0; g < s1; g++)
+                kt->i8x16(w8 + (size_t)(g - s0) * (size_t)nb, nb, a, ars, ns, (size_t)nb, cnt,
+                          jb->y + (size_t)t * p->rows + g * 16, (size_t)p->rows);
+        }
+    }
+    return true;
 }
 
 static int64_t job_groups(const sw_packed_job *j) { return j->n_tok > 0 ? j->p->groups : 0; }
@@ -736,6 +841,7 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
         group_bytes = p->group_bytes > group_bytes ? p->group_bytes : group_bytes;
         act_set *a = &sets[set_of[j]];
         if (sw_is_q32(p->type)) a->q32 = true;
+        else if (job_i8(kt, &jobs[j])) a->k8 = a->ns = true;
         else if (p->type == SW_TYPE_Q6_K) a->k8 = a->bs6 = true;
         else a->k8 = a->bs4 = true;   /* Q4_K and Q5_K */
     }
@@ -749,6 +855,7 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
         if (a->k8) { a->off = bytes; bytes += (a->rs_k8 * nt + 63) & ~(size_t)63; }
         if (a->bs4) { a->off_bs4 = bytes; bytes += (nb * 4 * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
         if (a->bs6) { a->off_bs6 = bytes; bytes += (nb * 16 * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
+        if (a->ns) { a->off_ns = bytes; bytes += (nb * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
         if (a->q32) {
             a->off_q32 = bytes;
             bytes += (a->rs_q32 * nt + 63) & ~(size_t)63;
@@ -779,6 +886,7 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
             kt->quant_q8_k(x, q, a->cols);
             if (a->bs4) packed_bsums(SW_TYPE_Q4_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->off_bs4) + (size_t)t * nb * 4);
             if (a->bs6) packed_bsums(SW_TYPE_Q6_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->off_bs6) + (size_t)t * nb * 16);
+            if (a->ns) i8_nsums((const block_q8_k *)q, nb, (int32_t *)(buf + a->off_ns) + (size_t)t * nb);
         }
         if (a->q32) {
             const int64_t nb = a->cols / QK8_0;
@@ -823,13 +931,14 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
                 const sw_packed_job *jb = &jobs[j];
                 const act_set *as = &sets[set_of[j]];
                 const int64_t a1 = first[j + 1] < r1 ? first[j + 1] : r1;
-                for (int64_t s0 = a0; s0 < a1; s0 += tile) {
-                    int64_t s1 = s0 + tile < a1 ? s0 + tile : a1;
-                    for (int t = 0; t < jb->n_tok; t += SW_DOTN_MAX) {
-                        int cnt = jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
-                        for (int64_t gg = s0; gg < s1; gg++) packed_group(kt, jb->p, gg - first[j], as, buf, t, cnt, jb->y);
+                if (!as->ns || !job_i8(kt, jb) || !i8_part(kt, jb, as, buf, a0 - first[j], a1 - first[j]))
+                    for (int64_t s0 = a0; s0 < a1; s0 += tile) {
+                        int64_t s1 = s0 + tile < a1 ? s0 + tile : a1;
+                        for (int t = 0; t < jb->n_tok; t += SW_DOTN_MAX) {
+                            int cnt = jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
+                            for (int64_t gg = s0; gg < s1; gg++) packed_group(kt, jb->p, gg - first[j], as, buf, t, cnt, jb->y);
+                        }
                     }
-                }
                 a0 = a1;
             }
         }

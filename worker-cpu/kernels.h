@@ -70,11 +70,26 @@ typedef struct {
 } sw_packed_job;
 void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n);
 
+/* Products of at least this many tokens (per matrix) run on the int8
+ * form where this CPU has it (AVX-512 VNNI; Q4_K, Q5_K and Q6_K): each
+ * 16-row group is expanded to int8 rows with one scale per 256 weights,
+ * tile by tile, and every token slice then costs 64 vpdpbusd and two float
+ * operations per block instead of 79-82 (prefill about 20% faster). The
+ * price is one more rounding of each weight, to 255 levels over its
+ * row-block: about 0.4% of a product's size, below the Q8_K activations'
+ * own rounding. 0 turns it off (every product then equals the reference
+ * within float rounding). SPILLWAY_I8_MIN_TOKENS=N sets it at start-up;
+ * this call, process-wide, later. Returns the previous value. */
+#define SW_I8_MIN_TOKENS 128
+int sw_set_i8_min_tokens(int n);
+/* The threshold in effect: 0 when it is off or the active ISA has no int8 form. */
+int sw_i8_min_tokens(void);
+
 /* The CPU's int8 multiply-add peak, measured: every OpenMP thread runs
  * independent chains of the instruction the packed kernels are built on
- * (vpdpbusd, 64 MACs each) for `seconds`. GMAC/s over all threads; 0 when
- * the active ISA has no such path. The yardstick for prefill and batched
- * decode, which are bound by it. */
+ * (vpdpbusd, 64 MACs each) for `seconds`; the sum of each thread's best
+ * few-millisecond window, in GMAC/s. 0 when the active ISA has no such
+ * path. The yardstick for prefill and batched decode, which are bound by it. */
 double sw_int8_peak_gmac_s(double seconds);
 
 /* Row r of a tensor as floats (embedding lookup). */

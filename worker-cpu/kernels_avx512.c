@@ -486,6 +486,165 @@ SW_Q16_ENTRY(q6k16_vnni, sw_q6k16)
 #undef SW_Q16_ROWS
 #undef SW_Q16_ENTRY
 #undef SW_Q16_CALL
+
+/* ---- the int8 form (sw_i8x16) ------------------------------------------------
+ * Expanding a packed row-block: the rows' sub-block factors a and b as float
+ * vectors over the rows, the scale from the quant range's ends, then per 64
+ * bytes of quants (16 rows x 4 weights, lanes 4r + e) four pieces of 4 rows,
+ * each widened to 16 int32 and turned into q * A - B by one fmsub with A and
+ * B spread over the piece's lanes, rounded, and packed back to bytes. About
+ * 25 instructions per 64 weights, once per tile: against 64 vpdpbusd per 64
+ * weights for every 64 tokens that the tile then serves. */
+
+/* 64 unsigned quants q (lanes 4r + e) to the int8 form's 64 bytes. The
+ * unpacks widen 128-bit lane L's bytes to four vectors of dwords, vector m
+ * holding row 4L + m, so A[m] and B[m] carry each row's factors there; the
+ * packs then undo the unpacks' order exactly. */
+static inline __attribute__((always_inline)) __m512i i8_bytes(__m512i q, const __m512 *A, const __m512 *B) {
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i w0 = _mm512_unpacklo_epi8(q, z), w1 = _mm512_unpackhi_epi8(q, z);
+#define SW_I8_ROWS(x, m) _mm512_cvtps_epi32(_mm512_fmsub_ps(_mm512_cvtepi32_ps(x), A[m], B[m]))
+    const __m512i v0 = SW_I8_ROWS(_mm512_unpacklo_epi16(w0, z), 0), v1 = SW_I8_ROWS(_mm512_unpackhi_epi16(w0, z), 1);
+    const __m512i v2 = SW_I8_ROWS(_mm512_unpacklo_epi16(w1, z), 2), v3 = SW_I8_ROWS(_mm512_unpackhi_epi16(w1, z), 3);
+#undef SW_I8_ROWS
+    const __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(v0, v1), _mm512_packs_epi32(v2, v3));
+    return _mm512_xor_si512(b, _mm512_set1_epi8((char)0x80));
+}
+
+/* The row-block's scale from its nsub sub-blocks' factors (stored to d);
+ * returns 127 / amax (0 where amax is 0). */
+static inline __m512 i8_scale(const __m512 *a, const __m512 *b, int nsub, float qmax, float *d) {
+    const __m512 qm = _mm512_set1_ps(qmax), k127 = _mm512_set1_ps(127.0f);
+    __m512 amax = _mm512_setzero_ps();
+    for (int s = 0; s < nsub; s++)
+        amax = _mm512_max_ps(amax, _mm512_max_ps(_mm512_abs_ps(b[s]), _mm512_abs_ps(_mm512_fmsub_ps(qm, a[s], b[s]))));
+    _mm512_store_ps(d, _mm512_div_ps(amax, k127));
+    return _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ), k127, amax);
+}
+
+/* A and B (a * id, b * id, lanes over the rows) spread for i8_bytes:
+ * vector m, 128-bit lane L takes row 4L + m. */
+static inline __attribute__((always_inline)) void i8_spread(__m512 a, __m512 b, __m512 id, __m512 *A, __m512 *B) {
+    a = _mm512_mul_ps(a, id);
+    b = _mm512_mul_ps(b, id);
+    const __m512i lane4 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    for (int m = 0; m < 4; m++) {
+        const __m512i rows = _mm512_add_epi32(lane4, _mm512_set1_epi32(m));
+        A[m] = _mm512_permutexvar_ps(rows, a);
+        B[m] = _mm512_permutexvar_ps(rows, b);
+    }
+}
+
+/* Q4_K and Q5_K (q5): a_j = d sc_j, b_j = dmin m_j per 32-weight sub-block. */
+static inline __attribute__((always_inline)) void i8_expand_qk(const uint8_t *blocks, int64_t nb, sw_i8x16 *out,
+                                                                 const bool q5) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    const __m512i lo8 = _mm512_set1_epi32(0xff);
+    const size_t bb = q5 ? sizeof(sw_q5k16) : sizeof(sw_q4k16);
+    for (int64_t i = 0; i < nb; i++, blocks += bb, out++) {
+        const sw_q4k16 *p = (const sw_q4k16 *)blocks;
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p->d));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p->dmin));
+        __m512 a[8], b[8];
+        for (int q = 0; q < 4; q++) {
+            __m512i mw = _mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)p->mn[q]));
+            b[2 * q] = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_and_si512(mw, lo8)));
+            b[2 * q + 1] = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(mw, 8)));
+        }
+        for (int j = 0; j < 8; j++)
+            a[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)p->sc[j]))));
+        const __m512 id = i8_scale(a, b, 8, q5 ? 31.0f : 15.0f, out->d);
+        for (int j = 0; j < 8; j++) {
+            __m512 A[4], B[4];
+            i8_spread(a[j], b[j], id, A, B);
+            const __m512i h = q5 ? _mm512_load_si512(((const sw_q5k16 *)blocks)->qh[j]) : _mm512_setzero_si512();
+            for (int c = 0; c < 4; c++) {
+                __m512i v = _mm512_load_si512(p->qs[j][c]);
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (q5) {
+                    lo = _mm512_ternarylogic_epi32(lo, shift_bits(h, 4 - 2 * c), m10, 0xF8);
+                    hi = _mm512_ternarylogic_epi32(hi, shift_bits(h, 3 - 2 * c), m10, 0xF8);
+                }
+                _mm512_store_si512(out->q[8 * j + 2 * c], i8_bytes(lo, A, B));
+                _mm512_store_si512(out->q[8 * j + 2 * c + 1], i8_bytes(hi, A, B));
+            }
+        }
+    }
+}
+
+static void i8_q4k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out) { i8_expand_qk(blocks, nb, out, false); }
+static void i8_q5k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out) { i8_expand_qk(blocks, nb, out, true); }
+
+/* Q6_K: a_s = d sc_s, b_s = 32 a_s per 16-weight sub-block; the quants
+ * rebuilt from ql and qh as in q6k16_rows. */
+static void i8_q6k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const sw_q6k16 *p = blocks;
+    for (int64_t i = 0; i < nb; i++, p++, out++) {
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p->d)), k32 = _mm512_set1_ps(32.0f);
+        __m512 a[16], b[16];
+        for (int j = 0; j < 8; j++) {
+            __m512i scw = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *)p->sc[j]));
+            a[2 * j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(scw, 16), 16)));
+            a[2 * j + 1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(scw, 16)));
+            b[2 * j] = _mm512_mul_ps(k32, a[2 * j]);
+            b[2 * j + 1] = _mm512_mul_ps(k32, a[2 * j + 1]);
+        }
+        const __m512 id = i8_scale(a, b, 16, 63.0f, out->d);
+        for (int j = 0; j < 8; j++)
+            for (int h = 0; h < 2; h++) {
+                __m512 A[4], B[4];
+                i8_spread(a[2 * j + h], b[2 * j + h], id, A, B);
+                const __m512i hb = _mm512_load_si512(p->qh[j][h]);
+                for (int e = 0; e < 2; e++) {
+                    const int c = 2 * h + e;
+                    __m512i v = _mm512_load_si512(p->ql[j][c]);
+                    __m512i hlo = e ? hb : _mm512_slli_epi16(hb, 4);
+                    __m512i hhi = e ? _mm512_srli_epi16(hb, 2) : _mm512_slli_epi16(hb, 2);
+                    __m512i lo = _mm512_ternarylogic_epi32(_mm512_and_si512(v, m4), hlo, m30, 0xF8);
+                    __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hhi, m30, 0xF8);
+                    _mm512_store_si512(out->q[8 * j + 2 * c], i8_bytes(lo, A, B));
+                    _mm512_store_si512(out->q[8 * j + 2 * c + 1], i8_bytes(hi, A, B));
+                }
+            }
+    }
+}
+
+/* The int8 form x NT tokens: per block and token 64 vpdpbusd from the
+ * offset's starting value, then one multiply (d x the token's scale) and
+ * one multiply-add. */
+static inline __attribute__((always_inline)) void
+i8x16_rows(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum, size_t nsum_stride,
+           const int NT, float *out, size_t ostride) {
+    __m512 total[SW_DOTN_MAX];
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) total[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, p++) {
+        __m512i acc[SW_DOTN_MAX];
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) acc[t] = _mm512_set1_epi32(nsum[(size_t)t * nsum_stride + i]);
+        _Pragma("GCC unroll 16")
+        for (int k = 0; k < 64; k++) {
+            const __m512i w = _mm512_load_si512(p->q[k]);
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < NT; t++) acc[t] = dpbusd_bcst(acc[t], w, ACT_BLOCK_Q(act, stride, t, i)->qs + 4 * k);
+        }
+        const __m512 d = _mm512_load_ps(p->d);
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++)
+            total[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(d, _mm512_set1_ps(ACT_BLOCK_Q(act, stride, t, i)->d)),
+                                       total[t]);
+    }
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
+}
+
+#define SW_I8_CALL(k) i8x16_rows(p, nb, act, stride, nsum, nsum_stride, k, out, ostride)
+static void i8x16_vnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum,
+                       size_t nsum_stride, int ntok, float *out, size_t ostride) {
+    SW_FOR_NT(ntok, SW_I8_CALL)
+}
+#undef SW_I8_CALL
 #undef ACT_BLOCK_Q
 
 /* The vpdpbusd peak: 12 independent accumulator chains, enough to cover the
@@ -543,6 +702,10 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni) {
         SW_Q32_TYPES(SW_Q32_FILL)
 #undef SW_Q32_FILL
         t->int8_peak = int8_peak_vnni;
+        t->i8x16 = i8x16_vnni;
+        t->i8x16_expand[SW_TYPE_Q4_K] = i8_q4k_vnni;
+        t->i8x16_expand[SW_TYPE_Q5_K] = i8_q5k_vnni;
+        t->i8x16_expand[SW_TYPE_Q6_K] = i8_q6k_vnni;
     } else {
         t->dot[SW_TYPE_Q4_K] = dot_q4_k_bw;
         t->dotn[SW_TYPE_Q4_K] = dotn_q4_k_bw;

@@ -182,6 +182,47 @@ typedef void (*sw_q32x16_fn)(const uint8_t *q, const uint16_t *s, int64_t nb, co
         entry(type, q, s, nb, act, stride, aux, aux_stride, ntok, out, ostride);                                 \
     }
 
+/* The int8 form: 16 rows x one 256-weight block as int8 with one float
+ * scale per row, into which packed Q4_K, Q5_K and Q6_K groups are expanded
+ * tile by tile for products of many tokens (sw_set_i8_min_tokens). It drops
+ * the per-sub-block scale and min work that holds the K-quant kernels at
+ * 79-82 vector slots per 64 products: here a block costs 64 vpdpbusd and
+ * two float operations per token. The price is one more rounding of each
+ * weight, to 255 levels over its row-block (sw_i8x16_ref_block).
+ *   q[k][4r + e] = v(r, 4k + e) + 128, v in -127..127 (one vpdpbusd per
+ *                  activation dword k, like sw_q4k16's nibbles), and
+ *   d[r]         = the row-block's scale: the weight is about v * d[r]. */
+typedef struct {
+    uint8_t q[64][64];
+    float d[16];
+} sw_i8x16;
+_Static_assert(sizeof(sw_i8x16) == 4160, "sw_i8x16: 260 bytes per row-block");
+
+/* Block i of the 16 rows of `type` starting at w (row_size bytes apart) in
+ * the int8 form: the reference every SIMD expander must match byte for
+ * byte. Per row and sub-block s (32 weights for Q4_K / Q5_K, 16 for Q6_K)
+ * the weight is q * a_s - b_s (sw_kblock_unpack's scale and offset; Q6_K's
+ * b_s = 32 a_s). The row-block's largest magnitude amax is taken at the
+ * quant range's ends, d = amax / 127, and v = rint(fmaf(q, a_s * id,
+ * -(b_s * id))) with id = 127 / amax (0 for an all-zero row-block).
+ * False for types without a int8 form. */
+bool sw_i8x16_ref_block(sw_type type, const uint8_t *w, size_t row_size, int64_t i, sw_i8x16 *dst);
+
+/* The packed bytes of 16-row group g of p (for tests). */
+struct sw_packed;
+const uint8_t *sw_packed_group(const struct sw_packed *p, int64_t g);
+
+/* nb packed row-blocks of one group (sw_q4k16, sw_q5k16 or sw_q6k16) into
+ * nb sw_i8x16. */
+typedef void (*sw_i8x16_expand_fn)(const void *blocks, int64_t nb, sw_i8x16 *out);
+
+/* Y for 16 rows in the int8 form (nb consecutive sw_i8x16) x ntok
+ * (1..SW_DOTN_MAX) Q8_K tokens: out[t*out_stride + r]. nsum: per token
+ * nsum_stride int32, per block -128 times the sum of its 256 quants (the
+ * +128 offset, applied as the sums' starting value). */
+typedef void (*sw_i8x16_fn)(const sw_i8x16 *p, int64_t nb, const void *act, size_t act_stride, const int32_t *nsum,
+                            size_t nsum_stride, int ntok, float *out, size_t out_stride);
+
 typedef struct {
     sw_dot_fn dot[SW_TYPE_COUNT];
     sw_dotn_fn dotn[SW_TYPE_COUNT];
@@ -192,6 +233,8 @@ typedef struct {
     sw_q5k16_fn q5k16;     /* prepacked Q5_K */
     sw_q6k16_fn q6k16;     /* prepacked Q6_K */
     sw_q32x16_fn q32x16[SW_TYPE_COUNT];   /* prepacked Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 */
+    sw_i8x16_expand_fn i8x16_expand[SW_TYPE_COUNT];   /* packed Q4_K / Q5_K / Q6_K groups to the int8 form */
+    sw_i8x16_fn i8x16;     /* the int8 form x many tokens */
     /* iters x SW_INT8_PEAK_MACS int8 multiply-adds in independent chains of
      * the instruction the packed kernels are built on (sw_int8_peak_gmac_s);
      * returns a value that depends on all of them. NULL: no such path. */

@@ -389,8 +389,11 @@ int main(int argc, char **argv)
 
     /* ---- table ---- */
     const char *name = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
-    printf("model %s (%s), %d threads, isa %s%s\n", name, m->quant_name, threads,
-           sw_isa_name(sw_isa_active()), o.precise ? ", precise activations" : "");
+    char i8[64] = "";
+    if (sw_i8_min_tokens() && !o.precise)
+        snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());
+    printf("model %s (%s), %d threads, isa %s%s%s\n", name, m->quant_name, threads,
+           sw_isa_name(sw_isa_active()), o.precise ? ", precise activations" : "", i8);
     printf("weights read per decode step: %.1f MiB (per token at batch 1: %llu bytes)%s\n",
            m->weight_bytes / 1048576.0, (unsigned long long)m->weight_bytes,
            m->hp.n_expert ? "; a mixture's larger batches read every expert some token uses, counted per step" : "");
@@ -428,10 +431,10 @@ int main(int argc, char **argv)
 
     /* ---- JSON ---- */
     printf("{\"model\":\"%s\",\"quantization\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"precise\":%s,"
-           "\"weight_bytes_per_token\":%llu,\"int8_peak_gmac_per_s\":%.1f,\"prefill_tokens\":%d,"
+           "\"i8_min_tokens\":%d,\"weight_bytes_per_token\":%llu,\"int8_peak_gmac_per_s\":%.1f,\"prefill_tokens\":%d,"
            "\"prefill_tokens_per_s\":%.2f,\"prefill_gmac_per_s\":%.6g,\"decode\":[",
            name, m->quant_name, threads, sw_isa_name(sw_isa_active()), o.precise ? "true" : "false",
-           (unsigned long long)m->weight_bytes, peak, o.n_prompt, prefill, prefill_gmac);
+           o.precise ? 0 : sw_i8_min_tokens(), (unsigned long long)m->weight_bytes, peak, o.n_prompt, prefill, prefill_gmac);
     for (int i = 0; i < o.n_batches; i++)
         printf("%s{\"batch\":%d,\"tokens_per_s\":%.2f,\"gb_per_s\":%.2f,\"weight_bytes_per_token\":%llu,"
                "\"mem_read_beside_gb_per_s\":%.2f,\"gmac_per_s\":%.6g}", i ? "," : "", res[i].batch, res[i].tok_s,

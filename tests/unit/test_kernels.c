@@ -622,6 +622,193 @@ static void test_packed_jobs(sw_isa isa) {
     for (int i = 0; i < 6; i++) free(x[i]);
 }
 
+/* ---- the int8 form (sw_i8x16) ---- */
+
+/* Group g of a w (16 rows, row size rs, nb blocks) in the int8 form, by the reference. */
+static sw_i8x16 *i8_ref_group(sw_type type, const uint8_t *w, size_t rs, int64_t g, int64_t nb) {
+    sw_i8x16 *b = aligned_alloc(64, sizeof(sw_i8x16) * (size_t)nb);
+    for (int64_t i = 0; i < nb; i++) CHECK(sw_i8x16_ref_block(type, w + (size_t)g * 16 * rs, rs, i, &b[i]));
+    return b;
+}
+
+/* Row r of an int8-form group times one Q8_K row, in double: the form's
+ * exact value, and in *mag the sum of the terms' sizes. */
+static double i8_ref_dot(const sw_i8x16 *b, int64_t nb, int r, const block_q8_k *a, double *mag) {
+    double y = 0;
+    *mag = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        int64_t sum = 0, abs_sum = 0;
+        for (int k = 0; k < QK_K; k++) {
+            int64_t p = (int64_t)((int)b[i].q[k / 4][4 * r + k % 4] - 128) * a[i].qs[k];
+            sum += p;
+            abs_sum += p < 0 ? -p : p;
+        }
+        y += (double)b[i].d[r] * a[i].d * (double)sum;
+        *mag += fabs((double)b[i].d[r] * a[i].d) * (double)abs_sum;
+    }
+    return y;
+}
+
+/* How far the int8 form may move one row's product from the exact one:
+ * half a step (d) per weight times the activations' sizes. */
+static double i8_bound(const sw_i8x16 *b, int64_t nb, int r, const block_q8_k *a) {
+    double bound = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        double s = 0;
+        for (int k = 0; k < QK_K; k++) s += abs(a[i].qs[k]);
+        bound += 0.5 * (double)b[i].d[r] * fabs(a[i].d) * s;
+    }
+    return bound;
+}
+
+/* The int8 form, where this CPU has it (AVX-512 VNNI):
+ *   - each SIMD expander gives the reference's bytes and scales, exactly,
+ *     for random blocks at every scale size and sign and for zero blocks;
+ *   - the kernel gives the form's exact product within float rounding at
+ *     every token count;
+ *   - that form stays within half a step per weight of the exact product,
+ *     and does move it (the form is really in use);
+ *   - sw_matmul_packed_jobs with the threshold at 5 tokens puts jobs at
+ *     and past it on the form (tiles of a 8192-wide Q6_K, leftover rows
+ *     from the original, a Q5_K) and leaves those below it exact. */
+static void test_int8_form(void) {
+    if (sw_isa_set(SW_ISA_AVX512) != SW_ISA_AVX512 || !__builtin_cpu_supports("avx512vnni")) {
+        printf("int8 form: skipped (no AVX-512 VNNI on this CPU)\n");
+        return;
+    }
+    sw_kernel_table kt;
+    memset(&kt, 0, sizeof kt);
+    sw_kernels_fill_avx512(&kt, true);
+    CHECK(kt.i8x16 != NULL, "the VNNI table has the int8 kernel");
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
+    const int64_t rows = 32, cols = 1024, nb = cols / QK_K;
+    for (int ti = 0; ti < 3 && kt.i8x16; ti++) {
+        const sw_type type = TYPES[ti];
+        const char *name = sw_type_info(type)->name;
+        CHECK(kt.i8x16_expand[type] != NULL, "%s has an expander", name);
+        gguf_tensor t;
+        memset(&t, 0, sizeof t);
+        t.type = type;
+        t.ne[0] = (uint64_t)cols; t.ne[1] = (uint64_t)rows; t.ne[2] = t.ne[3] = 1;
+        size_t rs = sw_row_size(type, (uint64_t)cols), ars = sw_act_row_size(type, cols);
+        t.nbytes = rs * (size_t)rows;
+        uint8_t *w = malloc(t.nbytes), *a = malloc(ars * 8);
+        for (int64_t r = 0; r < rows; r++) random_weights(type, w + r * rs, cols, (int)(r % 4));
+        memset(w + 5 * rs, 0, rs);   /* an all-zero row: scale 0, every byte 128 */
+        t.data = w;
+        sw_packed *pk = sw_pack_tensor(&t);
+        CHECK(pk != NULL, "%s packs", name);
+        if (!pk || !kt.i8x16_expand[type]) { free(w); free(a); continue; }
+        float x[8 * 1024];
+        for (int i = 0; i < 8; i++) {
+            random_x(x + i * cols, cols, i % 3);
+            ref_act(type, x + i * cols, cols, a + i * ars);
+        }
+        sw_i8x16 *got = aligned_alloc(64, sizeof(sw_i8x16) * (size_t)nb);
+        int bad_expand = 0, bad_dot = 0, outside = 0, moved = 0;
+        for (int64_t g = 0; g < rows / 16; g++) {
+            sw_i8x16 *ref = i8_ref_group(type, w, rs, g, nb);
+            kt.i8x16_expand[type](sw_packed_group(pk, g), nb, got);
+            for (int64_t i = 0; i < nb; i++)
+                if (memcmp(got[i].q, ref[i].q, sizeof ref[i].q) || memcmp(got[i].d, ref[i].d, sizeof ref[i].d)) bad_expand++;
+            CHECK(g || (ref[0].d[5] == 0 && ref[0].q[7][4 * 5 + 1] == 128), "%s: a zero row stays zero", name);
+            int32_t ns[8 * 4];
+            for (int tk = 0; tk < 8; tk++)
+                for (int64_t i = 0; i < nb; i++) {
+                    const block_q8_k *b = (const block_q8_k *)(a + tk * ars) + i;
+                    int32_t sum = 0;
+                    for (int k = 0; k < QK_K; k++) sum += b->qs[k];
+                    ns[tk * nb + i] = -128 * sum;
+                }
+            for (int ntok = 1; ntok <= 8; ntok++) {
+                float y[8 * 16];
+                kt.i8x16(ref, nb, a, ars, ns, (size_t)nb, ntok, y, 16);
+                for (int tk = 0; tk < ntok; tk++)
+                    for (int r = 0; r < 16; r++) {
+                        const block_q8_k *ab = (const block_q8_k *)(a + tk * ars);
+                        double mag, want = i8_ref_dot(ref, nb, r, ab, &mag);
+                        if (!close_enough(y[tk * 16 + r], want, mag, 2e-6) && bad_dot++ < 3)
+                            CHECK(0, "%s int8 kernel tok %d/%d row %d: %.9g vs %.9g", name, tk, ntok, r, y[tk * 16 + r], want);
+                        if (ntok > 1) continue;
+                        const uint8_t *wr = w + (size_t)(g * 16 + r) * rs;
+                        double exact = sw_vec_dot_ref(type, cols, wr, (const uint8_t *)ab);
+                        double slack = 2e-6 * (mag + dot_magnitude(type, wr, (const uint8_t *)ab, cols));
+                        if (fabs(want - exact) > i8_bound(ref, nb, r, ab) * (1 + 1e-4) + slack && outside++ < 3)
+                            CHECK(0, "%s row %lld: int8 form %.9g, exact %.9g: outside the bound %.3g", name,
+                                  (long long)(g * 16 + r), want, exact, i8_bound(ref, nb, r, ab));
+                        moved += want != exact;
+                    }
+            }
+            free(ref);
+        }
+        CHECK(bad_expand == 0, "%s: the SIMD expander equals the reference (%d blocks differ)", name, bad_expand);
+        CHECK(bad_dot == 0 && outside == 0, "%s: int8 kernel %d wrong, %d outside the bound", name, bad_dot, outside);
+        CHECK(moved > 16, "%s: the int8 form moves the products (%d of %lld)", name, moved, (long long)rows);
+        printf("int8 form %s: %lld blocks expanded as the reference, kernel at 1..8 tokens, %d of %lld products moved within the bound\n",
+               name, (long long)(rows / 16 * nb), moved, (long long)rows);
+        sw_packed_free(pk);
+        free(got); free(w); free(a);
+    }
+    /* Through the jobs, threshold 5: job 0 (Q4_K, 33 rows, 9 tokens), 1
+     * (Q6_K 8192 wide, 160 rows: runs across 3-group tiles, 12 tokens), 2
+     * (Q5_K, 5 tokens: at the threshold) on the form; 3 (Q4_K, 4 tokens) exact. */
+    enum { NJ = 4 };
+    static const sw_type JT[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q5_K, SW_TYPE_Q4_K};
+    static const int64_t JR[NJ] = {33, 160, 48, 32}, JC[NJ] = {1024, 8192, 512, 512};
+    static const int JN[NJ] = {9, 12, 5, 4};
+    gguf_tensor t[NJ];
+    uint8_t *w[NJ];
+    float *x[NJ], *y[NJ];
+    sw_packed_job jobs[NJ];
+    for (int j = 0; j < NJ; j++) {
+        memset(&t[j], 0, sizeof t[j]);
+        t[j].type = JT[j];
+        t[j].ne[0] = (uint64_t)JC[j]; t[j].ne[1] = (uint64_t)JR[j]; t[j].ne[2] = t[j].ne[3] = 1;
+        size_t rs = sw_row_size(JT[j], (uint64_t)JC[j]);
+        t[j].nbytes = rs * (size_t)JR[j];
+        w[j] = malloc(t[j].nbytes);
+        for (int64_t r = 0; r < JR[j]; r++) random_weights(JT[j], w[j] + r * rs, JC[j], (int)((r + j) % 4));
+        t[j].data = w[j];
+        x[j] = malloc(sizeof(float) * (size_t)JC[j] * JN[j]);
+        for (int k = 0; k < JN[j]; k++) random_x(x[j] + (size_t)k * JC[j], JC[j], (j + k) % 3);
+        y[j] = malloc(sizeof(float) * (size_t)JR[j] * JN[j]);
+        jobs[j] = (sw_packed_job){ sw_pack_tensor(&t[j]), x[j], JN[j], y[j] };
+    }
+    int old = sw_set_i8_min_tokens(5);
+    sw_matmul_packed_jobs(jobs, NJ);
+    CHECK(sw_set_i8_min_tokens(old) == 5, "the threshold reads back");
+    int bad = 0;
+    for (int j = 0; j < NJ; j++) {
+        const int64_t nb = JC[j] / QK_K;
+        size_t rs = sw_row_size(JT[j], (uint64_t)JC[j]), ars = sw_act_row_size(JT[j], JC[j]);
+        uint8_t *a = malloc(ars);
+        for (int64_t g = 0; g * 16 < JR[j]; g++) {
+            const bool on_form = JN[j] >= 5 && (g + 1) * 16 <= JR[j];   /* leftover rows come from the original */
+            sw_i8x16 *ref = on_form ? i8_ref_group(JT[j], w[j], rs, g, nb) : NULL;
+            for (int k = 0; k < JN[j]; k++) {
+                ref_act(JT[j], x[j] + (size_t)k * JC[j], JC[j], a);
+                for (int r = 0; r < 16 && g * 16 + r < JR[j]; r++) {
+                    const int64_t row = g * 16 + r;
+                    double mag, want;
+                    if (on_form) want = i8_ref_dot(ref, nb, r, (const block_q8_k *)a, &mag);
+                    else {
+                        want = sw_vec_dot_ref(JT[j], JC[j], w[j] + row * rs, a);
+                        mag = dot_magnitude(JT[j], w[j] + row * rs, a, JC[j]);
+                    }
+                    float got = y[j][(size_t)k * JR[j] + row];
+                    if (!close_enough(got, want, mag, 2e-6) && bad++ < 3)
+                        CHECK(0, "int8 jobs: job %d tok %d row %lld (%s): %.9g vs %.9g", j, k, (long long)row,
+                              on_form ? "int8 form" : "exact", got, want);
+                }
+            }
+            free(ref);
+        }
+        free(a);
+    }
+    CHECK(bad == 0, "int8 form through the jobs: %d wrong", bad);
+    for (int j = 0; j < NJ; j++) { sw_packed_free((sw_packed *)jobs[j].p); free(w[j]); free(x[j]); free(y[j]); }
+}
+
 static void test_bad_input(void) {
     float x[100] = {0}, y[10];
     uint8_t w[1000] = {0};
@@ -650,6 +837,7 @@ int main(void) {
         test_packed_jobs(isa);
     }
     if (best == SW_ISA_AVX512) test_avx512_bw_table();
+    test_int8_form();
     test_bad_input();
     CHECK_DONE();
 }
