@@ -509,9 +509,14 @@ bool sw_i8x16_ref_block(sw_type type, const uint8_t *w, size_t row_size, int64_t
         }
         const float id = amax > 0 ? 127.0f / amax : 0.0f;
         dst->d[r] = amax / 127.0f;
+        int32_t a7[16], b7[16];   /* the factors in 1/128ths */
+        for (int s = 0; s < nsub; s++) {
+            a7[s] = (int32_t)lrintf(a[s] * id * 128.0f);
+            b7[s] = (int32_t)lrintf(b[s] * id * 128.0f);
+        }
         for (int k = 0; k < QK_K; k++) {
             const int s = k / (QK_K / nsub);
-            long v = lrintf(fmaf((float)q[k], a[s] * id, -(b[s] * id)));
+            int32_t v = (q[k] * a7[s] - b7[s] + 64) >> 7;   /* floor: an arithmetic shift */
             v = v < -127 ? -127 : v > 127 ? 127 : v;
             dst->q[k / 4][4 * r + k % 4] = (uint8_t)(v + 128);
         }

@@ -489,26 +489,23 @@ SW_Q16_ENTRY(q6k16_vnni, sw_q6k16)
 
 /* ---- the int8 form (sw_i8x16) ------------------------------------------------
  * Expanding a packed row-block: the rows' sub-block factors a and b as float
- * vectors over the rows, the scale from the quant range's ends, then per 64
- * bytes of quants (16 rows x 4 weights, lanes 4r + e) four pieces of 4 rows,
- * each widened to 16 int32 and turned into q * A - B by one fmsub with A and
- * B spread over the piece's lanes, rounded, and packed back to bytes. About
- * 25 instructions per 64 weights, once per tile: against 64 vpdpbusd per 64
- * weights for every 64 tokens that the tile then serves. */
+ * vectors over the rows, the scale from the quant range's ends, the factors
+ * in 1/128ths as words, then per 64 bytes of quants (16 rows x 4 weights,
+ * lanes 4r + e) two unpacks to words, a multiply, an add and a shift each,
+ * and one pack: 10 instructions per 64 weights, once per tile, against one
+ * vpdpbusd per 64 weights and token for every token the tile then serves.
+ * (Float, with its widening to dwords and back, took 22 and made the form
+ * pay only from about 128 tokens: 2026-12-02.) */
 
-/* 64 unsigned quants q (lanes 4r + e) to the int8 form's 64 bytes. The
- * unpacks widen 128-bit lane L's bytes to four vectors of dwords, vector m
- * holding row 4L + m, so A[m] and B[m] carry each row's factors there; the
- * packs then undo the unpacks' order exactly. */
-static inline __attribute__((always_inline)) __m512i i8_bytes(__m512i q, const __m512 *A, const __m512 *B) {
+/* 64 unsigned quants q (lanes 4r + e) to the int8 form's 64 bytes,
+ * v = (q A - B + 64) >> 7 in words: unpacklo widens 128-bit lane L's rows
+ * 4L and 4L + 1, unpackhi rows 4L + 2 and 4L + 3, A and C = 64 - B come
+ * spread to match (i8_spread), and the pack undoes the unpacks' order. */
+static inline __attribute__((always_inline)) __m512i i8_bytes(__m512i q, const __m512i *A, const __m512i *C) {
     const __m512i z = _mm512_setzero_si512();
-    const __m512i w0 = _mm512_unpacklo_epi8(q, z), w1 = _mm512_unpackhi_epi8(q, z);
-#define SW_I8_ROWS(x, m) _mm512_cvtps_epi32(_mm512_fmsub_ps(_mm512_cvtepi32_ps(x), A[m], B[m]))
-    const __m512i v0 = SW_I8_ROWS(_mm512_unpacklo_epi16(w0, z), 0), v1 = SW_I8_ROWS(_mm512_unpackhi_epi16(w0, z), 1);
-    const __m512i v2 = SW_I8_ROWS(_mm512_unpacklo_epi16(w1, z), 2), v3 = SW_I8_ROWS(_mm512_unpackhi_epi16(w1, z), 3);
-#undef SW_I8_ROWS
-    const __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(v0, v1), _mm512_packs_epi32(v2, v3));
-    return _mm512_xor_si512(b, _mm512_set1_epi8((char)0x80));
+    const __m512i lo = _mm512_srai_epi16(_mm512_add_epi16(_mm512_mullo_epi16(_mm512_unpacklo_epi8(q, z), A[0]), C[0]), 7);
+    const __m512i hi = _mm512_srai_epi16(_mm512_add_epi16(_mm512_mullo_epi16(_mm512_unpackhi_epi8(q, z), A[1]), C[1]), 7);
+    return _mm512_xor_si512(_mm512_packs_epi16(lo, hi), _mm512_set1_epi8((char)0x80));
 }
 
 /* The row-block's scale from its nsub sub-blocks' factors (stored to d);
@@ -522,16 +519,25 @@ static inline __m512 i8_scale(const __m512 *a, const __m512 *b, int nsub, float 
     return _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ), k127, amax);
 }
 
-/* A and B (a * id, b * id, lanes over the rows) spread for i8_bytes:
- * vector m, 128-bit lane L takes row 4L + m. */
-static inline __attribute__((always_inline)) void i8_spread(__m512 a, __m512 b, __m512 id, __m512 *A, __m512 *B) {
-    a = _mm512_mul_ps(a, id);
-    b = _mm512_mul_ps(b, id);
-    const __m512i lane4 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
-    for (int m = 0; m < 4; m++) {
-        const __m512i rows = _mm512_add_epi32(lane4, _mm512_set1_epi32(m));
-        A[m] = _mm512_permutexvar_ps(rows, a);
-        B[m] = _mm512_permutexvar_ps(rows, b);
+/* Word w of each 128-bit lane in i8_bytes' halves h = 0, 1 takes row
+ * 4 (w / 8) + 2h + (w % 8) / 4. */
+static const uint16_t i8_rows_of_word[2][32] __attribute__((aligned(64))) = {
+    {0, 0, 0, 0, 1, 1, 1, 1, 4, 4, 4, 4, 5, 5, 5, 5, 8, 8, 8, 8, 9, 9, 9, 9, 12, 12, 12, 12, 13, 13, 13, 13},
+    {2, 2, 2, 2, 3, 3, 3, 3, 6, 6, 6, 6, 7, 7, 7, 7, 10, 10, 10, 10, 11, 11, 11, 11, 14, 14, 14, 14, 15, 15, 15, 15},
+};
+
+/* One sub-block's factors (float lanes over the rows) as i8_bytes wants
+ * them: A = rint(128 a id) and C = 64 - rint(128 b id), words spread by
+ * i8_rows_of_word. */
+static inline __attribute__((always_inline)) void i8_spread(__m512 a, __m512 b, __m512 id, __m512i *A, __m512i *C) {
+    const __m512 k128 = _mm512_set1_ps(128.0f);
+    const __m512i a7 = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(a, id), k128))));
+    const __m512i c7 = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(
+        _mm512_sub_epi32(_mm512_set1_epi32(64), _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(b, id), k128)))));
+    for (int h = 0; h < 2; h++) {
+        const __m512i rows = _mm512_load_si512(i8_rows_of_word[h]);
+        A[h] = _mm512_permutexvar_epi16(rows, a7);
+        C[h] = _mm512_permutexvar_epi16(rows, c7);
     }
 }
 
@@ -555,8 +561,8 @@ static inline __attribute__((always_inline)) void i8_expand_qk(const uint8_t *bl
             a[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)p->sc[j]))));
         const __m512 id = i8_scale(a, b, 8, q5 ? 31.0f : 15.0f, out->d);
         for (int j = 0; j < 8; j++) {
-            __m512 A[4], B[4];
-            i8_spread(a[j], b[j], id, A, B);
+            __m512i A[2], C[2];
+            i8_spread(a[j], b[j], id, A, C);
             const __m512i h = q5 ? _mm512_load_si512(((const sw_q5k16 *)blocks)->qh[j]) : _mm512_setzero_si512();
             for (int c = 0; c < 4; c++) {
                 __m512i v = _mm512_load_si512(p->qs[j][c]);
@@ -565,8 +571,8 @@ static inline __attribute__((always_inline)) void i8_expand_qk(const uint8_t *bl
                     lo = _mm512_ternarylogic_epi32(lo, shift_bits(h, 4 - 2 * c), m10, 0xF8);
                     hi = _mm512_ternarylogic_epi32(hi, shift_bits(h, 3 - 2 * c), m10, 0xF8);
                 }
-                _mm512_store_si512(out->q[8 * j + 2 * c], i8_bytes(lo, A, B));
-                _mm512_store_si512(out->q[8 * j + 2 * c + 1], i8_bytes(hi, A, B));
+                _mm512_store_si512(out->q[8 * j + 2 * c], i8_bytes(lo, A, C));
+                _mm512_store_si512(out->q[8 * j + 2 * c + 1], i8_bytes(hi, A, C));
             }
         }
     }
@@ -593,8 +599,8 @@ static void i8_q6k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out) {
         const __m512 id = i8_scale(a, b, 16, 63.0f, out->d);
         for (int j = 0; j < 8; j++)
             for (int h = 0; h < 2; h++) {
-                __m512 A[4], B[4];
-                i8_spread(a[2 * j + h], b[2 * j + h], id, A, B);
+                __m512i A[2], C[2];
+                i8_spread(a[2 * j + h], b[2 * j + h], id, A, C);
                 const __m512i hb = _mm512_load_si512(p->qh[j][h]);
                 for (int e = 0; e < 2; e++) {
                     const int c = 2 * h + e;
@@ -603,8 +609,8 @@ static void i8_q6k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out) {
                     __m512i hhi = e ? _mm512_srli_epi16(hb, 2) : _mm512_slli_epi16(hb, 2);
                     __m512i lo = _mm512_ternarylogic_epi32(_mm512_and_si512(v, m4), hlo, m30, 0xF8);
                     __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hhi, m30, 0xF8);
-                    _mm512_store_si512(out->q[8 * j + 2 * c], i8_bytes(lo, A, B));
-                    _mm512_store_si512(out->q[8 * j + 2 * c + 1], i8_bytes(hi, A, B));
+                    _mm512_store_si512(out->q[8 * j + 2 * c], i8_bytes(lo, A, C));
+                    _mm512_store_si512(out->q[8 * j + 2 * c + 1], i8_bytes(hi, A, C));
                 }
             }
     }

@@ -203,9 +203,14 @@ _Static_assert(sizeof(sw_i8x16) == 4160, "sw_i8x16: 260 bytes per row-block");
  * byte. Per row and sub-block s (32 weights for Q4_K / Q5_K, 16 for Q6_K)
  * the weight is q * a_s - b_s (sw_kblock_unpack's scale and offset; Q6_K's
  * b_s = 32 a_s). The row-block's largest magnitude amax is taken at the
- * quant range's ends, d = amax / 127, and v = rint(fmaf(q, a_s * id,
- * -(b_s * id))) with id = 127 / amax (0 for an all-zero row-block).
- * False for types without a int8 form. */
+ * quant range's ends, d = amax / 127, id = 127 / amax (0 for an all-zero
+ * row-block), and with the factors in 1/128ths, A = rint(128 a_s id) and
+ * B = rint(128 b_s id), v = (q A - B + 64) >> 7: int16 arithmetic in the
+ * SIMD expanders (|q A| and |q A - B| stay below 2^15 for every type's
+ * quant range, as |b_s id| <= 127), half the instructions of float. The
+ * factors' rounding moves v by at most (q_max + 1) / 256 of a step: 0.06
+ * (Q4_K) to 0.25 (Q6_K), next to the 0.5 of v's own rounding. False for
+ * types without an int8 form. */
 bool sw_i8x16_ref_block(sw_type type, const uint8_t *w, size_t row_size, int64_t i, sw_i8x16 *dst);
 
 /* The packed bytes of 16-row group g of p (for tests). */

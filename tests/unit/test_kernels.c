@@ -650,13 +650,15 @@ static double i8_ref_dot(const sw_i8x16 *b, int64_t nb, int r, const block_q8_k 
 }
 
 /* How far the int8 form may move one row's product from the exact one:
- * half a step (d) per weight times the activations' sizes. */
-static double i8_bound(const sw_i8x16 *b, int64_t nb, int r, const block_q8_k *a) {
+ * per weight, half a step (d) for v's rounding and (q_max + 1) / 256 for
+ * the factors' (sw_i8x16_ref_block), times the activations' sizes. */
+static double i8_bound(sw_type type, const sw_i8x16 *b, int64_t nb, int r, const block_q8_k *a) {
+    const double steps = 0.5 + (type == SW_TYPE_Q4_K ? 16 : type == SW_TYPE_Q5_K ? 32 : 64) / 256.0;
     double bound = 0;
     for (int64_t i = 0; i < nb; i++) {
         double s = 0;
         for (int k = 0; k < QK_K; k++) s += abs(a[i].qs[k]);
-        bound += 0.5 * (double)b[i].d[r] * fabs(a[i].d) * s;
+        bound += steps * (double)b[i].d[r] * fabs(a[i].d) * s;
     }
     return bound;
 }
@@ -666,8 +668,8 @@ static double i8_bound(const sw_i8x16 *b, int64_t nb, int r, const block_q8_k *a
  *     for random blocks at every scale size and sign and for zero blocks;
  *   - the kernel gives the form's exact product within float rounding at
  *     every token count;
- *   - that form stays within half a step per weight of the exact product,
- *     and does move it (the form is really in use);
+ *   - that form stays within its rounding bound of the exact product
+ *     (i8_bound), and does move it (the form is really in use);
  *   - sw_matmul_packed_jobs with the threshold at 5 tokens puts jobs at
  *     and past it on the form (tiles of a 8192-wide Q6_K, leftover rows
  *     from the original, a Q5_K) and leaves those below it exact. */
@@ -733,9 +735,9 @@ static void test_int8_form(void) {
                         const uint8_t *wr = w + (size_t)(g * 16 + r) * rs;
                         double exact = sw_vec_dot_ref(type, cols, wr, (const uint8_t *)ab);
                         double slack = 2e-6 * (mag + dot_magnitude(type, wr, (const uint8_t *)ab, cols));
-                        if (fabs(want - exact) > i8_bound(ref, nb, r, ab) * (1 + 1e-4) + slack && outside++ < 3)
+                        if (fabs(want - exact) > i8_bound(type, ref, nb, r, ab) * (1 + 1e-4) + slack && outside++ < 3)
                             CHECK(0, "%s row %lld: int8 form %.9g, exact %.9g: outside the bound %.3g", name,
-                                  (long long)(g * 16 + r), want, exact, i8_bound(ref, nb, r, ab));
+                                  (long long)(g * 16 + r), want, exact, i8_bound(type, ref, nb, r, ab));
                         moved += want != exact;
                     }
             }
