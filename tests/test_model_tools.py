@@ -333,7 +333,8 @@ def test_bench_cli_errors(tmp_path):
 
 def test_bench_kernels_mode(tmp_path):
     """spillway-bench --kernels needs no model: the packed matmul in cache and
-    streamed, at 1 and 8 tokens, as a table and a JSON line."""
+    streamed at 1 and 8 tokens, and in cache at 128 (the K-quants there on
+    the int8 form), as a table and a JSON line."""
     import json
     r = run([bin_path("spillway-bench"), "--kernels", "-t", "2", "--mem-mib", "64"], ok=False)
     if r.returncode != 0 and "cannot pack" in r.stderr:
@@ -341,8 +342,11 @@ def test_bench_kernels_mode(tmp_path):
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout.strip().splitlines()[-1])
     got = {(k["type"], k["weights"], k["tokens"]) for k in j["kernels"]}
-    assert got == {(t, w, n) for t in ("q4_K", "q5_K", "q6_K", "q8_0", "q5_0", "q4_0", "mxfp4") for w in ("cache", "stream") for n in (1, 8)}, got
+    types = ("q4_K", "q5_K", "q6_K", "q8_0", "q5_0", "q4_0", "mxfp4")
+    assert got == {(t, w, n) for t in types for w in ("cache", "stream") for n in (1, 8)} | \
+        {(t, "cache", 128) for t in types}, got
     for k in j["kernels"]:
         assert k["gb_per_s"] > 0 and k["gmac_per_s"] > 0, k
+        assert k["form"] == ("int8" if k["tokens"] == 128 and k["type"].endswith("_K") else "packed"), k
     assert j["mem_read_gb_per_s"] > 0 and j["threads"] == 2
     assert j["int8_peak_gmac_per_s"] > 0   # the packed kernels are the VNNI path

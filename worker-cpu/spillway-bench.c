@@ -46,7 +46,7 @@ static void usage(FILE *f)
         "  --precise   use residual-corrected activations (default: the serving path)\n"
         "  --kernels   no model: the packed matmul (Q4_K Q5_K Q6_K Q8_0 Q5_0 Q4_0 MXFP4) on random\n"
         "              weights, in cache and streamed from memory (MIB/4 of weights),\n"
-        "              at 1 and 8 tokens\n");
+        "              at 1 and 8 tokens, and in cache at 128 (the int8 form where it applies)\n");
 }
 
 static void parse_batches(options *o, const char *s)
@@ -240,7 +240,7 @@ static int bench_decode(const sw_model *m, int batch, int n_gen, int precise, ui
  * prefill can reach. GMAC/s is to be set against the core's int8
  * multiply-add peak (one zmm vpdpbusd a cycle: 64 MACs). */
 
-typedef struct { const char *type, *where; int tokens; double gb_s, gmac_s; } kernel_result;
+typedef struct { const char *type, *where, *form; int tokens; double gb_s, gmac_s; } kernel_result;
 
 /* n_mat packed copies of one rows x cols matrix of random quantized rows. */
 static sw_packed **make_packs(sw_type type, int64_t rows, int64_t cols, int n_mat, gguf_tensor *t, uint8_t **data)
@@ -277,14 +277,19 @@ static int bench_kernels(const options *o, int threads)
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q8_0, SW_TYPE_Q5_0, SW_TYPE_Q4_0,
                                     SW_TYPE_MXFP4};
     enum { N_TYPES = sizeof TYPES / sizeof TYPES[0] };
-    static const int TOKENS[] = {1, 8};
+    /* 128 tokens (in cache only): a prefill's products, on the int8 form
+     * where it applies (sw_i8_min_tokens) */
+    static const int TOKENS[] = {1, 8, 128};
+    enum { N_TOK = sizeof TOKENS / sizeof TOKENS[0], MAX_TOK = 128 };
     const int64_t cols = 4096;
-    kernel_result res[N_TYPES * 4];
+    kernel_result res[N_TYPES * 2 * N_TOK];
     int nres = 0;
-    float *x = malloc(sizeof(float) * (size_t)cols * 8);
-    float *y = malloc(sizeof(float) * 8 * (size_t)(threads > 8 ? 512 * threads : 4096));
+    float *x = malloc(sizeof(float) * (size_t)cols * MAX_TOK);
+    /* the cache matrices have at most 2 x 512 rows a thread (the 32-weight types' rows are smaller) */
+    size_t y_rows = (size_t)1024 * threads > 4096 ? (size_t)1024 * threads : 4096;
+    float *y = malloc(sizeof(float) * MAX_TOK * y_rows);
     if (!x || !y) { fprintf(stderr, "spillway-bench: out of memory\n"); return 1; }
-    for (int i = 0; i < cols * 8; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
+    for (int i = 0; i < cols * MAX_TOK; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
     read_meter rm;
     if (meter_init(&rm, (size_t)o->mem_mib << 20)) { fprintf(stderr, "spillway-bench: out of memory\n"); return 1; }
     for (int ti = 0; ti < N_TYPES; ti++)
@@ -305,8 +310,11 @@ static int bench_kernels(const options *o, int threads)
                             sw_type_info(TYPES[ti])->name, sw_isa_name(sw_isa_active()));
                 continue;
             }
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < N_TOK; k++) {
                 int ntok = TOKENS[k];
+                if (where && ntok > 8) continue;   /* many tokens are compute-bound wherever the weights are */
+                const bool i8 = sw_i8_min_tokens() && ntok >= sw_i8_min_tokens() &&
+                                (TYPES[ti] == SW_TYPE_Q4_K || TYPES[ti] == SW_TYPE_Q5_K || TYPES[ti] == SW_TYPE_Q6_K);
                 int reps = where ? 2 : (int)(200000000 / ((double)rows * cols * ntok) + 1);
                 for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);   /* warm-up */
                 double t0 = sw_clock_s();
@@ -314,7 +322,8 @@ static int bench_kernels(const options *o, int threads)
                     for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);
                 double dt = sw_clock_s() - t0;
                 double bytes = (double)sw_packed_bytes(pk[0]) * n_mat * reps;
-                res[nres++] = (kernel_result){ sw_type_info(TYPES[ti])->name, where ? "stream" : "cache", ntok,
+                res[nres++] = (kernel_result){ sw_type_info(TYPES[ti])->name, where ? "stream" : "cache",
+                                               i8 ? "int8" : "packed", ntok,
                                                bytes / dt / 1e9, (double)rows * cols * ntok * n_mat * reps / dt / 1e9 };
             }
             for (int m = 0; m < n_mat; m++) sw_packed_free(pk[m]);
@@ -329,17 +338,19 @@ static int bench_kernels(const options *o, int threads)
            sw_isa_name(sw_isa_active()), bw);
     if (peak > 0) printf("int8 multiply-add peak (vpdpbusd) %.1f GMAC/s\n", peak);
     else printf("int8 multiply-add peak not measured (no VNNI path on this isa)\n");
-    printf("%-6s %-7s %7s %9s %9s %8s\n", "type", "weights", "tokens", "GB/s", "GMAC/s", "of peak");
+    printf("%-6s %-7s %7s %-7s %9s %9s %8s\n", "type", "weights", "tokens", "form", "GB/s", "GMAC/s", "of peak");
     for (int i = 0; i < nres; i++) {
-        printf("%-6s %-7s %7d %9.1f %9.1f", res[i].type, res[i].where, res[i].tokens, res[i].gb_s, res[i].gmac_s);
+        printf("%-6s %-7s %7d %-7s %9.1f %9.1f", res[i].type, res[i].where, res[i].tokens, res[i].form, res[i].gb_s,
+               res[i].gmac_s);
         if (peak > 0) printf(" %7.0f%%\n", 100.0 * res[i].gmac_s / peak);
         else printf(" %8s\n", "-");   /* no VNNI: no int8 peak measured */
     }
     printf("{\"threads\":%d,\"isa\":\"%s\",\"mem_read_gb_per_s\":%.2f,\"int8_peak_gmac_per_s\":%.1f,\"kernels\":[",
            threads, sw_isa_name(sw_isa_active()), bw, peak);
     for (int i = 0; i < nres; i++)
-        printf("%s{\"type\":\"%s\",\"weights\":\"%s\",\"tokens\":%d,\"gb_per_s\":%.2f,\"gmac_per_s\":%.2f}",
-               i ? "," : "", res[i].type, res[i].where, res[i].tokens, res[i].gb_s, res[i].gmac_s);
+        printf("%s{\"type\":\"%s\",\"weights\":\"%s\",\"tokens\":%d,\"form\":\"%s\",\"gb_per_s\":%.2f,"
+               "\"gmac_per_s\":%.2f}", i ? "," : "", res[i].type, res[i].where, res[i].tokens, res[i].form, res[i].gb_s,
+               res[i].gmac_s);
     printf("]}\n");
     if (rm.sink == 12345.678) fprintf(stderr, " ");
     free(rm.buf); free(x); free(y);
