@@ -76,6 +76,21 @@ static void random_weights(sw_type t, uint8_t *w, int64_t n, int mode) {
         }
 }
 
+/* A rows x cols tensor of `type` in t, row r random at scale mode
+ * (r + mode0) % 4; returns its data (the caller frees it). */
+static uint8_t *random_tensor(gguf_tensor *t, sw_type type, int64_t rows, int64_t cols, int mode0) {
+    memset(t, 0, sizeof *t);
+    t->n_dims = 2;
+    t->type = type;
+    t->ne[0] = (uint64_t)cols; t->ne[1] = (uint64_t)rows; t->ne[2] = t->ne[3] = 1;
+    size_t rs = sw_row_size(type, (uint64_t)cols);
+    t->nbytes = rs * (size_t)rows;
+    uint8_t *w = malloc(t->nbytes);
+    for (int64_t r = 0; r < rows; r++) random_weights(type, w + r * rs, cols, (int)((r + mode0) % 4));
+    t->data = w;
+    return w;
+}
+
 /* Activation rows: floats (half of them with an outlier), quantized by the reference. */
 static void random_x(float *x, int64_t n, int mode) {
     float s = mode == 2 ? 1e3f : mode == 1 ? 1e-4f : 1.0f;
@@ -485,14 +500,7 @@ static void check_fused(sw_isa isa, const char *what, int np, const sw_type *typ
     uint8_t *a = malloc(sw_act_row_size(SW_TYPE_Q4_K, cols) + sw_act_row_size(SW_TYPE_Q8_0, cols));
     for (int i = 0; i < maxtok; i++) random_x(x + (size_t)i * cols, cols, i % 3);
     for (int k = 0; k < np; k++) {
-        memset(&t[k], 0, sizeof t[k]);
-        t[k].type = types[k];
-        t[k].ne[0] = (uint64_t)cols; t[k].ne[1] = (uint64_t)rows[k]; t[k].ne[2] = t[k].ne[3] = 1;
-        size_t rs = sw_row_size(types[k], (uint64_t)cols);
-        t[k].nbytes = rs * (size_t)rows[k];
-        w[k] = malloc(t[k].nbytes);
-        for (int64_t r = 0; r < rows[k]; r++) random_weights(types[k], w[k] + r * rs, cols, (int)(r % 4));
-        t[k].data = w[k];
+        w[k] = random_tensor(&t[k], types[k], rows[k], cols, 0);
         pk[k] = sw_pack_tensor(&t[k]);
         y[k] = malloc(sizeof(float) * (size_t)rows[k] * maxtok);
     }
@@ -580,14 +588,7 @@ static void test_packed_jobs(sw_isa isa) {
     }
     bool all = true;
     for (int j = 0; j < NJ; j++) {
-        memset(&t[j], 0, sizeof t[j]);
-        t[j].type = TYPES[j];
-        t[j].ne[0] = (uint64_t)COLS[j]; t[j].ne[1] = (uint64_t)ROWS[j]; t[j].ne[2] = t[j].ne[3] = 1;
-        size_t rs = sw_row_size(TYPES[j], (uint64_t)COLS[j]);
-        t[j].nbytes = rs * (size_t)ROWS[j];
-        w[j] = malloc(t[j].nbytes);
-        for (int64_t r = 0; r < ROWS[j]; r++) random_weights(TYPES[j], w[j] + r * rs, COLS[j], (int)((r + j) % 4));
-        t[j].data = w[j];
+        w[j] = random_tensor(&t[j], TYPES[j], ROWS[j], COLS[j], j);
         y[j] = malloc(sizeof(float) * (size_t)ROWS[j] * 9);
         for (int64_t i = 0; i < ROWS[j] * 9; i++) y[j][i] = -12345.0f;
         jobs[j] = (sw_packed_job){ j == 6 ? NULL : sw_pack_tensor(&t[j]), x[XOF[j]], NTOK[j], y[j] };
@@ -689,15 +690,9 @@ static void test_int8_form(void) {
         const char *name = sw_type_info(type)->name;
         CHECK(kt.i8x16_expand[type] != NULL, "%s has an expander", name);
         gguf_tensor t;
-        memset(&t, 0, sizeof t);
-        t.type = type;
-        t.ne[0] = (uint64_t)cols; t.ne[1] = (uint64_t)rows; t.ne[2] = t.ne[3] = 1;
         size_t rs = sw_row_size(type, (uint64_t)cols), ars = sw_act_row_size(type, cols);
-        t.nbytes = rs * (size_t)rows;
-        uint8_t *w = malloc(t.nbytes), *a = malloc(ars * 8);
-        for (int64_t r = 0; r < rows; r++) random_weights(type, w + r * rs, cols, (int)(r % 4));
+        uint8_t *w = random_tensor(&t, type, rows, cols, 0), *a = malloc(ars * 8);
         memset(w + 5 * rs, 0, rs);   /* an all-zero row: scale 0, every byte 128 */
-        t.data = w;
         sw_packed *pk = sw_pack_tensor(&t);
         CHECK(pk != NULL, "%s packs", name);
         if (!pk || !kt.i8x16_expand[type]) { free(w); free(a); continue; }
@@ -763,14 +758,7 @@ static void test_int8_form(void) {
     float *x[NJ], *y[NJ];
     sw_packed_job jobs[NJ];
     for (int j = 0; j < NJ; j++) {
-        memset(&t[j], 0, sizeof t[j]);
-        t[j].type = JT[j];
-        t[j].ne[0] = (uint64_t)JC[j]; t[j].ne[1] = (uint64_t)JR[j]; t[j].ne[2] = t[j].ne[3] = 1;
-        size_t rs = sw_row_size(JT[j], (uint64_t)JC[j]);
-        t[j].nbytes = rs * (size_t)JR[j];
-        w[j] = malloc(t[j].nbytes);
-        for (int64_t r = 0; r < JR[j]; r++) random_weights(JT[j], w[j] + r * rs, JC[j], (int)((r + j) % 4));
-        t[j].data = w[j];
+        w[j] = random_tensor(&t[j], JT[j], JR[j], JC[j], j);
         x[j] = malloc(sizeof(float) * (size_t)JC[j] * JN[j]);
         for (int k = 0; k < JN[j]; k++) random_x(x[j] + (size_t)k * JC[j], JC[j], (j + k) % 3);
         y[j] = malloc(sizeof(float) * (size_t)JR[j] * JN[j]);
