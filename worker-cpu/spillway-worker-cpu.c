@@ -21,6 +21,7 @@
 
 #include "proto/worker_link.h"
 #include "worker-cpu/engine.h"
+#include "worker-cpu/kernels.h"
 #include "worker-cpu/model.h"
 #include "llm/cli.h"
 #include "llm/text.h"
@@ -238,9 +239,11 @@ static int run_model(const options *o) {
         .kind = SPILLWAY__WORKER_KIND__WORKER_KIND_CPU, .models = models, .n_models = 1,
         .slots = (uint32_t)o->parallel,
     };
-    sw_worker_log("serving %s (%s, %s, ctx %u) with %d slots, %d threads",
+    char i8[48] = "";
+    if (sw_i8_min_tokens()) snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());
+    sw_worker_log("serving %s (%s, %s, ctx %u) with %d slots, %d threads, isa %s%s",
                   o->model_name, o->model_path, mi.quantization, ctx, o->parallel,
-                  omp_get_max_threads());
+                  omp_get_max_threads(), sw_isa_name(sw_isa_active()), i8);
     int rc = sw_worker_run(&cfg, &sw_cpu_engine_ops, e);
     sw_cpu_engine_free(e);
     sw_model_free(m);
