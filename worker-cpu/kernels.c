@@ -764,7 +764,7 @@ static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t 
  * then every token slice over the tile. False (nothing done) when the
  * buffer cannot be had: the caller then runs the packed kernels. */
 static bool i8_part(const sw_kernel_table *kt, const sw_packed_job *jb, const act_set *as, const uint8_t *buf,
-                      int64_t g0, int64_t g1) {
+                    int64_t g0, int64_t g1) {
     const sw_packed *p = jb->p;
     const int64_t nb = p->cols / QK_K;
     const size_t gw = (size_t)nb * sizeof(sw_i8x16);
@@ -845,10 +845,16 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
         max_tok = jobs[j].n_tok > max_tok ? jobs[j].n_tok : max_tok;
         group_bytes = p->group_bytes > group_bytes ? p->group_bytes : group_bytes;
         act_set *a = &sets[set_of[j]];
-        if (sw_is_q32(p->type)) a->q32 = true;
-        else if (job_i8(kt, &jobs[j])) a->k8 = a->ns = true;
-        else if (p->type == SW_TYPE_Q6_K) a->k8 = a->bs6 = true;
-        else a->k8 = a->bs4 = true;   /* Q4_K and Q5_K */
+        if (sw_is_q32(p->type)) {
+            a->q32 = true;
+            continue;
+        }
+        a->k8 = true;
+        if (p->type == SW_TYPE_Q6_K) a->bs6 = true;
+        else a->bs4 = true;   /* Q4_K and Q5_K */
+        /* the int8 form's sums too; the packed kernels' stay for the case
+         * where its buffer cannot be had (i8_part) */
+        if (job_i8(kt, &jobs[j])) a->ns = true;
     }
     if (ok) first[n] = groups;
     size_t bytes = 0;
