@@ -687,9 +687,13 @@ int sw_i8_min_tokens(void) {
     return ktab()->i8x16 ? i8_min_tokens : 0;
 }
 
-/* Whether job j runs on the int8 form (its pack usable, checked before). */
+/* Whether job j runs on the int8 form (its pack usable, checked before).
+ * Rows wider than 4096 need twice the tokens: at 8192 columns and 64
+ * tokens the form lost 5% to the packed kernels, at 96 to 128 it gained
+ * 1-7% (2048 columns: +8-11% at 64; PERF.md, "The int8 form"). */
 static bool job_i8(const sw_kernel_table *kt, const sw_packed_job *j) {
-    return i8_min_tokens > 0 && j->n_tok >= i8_min_tokens && kt->i8x16 && kt->i8x16_expand[j->p->type];
+    const int min = j->p->cols > 4096 ? 2 * i8_min_tokens : i8_min_tokens;
+    return i8_min_tokens > 0 && j->n_tok >= min && kt->i8x16 && kt->i8x16_expand[j->p->type];
 }
 
 /* Leftover rows (past the 16-row groups) from the original tensor. Runs

@@ -70,11 +70,12 @@ typedef struct {
 } sw_packed_job;
 void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n);
 
-/* Products of at least this many tokens (per matrix) run on the int8
- * form where this CPU has it (AVX-512 VNNI; Q4_K, Q5_K and Q6_K): each
- * 16-row group is expanded to int8 rows with one scale per 256 weights,
- * tile by tile, and every token slice then costs 64 vpdpbusd and two float
- * operations per block instead of 79-82. On the 1b Q4_K_M model a 512-token
+/* Products of at least this many tokens (per matrix; twice as many for
+ * rows wider than 4096) run on the int8 form where this CPU has it
+ * (AVX-512 VNNI; Q4_K, Q5_K and Q6_K): each 16-row group is expanded to
+ * int8 rows with one scale per 256 weights, tile by tile, and every token
+ * slice then costs 64 vpdpbusd and two float operations per block instead
+ * of 79-82. On the 1b Q4_K_M model a 512-token
  * prefill went from 267-291 to 328-335 tokens/s (alternating runs,
  * 2026-12-02). The price is one more rounding of each weight, to 255
  * levels over its row-block: products move by 0.4% (rms, random rows),

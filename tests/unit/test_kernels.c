@@ -746,13 +746,14 @@ static void test_int8_form(void) {
         sw_packed_free(pk);
         free(got); free(w); free(a);
     }
-    /* Through the jobs, threshold 5: job 0 (Q4_K, 33 rows, 9 tokens), 1
-     * (Q6_K 8192 wide, 160 rows: runs across 3-group tiles, 12 tokens), 2
-     * (Q5_K, 5 tokens: at the threshold) on the form; 3 (Q4_K, 4 tokens) exact. */
-    enum { NJ = 4 };
-    static const sw_type JT[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q5_K, SW_TYPE_Q4_K};
-    static const int64_t JR[NJ] = {33, 160, 48, 32}, JC[NJ] = {1024, 8192, 512, 512};
-    static const int JN[NJ] = {9, 12, 5, 4};
+    /* Through the jobs, threshold 5 (10 for rows wider than 4096): job 0
+     * (Q4_K, 33 rows, 9 tokens), 1 (Q6_K 8192 wide, 160 rows: runs across
+     * 3-group tiles, 12 tokens), 2 (Q5_K, 5 tokens: at the threshold) on
+     * the form; 3 (Q4_K, 4 tokens) and 4 (Q4_K 8192 wide, 7 tokens) exact. */
+    enum { NJ = 5 };
+    static const sw_type JT[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q5_K, SW_TYPE_Q4_K, SW_TYPE_Q4_K};
+    static const int64_t JR[NJ] = {33, 160, 48, 32, 32}, JC[NJ] = {1024, 8192, 512, 512, 8192};
+    static const int JN[NJ] = {9, 12, 5, 4, 7};
     gguf_tensor t[NJ];
     uint8_t *w[NJ];
     float *x[NJ], *y[NJ];
@@ -773,7 +774,7 @@ static void test_int8_form(void) {
         size_t rs = sw_row_size(JT[j], (uint64_t)JC[j]), ars = sw_act_row_size(JT[j], JC[j]);
         uint8_t *a = malloc(ars);
         for (int64_t g = 0; g * 16 < JR[j]; g++) {
-            const bool on_form = JN[j] >= 5 && (g + 1) * 16 <= JR[j];   /* leftover rows come from the original */
+            const bool on_form = JN[j] >= (JC[j] > 4096 ? 10 : 5) && (g + 1) * 16 <= JR[j];   /* leftover rows: the original */
             sw_i8x16 *ref = on_form ? i8_ref_group(JT[j], w[j], rs, g, nb) : NULL;
             for (int k = 0; k < JN[j]; k++) {
                 ref_act(JT[j], x[j] + (size_t)k * JC[j], JC[j], a);
