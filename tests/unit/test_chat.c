@@ -124,56 +124,60 @@ static void test_detect(void) {
 }
 
 static void test_formats(void) {
-    expect(SW_CHAT_CHATML, CONV, N_CONV,
-        "<|im_start|>system\nYou are terse.<|im_end|>\n"
-        "<|im_start|>user\nHi there<|im_end|>\n"
-        "<|im_start|>assistant\n Hello! <|im_end|>\n"
-        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
-        "<|im_start|>assistant\n");
-    expect(SW_CHAT_LLAMA3, CONV, N_CONV,
-        "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
-        "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
-        "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
-        "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
-        "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    expect(SW_CHAT_LLAMA2, CONV, N_CONV,
-        "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST] Hello! </s>"
-        "<s>[INST] What is 2+2? [/INST]");
-    expect(SW_CHAT_MISTRAL, CONV, N_CONV,
-        "[INST] You are terse.\n\nHi there [/INST] Hello! </s>"
-        "[INST] What is 2+2? [/INST]");
-    expect(SW_CHAT_PHI3, CONV, N_CONV,
-        "<|system|>\nYou are terse.<|end|>\n<|user|>\nHi there<|end|>\n"
-        "<|assistant|>\n Hello! <|end|>\n<|user|>\nWhat is 2+2?<|end|>\n<|assistant|>\n");
-    expect(SW_CHAT_GEMMA, CONV, N_CONV,
-        "<start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
-        "<start_of_turn>model\nHello!<end_of_turn>\n"
-        "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n");
-    expect(SW_CHAT_GRANITE, CONV, N_CONV,
-        "<|start_of_role|>system<|end_of_role|>You are terse.<|end_of_text|>\n"
-        "<|start_of_role|>user<|end_of_role|>Hi there<|end_of_text|>\n"
-        "<|start_of_role|>assistant<|end_of_role|> Hello! <|end_of_text|>\n"
-        "<|start_of_role|>user<|end_of_role|>What is 2+2?<|end_of_text|>\n"
-        "<|start_of_role|>assistant<|end_of_role|>");
-    expect(SW_CHAT_MISTRAL_V3_TEKKEN, CONV, N_CONV,
-        "[INST]Hi there[/INST] Hello! </s>[INST]You are terse.\n\nWhat is 2+2?[/INST]");
-    expect(SW_CHAT_MISTRAL_V7_TEKKEN, CONV, N_CONV,
-        "[SYSTEM_PROMPT]You are terse.[/SYSTEM_PROMPT][INST]Hi there[/INST] Hello! </s>[INST]What is 2+2?[/INST]");
-    expect(SW_CHAT_MISTRAL_V7, CONV, N_CONV,
-        "[SYSTEM_PROMPT] You are terse.[/SYSTEM_PROMPT][INST] Hi there[/INST]  Hello! </s>[INST] What is 2+2?[/INST]");
-    expect(SW_CHAT_PHI4, CONV, N_CONV,
-        "<|im_start|>system<|im_sep|>You are terse.<|im_end|><|im_start|>user<|im_sep|>Hi there<|im_end|>"
-        "<|im_start|>assistant<|im_sep|> Hello! <|im_end|><|im_start|>user<|im_sep|>What is 2+2?<|im_end|>"
-        "<|im_start|>assistant<|im_sep|>");
-    expect(SW_CHAT_PHI4_MINI, CONV, N_CONV,
-        "<|system|>You are terse.<|end|><|user|>Hi there<|end|><|assistant|> Hello! <|end|>"
-        "<|user|>What is 2+2?<|end|><|assistant|>");
-    expect(SW_CHAT_TULU, CONV, N_CONV,
-        "<|system|>\nYou are terse.\n<|user|>\nHi there\n<|assistant|>\n Hello! <|endoftext|>\n"
-        "<|user|>\nWhat is 2+2?\n<|assistant|>\n");
-    expect(SW_CHAT_DEEPSEEK_R1, CONV, N_CONV,
-        "You are terse.<｜User｜>Hi there<｜Assistant｜> Hello! <｜end▁of▁sentence｜><｜User｜>What is 2+2?"
-        "<｜Assistant｜><think>\n");
+    /* Every family over the shared conversation (CONV). */
+    static const struct { sw_chat_template t; const char *want; } FORMATS[] = {
+        { SW_CHAT_CHATML,
+          "<|im_start|>system\nYou are terse.<|im_end|>\n"
+          "<|im_start|>user\nHi there<|im_end|>\n"
+          "<|im_start|>assistant\n Hello! <|im_end|>\n"
+          "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+          "<|im_start|>assistant\n" },
+        { SW_CHAT_LLAMA3,
+          "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+          "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+          "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+          "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+          "<|start_header_id|>assistant<|end_header_id|>\n\n" },
+        { SW_CHAT_LLAMA2,
+          "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST] Hello! </s>"
+          "<s>[INST] What is 2+2? [/INST]" },
+        { SW_CHAT_MISTRAL,
+          "[INST] You are terse.\n\nHi there [/INST] Hello! </s>"
+          "[INST] What is 2+2? [/INST]" },
+        { SW_CHAT_PHI3,
+          "<|system|>\nYou are terse.<|end|>\n<|user|>\nHi there<|end|>\n"
+          "<|assistant|>\n Hello! <|end|>\n<|user|>\nWhat is 2+2?<|end|>\n<|assistant|>\n" },
+        { SW_CHAT_GEMMA,
+          "<start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
+          "<start_of_turn>model\nHello!<end_of_turn>\n"
+          "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n" },
+        { SW_CHAT_GRANITE,
+          "<|start_of_role|>system<|end_of_role|>You are terse.<|end_of_text|>\n"
+          "<|start_of_role|>user<|end_of_role|>Hi there<|end_of_text|>\n"
+          "<|start_of_role|>assistant<|end_of_role|> Hello! <|end_of_text|>\n"
+          "<|start_of_role|>user<|end_of_role|>What is 2+2?<|end_of_text|>\n"
+          "<|start_of_role|>assistant<|end_of_role|>" },
+        { SW_CHAT_MISTRAL_V3_TEKKEN,
+          "[INST]Hi there[/INST] Hello! </s>[INST]You are terse.\n\nWhat is 2+2?[/INST]" },
+        { SW_CHAT_MISTRAL_V7_TEKKEN,
+          "[SYSTEM_PROMPT]You are terse.[/SYSTEM_PROMPT][INST]Hi there[/INST] Hello! </s>[INST]What is 2+2?[/INST]" },
+        { SW_CHAT_MISTRAL_V7,
+          "[SYSTEM_PROMPT] You are terse.[/SYSTEM_PROMPT][INST] Hi there[/INST]  Hello! </s>[INST] What is 2+2?[/INST]" },
+        { SW_CHAT_PHI4,
+          "<|im_start|>system<|im_sep|>You are terse.<|im_end|><|im_start|>user<|im_sep|>Hi there<|im_end|>"
+          "<|im_start|>assistant<|im_sep|> Hello! <|im_end|><|im_start|>user<|im_sep|>What is 2+2?<|im_end|>"
+          "<|im_start|>assistant<|im_sep|>" },
+        { SW_CHAT_PHI4_MINI,
+          "<|system|>You are terse.<|end|><|user|>Hi there<|end|><|assistant|> Hello! <|end|>"
+          "<|user|>What is 2+2?<|end|><|assistant|>" },
+        { SW_CHAT_TULU,
+          "<|system|>\nYou are terse.\n<|user|>\nHi there\n<|assistant|>\n Hello! <|endoftext|>\n"
+          "<|user|>\nWhat is 2+2?\n<|assistant|>\n" },
+        { SW_CHAT_DEEPSEEK_R1,
+          "You are terse.<｜User｜>Hi there<｜Assistant｜> Hello! <｜end▁of▁sentence｜><｜User｜>What is 2+2?"
+          "<｜Assistant｜><think>\n" },
+    };
+    for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0]; i++) expect(FORMATS[i].t, CONV, N_CONV, FORMATS[i].want);
     /* A past answer keeps only what follows its reasoning. */
     const sw_chat_msg thought[] = { { "user", "Q" }, { "assistant", "<think>\nhmm</think>\n\nA" }, { "user", "Q2" } };
     expect(SW_CHAT_DEEPSEEK3, thought, 3,
