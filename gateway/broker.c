@@ -145,6 +145,7 @@ static void sdk_chunk(sw_req *r, const Spillway__TokenChunk *c, int finish, cons
     out.request_id = r->client_id;
     out.text = (char *)(text ? text : "");
     if (c) {
+        out.reasoning = c->reasoning;
         out.n_token_ids = c->n_token_ids;
         out.token_ids = c->token_ids;
         if (c->usage) out.usage = c->usage;
@@ -153,6 +154,7 @@ static void sdk_chunk(sw_req *r, const Spillway__TokenChunk *c, int finish, cons
         u.prompt_tokens = r->usage_prompt;
         u.completion_tokens = r->usage_completion;
         u.cached_tokens = r->usage_cached;
+        u.reasoning_tokens = r->usage_reasoning;
         out.usage = &u;
     }
     out.finish_reason = finish;
@@ -471,8 +473,12 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
     }
     pthread_mutex_lock(&r->mu);
     if (c->text && *c->text && !r->sdk) {
-        if (r->text.len == 0 || !r->stream) r->text_rx_ns = t0;
+        if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = t0;
         sw_buf_append(&r->text, c->text, strlen(c->text));
+    }
+    if (c->reasoning && *c->reasoning && !r->sdk && r->chat) {
+        if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = t0;
+        sw_buf_append(&r->reasoning, c->reasoning, strlen(c->reasoning));
     }
     r->got_token = true;
     if (final) {
@@ -482,6 +488,7 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
             r->usage_prompt = c->usage->prompt_tokens;
             r->usage_completion = c->usage->completion_tokens;
             r->usage_cached = c->usage->cached_tokens;
+            r->usage_reasoning = c->usage->reasoning_tokens;
         }
         if (c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_ERROR && !r->err_msg[0])
             snprintf(r->err_msg, sizeof r->err_msg, "the worker reported an error");

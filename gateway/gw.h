@@ -193,10 +193,12 @@ typedef struct sw_req {
     char pool[64];
     char worker[SW_MAX_ID_LEN + 1];
     sw_buf text;                  /* streaming: not yet relayed; else: all */
+    sw_buf reasoning;             /* the same for a reasoning model's reasoning (chat only) */
     int64_t text_rx_ns;           /* when the oldest unrelayed text arrived */
     bool finished;
     int finish;                   /* Spillway__FinishReason */
     uint32_t usage_prompt, usage_completion, usage_cached;   /* cached: prompt tokens the worker reused */
+    uint32_t usage_reasoning;     /* completion tokens that were reasoning */
     bool got_token;
     bool keepalive_due;
     int64_t last_write_ms;
@@ -285,7 +287,8 @@ const char *sw_finish_name(int finish);
 /* Non-streaming response body (r->mu held). */
 char *sw_openai_response(sw_req *r);
 /* Streaming: one SSE event for a text delta / the final chunk / usage. */
-void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, bool role);
+void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, const char *reasoning, size_t rn,
+                         bool role);
 void sw_openai_sse_final(sw_req *r, sw_buf *out);
 
 #endif

@@ -279,6 +279,17 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     for (size_t i = 0; i < n_stop; i++) g.stop[i] = stops[i];
     g.n_stop = n_stop;
 
+    /* OpenAI's reasoning_effort: how long a reasoning model thinks (gpt-oss
+     * takes it into its system message; other models ignore it) */
+    const char *effort = NULL;
+    if (chat && (rc = get_string(o, "reasoning_effort", &effort, &e))) goto out;
+    if (effort) {
+        if (!strcmp(effort, "low")) g.reasoning_effort = SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_LOW;
+        else if (!strcmp(effort, "medium")) g.reasoning_effort = SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_MEDIUM;
+        else if (!strcmp(effort, "high")) g.reasoning_effort = SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_HIGH;
+        else { rc = bad(&e, "reasoning_effort", "'%s' must be \"low\", \"medium\" or \"high\""); goto out; }
+    }
+
     bool stream = false, echo = false, usage = false;
     if ((rc = get_bool(o, "stream", &stream, &e))) goto out;
     if (!chat && (rc = get_bool(o, "echo", &echo, &e))) goto out;
@@ -350,6 +361,9 @@ static void add_usage(cJSON *o, sw_req *r)
     /* OpenAI's place for prompt tokens served from a cache (our workers' prefix cache) */
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", r->usage_cached);
+    /* and for completion tokens that were reasoning */
+    cJSON *cd = cJSON_AddObjectToObject(u, "completion_tokens_details");
+    cJSON_AddNumberToObject(cd, "reasoning_tokens", r->usage_reasoning);
 }
 
 static void add_finish(cJSON *c, int finish)
@@ -369,6 +383,7 @@ char *sw_openai_response(sw_req *r)
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
         cJSON_AddStringToObject(m, "content", text);
+        if (r->reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", r->reasoning.data);
     } else {
         cJSON_AddStringToObject(c, "text", text);
     }
@@ -417,8 +432,11 @@ static void json_escape(sw_buf *out, const char *s, size_t n)
 }
 
 /* One delta event, written by hand rather than through cJSON: this runs for
- * every relayed chunk of every stream, so it is the gateway's hot path. */
-void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, bool role)
+ * every relayed chunk of every stream, so it is the gateway's hot path. A
+ * chat delta carries reasoning_content when the model reasoned since the
+ * last event, and content unless it only reasoned. */
+void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, const char *reasoning, size_t rn,
+                         bool role)
 {
     char head[128];
     snprintf(head, sizeof head, "\",\"object\":\"%s\",\"created\":%lld,\"model\":\"",
@@ -427,11 +445,19 @@ void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, boo
     sw_buf_puts(out, r->id);
     sw_buf_puts(out, head);
     json_escape(out, r->model_asked, strlen(r->model_asked));
-    if (r->chat)
-        sw_buf_puts(out, role ? "\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\""
-                              : "\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"");
-    else
+    if (r->chat) {
+        sw_buf_puts(out, role ? "\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+                              : "\",\"choices\":[{\"index\":0,\"delta\":{");
+        if (rn) {
+            sw_buf_puts(out, "\"reasoning_content\":\"");
+            json_escape(out, reasoning, rn);
+            sw_buf_puts(out, n || role ? "\",\"content\":\"" : "");
+        } else {
+            sw_buf_puts(out, "\"content\":\"");
+        }
+    } else {
         sw_buf_puts(out, "\",\"choices\":[{\"index\":0,\"text\":\"");
+    }
     json_escape(out, text ? text : "", text ? n : 0);
     sw_buf_puts(out, r->chat ? "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
                              : "\",\"logprobs\":null,\"finish_reason\":null}]}\n\n");

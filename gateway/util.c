@@ -60,6 +60,7 @@ void sw_req_unref(sw_req *r)
     free(r->want_target);
     free(r->want_quant);
     sw_buf_free(&r->text);
+    sw_buf_free(&r->reasoning);
     sw_buf_free(&r->out);
     if (r->policy) sw_policy_unref(r->policy);
     free(r);

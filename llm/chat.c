@@ -315,7 +315,8 @@ static void fmt_deepseek(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *s
  * reasoning effort, the channels), the caller's system text as the
  * developer's instructions, past answers in the final channel, and the
  * assistant's header left open: the model names the channel itself. */
-static void fmt_harmony(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys) {
+static void fmt_harmony(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, sw_reasoning_effort effort) {
+    static const char *const effort_name[] = { "medium", "low", "medium", "high" };
     char date[16] = "1970-01-01";
     time_t now = time(NULL);
     struct tm tm;
@@ -323,8 +324,9 @@ static void fmt_harmony(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sy
     put(b, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
            "Knowledge cutoff: 2024-06\nCurrent date: ");
     put(b, date);
-    put(b, "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. "
-           "Channel must be included for every message.<|end|>");
+    put(b, "\n\nReasoning: ");
+    put(b, effort_name[effort <= SW_EFFORT_HIGH ? effort : SW_EFFORT_DEFAULT]);
+    put(b, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>");
     for (size_t i = 0; i < n; i++)
         if (role_of(m[i].role) == R_SYSTEM) sys_add(sys, content_of(&m[i]));
     if (sys->any) {
@@ -361,7 +363,7 @@ static void fmt_gemma(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys)
     put(b, "<start_of_turn>model\n");
 }
 
-char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n) {
+char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n, const sw_chat_opts *opts) {
     sbuf b = { 0 };
     pending_sys sys = { 0 };
     if (!msgs) n = 0;
@@ -378,7 +380,7 @@ char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n) {
     case SW_CHAT_MISTRAL_V7_TEKKEN: fmt_mistral_v7(&b, msgs, n, ""); break;
     case SW_CHAT_DEEPSEEK3: fmt_deepseek(&b, msgs, n, &sys, false); break;
     case SW_CHAT_DEEPSEEK_R1: fmt_deepseek(&b, msgs, n, &sys, true); break;
-    case SW_CHAT_HARMONY: fmt_harmony(&b, msgs, n, &sys); break;
+    case SW_CHAT_HARMONY: fmt_harmony(&b, msgs, n, &sys, opts ? opts->effort : SW_EFFORT_DEFAULT); break;
     case SW_CHAT_TULU: fmt_tulu(&b, msgs, n); break;
     case SW_CHAT_LLAMA2: fmt_llama2(&b, msgs, n, &sys); break;
     case SW_CHAT_MISTRAL: fmt_mistral(&b, msgs, n, &sys); break;

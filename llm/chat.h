@@ -25,6 +25,13 @@ typedef enum {
 
 typedef struct { const char *role; const char *content; } sw_chat_msg;
 
+/* How long a reasoning model thinks: the wire's ReasoningEffort values. */
+typedef enum { SW_EFFORT_DEFAULT = 0, SW_EFFORT_LOW, SW_EFFORT_MEDIUM, SW_EFFORT_HIGH } sw_reasoning_effort;
+
+typedef struct {
+    sw_reasoning_effort effort;   /* harmony (gpt-oss): "Reasoning: low|medium|high"; default medium */
+} sw_chat_opts;
+
 /* Detects the family from a Jinja template string (NULL -> PLAIN). */
 sw_chat_template sw_chat_detect(const char *jinja);
 /* Detects from a model file's metadata. */
@@ -36,7 +43,8 @@ int sw_chat_from_name(const char *name);
 /* Formats the conversation and the assistant-turn opener. Returns a malloc'd
  * NUL-terminated string (caller frees). The text includes special-token text
  * such as "<|im_start|>" that must be encoded with parse_special = true.
- * BOS is not included in the text: the caller adds it per the tokenizer. */
-char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n);
+ * BOS is not included in the text: the caller adds it per the tokenizer.
+ * opts may be NULL (every option at its default). */
+char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n, const sw_chat_opts *opts);
 
 #endif

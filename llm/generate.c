@@ -55,7 +55,7 @@ static int build_prompt(sw_gen *g, sw_chat_template chat, const sw_gen_params *p
                 return 400;
             }
         }
-        char *text = sw_chat_format(chat, p->messages, p->n_messages);
+        char *text = sw_chat_format(chat, p->messages, p->n_messages, &(sw_chat_opts){ .effort = p->effort });
         if (!text) { sw_errf(err, errlen, "cannot format chat messages"); return 400; }
         /* The template's own markers (<|im_start|> ...) are special tokens. */
         g->n_prompt = encode_alloc(tok, text, sw_tok_add_bos(tok), true, &g->prompt, err, errlen);
@@ -90,49 +90,110 @@ static int build_prompt(sw_gen *g, sw_chat_template chat, const sw_gen_params *p
     return 0;
 }
 
-enum { H_OFF, H_HEADER, H_CHANNEL, H_SHOW, H_HIDE };
+/* ---- reasoning ---------------------------------------------------------------
+ * Reasoning models write their thinking before the answer, and a client wants
+ * the two apart (OpenAI-style APIs: message.reasoning_content). Each token's
+ * text goes to the answer, to the reasoning, or nowhere (the markers):
+ *   - think chats (DeepSeek R1, Qwen3, any vocabulary with <think> and
+ *     </think> tokens): text between the markers is reasoning. R1's template
+ *     opens <think> in the prompt, so its output starts inside; elsewhere a
+ *     first token <think> opens it. The answer's leading whitespace (the
+ *     "\n\n" after </think>) is dropped.
+ *   - harmony chats (gpt-oss): a message names its channel,
+ *     <|channel|>analysis<|message|>...<|end|>; analysis is reasoning, final
+ *     the answer, anything else (commentary: tool calls) neither. */
+enum { R_OFF, R_THINK, R_HARMONY };
+enum { T_START, T_IN, T_LEAD, T_ANSWER };                /* think chats */
+enum { H_HEADER, H_CHANNEL, H_ANSWER, H_REASON, H_NONE }; /* harmony chats */
+typedef enum { TO_ANSWER, TO_REASONING, TO_NONE } text_dest;
 
-/* A harmony chat's answer starts after "<|start|>assistant"; the model names
- * a channel (<|channel|>analysis or final), then writes after <|message|>
- * up to <|end|>. */
-static void harmony_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
+static void reasoning_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
 {
-    g->h_state = H_OFF;
-    if (chat != SW_CHAT_HARMONY || p->n_messages == 0) return;
-    g->h_start = sw_tok_lookup(g->tok, "<|start|>");
-    g->h_end = sw_tok_lookup(g->tok, "<|end|>");
-    g->h_channel = sw_tok_lookup(g->tok, "<|channel|>");
-    g->h_message = sw_tok_lookup(g->tok, "<|message|>");
-    if (g->h_start >= 0 && g->h_end >= 0 && g->h_channel >= 0 && g->h_message >= 0) g->h_state = H_HEADER;
+    g->r_mode = R_OFF;
+    if (p->n_messages == 0) return;   /* plain completions: the caller's own text format */
+    if (chat == SW_CHAT_HARMONY) {
+        g->h_start = sw_tok_lookup(g->tok, "<|start|>");
+        g->h_end = sw_tok_lookup(g->tok, "<|end|>");
+        g->h_channel = sw_tok_lookup(g->tok, "<|channel|>");
+        g->h_message = sw_tok_lookup(g->tok, "<|message|>");
+        if (g->h_start >= 0 && g->h_end >= 0 && g->h_channel >= 0 && g->h_message >= 0) {
+            g->r_mode = R_HARMONY;
+            g->r_state = H_HEADER;
+        }
+        return;
+    }
+    g->think_open = sw_tok_lookup(g->tok, "<think>");
+    g->think_close = sw_tok_lookup(g->tok, "</think>");
+    if (g->think_open >= 0 && g->think_close >= 0) {
+        g->r_mode = R_THINK;
+        g->r_state = chat == SW_CHAT_DEEPSEEK_R1 ? T_IN : T_START;
+    }
 }
 
-/* How much of this token's text (n bytes) is the answer's. */
-static size_t harmony_keep(sw_gen *g, int32_t token, const char *piece, size_t n)
+/* Where the text of a think chat's token goes. */
+static text_dest think_route(sw_gen *g, int32_t token, const char **piece, size_t *n)
 {
-    if (g->h_state == H_OFF) return n;
-    if (token == g->h_channel) {
-        g->h_state = H_CHANNEL;
-        g->h_n_chan = 0;
-        return 0;
+    bool marker = false;
+    if (g->r_state == T_START) {
+        marker = token == g->think_open;
+        g->r_state = marker ? T_IN : T_ANSWER;
+    } else if (g->r_state == T_IN && token == g->think_close) {
+        marker = true;
+        g->r_state = T_LEAD;
     }
-    if (token == g->h_message) {
+    if (marker) {   /* counted with the reasoning, its text shown nowhere */
+        *n = 0;
+        return TO_REASONING;
+    }
+    if (g->r_state == T_IN) return TO_REASONING;
+    if (g->r_state == T_LEAD) {
+        while (*n && (**piece == ' ' || **piece == '\n' || **piece == '\r' || **piece == '\t')) ++*piece, --*n;
+        if (*n) g->r_state = T_ANSWER;
+    }
+    return TO_ANSWER;
+}
+
+/* Where the text of a harmony chat's token goes: after "<|start|>assistant"
+ * the model names a channel, then writes after <|message|> up to <|end|>. */
+static text_dest harmony_route(sw_gen *g, int32_t token, const char *piece, size_t *n)
+{
+    if (token == g->h_channel) {
+        g->r_state = H_CHANNEL;
+        g->h_n_chan = 0;
+    } else if (token == g->h_message) {
         const char *c = g->h_chan;
         size_t k = g->h_n_chan;
         while (k && *c == ' ') c++, k--;
-        g->h_state = g->h_state != H_CHANNEL || (k >= 5 && !memcmp(c, "final", 5)) ? H_SHOW : H_HIDE;
-        return 0;
-    }
-    if (token == g->h_start || token == g->h_end) {
-        g->h_state = H_HEADER;
-        return 0;
-    }
-    if (g->h_state == H_CHANNEL) {
-        size_t room = sizeof g->h_chan - g->h_n_chan, take = n < room ? n : room;
+        if (g->r_state != H_CHANNEL || (k >= 5 && !memcmp(c, "final", 5))) g->r_state = H_ANSWER;
+        else g->r_state = k >= 8 && !memcmp(c, "analysis", 8) ? H_REASON : H_NONE;
+    } else if (token == g->h_start || token == g->h_end) {
+        g->r_state = H_HEADER;
+    } else if (g->r_state == H_CHANNEL) {
+        size_t room = sizeof g->h_chan - g->h_n_chan, take = *n < room ? *n : room;
         memcpy(g->h_chan + g->h_n_chan, piece, take);
         g->h_n_chan += take;
-        return 0;
+    } else if (g->r_state == H_ANSWER || g->r_state == H_REASON) {
+        return g->r_state == H_ANSWER ? TO_ANSWER : TO_REASONING;
     }
-    return g->h_state == H_SHOW ? n : 0;
+    *n = 0;
+    return TO_NONE;
+}
+
+/* Where this token's text (*piece, *n bytes; both may be trimmed) goes. */
+static text_dest route(sw_gen *g, int32_t token, const char **piece, size_t *n)
+{
+    if (g->r_mode == R_THINK) return think_route(g, token, piece, n);
+    if (g->r_mode == R_HARMONY) return harmony_route(g, token, *piece, n);
+    return TO_ANSWER;
+}
+
+/* Where text goes now, without a token: the detokenizer's last bytes. */
+static text_dest current_dest(const sw_gen *g)
+{
+    if (g->r_mode == R_THINK) return g->r_state == T_IN ? TO_REASONING : TO_ANSWER;
+    if (g->r_mode == R_HARMONY)
+        return g->r_state == H_ANSWER ? TO_ANSWER : g->r_state == H_REASON ? TO_REASONING : TO_NONE;
+    return TO_ANSWER;
 }
 
 static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
@@ -160,18 +221,20 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
     }
     int rc = build_prompt(g, chat, p, err, errlen);
     if (rc) return rc;
-    harmony_init(g, chat, p);
+    reasoning_init(g, chat, p);
     for (int i = 0; i < g->n_prompt; i++) sw_sampler_accept(&g->sampler, g->prompt[i]);
 
     /* Text that starts a document (prompt is just BOS) should not begin
      * with SentencePiece's dummy-prefix space; a continuation keeps it. */
     bool only_bos = g->n_prompt == 1 && g->prompt[0] == sw_tok_bos(tok);
     sw_detok_init(&g->detok, tok, only_bos);
-    if (!reserve(&g->out, &g->cap_out, 256) || !reserve(&g->held, &g->cap_held, 256)) {
+    if (!reserve(&g->out, &g->cap_out, 256) || !reserve(&g->held, &g->cap_held, 256) ||
+        !reserve(&g->reasoning, &g->cap_reasoning, 256)) {
         sw_errf(err, errlen, "out of memory");
         return 400;
     }
     g->out[0] = 0;
+    g->reasoning[0] = 0;
     return 0;
 }
 
@@ -239,6 +302,7 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
         p.sampling.seed = random_seed();
     }
     p.max_tokens = req->max_tokens;
+    p.effort = (sw_reasoning_effort)req->reasoning_effort;   /* the wire layer checked its range */
     p.stop = (const char *const *)req->stop;
     p.n_stop = req->n_stop;
     rc = sw_gen_init(g, tok, chat, &p, n_ctx, err, errlen);
@@ -255,6 +319,7 @@ void sw_gen_free(sw_gen *g)
     for (size_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
     free(g->held);
     free(g->out);
+    free(g->reasoning);
     memset(g, 0, sizeof *g);
 }
 
@@ -310,10 +375,27 @@ static bool find_stop(const sw_gen *g, size_t *at)
     return found;
 }
 
+/* Appends n bytes of text where they go: the answer's text is held (it may
+ * start a stop string), the reasoning's is this step's reasoning delta. */
+static bool add_text(sw_gen *g, text_dest to, const char *s, size_t n)
+{
+    if (to == TO_NONE || n == 0) return true;
+    char **buf = to == TO_ANSWER ? &g->held : &g->reasoning;
+    size_t *len = to == TO_ANSWER ? &g->n_held : &g->n_reasoning;
+    size_t *cap = to == TO_ANSWER ? &g->cap_held : &g->cap_reasoning;
+    if (!reserve(buf, cap, *len + n + 1)) return false;
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return true;
+}
+
 int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_len)
 {
     size_t n_out = 0;
     g->out[0] = 0;
+    g->reasoning[0] = 0;
+    g->n_reasoning = 0;
     *delta = g->out;
     *delta_len = 0;
     if (g->finish) return g->finish;
@@ -322,13 +404,15 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
     sw_sampler_accept(&g->sampler, token);
     bool eog = sw_tok_is_eog(g->tok, token);
 
-    /* Decode this token's text onto the held buffer (EOG tokens have none). */
+    /* Decode this token's text onto the held buffer or the reasoning (EOG
+     * tokens have none). */
     if (!eog) {
         char piece[512];
-        size_t n = harmony_keep(g, token, piece, sw_detok_push(&g->detok, token, piece, sizeof piece));
-        if (!reserve(&g->held, &g->cap_held, g->n_held + n + 1)) { g->finish = SW_FINISH_ERROR; return g->finish; }
-        memcpy(g->held + g->n_held, piece, n);
-        g->n_held += n;
+        const char *p = piece;
+        size_t n = sw_detok_push(&g->detok, token, piece, sizeof piece);
+        text_dest to = route(g, token, &p, &n);
+        g->n_reasoning_tokens += to == TO_REASONING;
+        if (!add_text(g, to, p, n)) { g->finish = SW_FINISH_ERROR; return g->finish; }
     }
 
     size_t at = 0;
@@ -348,10 +432,7 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
              * of an unfinished code point (as U+FFFD). */
             char tail[32];
             size_t n = sw_detok_flush(&g->detok, tail, sizeof tail);
-            if (reserve(&g->held, &g->cap_held, g->n_held + n + 1)) {
-                memcpy(g->held + g->n_held, tail, n);
-                g->n_held += n;
-            }
+            add_text(g, current_dest(g), tail, n);
             release(g, g->n_held, &n_out);
         } else {
             size_t keep = g->n_stop ? stop_prefix_len(g) : 0;

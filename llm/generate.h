@@ -9,6 +9,7 @@
  *     string is never emitted;
  *   - decides when to finish: EOS/EOG or a stop string (STOP), max_tokens or
  *     the context length (LENGTH);
+ *   - keeps a reasoning model's reasoning apart from its answer;
  *   - counts usage.
  *
  * Usage:
@@ -46,6 +47,7 @@ typedef struct {
     size_t n_prompt_ids;
     const sw_chat_msg *messages;
     size_t n_messages;
+    sw_reasoning_effort effort;   /* chat messages to a reasoning model */
     sw_sampling_params sampling;
     uint32_t max_tokens;          /* 0 = until the context is full */
     const char *const *stop;
@@ -69,13 +71,16 @@ typedef struct {
     size_t cap_out;
     uint32_t n_generated;         /* tokens accepted (completion_tokens) */
     int finish;                   /* SW_FINISH_*, sticky */
-    /* Harmony chats (gpt-oss): only the final channel's text is output, not
-     * the reasoning (analysis channel) or the messages' headers. The
-     * tokens <|start|> <|end|> <|channel|> <|message|>; h_state 0: off. */
-    int32_t h_start, h_end, h_channel, h_message;
-    int h_state;
+    /* Reasoning models (generate.c, "reasoning"): think chats (DeepSeek R1,
+     * Qwen3) and harmony chats (gpt-oss). r_mode 0: the output is all answer. */
+    int r_mode, r_state;
+    int32_t think_open, think_close;                   /* <think> </think> */
+    int32_t h_start, h_end, h_channel, h_message;     /* <|start|> <|end|> <|channel|> <|message|> */
     char h_chan[16];              /* the channel being named */
     size_t h_n_chan;
+    char *reasoning;              /* the reasoning delta of the last sw_gen_accept */
+    size_t n_reasoning, cap_reasoning;
+    uint32_t n_reasoning_tokens;  /* accepted tokens that were reasoning or its markers */
 } sw_gen;
 
 /* Returns 0, or 400 with err filled (empty or too long prompt, bad token id,
@@ -97,6 +102,14 @@ int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits);
  * while generation continues, else the finish reason; when finishing, the
  * delta includes every held-back byte that belongs to the output. */
 int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_len);
+/* The reasoning text of the last sw_gen_accept (NUL-terminated, valid until
+ * the next call, possibly empty): what a reasoning model thought, kept out
+ * of the answer's delta. Stop strings apply to the answer only. */
+static inline const char *sw_gen_reasoning(const sw_gen *g, size_t *len)
+{
+    if (len) *len = g->n_reasoning;
+    return g->reasoning ? g->reasoning : "";
+}
 /* Position at which the last accepted token must be evaluated. */
 static inline int sw_gen_next_pos(const sw_gen *g) { return g->n_prompt + (int)g->n_generated - 1; }
 

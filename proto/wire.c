@@ -134,18 +134,25 @@ static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t
         snprintf(what, sizeof what, "generate: stop[%zu]", i);
         if (!check_text(what, g->stop[i], err, errlen)) return false;
     }
+    if (g->reasoning_effort < SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_DEFAULT ||
+        g->reasoning_effort > SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_HIGH)
+        return fail(err, errlen, "generate: unknown reasoning_effort %d", (int)g->reasoning_effort);
     return check_sampling(g->sampling, err, errlen);
 }
 
 static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen) {
     if (!check_id("chunk: request_id", c->request_id, SW_MAX_ID_LEN, err, errlen)) return false;
     if (!check_text("chunk: text", c->text, err, errlen)) return false;
+    if (!check_text("chunk: reasoning", c->reasoning, err, errlen)) return false;
     if (c->finish_reason < SPILLWAY__FINISH_REASON__FINISH_NONE ||
         c->finish_reason > SPILLWAY__FINISH_REASON__FINISH_ERROR)
         return fail(err, errlen, "chunk: unknown finish_reason %d", (int)c->finish_reason);
     if (c->usage && c->usage->cached_tokens > c->usage->prompt_tokens)
         return fail(err, errlen, "chunk: %u cached of %u prompt tokens", c->usage->cached_tokens,
                     c->usage->prompt_tokens);
+    if (c->usage && c->usage->reasoning_tokens > c->usage->completion_tokens)
+        return fail(err, errlen, "chunk: %u reasoning of %u completion tokens", c->usage->reasoning_tokens,
+                    c->usage->completion_tokens);
     return true;
 }
 

@@ -537,12 +537,13 @@ static void send_error(compute *C, const char *id, uint32_t code, const char *ms
     pipe_send_env(C->pipe, &env);
 }
 
-static void send_chunk(compute *C, const char *id, const char *text, const uint32_t *ids,
-                       size_t n_ids, int finish, const sw_usage *usage) {
+static void send_chunk(compute *C, const char *id, const char *text, const char *reasoning,
+                       const uint32_t *ids, size_t n_ids, int finish, const sw_usage *usage) {
     Spillway__TokenChunk c = SPILLWAY__TOKEN_CHUNK__INIT;
     Spillway__Usage u = SPILLWAY__USAGE__INIT;
     c.request_id = (char *)id;
     c.text = (char *)(text ? text : "");
+    c.reasoning = (char *)(reasoning ? reasoning : "");
     c.token_ids = (uint32_t *)ids;
     c.n_token_ids = n_ids;
     c.finish_reason = finish;
@@ -550,6 +551,7 @@ static void send_chunk(compute *C, const char *id, const char *text, const uint3
         u.prompt_tokens = usage->prompt_tokens;
         u.completion_tokens = usage->completion_tokens;
         u.cached_tokens = usage->cached_tokens;
+        u.reasoning_tokens = usage->reasoning_tokens;
         c.usage = &u;
     }
     sw_env env = SPILLWAY__ENVELOPE__INIT;
@@ -560,13 +562,13 @@ static void send_chunk(compute *C, const char *id, const char *text, const uint3
 
 /* The engine's callbacks. Output for a request the gateway no longer waits
  * on (cancelled, expired, or lost with the link) is dropped here. */
-static void on_emit(void *ctx, const char *request_id, const char *text, const uint32_t *ids,
-                    size_t n_ids, int finish, const sw_usage *usage) {
+static void on_emit(void *ctx, const char *request_id, const char *text, const char *reasoning,
+                    const uint32_t *ids, size_t n_ids, int finish, const sw_usage *usage) {
     compute *C = ctx;
     inflight *r = table_find(&C->reqs, request_id);
     if (!r) return;
     r->n_tokens += (uint32_t)n_ids;
-    send_chunk(C, request_id, text, ids, n_ids, finish, usage);
+    send_chunk(C, request_id, text, reasoning, ids, n_ids, finish, usage);
     if (finish != SPILLWAY__FINISH_REASON__FINISH_NONE) table_remove(&C->reqs, request_id);
 }
 
@@ -614,7 +616,7 @@ static void on_cancel(compute *C, const char *id) {
     inflight *r = table_find(&C->reqs, id);
     if (!r) return; /* already finished: the race is normal */
     C->ops->cancel(C->eng, id);
-    send_chunk(C, id, "", NULL, 0, SPILLWAY__FINISH_REASON__FINISH_CANCELLED,
+    send_chunk(C, id, "", NULL, NULL, 0, SPILLWAY__FINISH_REASON__FINISH_CANCELLED,
                &(sw_usage){ .completion_tokens = r->n_tokens });
     table_remove(&C->reqs, id);
 }

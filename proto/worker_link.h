@@ -41,12 +41,14 @@ typedef struct {
 typedef struct {
     uint32_t prompt_tokens, completion_tokens;
     uint32_t cached_tokens;   /* prompt tokens not computed: their KV was reused */
+    uint32_t reasoning_tokens;   /* completion tokens whose text was reasoning */
 } sw_usage;
 
 /* Called by the engine (on the compute thread) for every output chunk.
- * finish: a Spillway__FinishReason; FINISH_NONE while more follow. Usage
- * is read only on the final chunk. */
-typedef void (*sw_emit_fn)(void *emit_ctx, const char *request_id, const char *text,
+ * text is the answer's delta, reasoning the reasoning's (NULL or "" when
+ * there is none). finish: a Spillway__FinishReason; FINISH_NONE while more
+ * follow. Usage is read only on the final chunk. */
+typedef void (*sw_emit_fn)(void *emit_ctx, const char *request_id, const char *text, const char *reasoning,
                            const uint32_t *ids, size_t n_ids, int finish, const sw_usage *usage);
 /* Called by the engine to fail a request it had accepted (e.g. prompt too long). */
 typedef void (*sw_fail_fn)(void *emit_ctx, const char *request_id, uint32_t code, const char *msg);

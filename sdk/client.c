@@ -67,17 +67,18 @@ const char *spillway_finish_name(spillway_finish f) {
 void spillway_result_free(spillway_result *r) {
     if (!r) return;
     free(r->text);
-    r->text = NULL;
-    r->len = 0;
+    free(r->reasoning);
+    r->text = r->reasoning = NULL;
+    r->len = r->reasoning_len = 0;
 }
 
-static int append_text(spillway_result *r, const char *s, size_t n) {
-    char *t = realloc(r->text, r->len + n + 1);
+static int append_text(char **buf, size_t *len, const char *s, size_t n) {
+    char *t = realloc(*buf, *len + n + 1);
     if (!t) return -1;
-    memcpy(t + r->len, s, n);
-    r->len += n;
-    t[r->len] = 0;
-    r->text = t;
+    memcpy(t + *len, s, n);
+    *len += n;
+    t[*len] = 0;
+    *buf = t;
     return 0;
 }
 
@@ -97,6 +98,7 @@ static int send_request(spillway_client *c, const spillway_request *req, char *i
     g.sampling = &sp;
     g.n_stop = req->n_stop;
     g.stop = (char **)req->stop;
+    g.reasoning_effort = (Spillway__ReasoningEffort)req->reasoning_effort;
 
     Spillway__ChatMessage *msgs = NULL, **mptrs = NULL;
     if (req->n_messages) {
@@ -178,8 +180,9 @@ static int run_request(spillway_client *c, const spillway_request *req, spillway
             Spillway__TokenChunk *ch = e->chunk;
             if (ch->pool && *ch->pool) snprintf(out->pool, sizeof out->pool, "%s", ch->pool);
             if (ch->worker_id && *ch->worker_id) snprintf(out->worker, sizeof out->worker, "%s", ch->worker_id);
-            size_t n = strlen(ch->text);
-            if (n && append_text(out, ch->text, n) != 0) { rc = -1; done = 1; }
+            size_t n = strlen(ch->text), rn = strlen(ch->reasoning);
+            if (n && append_text(&out->text, &out->len, ch->text, n) != 0) { rc = -1; done = 1; }
+            if (rn && append_text(&out->reasoning, &out->reasoning_len, ch->reasoning, rn) != 0) { rc = -1; done = 1; }
             if (!done && n && fn && fn(user, ch->text, n) != 0) {
                 send_cancel(c, id);
                 out->finish = SPILLWAY_FINISH_CANCELLED;
@@ -191,6 +194,7 @@ static int run_request(spillway_client *c, const spillway_request *req, spillway
                     out->prompt_tokens = ch->usage->prompt_tokens;
                     out->completion_tokens = ch->usage->completion_tokens;
                     out->cached_tokens = ch->usage->cached_tokens;
+                    out->reasoning_tokens = ch->usage->reasoning_tokens;
                 }
                 if (out->finish == SPILLWAY_FINISH_ERROR) {
                     set_err(err, errlen, "spillway: %s", "the worker failed mid-stream");

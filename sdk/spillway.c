@@ -1,10 +1,11 @@
 /* spillway: command-line client for a Spillway gateway, over the native SDK.
  *
  *   spillway complete -m MODEL [-n N] [--temp T] [--seed S] [--stop S] PROMPT
- *   spillway chat     -m MODEL [--system TEXT] [-n N] [--temp T] MESSAGE
+ *   spillway chat     -m MODEL [--system TEXT] [--reasoning-effort E] [-n N] [--temp T] MESSAGE
  *   spillway status
  * Common: -e ENDPOINT (default tcp://127.0.0.1:5556 or $SPILLWAY_ENDPOINT),
- *         --timeout MS. Text streams to stdout; the summary goes to stderr.
+ *         --timeout MS. Text streams to stdout; a reasoning model's reasoning
+ *         and the summary go to stderr.
  */
 #include "sdk/spillway.h"
 #include "llm/cli.h"
@@ -17,7 +18,7 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: spillway complete -m MODEL [options] PROMPT\n"
-        "       spillway chat -m MODEL [--system TEXT] [options] MESSAGE\n"
+        "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high] [options] MESSAGE\n"
         "       spillway status\n"
         "options: -e ENDPOINT  -n MAX_TOKENS  --temp T  --top-p P  --top-k K  --seed S\n"
         "         --stop TEXT (repeatable)  --timeout MS  -q (no summary)\n");
@@ -57,7 +58,7 @@ int main(int argc, char **argv) {
         {"top-p", required_argument, 0, 'p'}, {"top-k", required_argument, 0, 'k'},
         {"seed", required_argument, 0, 's'}, {"stop", required_argument, 0, 'S'},
         {"system", required_argument, 0, 'y'}, {"timeout", required_argument, 0, 'T'},
-        {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
+        {"reasoning-effort", required_argument, 0, 'r'}, {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     optind = 2;
     int c;
     double v;
@@ -75,6 +76,15 @@ int main(int argc, char **argv) {
             stops[req.n_stop++] = optarg; req.stop = stops; break;
         case 'y': system_msg = optarg; break;
         case 'T': if (parse_num("--timeout", optarg, 1, 86400000, &v)) return 2; req.timeout_ms = (int)v; break;
+        case 'r':
+            if (!strcmp(optarg, "low")) req.reasoning_effort = SPILLWAY_EFFORT_LOW;
+            else if (!strcmp(optarg, "medium")) req.reasoning_effort = SPILLWAY_EFFORT_MEDIUM;
+            else if (!strcmp(optarg, "high")) req.reasoning_effort = SPILLWAY_EFFORT_HIGH;
+            else {
+                fprintf(stderr, "spillway: --reasoning-effort: '%s' is not low, medium or high\n", optarg);
+                return 2;
+            }
+            break;
         case 'q': quiet = 1; break;
         default: usage(stderr); return 2;
         }
@@ -108,10 +118,12 @@ int main(int argc, char **argv) {
         rc = spillway_complete_stream(cl, &req, print_delta, NULL, &res, err, sizeof err) ? 1 : 0;
         printf("\n");
         if (rc) fprintf(stderr, "%s\n", err);
+        if (!quiet && res.reasoning_len) fprintf(stderr, "[reasoning]\n%s\n[/reasoning]\n", res.reasoning);
         if (!quiet)
-            fprintf(stderr, "[finish=%s prompt_tokens=%u cached_tokens=%u completion_tokens=%u pool=%s worker=%s]\n",
+            fprintf(stderr, "[finish=%s prompt_tokens=%u cached_tokens=%u completion_tokens=%u reasoning_tokens=%u "
+                            "pool=%s worker=%s]\n",
                     spillway_finish_name(res.finish), res.prompt_tokens, res.cached_tokens, res.completion_tokens,
-                    res.pool, res.worker);
+                    res.reasoning_tokens, res.pool, res.worker);
         spillway_result_free(&res);
     } else {
         fprintf(stderr, "spillway: unknown command '%s'\n", cmd);

@@ -34,6 +34,11 @@ typedef struct {
     const char *content;
 } spillway_message;
 
+/* How long a reasoning model thinks (gpt-oss: "Reasoning: low|medium|high"). */
+typedef enum {
+    SPILLWAY_EFFORT_DEFAULT = 0, SPILLWAY_EFFORT_LOW = 1, SPILLWAY_EFFORT_MEDIUM = 2, SPILLWAY_EFFORT_HIGH = 3
+} spillway_effort;
+
 typedef struct {
     const char *model;
     const char *prompt;                 /* a completion, or ... */
@@ -48,6 +53,7 @@ typedef struct {
     const char *const *stop;
     size_t n_stop;
     int timeout_ms;                     /* whole request; 0 = 10 minutes */
+    spillway_effort reasoning_effort;   /* chats with reasoning models */
 } spillway_request;
 
 typedef enum {
@@ -58,6 +64,9 @@ typedef enum {
 typedef struct {
     char *text;                 /* malloc'd, NUL-terminated: the whole continuation */
     size_t len;
+    char *reasoning;            /* malloc'd or NULL: a reasoning model's reasoning (chats), apart from text */
+    size_t reasoning_len;
+    uint32_t reasoning_tokens;  /* completion tokens that were reasoning */
     spillway_finish finish;
     uint32_t prompt_tokens, completion_tokens;
     uint32_t cached_tokens;     /* prompt tokens the worker took from its prefix cache */
@@ -66,7 +75,8 @@ typedef struct {
     int error_code;             /* HTTP-like status when the gateway refused it, else 0 */
 } spillway_result;
 
-/* Called for each text delta; return non-zero to cancel the request. */
+/* Called for each text delta (the answer's, not the reasoning's); return
+ * non-zero to cancel the request. */
 typedef int (*spillway_stream_fn)(void *user, const char *delta, size_t len);
 
 spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen);

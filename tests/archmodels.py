@@ -170,13 +170,30 @@ def fuse(arch, w, n_layer, fused_qkv=False):
     return out
 
 
+def gpt2_byte_symbols():
+    """GPT-2's byte-level alphabet: each byte as the printable code point
+    that stands for it in a BPE vocabulary (printable Latin-1 as itself,
+    the rest from U+0100 up)."""
+    keep = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    sym, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            sym[b] = chr(b)
+        else:
+            sym[b] = chr(256 + extra)
+            extra += 1
+    return [sym[b] for b in range(256)]
+
+
 def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dims=None, rope_scaling=None,
-                extra_kv=None, swa_pattern=None, longrope=None, quantize=None):
+                extra_kv=None, swa_pattern=None, longrope=None, quantize=None, vocab=None):
     """longrope = (long factors, short factors, original context, attention
     factor): Phi-3's LongRoPE, as its converter writes it (no scaling type).
     quantize = (type, name part): the tensors whose names contain the part
     stored in that type, quantized by the gguf package (gpt-oss's experts
-    are MXFP4 in its files)."""
+    are MXFP4 in its files). vocab: a byte-level BPE vocabulary instead of
+    the SentencePiece one, a dict of tokens, types, merges, eos and
+    chat_template."""
     wr = GGUFWriter(str(path), arch)
     wr.add_context_length(1024)
     wr.add_embedding_length(hp["E"])
@@ -224,13 +241,23 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
         wr.add_logit_scale(hp["logit_scale"])
     for key, value in (extra_kv or {}).items():   # unsigned integers
         wr.add_uint32(key, value)
-    toks, scores, types = spm_vocab(hp["V"])
-    wr.add_tokenizer_model("llama")
-    wr.add_token_list(toks)
-    wr.add_token_scores(scores)
-    wr.add_token_types(types)
-    wr.add_bos_token_id(1)
-    wr.add_eos_token_id(2)
+    if vocab:
+        wr.add_tokenizer_model("gpt2")
+        wr.add_tokenizer_pre("gpt-4o")
+        wr.add_token_list(vocab["tokens"])
+        wr.add_token_types(vocab["types"])
+        wr.add_token_merges(vocab["merges"])
+        wr.add_eos_token_id(vocab["eos"])
+        wr.add_add_bos_token(False)
+        wr.add_chat_template(vocab["chat_template"])
+    else:
+        toks, scores, types = spm_vocab(hp["V"])
+        wr.add_tokenizer_model("llama")
+        wr.add_token_list(toks)
+        wr.add_token_scores(scores)
+        wr.add_token_types(types)
+        wr.add_bos_token_id(1)
+        wr.add_eos_token_id(2)
     tensors = fuse(arch, w, hp["n_layer"], fused_qkv)
     tensors.update(extra_tensors or {})
     for name, a in tensors.items():

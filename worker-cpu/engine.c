@@ -399,9 +399,10 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
                 int fin = sw_gen_accept(&s->gen, tok, &delta, &dlen);
                 e->tokens_generated++;
                 uint32_t id = (uint32_t)tok;
-                emit(ectx, s->id, delta, &id, 1, fin,
+                emit(ectx, s->id, delta, sw_gen_reasoning(&s->gen, NULL), &id, 1, fin,
                      &(sw_usage){ .prompt_tokens = (uint32_t)s->gen.n_prompt, .completion_tokens = s->gen.n_generated,
-                                  .cached_tokens = (uint32_t)s->n_cached });
+                                  .cached_tokens = (uint32_t)s->n_cached,
+                                  .reasoning_tokens = s->gen.n_reasoning_tokens });
                 if (fin) {
                     slot_release(s);
                 } else {

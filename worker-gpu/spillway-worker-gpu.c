@@ -342,8 +342,8 @@ typedef struct {
     sw_usage usage;
 } prompt_run;
 
-static void print_emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n_ids,
-                       int finish, const sw_usage *usage)
+static void print_emit(void *ctx, const char *id, const char *text, const char *reasoning, const uint32_t *ids,
+                       size_t n_ids, int finish, const sw_usage *usage)
 {
     prompt_run *r = ctx;
     size_t n = text ? strlen(text) : 0;

@@ -86,7 +86,7 @@ static void exercise(sw_model *m) {
         sw_detok_flush(&d, out, sizeof out);
     }
     sw_chat_msg msgs[3] = { { "system", "Be brief." }, { "user", "Hi" }, { "assistant", "Hello" } };
-    free(sw_chat_format(m->chat, msgs, 3));
+    free(sw_chat_format(m->chat, msgs, 3, NULL));
 
     /* Compute only on models of the seeds' size: a mutant may claim a huge one. */
     if ((uint64_t)m->hp.n_embd * m->hp.n_layer > (1u << 20) || m->hp.n_vocab > (1u << 17)) return;

@@ -9,7 +9,10 @@
  *     request's id and resolved model;
  *   - for an accepted body, a streamed delta carrying the prompt text (or a
  *     message's content) is one SSE event whose JSON gives that text back
- *     exactly, and the final events and the non-streaming body are valid JSON.
+ *     exactly, and the final events and the non-streaming body are valid JSON;
+ *   - for a chat, a delta of that text as reasoning carries it as
+ *     reasoning_content and has no content key; with an answer as well, it
+ *     carries both.
  *   fuzz_openai                      (loop settings: tests/fuzz/driver.h)
  */
 #include "gateway/gw.h"
@@ -47,6 +50,23 @@ static char *check_events(const sw_buf *b, bool chat) {
     return first;
 }
 
+/* A chat delta of reasoning (and an answer, when `answer`): one event whose
+ * delta gives both back exactly, and no content key without an answer. */
+static void check_reasoning_delta(sw_req *r, const char *text, bool answer) {
+    sw_buf b = { 0 };
+    sw_openai_sse_delta(r, &b, answer ? "A" : NULL, answer ? 1 : 0, text, strlen(text), false);
+    const char *end = b.data ? strstr(b.data, "\n\n") : NULL;
+    INVARIANT(end && !strncmp(b.data, "data: ", 6) && end[2] == 0, "a reasoning delta is one event");
+    cJSON *o = end ? cJSON_ParseWithLength(b.data + 6, (size_t)(end - b.data - 6)) : NULL;
+    cJSON *d = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "delta");
+    cJSON *rc = cJSON_GetObjectItem(d, "reasoning_content"), *c = cJSON_GetObjectItem(d, "content");
+    INVARIANT(cJSON_IsString(rc) && !strcmp(rc->valuestring, text), "reasoning_content did not come back exactly");
+    INVARIANT(answer ? cJSON_IsString(c) && !strcmp(c->valuestring, "A") : c == NULL,
+              "content %s", answer ? "lost" : "present in a reasoning-only delta");
+    cJSON_Delete(o);
+    sw_buf_free(&b);
+}
+
 static void check_accepted(sw_req *r, bool chat) {
     char err[256] = "";
     sw_env *e = sw_wire_decode(r->gen, r->gen_len, err, sizeof err);
@@ -58,10 +78,14 @@ static void check_accepted(sw_req *r, bool chat) {
      * checked the body), with every character JSON must escape. */
     const char *text = chat ? (g->n_messages ? g->messages[g->n_messages - 1]->content : "") : g->prompt;
     sw_buf b = { 0 };
-    sw_openai_sse_delta(r, &b, text, strlen(text), true);
+    sw_openai_sse_delta(r, &b, text, strlen(text), NULL, 0, true);
     char *back = check_events(&b, chat);
     INVARIANT(back && !strcmp(back, text), "the delta's text did not come back exactly");
     free(back);
+    if (chat && *text) {
+        check_reasoning_delta(r, text, false);
+        check_reasoning_delta(r, text, true);
+    }
     sw_buf_free(&b);
     memset(&b, 0, sizeof b);
     r->finished = true;

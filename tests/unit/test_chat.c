@@ -94,7 +94,7 @@ static const sw_chat_msg CONV[] = {
 static const size_t N_CONV = sizeof CONV / sizeof CONV[0];
 
 static void expect(sw_chat_template t, const sw_chat_msg *m, size_t n, const char *want) {
-    char *got = sw_chat_format(t, m, n);
+    char *got = sw_chat_format(t, m, n, NULL);
     CHECK(got && strcmp(got, want) == 0, "%s:\n--- got ---\n%s\n--- want ---\n%s", sw_chat_name(t), got ? got : "(null)", want);
     free(got);
 }
@@ -184,7 +184,7 @@ static void test_formats(void) {
         "<｜User｜>Q<｜Assistant｜>\n\nA<｜end▁of▁sentence｜><｜User｜>Q2<｜Assistant｜>");
     /* Harmony: a system message with today's date, then the caller's system
      * text as the developer's, past answers in the final channel. */
-    char *h = sw_chat_format(SW_CHAT_HARMONY, CONV, N_CONV);
+    char *h = sw_chat_format(SW_CHAT_HARMONY, CONV, N_CONV, NULL);
     const char *head = "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
                        "Knowledge cutoff: 2024-06\nCurrent date: ";
     const char *tail = "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be "
@@ -195,6 +195,15 @@ static void test_formats(void) {
     CHECK(h && !strncmp(h, head, hl) && strlen(h) == hl + 10 + strlen(tail) && h[hl + 4] == '-' && h[hl + 7] == '-' &&
           !strcmp(h + hl + 10, tail), "harmony:\n%s", h ? h : "(null)");
     free(h);
+    /* The request's reasoning effort names itself in the system message. */
+    static const char *const effort[] = { "medium", "low", "medium", "high" };
+    for (int e = SW_EFFORT_DEFAULT; e <= SW_EFFORT_HIGH; e++) {
+        char want[64];
+        snprintf(want, sizeof want, "\n\nReasoning: %s\n\n#", effort[e]);
+        h = sw_chat_format(SW_CHAT_HARMONY, CONV, N_CONV, &(sw_chat_opts){ .effort = (sw_reasoning_effort)e });
+        CHECK(h && strstr(h, want), "harmony with effort %d says %s", e, want + 2);
+        free(h);
+    }
     expect(SW_CHAT_PLAIN, CONV, N_CONV,
         "system: You are terse.\nuser: Hi there\nassistant: Hello! \nuser: What is 2+2?\nassistant:");
 

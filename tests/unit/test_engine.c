@@ -25,8 +25,8 @@ static result res[64];
 
 static int req_index(const char *id) { return atoi(id + 1); }   /* ids are "r<N>" */
 
-static void emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n, int finish,
-                 const sw_usage *usage)
+static void emit(void *ctx, const char *id, const char *text, const char *reasoning, const uint32_t *ids, size_t n,
+                 int finish, const sw_usage *usage)
 {
     (void)ctx;
     result *r = &res[req_index(id)];

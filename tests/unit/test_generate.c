@@ -1,7 +1,8 @@
 /* llm/generate.c with the real stories260K tokenizer: prompt building, stop
  * strings held back across tokens and never emitted, EOS, max_tokens and
- * context limits, request validation. And a harmony chat (gpt-oss) on a
- * byte-level vocabulary built here: only the final channel is output. */
+ * context limits, request validation. And reasoning models' output (gpt-oss's
+ * harmony channels, <think> spans) on a byte-level vocabulary built here:
+ * the reasoning apart from the answer. */
 #include "tests/unit/check.h"
 #include "tests/unit/testutil.h"
 #include "llm/generate.h"
@@ -11,15 +12,58 @@
 #include <unistd.h>
 
 /* A byte-level BPE vocabulary of the 256 byte symbols (GPT-2's mapping of
- * bytes to printable code points) and harmony's control tokens, no merges. */
-static const char *const HARMONY[] = { "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|return|>", "<|call|>" };
-enum { N_HARMONY = sizeof HARMONY / sizeof HARMONY[0] };
+ * bytes to printable code points), harmony's control tokens and the think
+ * markers, no merges. */
+static const char *const SPECIAL[] = { "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|return|>", "<|call|>",
+                                       "<think>", "</think>" };
+enum { N_SPECIAL = sizeof SPECIAL / sizeof SPECIAL[0] };
+enum { S_START, S_END, S_CHANNEL, S_MESSAGE, S_RETURN, S_CALL, S_THINK, S_UNTHINK };
 
-static void test_harmony_final_channel(void)
+/* One step of a scripted output: a special token, or text (byte tokens). */
+typedef struct { int special; const char *text; } step;
+#define TEXT(s) { -1, s }
+
+typedef struct { char answer[256], reasoning[256]; int fin, steps; } run_out;
+
+/* Feeds the script to g token by token, collecting both deltas. */
+static run_out run_script(sw_gen *g, const sw_tokenizer *t, const int32_t *id, const step *script, size_t n_steps)
+{
+    run_out r = { .answer = "", .reasoning = "" };
+    for (size_t i = 0; i < n_steps && !r.fin; i++) {
+        int32_t ids[64];
+        int n = 1;
+        if (script[i].special >= 0) ids[0] = id[script[i].special];
+        else n = sw_tok_encode(t, script[i].text, strlen(script[i].text), false, false, ids, 64);
+        for (int k = 0; k < n && !r.fin; k++, r.steps++) {
+            const char *d;
+            size_t dl, rl;
+            r.fin = sw_gen_accept(g, ids[k], &d, &dl);
+            const char *rd = sw_gen_reasoning(g, &rl);
+            CHECK(strlen(d) == dl && strlen(rd) == rl, "delta lengths");
+            strncat(r.answer, d, sizeof r.answer - strlen(r.answer) - 1);
+            strncat(r.reasoning, rd, sizeof r.reasoning - strlen(r.reasoning) - 1);
+        }
+    }
+    return r;
+}
+
+static bool start_chat(sw_gen *g, const sw_tokenizer *t, sw_chat_template chat, const char *stop)
+{
+    char err[256] = "";
+    const sw_chat_msg msgs[] = { { "system", "Be brief." }, { "user", "Hi" } };
+    const char *stops[1] = { stop };
+    sw_gen_params p = { .messages = msgs, .n_messages = 2, .stop = stops, .n_stop = stop ? 1 : 0 };
+    int rc = sw_gen_init(g, t, chat, &p, 4096, err, sizeof err);
+    CHECK(rc == 0, "init %s: %s", sw_chat_name(chat), err);
+    return rc == 0;
+}
+
+/* Reasoning models' output, split into reasoning and answer. */
+static void test_reasoning(void)
 {
     static char sym[256][4];
-    const char *toks[256 + N_HARMONY];
-    int32_t types[256 + N_HARMONY];
+    const char *toks[256 + N_SPECIAL];
+    int32_t types[256 + N_SPECIAL];
     for (int b = 0; b < 256; b++) {
         unsigned cp = (unsigned)gpt2_byte_cp(b);
         if (cp < 0x80) sym[b][0] = (char)cp;
@@ -27,64 +71,102 @@ static void test_harmony_final_channel(void)
         toks[b] = sym[b];
         types[b] = 1;
     }
-    for (int k = 0; k < N_HARMONY; k++) { toks[256 + k] = HARMONY[k]; types[256 + k] = 3; }
+    for (int k = 0; k < N_SPECIAL; k++) { toks[256 + k] = SPECIAL[k]; types[256 + k] = k < S_THINK ? 3 : 4; }
     gguf_writer *w = gguf_writer_new();
     gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_w_str(w, "tokenizer.ggml.pre", "gpt-4o");
-    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 256 + N_HARMONY);
-    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 256 + N_HARMONY);
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 256 + N_SPECIAL);
+    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 256 + N_SPECIAL);
     gguf_w_arr_str(w, "tokenizer.ggml.merges", toks, 0);
-    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 256 + 4);
-    char path[] = "/tmp/sw_test_harmony_XXXXXX", err[256] = "";
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 256 + S_RETURN);
+    char path[] = "/tmp/sw_test_reasoning_XXXXXX", err[256] = "";
     int fd = mkstemp(path);
     if (fd < 0) return;
     close(fd);
     gguf_file *f = write_and_open(w, path);
     sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
-    CHECK(t != NULL, "harmony vocab: %s", err);
-    if (t) {
-        int32_t id[N_HARMONY];
-        for (int k = 0; k < N_HARMONY; k++) id[k] = sw_tok_lookup(t, HARMONY[k]);
-        CHECK(!sw_tok_is_eog(t, id[1]) && sw_tok_is_eog(t, id[4]) && sw_tok_is_eog(t, id[5]),
-              "<|end|> ends a message, <|return|> and <|call|> the turn");
-        const sw_chat_msg msgs[] = { { "system", "Be brief." }, { "user", "Hi" } };
-        sw_gen_params p = { .messages = msgs, .n_messages = 2 };
-        sw_gen g;
-        CHECK(sw_gen_init(&g, t, SW_CHAT_HARMONY, &p, 4096, err, sizeof err) == 0, "init: %s", err);
-        CHECK(g.n_prompt > 10 && g.prompt[g.n_prompt - 10] == id[0], "the prompt ends with <|start|>assistant");
-        /* What gpt-oss answers: reasoning in analysis, then the answer in final. */
-        const struct { int special; const char *text; } out[] = {
-            { 2, NULL }, { -1, "analysis" }, { 3, NULL }, { -1, "The user greets." }, { 1, NULL },
-            { 0, NULL }, { -1, "assistant" }, { 2, NULL }, { -1, "final" }, { 3, NULL }, { -1, "Hello!" }, { 4, NULL },
+    CHECK(t != NULL, "reasoning vocab: %s", err);
+    if (!t) goto out;
+    int32_t id[N_SPECIAL];
+    for (int k = 0; k < N_SPECIAL; k++) id[k] = sw_tok_lookup(t, SPECIAL[k]);
+    CHECK(!sw_tok_is_eog(t, id[S_END]) && sw_tok_is_eog(t, id[S_RETURN]) && sw_tok_is_eog(t, id[S_CALL]),
+          "<|end|> ends a message, <|return|> and <|call|> the turn");
+    sw_gen g;
+    run_out r;
+
+    /* gpt-oss: analysis is the reasoning, final the answer, and a commentary
+     * message (a tool call) neither; the headers are nobody's text. */
+    if (start_chat(&g, t, SW_CHAT_HARMONY, NULL)) {
+        CHECK(g.n_prompt > 10 && g.prompt[g.n_prompt - 10] == id[S_START], "the prompt ends with <|start|>assistant");
+        const step harmony[] = {
+            { S_CHANNEL, 0 }, TEXT("analysis"), { S_MESSAGE, 0 }, TEXT("The user greets."), { S_END, 0 },
+            { S_START, 0 }, TEXT("assistant"), { S_CHANNEL, 0 }, TEXT("commentary"), { S_MESSAGE, 0 }, TEXT("{}"),
+            { S_END, 0 },
+            { S_START, 0 }, TEXT("assistant"), { S_CHANNEL, 0 }, TEXT("final"), { S_MESSAGE, 0 }, TEXT("Hello!"),
+            { S_RETURN, 0 },
         };
-        char got[256] = "";
-        int fin = 0, steps = 0;
-        for (size_t i = 0; i < sizeof out / sizeof out[0] && !fin; i++) {
-            int32_t ids[64];
-            int n = 1;
-            if (out[i].special >= 0) ids[0] = id[out[i].special];
-            else n = sw_tok_encode(t, out[i].text, strlen(out[i].text), false, false, ids, 64);
-            for (int k = 0; k < n && !fin; k++, steps++) {
-                const char *d;
-                size_t dl;
-                fin = sw_gen_accept(&g, ids[k], &d, &dl);
-                strncat(got, d, sizeof got - strlen(got) - 1);
-            }
-        }
-        CHECK(!strcmp(got, "Hello!"), "harmony output '%s', want only the final channel's 'Hello!'", got);
-        CHECK(fin == SW_FINISH_STOP && g.n_generated == (uint32_t)steps, "finished %d after %d tokens", fin, steps);
-        sw_gen_free(&g);
-        /* A plain completion with the same vocabulary is not filtered. */
-        sw_gen_params q = { .prompt = "x" };
-        CHECK(sw_gen_init(&g, t, SW_CHAT_HARMONY, &q, 4096, err, sizeof err) == 0, "init: %s", err);
-        const char *d;
-        size_t dl;
-        sw_gen_accept(&g, id[2], &d, &dl);
-        int32_t a = sw_tok_lookup(t, "a");
-        sw_gen_accept(&g, a, &d, &dl);
-        CHECK(dl == 1 && d[0] == 'a', "plain completion: '%.*s'", (int)dl, d);
+        r = run_script(&g, t, id, harmony, sizeof harmony / sizeof harmony[0]);
+        CHECK(!strcmp(r.answer, "Hello!"), "harmony answer '%s', want only the final channel's 'Hello!'", r.answer);
+        CHECK(!strcmp(r.reasoning, "The user greets."), "harmony reasoning '%s'", r.reasoning);
+        CHECK(r.fin == SW_FINISH_STOP && g.n_generated == (uint32_t)r.steps, "finished %d after %d tokens", r.fin, r.steps);
+        CHECK(g.n_reasoning_tokens == 16, "%u reasoning tokens, want the analysis text's 16", g.n_reasoning_tokens);
         sw_gen_free(&g);
     }
+
+    /* A think chat (Qwen3's chatml): <think> first opens the reasoning,
+     * </think> closes it, the answer's leading blank lines are dropped, and
+     * a stop string applies to the answer only. */
+    const step think[] = { { S_THINK, 0 }, TEXT("\nHmm, 2+2.\n"), { S_UNTHINK, 0 }, TEXT("\n\n"), TEXT("It is 4."),
+                           { S_RETURN, 0 } };
+    if (start_chat(&g, t, SW_CHAT_CHATML, "Hmm")) {
+        r = run_script(&g, t, id, think, sizeof think / sizeof think[0]);
+        CHECK(!strcmp(r.reasoning, "\nHmm, 2+2.\n") && !strcmp(r.answer, "It is 4."),
+              "think chat: reasoning '%s' answer '%s'", r.reasoning, r.answer);
+        CHECK(r.fin == SW_FINISH_STOP && g.n_reasoning_tokens == 13, "finish %d, %u reasoning tokens (want 11 + 2 markers)",
+              r.fin, g.n_reasoning_tokens);
+        sw_gen_free(&g);
+    }
+    /* ... and a stop string in the answer still stops it. */
+    if (start_chat(&g, t, SW_CHAT_CHATML, "is")) {
+        r = run_script(&g, t, id, think, sizeof think / sizeof think[0]);
+        CHECK(r.fin == SW_FINISH_STOP && !strcmp(r.answer, "It ") && !strcmp(r.reasoning, "\nHmm, 2+2.\n"),
+              "stop in the answer: '%s' / '%s'", r.answer, r.reasoning);
+        sw_gen_free(&g);
+    }
+    /* A think chat that answers at once has no reasoning; a later <think>
+     * is just text. */
+    if (start_chat(&g, t, SW_CHAT_CHATML, NULL)) {
+        const step direct[] = { TEXT("4"), { S_THINK, 0 }, TEXT("!"), { S_RETURN, 0 } };
+        r = run_script(&g, t, id, direct, sizeof direct / sizeof direct[0]);
+        CHECK(!strcmp(r.answer, "4<think>!") && !r.reasoning[0] && g.n_reasoning_tokens == 0,
+              "direct answer '%s' reasoning '%s'", r.answer, r.reasoning);
+        sw_gen_free(&g);
+    }
+    /* DeepSeek R1: its template opens <think> in the prompt, so the output
+     * starts inside the reasoning; max_tokens counts reasoning tokens too,
+     * and a finish inside the reasoning leaves the answer empty. */
+    if (start_chat(&g, t, SW_CHAT_DEEPSEEK_R1, NULL)) {
+        const step r1[] = { TEXT("Hmm."), { S_UNTHINK, 0 }, TEXT("OK"), { S_RETURN, 0 } };
+        r = run_script(&g, t, id, r1, sizeof r1 / sizeof r1[0]);
+        CHECK(!strcmp(r.reasoning, "Hmm.") && !strcmp(r.answer, "OK") && g.n_reasoning_tokens == 5,
+              "R1: reasoning '%s' answer '%s' (%u tokens)", r.reasoning, r.answer, g.n_reasoning_tokens);
+        sw_gen_free(&g);
+        const sw_chat_msg msgs[] = { { "user", "Hi" } };
+        sw_gen_params p = { .messages = msgs, .n_messages = 1, .max_tokens = 3 };
+        CHECK(sw_gen_init(&g, t, SW_CHAT_DEEPSEEK_R1, &p, 4096, err, sizeof err) == 0, "%s", err);
+        r = run_script(&g, t, id, r1, sizeof r1 / sizeof r1[0]);
+        CHECK(r.fin == SW_FINISH_LENGTH && !strcmp(r.reasoning, "Hmm") && !r.answer[0],
+              "R1 cut short: reasoning '%s' answer '%s'", r.reasoning, r.answer);
+        sw_gen_free(&g);
+    }
+    /* A plain completion with the same vocabulary is not split. */
+    sw_gen_params q = { .prompt = "x" };
+    CHECK(sw_gen_init(&g, t, SW_CHAT_DEEPSEEK_R1, &q, 4096, err, sizeof err) == 0, "init: %s", err);
+    const step plain[] = { TEXT("a"), { S_UNTHINK, 0 }, TEXT("b") };
+    r = run_script(&g, t, id, plain, sizeof plain / sizeof plain[0]);
+    CHECK(!strcmp(r.answer, "a</think>b") && !r.reasoning[0], "plain completion: '%s' / '%s'", r.answer, r.reasoning);
+    sw_gen_free(&g);
+out:
     sw_tok_free(t);
     gguf_close(f);
     unlink(path);
@@ -126,7 +208,7 @@ static void init(sw_gen *g, const char *prompt, uint32_t max_tokens, const char 
 int main(void)
 {
     char path[512], err[512];
-    test_harmony_final_channel();
+    test_reasoning();
     shared_path(path, sizeof path, "models/stories260K.gguf");
     gguf_file *f = gguf_open(path, err, sizeof err);
     if (!f) SKIP_TEST("%s: %s", path, err);

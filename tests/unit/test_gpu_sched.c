@@ -13,8 +13,8 @@ typedef struct { char text[NSINK][4096]; int finish[NSINK]; int fails; uint32_t 
 
 static int idx(const char *id) { return id[1] - '0'; }
 
-static void emit(void *ctx, const char *id, const char *text, const uint32_t *ids, size_t n_ids, int finish,
-                 const sw_usage *usage)
+static void emit(void *ctx, const char *id, const char *text, const char *reasoning, const uint32_t *ids, size_t n_ids,
+                 int finish, const sw_usage *usage)
 {
     sink *s = ctx;
     int i = idx(id);
