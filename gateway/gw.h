@@ -168,6 +168,7 @@ typedef struct sw_req {
 
     /* immutable once submitted */
     bool chat, stream, include_usage;
+    bool tools;                   /* functions offered: a call makes finish_reason "tool_calls" */
     char *model_asked, *model;    /* as asked; after alias resolution */
     uint8_t *gen; size_t gen_len; /* encoded Envelope{generate} */
     int klass;
@@ -199,6 +200,10 @@ typedef struct sw_req {
     int finish;                   /* Spillway__FinishReason */
     uint32_t usage_prompt, usage_completion, usage_cached;   /* cached: prompt tokens the worker reused */
     uint32_t usage_reasoning;     /* completion tokens that were reasoning */
+    /* the function calls the worker reported, in order; streaming: those
+     * from n_calls_sent on are not relayed yet */
+    struct sw_call { char *name, *arguments; } *calls;
+    size_t n_calls, cap_calls, n_calls_sent;
     bool got_token;
     bool keepalive_due;
     int64_t last_write_ms;
@@ -289,6 +294,8 @@ char *sw_openai_response(sw_req *r);
 /* Streaming: one SSE event for a text delta / the final chunk / usage. */
 void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, const char *reasoning, size_t rn,
                          bool role);
+/* One delta event with the calls not relayed yet (n_calls_sent on). */
+void sw_openai_sse_calls(sw_req *r, sw_buf *out);
 void sw_openai_sse_final(sw_req *r, sw_buf *out);
 
 #endif

@@ -128,13 +128,95 @@ static char *content_text(cJSON *c)
 static void free_gen(Spillway__GenerateRequest *g)
 {
     for (size_t i = 0; i < g->n_messages; i++) {
-        free(g->messages[i]->role);
-        free(g->messages[i]->content);
-        free(g->messages[i]);
+        Spillway__ChatMessage *m = g->messages[i];
+        free(m->role);
+        free(m->content);
+        for (size_t k = 0; k < m->n_tool_calls; k++) {
+            free(m->tool_calls[k]->name);
+            free(m->tool_calls[k]->arguments);
+            free(m->tool_calls[k]);
+        }
+        free(m->tool_calls);
+        if (m->tool_call_id != protobuf_c_empty_string) free(m->tool_call_id);
+        free(m);
     }
     free(g->messages);
+    if (g->tools_json != protobuf_c_empty_string) free(g->tools_json);
     free(g->prompt_tokens);
     free(g->stop);
+}
+
+/* ---- tools ---- */
+
+#define MAX_TOOLS 128
+
+/* An assistant message's tool_calls (OpenAI's form: {id, type, function:
+ * {name, arguments}}, arguments a JSON string) and a tool message's
+ * tool_call_id, onto the wire message. */
+static int message_tools(cJSON *it, Spillway__ChatMessage *cm, perr *e)
+{
+    const char *id = NULL;
+    int rc = get_string(it, "tool_call_id", &id, e);
+    if (rc) return rc;
+    if (id) cm->tool_call_id = strdup(id);
+    cJSON *tc = cJSON_GetObjectItemCaseSensitive(it, "tool_calls");
+    if (!tc || cJSON_IsNull(tc)) return 0;
+    if (!cJSON_IsArray(tc) || cJSON_GetArraySize(tc) > MAX_TOOLS)
+        return bad(e, "messages", "a message's 'tool_calls' in '%s' must be an array of up to 128 calls");
+    cm->tool_calls = calloc((size_t)cJSON_GetArraySize(tc) + 1, sizeof *cm->tool_calls);
+    cJSON *c;
+    cJSON_ArrayForEach(c, tc) {
+        cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
+        cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        cJSON *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+        if (!cJSON_IsString(name) || !sw_tool_name_valid(name->valuestring))
+            return bad(e, "messages", "each tool call in '%s' needs a function 'name' of 1-64 letters, digits, _ or -");
+        if (args && !cJSON_IsNull(args) && !cJSON_IsString(args) && !cJSON_IsObject(args))
+            return bad(e, "messages", "a tool call's 'arguments' in '%s' must be a JSON string");
+        Spillway__ToolCall *w = malloc(sizeof *w);
+        spillway__tool_call__init(w);
+        w->name = strdup(name->valuestring);
+        w->arguments = cJSON_IsString(args) ? strdup(args->valuestring)
+                       : cJSON_IsObject(args) ? cJSON_PrintUnformatted(args) : strdup("{}");
+        cm->tool_calls[cm->n_tool_calls++] = w;
+    }
+    return 0;
+}
+
+/* tools (function definitions) and tool_choice. The worker renders the
+ * definitions in the model's own format; "none" leaves them out. Forcing a
+ * call ("required", a named function) would need constrained decoding,
+ * which the workers do not have: refused rather than ignored. */
+static int request_tools(cJSON *o, Spillway__GenerateRequest *g, sw_req *r, perr *e)
+{
+    cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    if (!tools || cJSON_IsNull(tools)) return 0;
+    if (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > MAX_TOOLS)
+        return bad(e, "tools", "'%s' must be an array of up to 128 tools");
+    cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+        cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+        cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        cJSON *params = cJSON_GetObjectItemCaseSensitive(f, "parameters");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(f))
+            return bad(e, "tools", "each entry of '%s' must be {\"type\": \"function\", \"function\": {...}}");
+        if (!cJSON_IsString(name) || !sw_tool_name_valid(name->valuestring))
+            return bad(e, "tools", "each function in '%s' needs a 'name' of 1-64 letters, digits, _ or -");
+        if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
+            return bad(e, "tools", "a function's 'parameters' in '%s' must be a JSON Schema object");
+    }
+    cJSON *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    if (choice && !cJSON_IsNull(choice)) {
+        if (!cJSON_IsString(choice) || (strcmp(choice->valuestring, "auto") && strcmp(choice->valuestring, "none")))
+            return bad(e, "tool_choice", "'%s' must be \"auto\" or \"none\": forcing a call is not supported");
+        if (!strcmp(choice->valuestring, "none")) return 0;
+    }
+    if (cJSON_GetArraySize(tools) == 0) return 0;
+    g->tools_json = cJSON_PrintUnformatted(tools);
+    if (!g->tools_json) return bad(e, "tools", "'%s' could not be encoded");
+    r->tools = true;
+    return 0;
 }
 
 int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw_policy *p,
@@ -199,6 +281,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
             cm->role = strdup(role->valuestring);
             cm->content = text;
             msgs[g.n_messages++] = cm;
+            if ((rc = message_tools(it, cm, &e))) goto out;
         }
         r->prompt_tokens_est = 0;
         for (size_t i = 0; i < g.n_messages; i++) r->prompt_tokens_est += strlen(msgs[i]->content) / 4 + 4;
@@ -278,6 +361,8 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     g.stop = n_stop ? malloc(n_stop * sizeof(char *)) : NULL;
     for (size_t i = 0; i < n_stop; i++) g.stop[i] = stops[i];
     g.n_stop = n_stop;
+
+    if (chat && (rc = request_tools(o, &g, r, &e))) goto out;
 
     /* OpenAI's reasoning_effort: how long a reasoning model thinks (gpt-oss
      * takes it into its system message; other models ignore it) */
@@ -366,10 +451,40 @@ static void add_usage(cJSON *o, sw_req *r)
     cJSON_AddNumberToObject(cd, "reasoning_tokens", r->usage_reasoning);
 }
 
-static void add_finish(cJSON *c, int finish)
+/* OpenAI's finish reason: a model that stopped after calling functions
+ * stopped for them. */
+static void add_finish(cJSON *c, const sw_req *r)
 {
-    const char *f = sw_finish_name(finish);
+    const char *f = r->n_calls && r->finish == SPILLWAY__FINISH_REASON__FINISH_STOP ? "tool_calls"
+                                                                                    : sw_finish_name(r->finish);
     if (f) cJSON_AddStringToObject(c, "finish_reason", f); else cJSON_AddNullToObject(c, "finish_reason");
+}
+
+/* Calls [from, to) as OpenAI's tool_calls entries; in a stream delta each
+ * carries its index. Ids are the request's id with the call's index. */
+static cJSON *tool_calls_json(const sw_req *r, size_t from, size_t to, bool indexed)
+{
+    cJSON *a = cJSON_CreateArray();
+    const char *rid = strchr(r->id, '-');
+    for (size_t i = from; i < to; i++) {
+        char id[96];
+        snprintf(id, sizeof id, "call_%s_%zu", rid ? rid + 1 : r->id, i);
+        cJSON *c = cJSON_CreateObject();
+        if (indexed) cJSON_AddNumberToObject(c, "index", (double)i);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+        cJSON *f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "name", r->calls[i].name);
+        cJSON_AddStringToObject(f, "arguments", r->calls[i].arguments);
+        cJSON_AddItemToArray(a, c);
+    }
+    return a;
+}
+
+static bool blank(const char *s)
+{
+    while (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t') s++;
+    return !*s;
 }
 
 char *sw_openai_response(sw_req *r)
@@ -382,13 +497,15 @@ char *sw_openai_response(sw_req *r)
     if (r->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", text);
+        if (r->n_calls && blank(text)) cJSON_AddNullToObject(m, "content");   /* only calls, as OpenAI answers */
+        else cJSON_AddStringToObject(m, "content", text);
         if (r->reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", r->reasoning.data);
+        if (r->n_calls) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(r, 0, r->n_calls, false));
     } else {
         cJSON_AddStringToObject(c, "text", text);
     }
     cJSON_AddNullToObject(c, "logprobs");
-    add_finish(c, r->finish);
+    add_finish(c, r);
     cJSON_AddItemToArray(ch, c);
     add_usage(o, r);
     char *s = cJSON_PrintUnformatted(o);
@@ -463,6 +580,21 @@ void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, con
                              : "\",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
 }
 
+void sw_openai_sse_calls(sw_req *r, sw_buf *out)
+{
+    cJSON *o = base_obj(r, "chat.completion.chunk");
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *d = cJSON_AddObjectToObject(c, "delta");
+    cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(r, r->n_calls_sent, r->n_calls, true));
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(ch, c);
+    r->n_calls_sent = r->n_calls;
+    sse_emit(out, o);
+}
+
 /* The last chunk (finish_reason), then usage if asked for, then [DONE]. A
  * failure mid-stream is reported in-band: finish_reason "error" plus an
  * OpenAI error object, since the HTTP status was sent long ago. */
@@ -475,7 +607,7 @@ void sw_openai_sse_final(sw_req *r, sw_buf *out)
     if (r->chat) cJSON_AddObjectToObject(c, "delta");
     else cJSON_AddStringToObject(c, "text", "");
     cJSON_AddNullToObject(c, "logprobs");
-    add_finish(c, r->finish);
+    add_finish(c, r);
     cJSON_AddItemToArray(ch, c);
     if (r->finish == SPILLWAY__FINISH_REASON__FINISH_ERROR) {
         cJSON *e = cJSON_AddObjectToObject(o, "error");

@@ -2,6 +2,8 @@
  * and one formatter per family that writes what that family's published
  * template renders (with add_generation_prompt), minus the leading BOS. */
 #include "llm/chat.h"
+#include "llm/json.h"
+#include "llm/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,23 +86,10 @@ sw_chat_template sw_chat_detect_gguf(const gguf_file *f) {
 
 /* ---- output buffer ---- */
 
-typedef struct { char *s; size_t n, cap; bool oom; } sbuf;
+typedef sw_sbuf sbuf;
 
-static void put_n(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) { b->oom = true; return; }
-        b->s = p; b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void put(sbuf *b, const char *s) { put_n(b, s, strlen(s)); }
+static void put_n(sbuf *b, const char *s, size_t n) { sw_sbuf_put_n(b, s, n); }
+static void put(sbuf *b, const char *s) { sw_sbuf_put(b, s); }
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
@@ -363,13 +352,74 @@ static void fmt_gemma(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys)
     put(b, "<start_of_turn>model\n");
 }
 
+/* ---- tools ---- */
+
+bool sw_chat_has_tools(sw_chat_template t) { return t == SW_CHAT_CHATML; }
+
+/* Whether a conversation needs the tool format: tools offered, or calls and
+ * results in its history. */
+static bool uses_tools(const sw_chat_msg *m, size_t n, const cJSON *tools) {
+    if (cJSON_GetArraySize(tools) > 0) return true;
+    for (size_t i = 0; i < n; i++)
+        if (m[i].n_tool_calls || (m[i].role && !strcmp(m[i].role, "tool"))) return true;
+    return false;
+}
+
+/* A call as the model writes it: <tool_call>, the JSON object, </tool_call>.
+ * The arguments are JSON text already (as the client sent them back). */
+static void put_tool_call(sbuf *b, const sw_tool_call *c) {
+    put(b, "<tool_call>\n{\"name\": \"");
+    put(b, c->name ? c->name : "");
+    put(b, "\", \"arguments\": ");
+    put(b, c->arguments && *c->arguments ? c->arguments : "{}");
+    put(b, "}\n</tool_call>");
+}
+
+/* Chatml with tools, as Qwen3's template writes it (Qwen2.5's and Hermes'
+ * differ only in a default system line): the definitions after the system
+ * text in <tools>, one JSON object a line; an assistant's calls after its
+ * text; each run of tool results as one user turn of <tool_response>s. */
+static void fmt_chatml_tools(sbuf *b, const sw_chat_msg *m, size_t n, const cJSON *tools) {
+    size_t first = 0;
+    bool sys = n > 0 && role_of(m[0].role) == R_SYSTEM;
+    if (cJSON_GetArraySize(tools) > 0) {
+        put(b, "<|im_start|>system\n");
+        if (sys) { put(b, content_of(&m[0])); put(b, "\n\n"); first = 1; }
+        put(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        for (const cJSON *t = tools->child; t; t = t->next) { put(b, "\n"); sw_json_put(b, t); }
+        put(b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+               "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+               "<args-json-object>}\n</tool_call><|im_end|>\n");
+    }
+    for (size_t i = first; i < n; i++) {
+        const char *role = role_name(&m[i]);
+        if (!strcmp(role, "tool")) {
+            if (i == first || strcmp(role_name(&m[i - 1]), "tool")) put(b, "<|im_start|>user");
+            put(b, "\n<tool_response>\n"); put(b, content_of(&m[i])); put(b, "\n</tool_response>");
+            if (i + 1 == n || strcmp(role_name(&m[i + 1]), "tool")) put(b, "<|im_end|>\n");
+            continue;
+        }
+        put(b, "<|im_start|>"); put(b, role); put(b, "\n"); put(b, content_of(&m[i]));
+        for (size_t k = 0; k < m[i].n_tool_calls; k++) {
+            if (k > 0 || *content_of(&m[i])) put(b, "\n");
+            put_tool_call(b, &m[i].tool_calls[k]);
+        }
+        put(b, "<|im_end|>\n");
+    }
+    put(b, "<|im_start|>assistant\n");
+}
+
 char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n, const sw_chat_opts *opts) {
     sbuf b = { 0 };
     pending_sys sys = { 0 };
     if (!msgs) n = 0;
     put(&b, "");                       /* an empty conversation still gives a string */
     switch (t) {
-    case SW_CHAT_CHATML: fmt_tagged(&b, msgs, n, &CHATML); break;
+    case SW_CHAT_CHATML:
+        if (uses_tools(msgs, n, opts ? opts->tools : NULL)) fmt_chatml_tools(&b, msgs, n, opts ? opts->tools : NULL);
+        else fmt_tagged(&b, msgs, n, &CHATML);
+        break;
     case SW_CHAT_LLAMA3: fmt_tagged(&b, msgs, n, &LLAMA3); break;
     case SW_CHAT_GRANITE: fmt_tagged(&b, msgs, n, &GRANITE); break;
     case SW_CHAT_PHI4: fmt_tagged(&b, msgs, n, &PHI4); break;

@@ -4,7 +4,9 @@
 #ifndef SW_CHAT_H
 #define SW_CHAT_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <cjson/cJSON.h>
 #include "gguf.h"
 
 typedef enum {
@@ -23,13 +25,22 @@ typedef enum {
     SW_CHAT_COUNT
 } sw_chat_template;
 
-typedef struct { const char *role; const char *content; } sw_chat_msg;
+/* A function call: its name and its arguments as JSON text. */
+typedef struct { const char *name; const char *arguments; } sw_tool_call;
+
+typedef struct {
+    const char *role;             /* system, user, assistant, tool */
+    const char *content;
+    const sw_tool_call *tool_calls;   /* an assistant's calls */
+    size_t n_tool_calls;
+} sw_chat_msg;
 
 /* How long a reasoning model thinks: the wire's ReasoningEffort values. */
 typedef enum { SW_EFFORT_DEFAULT = 0, SW_EFFORT_LOW, SW_EFFORT_MEDIUM, SW_EFFORT_HIGH } sw_reasoning_effort;
 
 typedef struct {
     sw_reasoning_effort effort;   /* harmony (gpt-oss): "Reasoning: low|medium|high"; default medium */
+    const cJSON *tools;           /* OpenAI's tools array (function definitions), or NULL */
 } sw_chat_opts;
 
 /* Detects the family from a Jinja template string (NULL -> PLAIN). */
@@ -39,6 +50,11 @@ sw_chat_template sw_chat_detect_gguf(const gguf_file *f);
 const char *sw_chat_name(sw_chat_template t);
 /* Parses "llama3", "chatml", ... ; returns -1 if unknown. */
 int sw_chat_from_name(const char *name);
+
+/* Whether the family has a tool-calling format here: chatml's (Qwen2.5,
+ * Qwen3, Hermes: definitions in <tools>, calls in <tool_call>, results in
+ * <tool_response>). The others refuse tools and tool messages. */
+bool sw_chat_has_tools(sw_chat_template t);
 
 /* Formats the conversation and the assistant-turn opener. Returns a malloc'd
  * NUL-terminated string (caller frees). The text includes special-token text

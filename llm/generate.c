@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/random.h>
+#include "llm/json.h"
+#include "llm/text.h"
 #include "llm/util.h"
 
 /* Grows *buf to hold at least need bytes. */
@@ -55,7 +57,12 @@ static int build_prompt(sw_gen *g, sw_chat_template chat, const sw_gen_params *p
                 return 400;
             }
         }
-        char *text = sw_chat_format(chat, p->messages, p->n_messages, &(sw_chat_opts){ .effort = p->effort });
+        if (cJSON_GetArraySize(p->tools) > 0 && !sw_chat_has_tools(chat)) {
+            sw_errf(err, errlen, "this model's chat template (%s) has no tool-calling format", sw_chat_name(chat));
+            return 400;
+        }
+        char *text = sw_chat_format(chat, p->messages, p->n_messages,
+                                    &(sw_chat_opts){ .effort = p->effort, .tools = p->tools });
         if (!text) { sw_errf(err, errlen, "cannot format chat messages"); return 400; }
         /* The template's own markers (<|im_start|> ...) are special tokens. */
         g->n_prompt = encode_alloc(tok, text, sw_tok_add_bos(tok), true, &g->prompt, err, errlen);
@@ -196,6 +203,93 @@ static text_dest current_dest(const sw_gen *g)
     return TO_ANSWER;
 }
 
+/* ---- tool calls ----------------------------------------------------------------
+ * With tools offered to a chatml model (Qwen2.5, Qwen3, Hermes), the model
+ * calls a function by writing <tool_call>{"name": ..., "arguments": {...}}
+ * </tool_call> (both markers are tokens of its vocabulary). Such a span of
+ * the answer becomes a call: its name and its arguments as JSON text, in the
+ * form OpenAI-style servers give them. A span that does not parse as a call
+ * goes back into the answer as written, so nothing the model wrote is lost. */
+static void calls_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
+{
+    g->call_open = g->call_close = -1;
+    if (p->n_messages == 0 || cJSON_GetArraySize(p->tools) == 0 || !sw_chat_has_tools(chat)) return;
+    int32_t open = sw_tok_lookup(g->tok, "<tool_call>"), close = sw_tok_lookup(g->tok, "</tool_call>");
+    if (open >= 0 && close >= 0) g->call_open = open, g->call_close = close;
+}
+
+static void calls_clear(sw_gen *g)
+{
+    for (size_t i = 0; i < g->n_calls; i++) {
+        free((char *)g->calls[i].name);
+        free((char *)g->calls[i].arguments);
+    }
+    g->n_calls = 0;
+}
+
+/* The span's JSON as a call, added to this step's calls; false if it is not one. */
+static bool take_call(sw_gen *g, const char *json, size_t n)
+{
+    cJSON *o = cJSON_ParseWithLength(json, n);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
+    bool ok = cJSON_IsObject(o) && cJSON_IsString(name) && sw_tool_name_valid(name->valuestring) &&
+              (!args || cJSON_IsObject(args));
+    char *nm = NULL, *a = NULL;
+    if (ok) {
+        nm = strdup(name->valuestring);
+        a = args ? sw_json_dumps(args) : strdup("{}");
+        if (g->n_calls == g->cap_calls) {
+            size_t cap = g->cap_calls ? 2 * g->cap_calls : 4;
+            sw_tool_call *c = realloc(g->calls, cap * sizeof *c);
+            if (c) g->calls = c, g->cap_calls = cap;
+        }
+        ok = nm && a && g->n_calls < g->cap_calls;
+    }
+    if (ok) {
+        g->calls[g->n_calls++] = (sw_tool_call){ .name = nm, .arguments = a };
+        g->n_calls_total++;
+    } else {
+        free(nm);
+        free(a);
+    }
+    cJSON_Delete(o);
+    return ok;
+}
+
+static bool add_text(sw_gen *g, text_dest to, const char *s, size_t n);
+
+/* The answer's side of a token (after routing): markers and a call's JSON
+ * are kept from the answer. Returns false when out of memory. */
+static bool answer_text(sw_gen *g, int32_t token, const char *s, size_t n)
+{
+    if (g->call_open < 0) return add_text(g, TO_ANSWER, s, n);
+    if (!g->in_call && token == g->call_open) {
+        g->in_call = true;
+        g->call_text.n = 0;
+        return true;
+    }
+    if (!g->in_call) return add_text(g, TO_ANSWER, s, n);
+    if (token == g->call_close) {
+        g->in_call = false;
+        const char *j = g->call_text.s ? g->call_text.s : "";
+        if (take_call(g, j, g->call_text.n)) return true;
+        return add_text(g, TO_ANSWER, "<tool_call>", 11) && add_text(g, TO_ANSWER, j, g->call_text.n) &&
+               add_text(g, TO_ANSWER, "</tool_call>", 12);
+    }
+    sw_sbuf_put_n(&g->call_text, s, n);
+    return !g->call_text.oom;
+}
+
+/* A call left open when generation ends is text, as written. */
+static void unfinished_call(sw_gen *g)
+{
+    if (!g->in_call) return;
+    g->in_call = false;
+    add_text(g, TO_ANSWER, "<tool_call>", 11);
+    add_text(g, TO_ANSWER, g->call_text.s ? g->call_text.s : "", g->call_text.n);
+}
+
 static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
                     const sw_gen_params *p, int n_ctx, char *err, size_t errlen)
 {
@@ -222,6 +316,7 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
     int rc = build_prompt(g, chat, p, err, errlen);
     if (rc) return rc;
     reasoning_init(g, chat, p);
+    calls_init(g, chat, p);
     for (int i = 0; i < g->n_prompt; i++) sw_sampler_accept(&g->sampler, g->prompt[i]);
 
     /* Text that starts a document (prompt is just BOS) should not begin
@@ -263,16 +358,30 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
     sw_gen_params p = {0};
     int32_t *ids = NULL;
     sw_chat_msg *msgs = NULL;
+    sw_tool_call *calls = NULL;
+    cJSON *tools = NULL;
     int rc = 400;
     memset(g, 0, sizeof *g);
 
+    if (req->tools_json && *req->tools_json) {
+        tools = cJSON_Parse(req->tools_json);
+        if (!cJSON_IsArray(tools)) { sw_errf(err, errlen, "tools_json is not a JSON array"); goto out; }
+        p.tools = tools;
+    }
     if (req->n_messages > 0) {
+        size_t n_calls = 0;
+        for (size_t i = 0; i < req->n_messages; i++) n_calls += req->messages[i]->n_tool_calls;
         msgs = calloc(req->n_messages, sizeof *msgs);
-        if (!msgs) { sw_errf(err, errlen, "out of memory"); goto out; }
-        for (size_t i = 0; i < req->n_messages; i++) {
+        calls = calloc(n_calls + 1, sizeof *calls);
+        if (!msgs || !calls) { sw_errf(err, errlen, "out of memory"); goto out; }
+        for (size_t i = 0, k = 0; i < req->n_messages; i++) {
             const Spillway__ChatMessage *cm = req->messages[i];
             msgs[i].role = cm && cm->role ? cm->role : "";
             msgs[i].content = cm && cm->content ? cm->content : "";
+            msgs[i].tool_calls = calls + k;
+            msgs[i].n_tool_calls = cm->n_tool_calls;
+            for (size_t c = 0; c < cm->n_tool_calls; c++, k++)
+                calls[k] = (sw_tool_call){ cm->tool_calls[c]->name, cm->tool_calls[c]->arguments };
         }
         p.messages = msgs;
         p.n_messages = req->n_messages;
@@ -309,6 +418,8 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
 out:
     free(ids);
     free(msgs);
+    free(calls);
+    cJSON_Delete(tools);
     return rc;
 }
 
@@ -320,6 +431,9 @@ void sw_gen_free(sw_gen *g)
     free(g->held);
     free(g->out);
     free(g->reasoning);
+    calls_clear(g);
+    free(g->calls);
+    free(g->call_text.s);
     memset(g, 0, sizeof *g);
 }
 
@@ -396,6 +510,7 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
     g->out[0] = 0;
     g->reasoning[0] = 0;
     g->n_reasoning = 0;
+    calls_clear(g);
     *delta = g->out;
     *delta_len = 0;
     if (g->finish) return g->finish;
@@ -412,7 +527,8 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
         size_t n = sw_detok_push(&g->detok, token, piece, sizeof piece);
         text_dest to = route(g, token, &p, &n);
         g->n_reasoning_tokens += to == TO_REASONING;
-        if (!add_text(g, to, p, n)) { g->finish = SW_FINISH_ERROR; return g->finish; }
+        bool ok = to == TO_ANSWER ? answer_text(g, token, p, n) : add_text(g, to, p, n);
+        if (!ok) { g->finish = SW_FINISH_ERROR; return g->finish; }
     }
 
     size_t at = 0;
@@ -432,7 +548,9 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
              * of an unfinished code point (as U+FFFD). */
             char tail[32];
             size_t n = sw_detok_flush(&g->detok, tail, sizeof tail);
-            add_text(g, current_dest(g), tail, n);
+            if (g->in_call && current_dest(g) == TO_ANSWER) sw_sbuf_put_n(&g->call_text, tail, n);
+            else add_text(g, current_dest(g), tail, n);
+            unfinished_call(g);
             release(g, g->n_held, &n_out);
         } else {
             size_t keep = g->n_stop ? stop_prefix_len(g) : 0;

@@ -29,6 +29,7 @@
 #include "llm/tokenizer.h"
 #include "llm/sampler.h"
 #include "llm/chat.h"
+#include "llm/util.h"
 #include "spillway.pb-c.h"
 
 /* Same values as Spillway__FinishReason. */
@@ -48,6 +49,7 @@ typedef struct {
     const sw_chat_msg *messages;
     size_t n_messages;
     sw_reasoning_effort effort;   /* chat messages to a reasoning model */
+    const cJSON *tools;           /* functions the model may call (OpenAI's tools array), or NULL */
     sw_sampling_params sampling;
     uint32_t max_tokens;          /* 0 = until the context is full */
     const char *const *stop;
@@ -81,6 +83,14 @@ typedef struct {
     char *reasoning;              /* the reasoning delta of the last sw_gen_accept */
     size_t n_reasoning, cap_reasoning;
     uint32_t n_reasoning_tokens;  /* accepted tokens that were reasoning or its markers */
+    /* Tool calls (generate.c, "tool calls"): <tool_call> JSON </tool_call>
+     * spans of the answer, parsed into calls instead of shown. */
+    int32_t call_open, call_close;    /* the markers' ids; -1: no tools offered */
+    bool in_call;
+    sw_sbuf call_text;            /* the JSON of the call being written */
+    sw_tool_call *calls;          /* the calls completed by the last sw_gen_accept (owned strings) */
+    size_t n_calls, cap_calls;
+    uint32_t n_calls_total;
 } sw_gen;
 
 /* Returns 0, or 400 with err filled (empty or too long prompt, bad token id,
@@ -109,6 +119,14 @@ static inline const char *sw_gen_reasoning(const sw_gen *g, size_t *len)
 {
     if (len) *len = g->n_reasoning;
     return g->reasoning ? g->reasoning : "";
+}
+/* The function calls the last sw_gen_accept completed (valid until the next
+ * call): name and arguments (JSON text in json.dumps form). A span that is
+ * not a call ({"name": ..., "arguments": {...}}) stays in the answer. */
+static inline const sw_tool_call *sw_gen_tool_calls(const sw_gen *g, size_t *n)
+{
+    *n = g->n_calls;
+    return g->calls;
 }
 /* Position at which the last accepted token must be evaluated. */
 static inline int sw_gen_next_pos(const sw_gen *g) { return g->n_prompt + (int)g->n_generated - 1; }

@@ -84,4 +84,19 @@ static inline bool sw_id_valid(const char *s, size_t maxlen)
     return n > 0 && n <= maxlen && sw_id_span(s) == n;
 }
 
+/* Whether s is a function name a model may call: OpenAI's rule, 1 to 64 of
+ * a-z, A-Z, 0-9, underscore and dash (and dots, which namespaced tools use). */
+#define SW_MAX_TOOL_NAME 64
+static inline bool sw_tool_name_valid(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.'))
+            return false;
+    }
+    return n > 0 && n <= SW_MAX_TOOL_NAME;
+}
+
 #endif

@@ -1,10 +1,12 @@
-/* Small helpers every layer needs: error messages, a seedable generator.
- * (Text checks are in llm/text.h.) */
+/* Small helpers every layer needs: error messages, a seedable generator, a
+ * growing string. (Text checks are in llm/text.h.) */
 #ifndef SW_UTIL_H
 #define SW_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* printf into a caller's error buffer; a NULL or empty buffer is fine. */
 void sw_errf(char *err, size_t errlen, const char *fmt, ...)
@@ -19,5 +21,11 @@ static inline uint64_t sw_splitmix64(uint64_t *state)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+
+/* A growing NUL-terminated string. Out of memory sets oom and drops what
+ * follows, so a writer checks once at the end. */
+typedef struct { char *s; size_t n, cap; bool oom; } sw_sbuf;
+void sw_sbuf_put_n(sw_sbuf *b, const char *s, size_t n);
+static inline void sw_sbuf_put(sw_sbuf *b, const char *s) { sw_sbuf_put_n(b, s, strlen(s)); }
 
 #endif

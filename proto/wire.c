@@ -25,6 +25,7 @@
 #define MAX_STOPS 16
 #define MAX_STOP_LEN 1024
 #define MAX_QUANT_LEN 32
+#define MAX_TOOL_CALLS 128
 
 static bool fail(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {
@@ -51,6 +52,18 @@ static bool check_id(const char *what, const char *s, size_t maxlen, char *err, 
 
 static bool check_text(const char *what, const char *s, char *err, size_t errlen) {
     if (s && !sw_utf8_valid(s)) return fail(err, errlen, "%s is not valid UTF-8", what);
+    return true;
+}
+
+/* A function call: a valid name, arguments as UTF-8 text (JSON the model
+ * wrote; whether it parses is the client's business, as with OpenAI). */
+static bool check_tool_calls(const char *what, Spillway__ToolCall *const *c, size_t n, char *err, size_t errlen) {
+    if (n > MAX_TOOL_CALLS) return fail(err, errlen, "%s: %zu tool calls (max %d)", what, n, MAX_TOOL_CALLS);
+    for (size_t i = 0; i < n; i++) {
+        if (!c[i]->name || !sw_tool_name_valid(c[i]->name))
+            return fail(err, errlen, "%s: tool call %zu has no valid function name", what, i);
+        if (!check_text(what, c[i]->arguments, err, errlen)) return false;
+    }
     return true;
 }
 
@@ -119,6 +132,10 @@ static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t
         if (!check_id(what, m->role, MAX_ROLE_LEN, err, errlen)) return false;
         snprintf(what, sizeof what, "generate: messages[%zu].content", i);
         if (!check_text(what, m->content, err, errlen)) return false;
+        snprintf(what, sizeof what, "generate: messages[%zu]", i);
+        if (!check_tool_calls(what, m->tool_calls, m->n_tool_calls, err, errlen)) return false;
+        snprintf(what, sizeof what, "generate: messages[%zu].tool_call_id", i);
+        if (!check_text(what, m->tool_call_id, err, errlen)) return false;
     }
     if (g->max_tokens > SW_MAX_TOKENS_PER_REQUEST)
         return fail(err, errlen, "generate: max_tokens %u exceeds %u", g->max_tokens,
@@ -134,6 +151,7 @@ static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t
         snprintf(what, sizeof what, "generate: stop[%zu]", i);
         if (!check_text(what, g->stop[i], err, errlen)) return false;
     }
+    if (!check_text("generate: tools_json", g->tools_json, err, errlen)) return false;
     if (g->reasoning_effort < SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_DEFAULT ||
         g->reasoning_effort > SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_HIGH)
         return fail(err, errlen, "generate: unknown reasoning_effort %d", (int)g->reasoning_effort);
@@ -144,6 +162,7 @@ static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen)
     if (!check_id("chunk: request_id", c->request_id, SW_MAX_ID_LEN, err, errlen)) return false;
     if (!check_text("chunk: text", c->text, err, errlen)) return false;
     if (!check_text("chunk: reasoning", c->reasoning, err, errlen)) return false;
+    if (!check_tool_calls("chunk", c->tool_calls, c->n_tool_calls, err, errlen)) return false;
     if (c->finish_reason < SPILLWAY__FINISH_REASON__FINISH_NONE ||
         c->finish_reason > SPILLWAY__FINISH_REASON__FINISH_ERROR)
         return fail(err, errlen, "chunk: unknown finish_reason %d", (int)c->finish_reason);

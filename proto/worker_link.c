@@ -537,13 +537,22 @@ static void send_error(compute *C, const char *id, uint32_t code, const char *ms
     pipe_send_env(C->pipe, &env);
 }
 
-static void send_chunk(compute *C, const char *id, const char *text, const char *reasoning,
-                       const uint32_t *ids, size_t n_ids, int finish, const sw_usage *usage) {
+static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32_t *ids, size_t n_ids, int finish,
+                       const sw_usage *usage) {
     Spillway__TokenChunk c = SPILLWAY__TOKEN_CHUNK__INIT;
     Spillway__Usage u = SPILLWAY__USAGE__INIT;
+    enum { MAX_CALLS = 16 };   /* per chunk: a step completes at most one */
+    Spillway__ToolCall calls[MAX_CALLS], *call_ptrs[MAX_CALLS];
     c.request_id = (char *)id;
-    c.text = (char *)(text ? text : "");
-    c.reasoning = (char *)(reasoning ? reasoning : "");
+    c.text = (char *)(o && o->text ? o->text : "");
+    c.reasoning = (char *)(o && o->reasoning ? o->reasoning : "");
+    for (size_t i = 0; o && i < o->n_calls && i < MAX_CALLS; i++) {
+        spillway__tool_call__init(&calls[i]);
+        calls[i].name = (char *)o->calls[i].name;
+        calls[i].arguments = (char *)o->calls[i].arguments;
+        call_ptrs[c.n_tool_calls++] = &calls[i];
+    }
+    c.tool_calls = call_ptrs;
     c.token_ids = (uint32_t *)ids;
     c.n_token_ids = n_ids;
     c.finish_reason = finish;
@@ -562,13 +571,13 @@ static void send_chunk(compute *C, const char *id, const char *text, const char 
 
 /* The engine's callbacks. Output for a request the gateway no longer waits
  * on (cancelled, expired, or lost with the link) is dropped here. */
-static void on_emit(void *ctx, const char *request_id, const char *text, const char *reasoning,
-                    const uint32_t *ids, size_t n_ids, int finish, const sw_usage *usage) {
+static void on_emit(void *ctx, const char *request_id, const sw_out *out, const uint32_t *ids, size_t n_ids,
+                    int finish, const sw_usage *usage) {
     compute *C = ctx;
     inflight *r = table_find(&C->reqs, request_id);
     if (!r) return;
     r->n_tokens += (uint32_t)n_ids;
-    send_chunk(C, request_id, text, reasoning, ids, n_ids, finish, usage);
+    send_chunk(C, request_id, out, ids, n_ids, finish, usage);
     if (finish != SPILLWAY__FINISH_REASON__FINISH_NONE) table_remove(&C->reqs, request_id);
 }
 
@@ -616,7 +625,7 @@ static void on_cancel(compute *C, const char *id) {
     inflight *r = table_find(&C->reqs, id);
     if (!r) return; /* already finished: the race is normal */
     C->ops->cancel(C->eng, id);
-    send_chunk(C, id, "", NULL, NULL, 0, SPILLWAY__FINISH_REASON__FINISH_CANCELLED,
+    send_chunk(C, id, NULL, NULL, 0, SPILLWAY__FINISH_REASON__FINISH_CANCELLED,
                &(sw_usage){ .completion_tokens = r->n_tokens });
     table_remove(&C->reqs, id);
 }

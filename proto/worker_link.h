@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdbool.h>
 #include "wire.h"
+#include "llm/chat.h"
 
 typedef struct {
     uint32_t active, queued, slots, batch_size;
@@ -44,12 +45,19 @@ typedef struct {
     uint32_t reasoning_tokens;   /* completion tokens whose text was reasoning */
 } sw_usage;
 
+/* What one step gives a request; any part may be empty. */
+typedef struct {
+    const char *text;             /* the answer's delta */
+    const char *reasoning;        /* the reasoning's delta (NULL: none) */
+    const sw_tool_call *calls;    /* function calls completed in this step */
+    size_t n_calls;
+} sw_out;
+
 /* Called by the engine (on the compute thread) for every output chunk.
- * text is the answer's delta, reasoning the reasoning's (NULL or "" when
- * there is none). finish: a Spillway__FinishReason; FINISH_NONE while more
- * follow. Usage is read only on the final chunk. */
-typedef void (*sw_emit_fn)(void *emit_ctx, const char *request_id, const char *text, const char *reasoning,
-                           const uint32_t *ids, size_t n_ids, int finish, const sw_usage *usage);
+ * finish: a Spillway__FinishReason; FINISH_NONE while more follow. Usage is
+ * read only on the final chunk. */
+typedef void (*sw_emit_fn)(void *emit_ctx, const char *request_id, const sw_out *out, const uint32_t *ids,
+                           size_t n_ids, int finish, const sw_usage *usage);
 /* Called by the engine to fail a request it had accepted (e.g. prompt too long). */
 typedef void (*sw_fail_fn)(void *emit_ctx, const char *request_id, uint32_t code, const char *msg);
 

@@ -70,6 +70,28 @@ void spillway_result_free(spillway_result *r) {
     free(r->reasoning);
     r->text = r->reasoning = NULL;
     r->len = r->reasoning_len = 0;
+    for (size_t i = 0; i < r->n_tool_calls; i++) {
+        free(r->tool_calls[i].name);
+        free(r->tool_calls[i].arguments);
+    }
+    free(r->tool_calls);
+    r->tool_calls = NULL;
+    r->n_tool_calls = 0;
+}
+
+static int add_tool_call(spillway_result *r, const Spillway__ToolCall *c) {
+    spillway_tool_call *p = realloc(r->tool_calls, (r->n_tool_calls + 1) * sizeof *p);
+    if (!p) return -1;
+    r->tool_calls = p;
+    p[r->n_tool_calls].name = strdup(c->name);
+    p[r->n_tool_calls].arguments = strdup(c->arguments);
+    if (!p[r->n_tool_calls].name || !p[r->n_tool_calls].arguments) {
+        free(p[r->n_tool_calls].name);
+        free(p[r->n_tool_calls].arguments);
+        return -1;
+    }
+    r->n_tool_calls++;
+    return 0;
 }
 
 static int append_text(char **buf, size_t *len, const char *s, size_t n) {
@@ -99,6 +121,7 @@ static int send_request(spillway_client *c, const spillway_request *req, char *i
     g.n_stop = req->n_stop;
     g.stop = (char **)req->stop;
     g.reasoning_effort = (Spillway__ReasoningEffort)req->reasoning_effort;
+    if (req->tools_json) g.tools_json = (char *)req->tools_json;
 
     Spillway__ChatMessage *msgs = NULL, **mptrs = NULL;
     if (req->n_messages) {
@@ -183,6 +206,8 @@ static int run_request(spillway_client *c, const spillway_request *req, spillway
             size_t n = strlen(ch->text), rn = strlen(ch->reasoning);
             if (n && append_text(&out->text, &out->len, ch->text, n) != 0) { rc = -1; done = 1; }
             if (rn && append_text(&out->reasoning, &out->reasoning_len, ch->reasoning, rn) != 0) { rc = -1; done = 1; }
+            for (size_t i = 0; i < ch->n_tool_calls && !done; i++)
+                if (add_tool_call(out, ch->tool_calls[i]) != 0) { rc = -1; done = 1; }
             if (!done && n && fn && fn(user, ch->text, n) != 0) {
                 send_cancel(c, id);
                 out->finish = SPILLWAY_FINISH_CANCELLED;

@@ -1,11 +1,12 @@
 /* spillway: command-line client for a Spillway gateway, over the native SDK.
  *
  *   spillway complete -m MODEL [-n N] [--temp T] [--seed S] [--stop S] PROMPT
- *   spillway chat     -m MODEL [--system TEXT] [--reasoning-effort E] [-n N] [--temp T] MESSAGE
+ *   spillway chat     -m MODEL [--system TEXT] [--reasoning-effort E] [--tools FILE] [-n N] [--temp T] MESSAGE
  *   spillway status
  * Common: -e ENDPOINT (default tcp://127.0.0.1:5556 or $SPILLWAY_ENDPOINT),
- *         --timeout MS. Text streams to stdout; a reasoning model's reasoning
- *         and the summary go to stderr.
+ *         --timeout MS. Text streams to stdout, then each function call the
+ *         model made as "[tool_call] name(arguments)"; a reasoning model's
+ *         reasoning and the summary go to stderr.
  */
 #include "sdk/spillway.h"
 #include "llm/cli.h"
@@ -18,7 +19,7 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: spillway complete -m MODEL [options] PROMPT\n"
-        "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high] [options] MESSAGE\n"
+        "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high] [--tools FILE] [options] MESSAGE\n"
         "       spillway status\n"
         "options: -e ENDPOINT  -n MAX_TOKENS  --temp T  --top-p P  --top-k K  --seed S\n"
         "         --stop TEXT (repeatable)  --timeout MS  -q (no summary)\n");
@@ -39,6 +40,31 @@ static int print_delta(void *user, const char *delta, size_t len) {
     return 0;
 }
 
+/* A whole file as a string (the --tools JSON), or NULL with a message. */
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *s = NULL;
+    size_t n = 0, cap = 0;
+    if (f) {
+        for (;;) {
+            if (n + 4096 + 1 > cap) {
+                char *p = realloc(s, cap = cap ? 2 * cap : 8192);
+                if (!p) break;
+                s = p;
+            }
+            size_t k = fread(s + n, 1, 4096, f);
+            n += k;
+            if (k < 4096) break;
+        }
+        bool ok = !ferror(f) && s;
+        fclose(f);
+        if (ok) { s[n] = 0; return s; }
+    }
+    fprintf(stderr, "spillway: --tools: cannot read '%s'\n", path);
+    free(s);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
@@ -51,6 +77,7 @@ int main(int argc, char **argv) {
     const char *stops[16];
     int quiet = 0;
     spillway_request req = spillway_request_default(NULL);
+    const char *tools_path = NULL;
 
     static const struct option opts[] = {
         {"endpoint", required_argument, 0, 'e'}, {"model", required_argument, 0, 'm'},
@@ -58,7 +85,8 @@ int main(int argc, char **argv) {
         {"top-p", required_argument, 0, 'p'}, {"top-k", required_argument, 0, 'k'},
         {"seed", required_argument, 0, 's'}, {"stop", required_argument, 0, 'S'},
         {"system", required_argument, 0, 'y'}, {"timeout", required_argument, 0, 'T'},
-        {"reasoning-effort", required_argument, 0, 'r'}, {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
+        {"reasoning-effort", required_argument, 0, 'r'}, {"tools", required_argument, 0, 'o'},
+        {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     optind = 2;
     int c;
     double v;
@@ -85,14 +113,20 @@ int main(int argc, char **argv) {
                 return 2;
             }
             break;
+        case 'o': tools_path = optarg; break;
         case 'q': quiet = 1; break;
         default: usage(stderr); return 2;
         }
     }
 
+    /* read after the flags, so that a bad flag leaves nothing to free */
+    char *tools = tools_path ? read_file(tools_path) : NULL;
+    if (tools_path && !tools) return 2;
+    req.tools_json = tools;
+
     char err[512];
     spillway_client *cl = spillway_connect(endpoint, err, sizeof err);
-    if (!cl) { fprintf(stderr, "%s\n", err); return 1; }
+    if (!cl) { fprintf(stderr, "%s\n", err); free(tools); return 1; }
     int rc = 0;
     if (!strcmp(cmd, "status")) {
         char *json = spillway_status(cl, req.timeout_ms, err, sizeof err);
@@ -102,6 +136,7 @@ int main(int argc, char **argv) {
         if (!req.model || optind != argc - 1) {
             fprintf(stderr, "spillway %s: needs -m MODEL and exactly one text argument\n", cmd);
             spillway_close(cl);
+            free(tools);
             return 2;
         }
         spillway_message msgs[2];
@@ -118,6 +153,8 @@ int main(int argc, char **argv) {
         rc = spillway_complete_stream(cl, &req, print_delta, NULL, &res, err, sizeof err) ? 1 : 0;
         printf("\n");
         if (rc) fprintf(stderr, "%s\n", err);
+        for (size_t i = 0; i < res.n_tool_calls; i++)
+            printf("[tool_call] %s(%s)\n", res.tool_calls[i].name, res.tool_calls[i].arguments);
         if (!quiet && res.reasoning_len) fprintf(stderr, "[reasoning]\n%s\n[/reasoning]\n", res.reasoning);
         if (!quiet)
             fprintf(stderr, "[finish=%s prompt_tokens=%u cached_tokens=%u completion_tokens=%u reasoning_tokens=%u "
@@ -131,5 +168,6 @@ int main(int argc, char **argv) {
         rc = 2;
     }
     spillway_close(cl);
+    free(tools);
     return rc;
 }

@@ -54,7 +54,13 @@ typedef struct {
     size_t n_stop;
     int timeout_ms;                     /* whole request; 0 = 10 minutes */
     spillway_effort reasoning_effort;   /* chats with reasoning models */
+    const char *tools_json;             /* chats: functions the model may call, OpenAI's tools array as JSON */
 } spillway_request;
+
+/* A function call the model made: its name and arguments (JSON text). */
+typedef struct {
+    char *name, *arguments;
+} spillway_tool_call;
 
 typedef enum {
     SPILLWAY_FINISH_NONE = 0, SPILLWAY_FINISH_STOP = 1, SPILLWAY_FINISH_LENGTH = 2,
@@ -67,6 +73,8 @@ typedef struct {
     char *reasoning;            /* malloc'd or NULL: a reasoning model's reasoning (chats), apart from text */
     size_t reasoning_len;
     uint32_t reasoning_tokens;  /* completion tokens that were reasoning */
+    spillway_tool_call *tool_calls;   /* malloc'd: the calls the model made (chats with tools_json) */
+    size_t n_tool_calls;
     spillway_finish finish;
     uint32_t prompt_tokens, completion_tokens;
     uint32_t cached_tokens;     /* prompt tokens the worker took from its prefix cache */

@@ -2,72 +2,23 @@
 comes back apart from the answer (OpenAI-style APIs' reasoning_content, in
 messages and in stream deltas), counted in usage as reasoning tokens, and
 through the SDK's command-line tool; and reasoning_effort reaches a gpt-oss
-prompt.
-
-The models are scripted: real GGUF files (llama architecture, f32, a
-byte-level BPE vocabulary with the chat templates' markers) whose layers add
-nothing to the residual stream, so each next token depends only on the
-current one: the output matrix maps every token of a script to its
-successor, and greedy decoding replays the script. The worker computes them
-like any other model."""
+prompt. The models are scripted (tests/scripted.py)."""
 
 import json
 import subprocess
 
-import numpy as np
 import pytest
 
-from archmodels import gpt2_byte_symbols, make_weights, write_model
 from conftest import bin_path, free_port, http_post
+from scripted import NL, scripted_model
 
-BYTES = gpt2_byte_symbols()
-NL = BYTES[ord("\n")]
-SPECIAL = ["<|im_start|>", "<|im_end|>", "<think>", "</think>",
-           "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|return|>", "<|call|>",
-           "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>"]
-WORDS = ["Let", "\u0120me", "\u0120think", "The", "\u0120answer", "\u0120is", "\u0120four", NL + NL,
-         "analysis", "\u0120\u0120"]
-TOKENS = BYTES + SPECIAL + WORDS
-ID = {t: i for i, t in enumerate(TOKENS)}
-
-TEMPLATES = {   # enough of each family's Jinja text for the worker to recognise it
-    "chatml": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-              "<|im_start|>assistant\n",
-    "r1": "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}<｜User｜>{{ m.content }}"
-          "{% else %}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>{% endif %}{% endfor %}"
-          "<｜Assistant｜><think>\\n",
-    "harmony": "<|start|>system<|message|>...<|end|>{% for m in messages %}<|start|>{{ m.role }}"
-               "<|channel|>final<|message|>{{ m.content }}<|end|>{% endfor %}<|start|>assistant",
-}
 THOUGHT = ["Let", "\u0120me", "\u0120think", "."]
 ANSWER = ["The", "\u0120answer", "\u0120is", "\u0120four", "!"]
-SCRIPTS = {   # (the prompt's last token, then what the model writes)
+SCRIPTS = {   # family: the prompt's last token, then what the model writes
     "chatml": [NL, "<think>", *THOUGHT, "</think>", NL + NL, *ANSWER, "<|im_end|>"],
-    "r1": [NL, *THOUGHT, "</think>", NL + NL, *ANSWER, "<｜end▁of▁sentence｜>"],
+    "r1": [NL, *THOUGHT, "</think>", NL + NL, *ANSWER, "<\uff5cend\u2581of\u2581sentence\uff5c>"],
     "harmony": ["t", "<|channel|>", "analysis", "<|message|>", *THOUGHT, "<|return|>"],
 }
-EOS = {"chatml": "<|im_end|>", "r1": "<｜end▁of▁sentence｜>", "harmony": "<|return|>"}
-
-
-def scripted_model(path, family):
-    """A GGUF file whose greedy output after a chat prompt is the script."""
-    E = 128
-    hp, w = make_weights("llama", E=E, n_head=2, n_kv=2, hd=64, F=128, V=len(TOKENS), n_layer=1, seed=7)
-    w["blk.0.attn_output.weight"][:] = 0   # the layer adds nothing: the stream is the token's embedding
-    w["blk.0.ffn_down.weight"][:] = 0
-    w["output_norm.weight"][:] = 1
-    emb = w["token_embd.weight"]            # random: near orthogonal in 128 dimensions
-    out = np.zeros_like(w["output.weight"])
-    script = [ID[t] for t in SCRIPTS[family]]
-    assert len(set(script)) == len(script), "a token may appear once: its successor is fixed"
-    for cur, nxt in zip(script, script[1:]):
-        out[nxt] = 4 * emb[cur] / np.linalg.norm(emb[cur])
-    w["output.weight"] = out
-    types = [1] * 256 + [3 if t not in ("<think>", "</think>") else 4 for t in SPECIAL] + [1] * len(WORDS)
-    vocab = dict(tokens=TOKENS, types=types, merges=["\u0120 \u0120"], eos=ID[EOS[family]],
-                 chat_template=TEMPLATES[family])
-    write_model(path, "llama", hp, w, vocab=vocab)
-    return path
 
 
 POLICY = """
@@ -89,7 +40,7 @@ def served(tmp_path, cluster):
     cluster.sdk_ep = f"tcp://127.0.0.1:{free_port()}"
     cluster.start_gateway(POLICY, extra_args=["--sdk", cluster.sdk_ep])
     for fam in SCRIPTS:
-        cluster.start_worker("cpu-pool", fam, scripted_model(tmp_path / f"{fam}.gguf", fam),
+        cluster.start_worker("cpu-pool", fam, scripted_model(tmp_path / f"{fam}.gguf", fam, SCRIPTS[fam]),
                              ["--threads", "1", "--parallel", "2"], name=fam)
     for fam in SCRIPTS:
         cluster.wait_model(fam, timeout=60)

@@ -394,12 +394,14 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
                     slot_release(s);
                     continue;
                 }
-                const char *delta;
+                sw_out o = { 0 };
                 size_t dlen;
-                int fin = sw_gen_accept(&s->gen, tok, &delta, &dlen);
+                int fin = sw_gen_accept(&s->gen, tok, &o.text, &dlen);
+                o.reasoning = sw_gen_reasoning(&s->gen, NULL);
+                o.calls = sw_gen_tool_calls(&s->gen, &o.n_calls);
                 e->tokens_generated++;
                 uint32_t id = (uint32_t)tok;
-                emit(ectx, s->id, delta, sw_gen_reasoning(&s->gen, NULL), &id, 1, fin,
+                emit(ectx, s->id, &o, &id, 1, fin,
                      &(sw_usage){ .prompt_tokens = (uint32_t)s->gen.n_prompt, .completion_tokens = s->gen.n_generated,
                                   .cached_tokens = (uint32_t)s->n_cached,
                                   .reasoning_tokens = s->gen.n_reasoning_tokens });

@@ -512,12 +512,14 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
             remove_running(e, s);
             continue;
         }
-        const char *delta = "";
+        sw_out o = { 0 };
         size_t len = 0;
-        int fin = sw_gen_accept(&s->gen, tok, &delta, &len);
+        int fin = sw_gen_accept(&s->gen, tok, &o.text, &len);
+        o.reasoning = sw_gen_reasoning(&s->gen, NULL);
+        o.calls = sw_gen_tool_calls(&s->gen, &o.n_calls);
         if (s->n_toks < s->cap_toks) s->toks[s->n_toks++] = tok;
         uint32_t id = (uint32_t)tok;
-        emit(ctx, s->id, delta, sw_gen_reasoning(&s->gen, NULL), &id, 1, fin,
+        emit(ctx, s->id, &o, &id, 1, fin,
              &(sw_usage){ .prompt_tokens = (uint32_t)s->gen.n_prompt, .completion_tokens = s->gen.n_generated,
                           .cached_tokens = (uint32_t)s->n_cached, .reasoning_tokens = s->gen.n_reasoning_tokens });
         if (fin != SW_FINISH_NONE) remove_running(e, s);

@@ -342,10 +342,11 @@ typedef struct {
     sw_usage usage;
 } prompt_run;
 
-static void print_emit(void *ctx, const char *id, const char *text, const char *reasoning, const uint32_t *ids,
-                       size_t n_ids, int finish, const sw_usage *usage)
+static void print_emit(void *ctx, const char *id, const sw_out *o, const uint32_t *ids, size_t n_ids, int finish,
+                       const sw_usage *usage)
 {
     prompt_run *r = ctx;
+    const char *text = o->text;
     size_t n = text ? strlen(text) : 0;
     if (n && r->print) { fputs(text, stdout); fflush(stdout); }
     if (n > sizeof r->text - 1 - r->len) n = sizeof r->text - 1 - r->len;

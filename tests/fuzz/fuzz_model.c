@@ -85,7 +85,7 @@ static void exercise(sw_model *m) {
         }
         sw_detok_flush(&d, out, sizeof out);
     }
-    sw_chat_msg msgs[3] = { { "system", "Be brief." }, { "user", "Hi" }, { "assistant", "Hello" } };
+    sw_chat_msg msgs[3] = { { .role = "system", .content = "Be brief." }, { .role = "user", .content = "Hi" }, { .role = "assistant", .content = "Hello" } };
     free(sw_chat_format(m->chat, msgs, 3, NULL));
 
     /* Compute only on models of the seeds' size: a mutant may claim a huge one. */

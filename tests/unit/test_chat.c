@@ -3,6 +3,7 @@
 #include "tests/unit/check.h"
 #include "tests/unit/testutil.h"
 #include "llm/chat.h"
+#include "llm/json.h"
 #include "llm/gguf.h"
 
 #include <unistd.h>
@@ -86,10 +87,10 @@ static const char *HARMONY_T =
     "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}";
 
 static const sw_chat_msg CONV[] = {
-    { "system", "You are terse." },
-    { "user", "Hi there" },
-    { "assistant", " Hello! " },
-    { "user", "What is 2+2?" },
+    { .role = "system", .content = "You are terse." },
+    { .role = "user", .content = "Hi there" },
+    { .role = "assistant", .content = " Hello! " },
+    { .role = "user", .content = "What is 2+2?" },
 };
 static const size_t N_CONV = sizeof CONV / sizeof CONV[0];
 
@@ -179,7 +180,7 @@ static void test_formats(void) {
     };
     for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0]; i++) expect(FORMATS[i].t, CONV, N_CONV, FORMATS[i].want);
     /* A past answer keeps only what follows its reasoning. */
-    const sw_chat_msg thought[] = { { "user", "Q" }, { "assistant", "<think>\nhmm</think>\n\nA" }, { "user", "Q2" } };
+    const sw_chat_msg thought[] = { { .role = "user", .content = "Q" }, { .role = "assistant", .content = "<think>\nhmm</think>\n\nA" }, { .role = "user", .content = "Q2" } };
     expect(SW_CHAT_DEEPSEEK3, thought, 3,
         "<｜User｜>Q<｜Assistant｜>\n\nA<｜end▁of▁sentence｜><｜User｜>Q2<｜Assistant｜>");
     /* Harmony: a system message with today's date, then the caller's system
@@ -208,7 +209,7 @@ static void test_formats(void) {
         "system: You are terse.\nuser: Hi there\nassistant: Hello! \nuser: What is 2+2?\nassistant:");
 
     /* A single user message, no system prompt. */
-    const sw_chat_msg one[] = { { "user", "Hello" } };
+    const sw_chat_msg one[] = { { .role = "user", .content = "Hello" } };
     expect(SW_CHAT_LLAMA2, one, 1, "[INST] Hello [/INST]");
     expect(SW_CHAT_MISTRAL, one, 1, "[INST] Hello [/INST]");
     expect(SW_CHAT_GEMMA, one, 1, "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n");
@@ -216,10 +217,10 @@ static void test_formats(void) {
     /* Empty conversations still end with the assistant opener; NULL fields are tolerated. */
     expect(SW_CHAT_CHATML, NULL, 0, "<|im_start|>assistant\n");
     expect(SW_CHAT_PLAIN, NULL, 0, "assistant:");
-    const sw_chat_msg nulls[] = { { NULL, NULL } };
+    const sw_chat_msg nulls[] = { { .role = NULL, .content = NULL } };
     expect(SW_CHAT_CHATML, nulls, 1, "<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n");
     /* Only a system prompt: the families without a system role turn it into the user turn. */
-    const sw_chat_msg sys_only[] = { { "system", "Be nice." } };
+    const sw_chat_msg sys_only[] = { { .role = "system", .content = "Be nice." } };
     expect(SW_CHAT_GEMMA, sys_only, 1, "<start_of_turn>user\nBe nice.<end_of_turn>\n<start_of_turn>model\n");
     expect(SW_CHAT_MISTRAL_V3_TEKKEN, sys_only, 1, "[INST]Be nice.[/INST]");
     expect(SW_CHAT_MISTRAL_V3_TEKKEN, one, 1, "[INST]Hello[/INST]");
@@ -249,9 +250,75 @@ static void test_gguf_detect(void) {
     unlink(path);
 }
 
+/* Tools in chatml, as Qwen3's template renders them: the definitions in
+ * json.dumps form after the system text, an assistant's calls after its
+ * text, a run of tool results as one user turn. Families without a tool
+ * format say so. */
+static void test_tools(void) {
+    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                               "\"parameters\":{\"type\":\"object\",\"required\":[\"city\"]}}},"
+                               "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]");
+    const sw_tool_call calls[] = { { "get_weather", "{\"city\": \"Paris\"}" }, { "now", "{}" } };
+    const sw_chat_msg conv[] = {
+        { .role = "system", .content = "Be brief." },
+        { .role = "user", .content = "Weather?" },
+        { .role = "assistant", .content = "", .tool_calls = calls, .n_tool_calls = 2 },
+        { .role = "tool", .content = "{\"c\": 21}" },
+        { .role = "tool", .content = "12:00" },
+        { .role = "assistant", .content = "Sunny.", .tool_calls = calls + 1, .n_tool_calls = 1 },
+        { .role = "tool", .content = "12:01" },
+    };
+    char *got = sw_chat_format(SW_CHAT_CHATML, conv, 7, &(sw_chat_opts){ .tools = tools });
+    const char *want =
+        "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+        "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
+        "\"required\": [\"city\"]}}}\n{\"type\": \"function\", \"function\": {\"name\": \"now\"}}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+        "<args-json-object>}\n</tool_call><|im_end|>\n"
+        "<|im_start|>user\nWeather?<|im_end|>\n"
+        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+        "</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call><|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\n{\"c\": 21}\n</tool_response>\n<tool_response>\n12:00\n"
+        "</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\nSunny.\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\n12:01\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n";
+    CHECK(got && !strcmp(got, want), "chatml with tools:\n--- got ---\n%s\n--- want ---\n%s", got ? got : "(null)", want);
+    free(got);
+    /* Without tools the same conversation is plain chatml: no tool block. */
+    got = sw_chat_format(SW_CHAT_CHATML, conv, 2, &(sw_chat_opts){ .tools = NULL });
+    CHECK(got && !strcmp(got, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n"
+                              "<|im_start|>assistant\n"), "%s", got ? got : "(null)");
+    free(got);
+    CHECK(sw_chat_has_tools(SW_CHAT_CHATML) && !sw_chat_has_tools(SW_CHAT_LLAMA3) &&
+          !sw_chat_has_tools(SW_CHAT_HARMONY), "only chatml has a tool format here");
+    cJSON_Delete(tools);
+}
+
+/* JSON as Python's json.dumps writes it. */
+static void test_json_form(void) {
+    static const struct { const char *in, *want; } cases[] = {
+        { "{\"a\":1,\"b\":[true,false,null],\"c\":{}}", "{\"a\": 1, \"b\": [true, false, null], \"c\": {}}" },
+        { "[0.5,-2,1e21,1.25e-7,3.141592653589793]", "[0.5, -2, 1e+21, 1.25e-07, 3.141592653589793]" },
+        { "\"q\\\"\\\\\\n\\t\\u0001 \u00e9\u4e2d\"", "\"q\\\"\\\\\\n\\t\\u0001 \u00e9\u4e2d\"" },
+        { "[]", "[]" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *v = cJSON_Parse(cases[i].in);
+        char *got = sw_json_dumps(v);
+        CHECK(got && !strcmp(got, cases[i].want), "json %zu: got %s want %s", i, got ? got : "(null)", cases[i].want);
+        free(got);
+        cJSON_Delete(v);
+    }
+}
+
 int main(void) {
     test_detect();
     test_formats();
     test_gguf_detect();
+    test_tools();
+    test_json_form();
     CHECK_DONE();
 }

@@ -25,9 +25,10 @@ static result res[64];
 
 static int req_index(const char *id) { return atoi(id + 1); }   /* ids are "r<N>" */
 
-static void emit(void *ctx, const char *id, const char *text, const char *reasoning, const uint32_t *ids, size_t n,
-                 int finish, const sw_usage *usage)
+static void emit(void *ctx, const char *id, const sw_out *o, const uint32_t *ids, size_t n, int finish,
+                 const sw_usage *usage)
 {
+    const char *text = o->text;
     (void)ctx;
     result *r = &res[req_index(id)];
     if (r->finish) r->after_finish++;

@@ -15,15 +15,15 @@
  * bytes to printable code points), harmony's control tokens and the think
  * markers, no merges. */
 static const char *const SPECIAL[] = { "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|return|>", "<|call|>",
-                                       "<think>", "</think>" };
+                                       "<think>", "</think>", "<tool_call>", "</tool_call>" };
 enum { N_SPECIAL = sizeof SPECIAL / sizeof SPECIAL[0] };
-enum { S_START, S_END, S_CHANNEL, S_MESSAGE, S_RETURN, S_CALL, S_THINK, S_UNTHINK };
+enum { S_START, S_END, S_CHANNEL, S_MESSAGE, S_RETURN, S_CALL, S_THINK, S_UNTHINK, S_TOOL, S_UNTOOL };
 
 /* One step of a scripted output: a special token, or text (byte tokens). */
 typedef struct { int special; const char *text; } step;
 #define TEXT(s) { -1, s }
 
-typedef struct { char answer[256], reasoning[256]; int fin, steps; } run_out;
+typedef struct { char answer[256], reasoning[256], calls[256]; int fin, steps, n_calls; } run_out;
 
 /* Feeds the script to g token by token, collecting both deltas. */
 static run_out run_script(sw_gen *g, const sw_tokenizer *t, const int32_t *id, const step *script, size_t n_steps)
@@ -42,20 +42,71 @@ static run_out run_script(sw_gen *g, const sw_tokenizer *t, const int32_t *id, c
             CHECK(strlen(d) == dl && strlen(rd) == rl, "delta lengths");
             strncat(r.answer, d, sizeof r.answer - strlen(r.answer) - 1);
             strncat(r.reasoning, rd, sizeof r.reasoning - strlen(r.reasoning) - 1);
+            size_t nc;
+            const sw_tool_call *c = sw_gen_tool_calls(g, &nc);
+            for (size_t j = 0; j < nc; j++, r.n_calls++) {   /* "name(arguments);" each */
+                size_t at = strlen(r.calls);
+                snprintf(r.calls + at, sizeof r.calls - at, "%s(%s);", c[j].name, c[j].arguments);
+            }
         }
     }
     return r;
 }
 
-static bool start_chat(sw_gen *g, const sw_tokenizer *t, sw_chat_template chat, const char *stop)
+static bool start_chat_tools(sw_gen *g, const sw_tokenizer *t, sw_chat_template chat, const char *stop,
+                             const cJSON *tools)
 {
     char err[256] = "";
-    const sw_chat_msg msgs[] = { { "system", "Be brief." }, { "user", "Hi" } };
+    const sw_chat_msg msgs[] = { { .role = "system", .content = "Be brief." }, { .role = "user", .content = "Hi" } };
     const char *stops[1] = { stop };
-    sw_gen_params p = { .messages = msgs, .n_messages = 2, .stop = stops, .n_stop = stop ? 1 : 0 };
+    sw_gen_params p = { .messages = msgs, .n_messages = 2, .stop = stops, .n_stop = stop ? 1 : 0, .tools = tools };
     int rc = sw_gen_init(g, t, chat, &p, 4096, err, sizeof err);
     CHECK(rc == 0, "init %s: %s", sw_chat_name(chat), err);
     return rc == 0;
+}
+
+static bool start_chat(sw_gen *g, const sw_tokenizer *t, sw_chat_template chat, const char *stop)
+{
+    return start_chat_tools(g, t, chat, stop, NULL);
+}
+
+/* Tool calls: with tools offered to a chatml model, a <tool_call> span is a
+ * call (arguments in json.dumps form), not answer text; one that does not
+ * parse, or is cut off, stays text; without tools the span is text. */
+static void test_tool_calls(const sw_tokenizer *t, const int32_t *id)
+{
+    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
+    const step calls[] = { TEXT("On it."), { S_TOOL, 0 }, TEXT("\n{\"name\":\"f\",\"arguments\":{\"x\":[1,2.5]}}\n"),
+                           { S_UNTOOL, 0 }, { S_TOOL, 0 }, TEXT("{\"name\": \"g\"}"), { S_UNTOOL, 0 },
+                           { S_TOOL, 0 }, TEXT("{\"name\": 1}"), { S_UNTOOL, 0 }, { S_RETURN, 0 } };
+    sw_gen g;
+    char err[256] = "";
+    if (start_chat_tools(&g, t, SW_CHAT_CHATML, NULL, tools)) {
+        run_out r = run_script(&g, t, id, calls, sizeof calls / sizeof calls[0]);
+        CHECK(!strcmp(r.calls, "f({\"x\": [1, 2.5]});g({});") && r.n_calls == 2 && g.n_calls_total == 2,
+              "calls: %s", r.calls);
+        CHECK(!strcmp(r.answer, "On it.<tool_call>{\"name\": 1}</tool_call>") && r.fin == SW_FINISH_STOP,
+              "answer '%s'", r.answer);
+        sw_gen_free(&g);
+    }
+    /* Cut off inside a call (max_tokens): what was written is the answer. */
+    const sw_chat_msg msgs[] = { { .role = "user", .content = "Hi" } };
+    sw_gen_params p = { .messages = msgs, .n_messages = 1, .max_tokens = 4, .tools = tools };
+    CHECK(sw_gen_init(&g, t, SW_CHAT_CHATML, &p, 4096, err, sizeof err) == 0, "%s", err);
+    run_out r = run_script(&g, t, id, calls + 1, 2);
+    CHECK(r.fin == SW_FINISH_LENGTH && !strcmp(r.answer, "<tool_call>\n{\"") && !r.n_calls, "cut off: '%s'", r.answer);
+    sw_gen_free(&g);
+    /* No tools offered: the span is the answer, markers and all. */
+    if (start_chat(&g, t, SW_CHAT_CHATML, NULL)) {
+        r = run_script(&g, t, id, calls + 4, 3);
+        CHECK(!strcmp(r.answer, "<tool_call>{\"name\": \"g\"}</tool_call>") && !r.n_calls, "no tools: '%s'", r.answer);
+        sw_gen_free(&g);
+    }
+    /* A family without a tool format refuses tools. */
+    sw_gen_params ph = { .messages = msgs, .n_messages = 1, .tools = tools };
+    CHECK(sw_gen_init(&g, t, SW_CHAT_HARMONY, &ph, 4096, err, sizeof err) == 400 && strstr(err, "tool-calling"),
+          "harmony with tools: %s", err);
+    cJSON_Delete(tools);
 }
 
 /* Reasoning models' output, split into reasoning and answer. */
@@ -71,7 +122,7 @@ static void test_reasoning(void)
         toks[b] = sym[b];
         types[b] = 1;
     }
-    for (int k = 0; k < N_SPECIAL; k++) { toks[256 + k] = SPECIAL[k]; types[256 + k] = k < S_THINK ? 3 : 4; }
+    for (int k = 0; k < N_SPECIAL; k++) { toks[256 + k] = SPECIAL[k]; types[256 + k] = k < S_THINK ? 3 : 4; }   /* 4: shown as text */
     gguf_writer *w = gguf_writer_new();
     gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_w_str(w, "tokenizer.ggml.pre", "gpt-4o");
@@ -151,7 +202,7 @@ static void test_reasoning(void)
         CHECK(!strcmp(r.reasoning, "Hmm.") && !strcmp(r.answer, "OK") && g.n_reasoning_tokens == 5,
               "R1: reasoning '%s' answer '%s' (%u tokens)", r.reasoning, r.answer, g.n_reasoning_tokens);
         sw_gen_free(&g);
-        const sw_chat_msg msgs[] = { { "user", "Hi" } };
+        const sw_chat_msg msgs[] = { { .role = "user", .content = "Hi" } };
         sw_gen_params p = { .messages = msgs, .n_messages = 1, .max_tokens = 3 };
         CHECK(sw_gen_init(&g, t, SW_CHAT_DEEPSEEK_R1, &p, 4096, err, sizeof err) == 0, "%s", err);
         r = run_script(&g, t, id, r1, sizeof r1 / sizeof r1[0]);
@@ -159,6 +210,7 @@ static void test_reasoning(void)
               "R1 cut short: reasoning '%s' answer '%s'", r.reasoning, r.answer);
         sw_gen_free(&g);
     }
+    test_tool_calls(t, id);
     /* A plain completion with the same vocabulary is not split. */
     sw_gen_params q = { .prompt = "x" };
     CHECK(sw_gen_init(&g, t, SW_CHAT_DEEPSEEK_R1, &q, 4096, err, sizeof err) == 0, "init: %s", err);
@@ -317,7 +369,7 @@ int main(void)
     CHECK(sw_gen_init(&g, tok, SW_CHAT_PLAIN, &ps, 512, err, sizeof err) == 400 && strstr(err, "stop"), "%s", err);
 
     /* Chat messages go through the template; special-token text is parsed. */
-    sw_chat_msg msgs[2] = { { "system", "Be brief." }, { "user", "Tell me a story" } };
+    sw_chat_msg msgs[2] = { { .role = "system", .content = "Be brief." }, { .role = "user", .content = "Tell me a story" } };
     sw_gen_params pc = { .messages = msgs, .n_messages = 2, .max_tokens = 5 };
     CHECK(sw_gen_init(&g, tok, SW_CHAT_PLAIN, &pc, 512, err, sizeof err) == 0, "%s", err);
     CHECK(g.n_prompt > 6 && g.prompt[0] == 1);

@@ -13,9 +13,10 @@ typedef struct { char text[NSINK][4096]; int finish[NSINK]; int fails; uint32_t 
 
 static int idx(const char *id) { return id[1] - '0'; }
 
-static void emit(void *ctx, const char *id, const char *text, const char *reasoning, const uint32_t *ids, size_t n_ids,
-                 int finish, const sw_usage *usage)
+static void emit(void *ctx, const char *id, const sw_out *o, const uint32_t *ids, size_t n_ids, int finish,
+                 const sw_usage *usage)
 {
+    const char *text = o->text;
     sink *s = ctx;
     int i = idx(id);
     strncat(s->text[i], text, sizeof s->text[i] - strlen(s->text[i]) - 1);

@@ -1,0 +1,175 @@
+"""Tool calling (OpenAI's tools and tool_calls) through the real gateway and
+CPU worker, on scripted models (tests/scripted.py) with Qwen3's chatml
+format: the definitions reach the prompt, a <tool_call> span of the output
+comes back as a call (streamed or not) with finish_reason "tool_calls", a
+span that is not a call stays text, and the next turn carries the call and
+its result back."""
+
+import json
+import subprocess
+
+import openai
+import pytest
+
+from conftest import bin_path, free_port, http_post
+from scripted import CALL, NL, NOT_A_CALL, scripted_model
+
+SCRIPTS = {
+    # Qwen3-style: it thinks, then calls
+    "tools": [NL, "<think>", "Let", "\u0120me", "\u0120think", "</think>", NL + NL, "<tool_call>", CALL,
+              "</tool_call>", "<|im_end|>"],
+    "tools-bad": [NL, "<tool_call>", NOT_A_CALL, "</tool_call>", "<|im_end|>"],
+    "r1": [NL, "The", "<\uff5cend\u2581of\u2581sentence\uff5c>"],
+}
+TEMPLATE = {"tools": "chatml", "tools-bad": "chatml", "r1": "r1"}
+
+POLICY = """
+pools:
+  - name: cpu-pool
+    kind: cpu
+routes:
+  - model: tools
+    target: cpu-pool
+  - model: tools-bad
+    target: cpu-pool
+  - model: r1
+    target: cpu-pool
+"""
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city, for some days.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                   "required": ["city"]}}}]
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+@pytest.fixture
+def served(tmp_path, cluster):
+    cluster.sdk_ep = f"tcp://127.0.0.1:{free_port()}"
+    cluster.start_gateway(POLICY, extra_args=["--sdk", cluster.sdk_ep])
+    for name, script in SCRIPTS.items():
+        cluster.start_worker("cpu-pool", name, scripted_model(tmp_path / f"{name}.gguf", TEMPLATE[name], script),
+                             ["--threads", "1", "--parallel", "2"], name=name)
+    for name in SCRIPTS:
+        cluster.wait_model(name, timeout=60)
+    return cluster
+
+
+def client(c):
+    return openai.OpenAI(base_url=c.base + "/v1", api_key="x", max_retries=0, timeout=60)
+
+
+def post(c, **body):
+    body = dict(dict(model="tools", messages=ASK, max_tokens=32, temperature=0), **body)
+    st, _, raw = http_post(c.base + "/v1/chat/completions", body)
+    return st, json.loads(raw)
+
+
+def test_call_comes_back_as_tool_calls(served):
+    r = client(served).chat.completions.create(model="tools", messages=ASK, tools=WEATHER, max_tokens=32,
+                                               temperature=0)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls"
+    assert ch.message.content is None
+    assert ch.message.model_extra["reasoning_content"] == "Let me think"
+    (call,) = ch.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name == "get_weather"
+    # the arguments as Python's json.dumps writes them, as vLLM and SGLang give them
+    assert call.function.arguments == '{"city": "Paris", "days": 2}'
+
+
+def test_streamed_call(served):
+    calls, finish = {}, None
+    for ch in client(served).chat.completions.create(model="tools", messages=ASK, tools=WEATHER, max_tokens=32,
+                                                     temperature=0, stream=True):
+        d = ch.choices[0].delta
+        for tc in d.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            c["id"] = tc.id or c["id"]
+            c["name"] += tc.function.name or ""
+            c["arguments"] += tc.function.arguments or ""
+        assert not (d.content or "").strip(), "the call's text is not content"
+        finish = ch.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    assert list(calls) == [0] and calls[0]["name"] == "get_weather" and calls[0]["id"].startswith("call_")
+    assert json.loads(calls[0]["arguments"]) == {"city": "Paris", "days": 2}
+
+
+def test_without_tools_the_span_is_text(served):
+    """No tools offered (or tool_choice "none"): what the model writes stays
+    its answer, and the prompt is the one without the definitions."""
+    st, plain = post(served)
+    assert st == 200
+    m = plain["choices"][0]["message"]
+    assert "tool_calls" not in m and plain["choices"][0]["finish_reason"] == "stop"
+    assert m["content"] == '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>'
+    st, none = post(served, tools=WEATHER, tool_choice="none")
+    assert st == 200 and none["choices"][0]["message"]["content"] == m["content"]
+    assert none["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"]
+    st, auto = post(served, tools=WEATHER, tool_choice="auto")
+    assert st == 200 and auto["choices"][0]["message"]["tool_calls"]
+    # the definitions, one JSON line each, in Qwen's <tools> block (byte tokens: one per byte)
+    assert auto["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + len(json.dumps(WEATHER[0]))
+
+
+def test_a_span_that_is_not_a_call_stays_text(served):
+    st, r = post(served, model="tools-bad", tools=WEATHER)
+    assert st == 200
+    ch = r["choices"][0]
+    assert "tool_calls" not in ch["message"] and ch["finish_reason"] == "stop"
+    assert ch["message"]["content"] == '<tool_call>\n{"name": 7}\n</tool_call>'
+
+
+def test_next_turn_carries_the_call_and_its_result(served):
+    st, first = post(served, tools=WEATHER)
+    assert st == 200
+    call = first["choices"][0]["message"]["tool_calls"][0]
+    turn = ASK + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                  {"role": "tool", "tool_call_id": call["id"], "content": '{"temp_c": 21}'}]
+    st, second = post(served, tools=WEATHER, messages=turn)
+    assert st == 200, second
+    grown = second["usage"]["prompt_tokens"] - first["usage"]["prompt_tokens"]
+    # at least the call and the result, as bytes, came back into the prompt
+    assert grown > len(call["function"]["arguments"]) + len('{"temp_c": 21}'), grown
+
+
+@pytest.mark.parametrize("body, param", [
+    (dict(tools=WEATHER, tool_choice="required"), "tool_choice"),
+    (dict(tools=WEATHER, tool_choice={"type": "function", "function": {"name": "get_weather"}}), "tool_choice"),
+    (dict(tools=[{"type": "function", "function": {"description": "no name"}}]), "tools"),
+    (dict(tools=[{"type": "function", "function": {"name": "bad name!"}}]), "tools"),
+    (dict(tools=[{"type": "retrieval"}]), "tools"),
+    (dict(tools={"type": "function"}), "tools"),
+    (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": "x"}}]), "tools"),
+    (dict(messages=ASK + [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]), "messages"),
+])
+def test_bad_tools_are_refused(served, body, param):
+    st, r = post(served, **body)
+    assert st == 400 and r["error"]["param"] == param, r
+
+
+def test_a_template_without_tool_calls_refuses_tools(served):
+    st, r = post(served, model="r1", tools=WEATHER)
+    assert st == 400 and "tool-calling" in r["error"]["message"], r
+    st, r = post(served, model="r1")   # R1 thinks from its prompt's <think> on
+    assert st == 200 and r["choices"][0]["message"]["reasoning_content"] == "The"
+
+
+def test_sdk_cli_prints_the_call(served, tmp_path):
+    """spillway chat --tools FILE: the SDK carries the definitions and gives
+    back the call; a file that is not a tools array is refused by the worker."""
+    f = tmp_path / "tools.json"
+    f.write_text(json.dumps(WEATHER))
+    r = subprocess.run([bin_path("spillway"), "chat", "-e", served.sdk_ep, "-m", "tools", "--temp", "0",
+                        "--tools", str(f), "Weather in Paris?"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert '[tool_call] get_weather({"city": "Paris", "days": 2})' in r.stdout
+    assert "reasoning_tokens=5" in r.stderr
+    f.write_text('{"not": "an array"}')
+    r = subprocess.run([bin_path("spillway"), "chat", "-e", served.sdk_ep, "-m", "tools", "--tools", str(f), "Hi"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "400" in r.stderr and "tools_json" in r.stderr, r.stderr
+    r = subprocess.run([bin_path("spillway"), "chat", "-m", "tools", "--tools", str(tmp_path / "missing"), "Hi"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "cannot read" in r.stderr
