@@ -304,8 +304,24 @@ static void fmt_deepseek(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *s
  * reasoning effort, the channels), the caller's system text as the
  * developer's instructions, past answers in the final channel, and the
  * assistant's header left open: the model names the channel itself. */
-static void fmt_harmony(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, sw_reasoning_effort effort) {
+static void put_ts_namespace(sbuf *b, const cJSON *tools);
+
+/* A harmony assistant's calls, as gpt-oss's template writes them: the
+ * recipient in the header, the arguments (JSON text) as the message. */
+static void put_harmony_calls(sbuf *b, const sw_chat_msg *m) {
+    for (size_t k = 0; k < m->n_tool_calls; k++) {
+        put(b, "<|start|>assistant to=functions.");
+        put(b, m->tool_calls[k].name ? m->tool_calls[k].name : "");
+        put(b, "<|channel|>commentary json<|message|>");
+        put(b, m->tool_calls[k].arguments && *m->tool_calls[k].arguments ? m->tool_calls[k].arguments : "{}");
+        put(b, "<|call|>");
+    }
+}
+
+static void fmt_harmony(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, sw_reasoning_effort effort,
+                        const cJSON *tools) {
     static const char *const effort_name[] = { "medium", "low", "medium", "high" };
+    bool has_tools = cJSON_GetArraySize(tools) > 0;
     char date[16] = "1970-01-01";
     time_t now = time(NULL);
     struct tm tm;
@@ -315,17 +331,42 @@ static void fmt_harmony(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sy
     put(b, date);
     put(b, "\n\nReasoning: ");
     put(b, effort_name[effort <= SW_EFFORT_HIGH ? effort : SW_EFFORT_DEFAULT]);
-    put(b, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>");
+    put(b, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.");
+    if (has_tools) put(b, "\nCalls to these tools must go to the commentary channel: 'functions'.");
+    put(b, "<|end|>");
     for (size_t i = 0; i < n; i++)
         if (role_of(m[i].role) == R_SYSTEM) sys_add(sys, content_of(&m[i]));
-    if (sys->any) {
-        put(b, "<|start|>developer<|message|># Instructions\n\n");
-        put_n(b, sys->text.s, sys->text.n);
-        put(b, "\n\n<|end|>");
+    if (sys->any || has_tools) {
+        put(b, "<|start|>developer<|message|>");
+        if (sys->any) { put(b, "# Instructions\n\n"); put_n(b, sys->text.s, sys->text.n); put(b, "\n\n"); }
+        if (has_tools) put_ts_namespace(b, tools);
+        put(b, "<|end|>");
     }
+    const sw_chat_msg *caller = NULL;   /* the assistant message whose calls the tool results answer */
+    size_t answered = 0;
     for (size_t i = 0; i < n; i++) {
         role_kind r = role_of(m[i].role);
         if (r == R_SYSTEM) continue;
+        if (!strcmp(role_name(&m[i]), "tool")) {   /* the k-th result answers the k-th call */
+            const char *fn = caller && answered < caller->n_tool_calls ? caller->tool_calls[answered++].name : NULL;
+            put(b, "<|start|>functions.");
+            put(b, fn ? fn : "unknown");
+            put(b, " to=assistant<|channel|>commentary<|message|>");
+            put(b, content_of(&m[i]));
+            put(b, "<|end|>");
+            continue;
+        }
+        if (r == R_ASSISTANT && m[i].n_tool_calls) {
+            if (*content_of(&m[i])) {
+                put(b, "<|start|>assistant<|channel|>commentary<|message|>");
+                put(b, content_of(&m[i]));
+                put(b, "<|end|>");
+            }
+            put_harmony_calls(b, &m[i]);
+            caller = &m[i];
+            answered = 0;
+            continue;
+        }
         put(b, r == R_ASSISTANT ? "<|start|>assistant<|channel|>final<|message|>" : "<|start|>user<|message|>");
         put(b, content_of(&m[i]));
         put(b, "<|end|>");
@@ -354,7 +395,91 @@ static void fmt_gemma(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys)
 
 /* ---- tools ---- */
 
-bool sw_chat_has_tools(sw_chat_template t) { return t == SW_CHAT_CHATML; }
+bool sw_chat_has_tools(sw_chat_template t) { return t == SW_CHAT_CHATML || t == SW_CHAT_HARMONY; }
+
+/* A JSON Schema as the TypeScript type harmony's renderer writes for it:
+ * string, number (integer too), boolean, T[] for arrays, "a" | "b" for
+ * enums, nested objects in braces, unions for type lists, any otherwise. */
+static void put_ts_type(sbuf *b, const cJSON *s, int depth);
+
+static void put_ts_props(sbuf *b, const cJSON *schema, int depth) {
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(schema, "properties");
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(schema, "required");
+    for (const cJSON *p = props ? props->child : NULL; p; p = p->next) {
+        const cJSON *desc = cJSON_GetObjectItemCaseSensitive(p, "description");
+        if (cJSON_IsString(desc)) { put(b, "// "); put(b, desc->valuestring); put(b, "\n"); }
+        bool required = false;
+        for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+            if (cJSON_IsString(r) && p->string && !strcmp(r->valuestring, p->string)) required = true;
+        put(b, p->string ? p->string : "");
+        put(b, required ? ": " : "?: ");
+        put_ts_type(b, p, depth + 1);
+        put(b, ",");
+        const cJSON *def = cJSON_GetObjectItemCaseSensitive(p, "default");
+        if (def) {
+            put(b, " // default: ");
+            if (cJSON_IsString(def)) put(b, def->valuestring); else sw_json_put(b, def);
+        }
+        put(b, "\n");
+    }
+}
+
+static void put_ts_name(sbuf *b, const char *t, const cJSON *s, int depth) {
+    if (!strcmp(t, "string")) put(b, "string");
+    else if (!strcmp(t, "number") || !strcmp(t, "integer")) put(b, "number");
+    else if (!strcmp(t, "boolean")) put(b, "boolean");
+    else if (!strcmp(t, "null")) put(b, "null");
+    else if (!strcmp(t, "array")) {
+        const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
+        if (items) put_ts_type(b, items, depth); else put(b, "any");
+        put(b, "[]");
+    } else if (!strcmp(t, "object") && cJSON_GetObjectItemCaseSensitive(s, "properties") && depth < 8) {
+        put(b, "{\n");
+        put_ts_props(b, s, depth);
+        put(b, "}");
+    } else put(b, "any");
+}
+
+static void put_ts_type(sbuf *b, const cJSON *s, int depth) {
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (cJSON_IsArray(en) && cJSON_GetArraySize(en) > 0) {
+        for (const cJSON *e = en->child; e; e = e->next) {
+            if (e != en->child) put(b, " | ");
+            sw_json_put(b, e);
+        }
+    } else if (cJSON_IsString(type)) {
+        put_ts_name(b, type->valuestring, s, depth);
+    } else if (cJSON_IsArray(type) && cJSON_GetArraySize(type) > 0) {
+        for (const cJSON *t = type->child; t; t = t->next) {
+            if (t != type->child) put(b, " | ");
+            put_ts_name(b, cJSON_IsString(t) ? t->valuestring : "", s, depth);
+        }
+    } else put(b, "any");
+}
+
+/* The developer message's tools section: each function as a TypeScript
+ * type in the functions namespace, its description as a comment. */
+static void put_ts_namespace(sbuf *b, const cJSON *tools) {
+    put(b, "# Tools\n\n## functions\n\nnamespace functions {\n\n");
+    for (const cJSON *t = tools ? tools->child : NULL; t; t = t->next) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        const cJSON *desc = cJSON_GetObjectItemCaseSensitive(f, "description");
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(f, "parameters");
+        if (cJSON_IsString(desc)) { put(b, "// "); put(b, desc->valuestring); put(b, "\n"); }
+        put(b, "type ");
+        put(b, cJSON_IsString(name) ? name->valuestring : "");
+        if (cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(params, "properties")) > 0) {
+            put(b, " = (_: {\n");
+            put_ts_props(b, params, 0);
+            put(b, "}) => any;\n\n");
+        } else {
+            put(b, " = () => any;\n\n");
+        }
+    }
+    put(b, "} // namespace functions");
+}
 
 /* Whether a conversation needs the tool format: tools offered, or calls and
  * results in its history. */
@@ -430,7 +555,9 @@ char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n, cons
     case SW_CHAT_MISTRAL_V7_TEKKEN: fmt_mistral_v7(&b, msgs, n, ""); break;
     case SW_CHAT_DEEPSEEK3: fmt_deepseek(&b, msgs, n, &sys, false); break;
     case SW_CHAT_DEEPSEEK_R1: fmt_deepseek(&b, msgs, n, &sys, true); break;
-    case SW_CHAT_HARMONY: fmt_harmony(&b, msgs, n, &sys, opts ? opts->effort : SW_EFFORT_DEFAULT); break;
+    case SW_CHAT_HARMONY:
+        fmt_harmony(&b, msgs, n, &sys, opts ? opts->effort : SW_EFFORT_DEFAULT, opts ? opts->tools : NULL);
+        break;
     case SW_CHAT_TULU: fmt_tulu(&b, msgs, n); break;
     case SW_CHAT_LLAMA2: fmt_llama2(&b, msgs, n, &sys); break;
     case SW_CHAT_MISTRAL: fmt_mistral(&b, msgs, n, &sys); break;

@@ -108,11 +108,12 @@ static int build_prompt(sw_gen *g, sw_chat_template chat, const sw_gen_params *p
  *     "\n\n" after </think>) is dropped.
  *   - harmony chats (gpt-oss): a message names its channel,
  *     <|channel|>analysis<|message|>...<|end|>; analysis is reasoning, final
- *     the answer, anything else (commentary: tool calls) neither. */
+ *     the answer, a commentary message to=functions.NAME a function call
+ *     (when tools were offered), anything else neither. */
 enum { R_OFF, R_THINK, R_HARMONY };
 enum { T_START, T_IN, T_LEAD, T_ANSWER };                /* think chats */
-enum { H_HEADER, H_CHANNEL, H_ANSWER, H_REASON, H_NONE }; /* harmony chats */
-typedef enum { TO_ANSWER, TO_REASONING, TO_NONE } text_dest;
+enum { H_HEADER, H_CHANNEL, H_ANSWER, H_REASON, H_CALL, H_NONE }; /* harmony chats */
+typedef enum { TO_ANSWER, TO_REASONING, TO_CALL, TO_NONE } text_dest;
 
 static void reasoning_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
 {
@@ -160,27 +161,71 @@ static text_dest think_route(sw_gen *g, int32_t token, const char **piece, size_
     return TO_ANSWER;
 }
 
+/* Appends to a fixed header buffer; what does not fit is dropped. */
+static void head_put(char *buf, size_t cap, size_t *len, const char *s, size_t n)
+{
+    size_t take = n < cap - 1 - *len ? n : cap - 1 - *len;
+    memcpy(buf + *len, s, take);
+    *len += take;
+    buf[*len] = 0;
+}
+
+/* The function a header addresses ("to=functions.NAME", in the role part
+ * or the channel part) into h_to; false if none. */
+static bool harmony_recipient(sw_gen *g)
+{
+    const char *parts[2] = { g->h_role, g->h_chan };
+    for (int k = 0; k < 2; k++) {
+        const char *t = strstr(parts[k], "to=functions.");
+        if (!t) continue;
+        t += strlen("to=functions.");
+        size_t n = strcspn(t, " <");
+        if (n == 0 || n > SW_MAX_TOOL_NAME) return false;
+        memcpy(g->h_to, t, n);
+        g->h_to[n] = 0;
+        return sw_tool_name_valid(g->h_to);
+    }
+    return false;
+}
+
+static void harmony_call_done(sw_gen *g);
+
+/* What a message whose header is complete (<|message|>) is. */
+static int harmony_open(sw_gen *g)
+{
+    const char *c = g->h_chan;
+    while (*c == ' ') c++;
+    if (g->r_state != H_CHANNEL || !strncmp(c, "final", 5)) return H_ANSWER;
+    if (!strncmp(c, "analysis", 8)) return H_REASON;
+    if (g->calls_on && !strncmp(c, "commentary", 10) && harmony_recipient(g)) {
+        g->call_text.n = 0;
+        return H_CALL;
+    }
+    return H_NONE;
+}
+
 /* Where the text of a harmony chat's token goes: after "<|start|>assistant"
- * the model names a channel, then writes after <|message|> up to <|end|>. */
+ * the model may name a recipient, names a channel, then writes after
+ * <|message|> up to <|end|> (<|call|> after a call, <|return|> at the end). */
 static text_dest harmony_route(sw_gen *g, int32_t token, const char *piece, size_t *n)
 {
     if (token == g->h_channel) {
         g->r_state = H_CHANNEL;
         g->h_n_chan = 0;
+        g->h_chan[0] = 0;
     } else if (token == g->h_message) {
-        const char *c = g->h_chan;
-        size_t k = g->h_n_chan;
-        while (k && *c == ' ') c++, k--;
-        if (g->r_state != H_CHANNEL || (k >= 5 && !memcmp(c, "final", 5))) g->r_state = H_ANSWER;
-        else g->r_state = k >= 8 && !memcmp(c, "analysis", 8) ? H_REASON : H_NONE;
+        g->r_state = harmony_open(g);
     } else if (token == g->h_start || token == g->h_end) {
+        if (g->r_state == H_CALL) harmony_call_done(g);
         g->r_state = H_HEADER;
+        g->h_n_role = g->h_n_chan = 0;
+        g->h_role[0] = g->h_chan[0] = 0;
+    } else if (g->r_state == H_HEADER) {
+        head_put(g->h_role, sizeof g->h_role, &g->h_n_role, piece, *n);
     } else if (g->r_state == H_CHANNEL) {
-        size_t room = sizeof g->h_chan - g->h_n_chan, take = *n < room ? *n : room;
-        memcpy(g->h_chan + g->h_n_chan, piece, take);
-        g->h_n_chan += take;
-    } else if (g->r_state == H_ANSWER || g->r_state == H_REASON) {
-        return g->r_state == H_ANSWER ? TO_ANSWER : TO_REASONING;
+        head_put(g->h_chan, sizeof g->h_chan, &g->h_n_chan, piece, *n);
+    } else if (g->r_state == H_ANSWER || g->r_state == H_REASON || g->r_state == H_CALL) {
+        return g->r_state == H_ANSWER ? TO_ANSWER : g->r_state == H_REASON ? TO_REASONING : TO_CALL;
     }
     *n = 0;
     return TO_NONE;
@@ -199,7 +244,8 @@ static text_dest current_dest(const sw_gen *g)
 {
     if (g->r_mode == R_THINK) return g->r_state == T_IN ? TO_REASONING : TO_ANSWER;
     if (g->r_mode == R_HARMONY)
-        return g->r_state == H_ANSWER ? TO_ANSWER : g->r_state == H_REASON ? TO_REASONING : TO_NONE;
+        return g->r_state == H_ANSWER ? TO_ANSWER : g->r_state == H_REASON ? TO_REASONING
+             : g->r_state == H_CALL ? TO_CALL : TO_NONE;
     return TO_ANSWER;
 }
 
@@ -214,6 +260,8 @@ static void calls_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
 {
     g->call_open = g->call_close = -1;
     if (p->n_messages == 0 || cJSON_GetArraySize(p->tools) == 0 || !sw_chat_has_tools(chat)) return;
+    g->calls_on = true;   /* harmony: its commentary messages (harmony_route) */
+    if (chat != SW_CHAT_CHATML) return;
     int32_t open = sw_tok_lookup(g->tok, "<tool_call>"), close = sw_tok_lookup(g->tok, "</tool_call>");
     if (open >= 0 && close >= 0) g->call_open = open, g->call_close = close;
 }
@@ -227,18 +275,11 @@ static void calls_clear(sw_gen *g)
     g->n_calls = 0;
 }
 
-/* The span's JSON as a call, added to this step's calls; false if it is not one. */
-static bool take_call(sw_gen *g, const char *json, size_t n)
+/* Adds a call to this step's calls (taking nm and a); false when out of memory. */
+static bool push_call(sw_gen *g, char *nm, char *a)
 {
-    cJSON *o = cJSON_ParseWithLength(json, n);
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
-    bool ok = cJSON_IsObject(o) && cJSON_IsString(name) && sw_tool_name_valid(name->valuestring) &&
-              (!args || cJSON_IsObject(args));
-    char *nm = NULL, *a = NULL;
+    bool ok = nm && a;
     if (ok) {
-        nm = strdup(name->valuestring);
-        a = args ? sw_json_dumps(args) : strdup("{}");
         if (g->n_calls == g->cap_calls) {
             size_t cap = g->cap_calls ? 2 * g->cap_calls : 4;
             sw_tool_call *c = realloc(g->calls, cap * sizeof *c);
@@ -253,8 +294,34 @@ static bool take_call(sw_gen *g, const char *json, size_t n)
         free(nm);
         free(a);
     }
+    return ok;
+}
+
+/* A chatml span's JSON as a call, added to this step's calls; false if it
+ * is not one ({"name": NAME, "arguments": {...}}). */
+static bool take_call(sw_gen *g, const char *json, size_t n)
+{
+    cJSON *o = cJSON_ParseWithLength(json, n);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
+    bool ok = cJSON_IsObject(o) && cJSON_IsString(name) && sw_tool_name_valid(name->valuestring) &&
+              (!args || cJSON_IsObject(args)) &&
+              push_call(g, strdup(name->valuestring), args ? sw_json_dumps(args) : strdup("{}"));
     cJSON_Delete(o);
     return ok;
+}
+
+/* A harmony call's message is its arguments: in json.dumps form when they
+ * parse as an object, else as the model wrote them (OpenAI's arguments are
+ * the model's text, valid JSON or not). */
+static void harmony_call_done(sw_gen *g)
+{
+    const char *t = g->call_text.s ? g->call_text.s : "";
+    cJSON *o = cJSON_ParseWithLength(t, g->call_text.n);
+    push_call(g, strdup(g->h_to), cJSON_IsObject(o) ? sw_json_dumps(o) : strndup(t, g->call_text.n));
+    cJSON_Delete(o);
+    g->call_text.n = 0;
+    g->r_state = H_NONE;
 }
 
 static bool add_text(sw_gen *g, text_dest to, const char *s, size_t n);
@@ -527,7 +594,9 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
         size_t n = sw_detok_push(&g->detok, token, piece, sizeof piece);
         text_dest to = route(g, token, &p, &n);
         g->n_reasoning_tokens += to == TO_REASONING;
-        bool ok = to == TO_ANSWER ? answer_text(g, token, p, n) : add_text(g, to, p, n);
+        if (to == TO_CALL) sw_sbuf_put_n(&g->call_text, p, n);
+        bool ok = to == TO_ANSWER ? answer_text(g, token, p, n) : to == TO_CALL ? !g->call_text.oom
+                                                                   : add_text(g, to, p, n);
         if (!ok) { g->finish = SW_FINISH_ERROR; return g->finish; }
     }
 
@@ -548,9 +617,12 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
              * of an unfinished code point (as U+FFFD). */
             char tail[32];
             size_t n = sw_detok_flush(&g->detok, tail, sizeof tail);
-            if (g->in_call && current_dest(g) == TO_ANSWER) sw_sbuf_put_n(&g->call_text, tail, n);
-            else add_text(g, current_dest(g), tail, n);
+            text_dest to = current_dest(g);
+            if ((g->in_call && to == TO_ANSWER) || to == TO_CALL) sw_sbuf_put_n(&g->call_text, tail, n);
+            else add_text(g, to, tail, n);
             unfinished_call(g);
+            /* a harmony call ends with <|call|>, which ends the turn */
+            if (g->r_mode == R_HARMONY && g->r_state == H_CALL) harmony_call_done(g);
             release(g, g->n_held, &n_out);
         } else {
             size_t keep = g->n_stop ? stop_prefix_len(g) : 0;

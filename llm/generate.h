@@ -29,6 +29,7 @@
 #include "llm/tokenizer.h"
 #include "llm/sampler.h"
 #include "llm/chat.h"
+#include "llm/text.h"
 #include "llm/util.h"
 #include "spillway.pb-c.h"
 
@@ -78,14 +79,16 @@ typedef struct {
     int r_mode, r_state;
     int32_t think_open, think_close;                   /* <think> </think> */
     int32_t h_start, h_end, h_channel, h_message;     /* <|start|> <|end|> <|channel|> <|message|> */
-    char h_chan[16];              /* the channel being named */
-    size_t h_n_chan;
+    char h_role[64], h_chan[96];  /* a harmony header: after <|start|>, after <|channel|> */
+    size_t h_n_role, h_n_chan;
+    char h_to[SW_MAX_TOOL_NAME + 1];  /* the function a commentary message calls */
     char *reasoning;              /* the reasoning delta of the last sw_gen_accept */
     size_t n_reasoning, cap_reasoning;
     uint32_t n_reasoning_tokens;  /* accepted tokens that were reasoning or its markers */
     /* Tool calls (generate.c, "tool calls"): <tool_call> JSON </tool_call>
      * spans of the answer, parsed into calls instead of shown. */
-    int32_t call_open, call_close;    /* the markers' ids; -1: no tools offered */
+    bool calls_on;                /* tools offered to a family with a call format */
+    int32_t call_open, call_close;    /* chatml's markers' ids; -1: none */
     bool in_call;
     sw_sbuf call_text;            /* the JSON of the call being written */
     sw_tool_call *calls;          /* the calls completed by the last sw_gen_accept (owned strings) */

@@ -30,8 +30,10 @@ SPECIAL = ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "
 USER_DEFINED = ("<think>", "</think>", "<tool_call>", "</tool_call>")   # shown as text, as in Qwen's files
 CALL = word('\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n')
 NOT_A_CALL = word('\n{"name": 7}\n')
+HARMONY_TO = word(" to=functions.get_weather")     # gpt-oss's call: a commentary message to a function
+HARMONY_ARGS = word('{"city":"Paris","days":2}')
 WORDS = ["Let", "\u0120me", "\u0120think", "The", "\u0120answer", "\u0120is", "\u0120four", NL + NL,
-         "analysis", "\u0120\u0120", CALL, NOT_A_CALL]
+         "analysis", "\u0120\u0120", CALL, NOT_A_CALL, "commentary", HARMONY_TO, HARMONY_ARGS]
 TOKENS = BYTES + SPECIAL + WORDS
 ID = {t: i for i, t in enumerate(TOKENS)}
 

@@ -1,9 +1,10 @@
 """Tool calling (OpenAI's tools and tool_calls) through the real gateway and
 CPU worker, on scripted models (tests/scripted.py) with Qwen3's chatml
-format: the definitions reach the prompt, a <tool_call> span of the output
-comes back as a call (streamed or not) with finish_reason "tool_calls", a
-span that is not a call stays text, and the next turn carries the call and
-its result back."""
+format and gpt-oss's harmony: the definitions reach the prompt, a call in
+the output (a <tool_call> span; a commentary message to a function) comes
+back as a call (streamed or not) with finish_reason "tool_calls", a span
+that is not a call stays text, and the next turn carries the call and its
+result back."""
 
 import json
 import subprocess
@@ -12,7 +13,7 @@ import openai
 import pytest
 
 from conftest import bin_path, free_port, http_post
-from scripted import CALL, NL, NOT_A_CALL, scripted_model
+from scripted import CALL, HARMONY_ARGS, HARMONY_TO, NL, NOT_A_CALL, scripted_model
 
 SCRIPTS = {
     # Qwen3-style: it thinks, then calls
@@ -20,8 +21,10 @@ SCRIPTS = {
               "</tool_call>", "<|im_end|>"],
     "tools-bad": [NL, "<tool_call>", NOT_A_CALL, "</tool_call>", "<|im_end|>"],
     "r1": [NL, "The", "<\uff5cend\u2581of\u2581sentence\uff5c>"],
+    # gpt-oss: "<|start|>assistant" (the prompt) " to=functions.get_weather<|channel|>commentary<|message|>{...}<|call|>"
+    "gpt-oss": ["t", HARMONY_TO, "<|channel|>", "commentary", "<|message|>", HARMONY_ARGS, "<|call|>"],
 }
-TEMPLATE = {"tools": "chatml", "tools-bad": "chatml", "r1": "r1"}
+TEMPLATE = {"tools": "chatml", "tools-bad": "chatml", "r1": "r1", "gpt-oss": "harmony"}
 
 POLICY = """
 pools:
@@ -33,6 +36,8 @@ routes:
   - model: tools-bad
     target: cpu-pool
   - model: r1
+    target: cpu-pool
+  - model: gpt-oss
     target: cpu-pool
 """
 
@@ -173,3 +178,23 @@ def test_sdk_cli_prints_the_call(served, tmp_path):
     r = subprocess.run([bin_path("spillway"), "chat", "-m", "tools", "--tools", str(tmp_path / "missing"), "Hi"],
                        capture_output=True, text=True, timeout=10)
     assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+def test_gpt_oss_call(served):
+    """gpt-oss (harmony): the functions reach the developer message, a
+    commentary message to=functions.NAME comes back as the call, and the
+    next turn carries the call and the function's answer back."""
+    st, plain = post(served, model="gpt-oss")
+    assert st == 200 and "tool_calls" not in plain["choices"][0]["message"]   # no tools: nobody's text
+    st, r = post(served, model="gpt-oss", tools=WEATHER)
+    assert st == 200, r
+    ch = r["choices"][0]
+    assert ch["finish_reason"] == "tool_calls" and ch["message"]["content"] is None
+    (call,) = ch["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}
+    # "type get_weather = (_: {" ... in the developer message: far more than the bare prompt
+    assert r["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + 100
+    turn = ASK + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                  {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}]
+    st, second = post(served, model="gpt-oss", tools=WEATHER, messages=turn)
+    assert st == 200 and second["usage"]["prompt_tokens"] > r["usage"]["prompt_tokens"] + len("sunny"), second

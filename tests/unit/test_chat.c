@@ -269,7 +269,8 @@ static void test_tools(void) {
         { .role = "tool", .content = "12:01" },
     };
     char *got = sw_chat_format(SW_CHAT_CHATML, conv, 7, &(sw_chat_opts){ .tools = tools });
-    const char *want =
+    const char *want;
+    want =
         "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions to assist with the user "
         "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
         "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
@@ -292,8 +293,32 @@ static void test_tools(void) {
     CHECK(got && !strcmp(got, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n"
                               "<|im_start|>assistant\n"), "%s", got ? got : "(null)");
     free(got);
-    CHECK(sw_chat_has_tools(SW_CHAT_CHATML) && !sw_chat_has_tools(SW_CHAT_LLAMA3) &&
-          !sw_chat_has_tools(SW_CHAT_HARMONY), "only chatml has a tool format here");
+    CHECK(sw_chat_has_tools(SW_CHAT_CHATML) && sw_chat_has_tools(SW_CHAT_HARMONY) && !sw_chat_has_tools(SW_CHAT_LLAMA3),
+          "chatml and harmony have a tool format here");
+    cJSON_Delete(tools);
+
+    /* Harmony: the functions as TypeScript types in the developer message,
+     * calls with their recipient, each result from the function it answers. */
+    tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"The weather.\","
+                        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\","
+                        "\"description\":\"A city\"},\"unit\":{\"type\":\"string\",\"enum\":[\"c\",\"f\"],\"default\":\"c\"},"
+                        "\"days\":{\"type\":[\"integer\",\"null\"]},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},"
+                        "\"required\":[\"city\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]");
+    got = sw_chat_format(SW_CHAT_HARMONY, conv, 5, &(sw_chat_opts){ .tools = tools });
+    const char *from = got ? strstr(got, "\n\nReasoning: ") : NULL;
+    want = "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
+           "message.\nCalls to these tools must go to the commentary channel: 'functions'.<|end|>"
+           "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n# Tools\n\n## functions\n\nnamespace functions {\n\n"
+           "// The weather.\ntype get_weather = (_: {\n// A city\ncity: string,\nunit?: \"c\" | \"f\", // default: c\n"
+           "days?: number | null,\ntags?: string[],\n}) => any;\n\ntype now = () => any;\n\n} // namespace functions<|end|>"
+           "<|start|>user<|message|>Weather?<|end|>"
+           "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>"
+           "<|start|>assistant to=functions.now<|channel|>commentary json<|message|>{}<|call|>"
+           "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{\"c\": 21}<|end|>"
+           "<|start|>functions.now to=assistant<|channel|>commentary<|message|>12:00<|end|><|start|>assistant";
+    CHECK(from && !strcmp(from, want), "harmony with tools:\n--- got ---\n%s\n--- want ---\n%s", from ? from : "(null)",
+          want);
+    free(got);
     cJSON_Delete(tools);
 }
 

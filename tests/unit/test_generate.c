@@ -103,9 +103,33 @@ static void test_tool_calls(const sw_tokenizer *t, const int32_t *id)
         sw_gen_free(&g);
     }
     /* A family without a tool format refuses tools. */
-    sw_gen_params ph = { .messages = msgs, .n_messages = 1, .tools = tools };
-    CHECK(sw_gen_init(&g, t, SW_CHAT_HARMONY, &ph, 4096, err, sizeof err) == 400 && strstr(err, "tool-calling"),
-          "harmony with tools: %s", err);
+    sw_gen_params pl = { .messages = msgs, .n_messages = 1, .tools = tools };
+    CHECK(sw_gen_init(&g, t, SW_CHAT_LLAMA3, &pl, 4096, err, sizeof err) == 400 && strstr(err, "tool-calling"),
+          "llama3 with tools: %s", err);
+
+    /* gpt-oss: a commentary message to=functions.NAME is a call, its
+     * message the arguments (json.dumps form when they parse, else as
+     * written); the recipient may be in the role part of the header. */
+    const step harmony[] = {
+        { S_CHANNEL, 0 }, TEXT("analysis"), { S_MESSAGE, 0 }, TEXT("Need it."), { S_END, 0 },
+        { S_START, 0 }, TEXT("assistant"), { S_CHANNEL, 0 }, TEXT("commentary to=functions.f <|constrain|>json"),
+        { S_MESSAGE, 0 }, TEXT("{\"city\":\"Paris\"}"), { S_END, 0 },
+        { S_START, 0 }, TEXT("assistant to=functions.g"), { S_CHANNEL, 0 }, TEXT("commentary json"),
+        { S_MESSAGE, 0 }, TEXT("not json"), { S_CALL, 0 },
+    };
+    if (start_chat_tools(&g, t, SW_CHAT_HARMONY, NULL, tools)) {
+        run_out r = run_script(&g, t, id, harmony, sizeof harmony / sizeof harmony[0]);
+        CHECK(!strcmp(r.calls, "f({\"city\": \"Paris\"});g(not json);") && !strcmp(r.reasoning, "Need it.") &&
+              !r.answer[0] && r.fin == SW_FINISH_STOP, "harmony calls '%s' reasoning '%s' answer '%s'", r.calls,
+              r.reasoning, r.answer);
+        sw_gen_free(&g);
+    }
+    /* Without tools offered such messages are nobody's text. */
+    if (start_chat(&g, t, SW_CHAT_HARMONY, NULL)) {
+        run_out r = run_script(&g, t, id, harmony, sizeof harmony / sizeof harmony[0]);
+        CHECK(!r.n_calls && !r.answer[0] && !strcmp(r.reasoning, "Need it."), "harmony without tools: '%s'", r.calls);
+        sw_gen_free(&g);
+    }
     cJSON_Delete(tools);
 }
 
