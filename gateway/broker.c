@@ -459,22 +459,6 @@ static void on_register(const uint8_t *id, size_t idlen, const Spillway__Registe
     B.capacity_changed = true;
 }
 
-/* A function call the worker reported, kept for the response. */
-static void add_call(sw_req *r, const Spillway__ToolCall *c)
-{
-    if (r->n_calls == r->cap_calls) {
-        size_t cap = r->cap_calls ? 2 * r->cap_calls : 4;
-        struct sw_call *p = realloc(r->calls, cap * sizeof *p);
-        if (!p) abort();   /* out of memory: as sw_buf_append */
-        r->calls = p;
-        r->cap_calls = cap;
-    }
-    r->calls[r->n_calls].name = strdup(c->name);
-    r->calls[r->n_calls].arguments = strdup(c->arguments ? c->arguments : "{}");
-    if (!r->calls[r->n_calls].name || !r->calls[r->n_calls].arguments) abort();
-    r->n_calls++;
-}
-
 static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
 {
     int64_t t0 = sw_now_ns();
@@ -498,7 +482,8 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
         if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = t0;
         sw_buf_append(&r->reasoning, c->reasoning, strlen(c->reasoning));
     }
-    for (size_t i = 0; i < c->n_tool_calls && !r->sdk && r->chat; i++) add_call(r, c->tool_calls[i]);
+    for (size_t i = 0; i < c->n_tool_calls && !r->sdk && r->chat; i++)   /* kept for the response */
+        if (!sw_tool_calls_add(&r->calls, c->tool_calls[i]->name, c->tool_calls[i]->arguments)) abort();
     r->got_token = true;
     if (final) {
         r->finished = true;

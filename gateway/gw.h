@@ -21,6 +21,7 @@
 #include <microhttpd.h>
 #include "proto/wire.h"
 #include "gateway/policy.h"
+#include "llm/chat.h"
 
 #define SW_MAX_BODY (1u << 20)       /* larger request bodies get 413 */
 #define SW_MAX_DISCARD (64ull << 20) /* up to this, an oversized body is read before the 413 */
@@ -202,8 +203,8 @@ typedef struct sw_req {
     uint32_t usage_reasoning;     /* completion tokens that were reasoning */
     /* the function calls the worker reported, in order; streaming: those
      * from n_calls_sent on are not relayed yet */
-    struct sw_call { char *name, *arguments; } *calls;
-    size_t n_calls, cap_calls, n_calls_sent;
+    sw_tool_calls calls;
+    size_t n_calls_sent;
     bool got_token;
     bool keepalive_due;
     int64_t last_write_ms;

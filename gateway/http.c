@@ -220,7 +220,7 @@ static void take_text(sw_req *r, sw_buf *out)
         sw_openai_sse_delta(r, out, r->text.data, r->text.len, r->reasoning.data, r->reasoning.len, role);
         r->text.len = r->reasoning.len = 0;
     }
-    if (r->n_calls > r->n_calls_sent) sw_openai_sse_calls(r, out);
+    if (r->calls.n > r->n_calls_sent) sw_openai_sse_calls(r, out);
 }
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -245,7 +245,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         int64_t rx = r->text_rx_ns;
-        if (r->text.len || r->reasoning.len || r->n_calls > r->n_calls_sent || (r->chat && r->sse_stage == 0)) {
+        if (r->text.len || r->reasoning.len || r->calls.n > r->n_calls_sent || (r->chat && r->sse_stage == 0)) {
             take_text(r, &r->out);
             if (rx) sw_metrics_latency(SW_LAT_RELAY, sw_now_ns() - rx);
             r->text_rx_ns = 0;

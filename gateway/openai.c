@@ -455,7 +455,7 @@ static void add_usage(cJSON *o, sw_req *r)
  * stopped for them. */
 static void add_finish(cJSON *c, const sw_req *r)
 {
-    const char *f = r->n_calls && r->finish == SPILLWAY__FINISH_REASON__FINISH_STOP ? "tool_calls"
+    const char *f = r->calls.n && r->finish == SPILLWAY__FINISH_REASON__FINISH_STOP ? "tool_calls"
                                                                                     : sw_finish_name(r->finish);
     if (f) cJSON_AddStringToObject(c, "finish_reason", f); else cJSON_AddNullToObject(c, "finish_reason");
 }
@@ -474,8 +474,8 @@ static cJSON *tool_calls_json(const sw_req *r, size_t from, size_t to, bool inde
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
         cJSON *f = cJSON_AddObjectToObject(c, "function");
-        cJSON_AddStringToObject(f, "name", r->calls[i].name);
-        cJSON_AddStringToObject(f, "arguments", r->calls[i].arguments);
+        cJSON_AddStringToObject(f, "name", r->calls.v[i].name);
+        cJSON_AddStringToObject(f, "arguments", r->calls.v[i].arguments);
         cJSON_AddItemToArray(a, c);
     }
     return a;
@@ -497,10 +497,10 @@ char *sw_openai_response(sw_req *r)
     if (r->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
-        if (r->n_calls && blank(text)) cJSON_AddNullToObject(m, "content");   /* only calls, as OpenAI answers */
+        if (r->calls.n && blank(text)) cJSON_AddNullToObject(m, "content");   /* only calls, as OpenAI answers */
         else cJSON_AddStringToObject(m, "content", text);
         if (r->reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", r->reasoning.data);
-        if (r->n_calls) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(r, 0, r->n_calls, false));
+        if (r->calls.n) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(r, 0, r->calls.n, false));
     } else {
         cJSON_AddStringToObject(c, "text", text);
     }
@@ -587,11 +587,11 @@ void sw_openai_sse_calls(sw_req *r, sw_buf *out)
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
     cJSON *d = cJSON_AddObjectToObject(c, "delta");
-    cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(r, r->n_calls_sent, r->n_calls, true));
+    cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(r, r->n_calls_sent, r->calls.n, true));
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddNullToObject(c, "finish_reason");
     cJSON_AddItemToArray(ch, c);
-    r->n_calls_sent = r->n_calls;
+    r->n_calls_sent = r->calls.n;
     sse_emit(out, o);
 }
 

@@ -61,11 +61,7 @@ void sw_req_unref(sw_req *r)
     free(r->want_quant);
     sw_buf_free(&r->text);
     sw_buf_free(&r->reasoning);
-    for (size_t i = 0; i < r->n_calls; i++) {
-        free(r->calls[i].name);
-        free(r->calls[i].arguments);
-    }
-    free(r->calls);
+    sw_tool_calls_free(&r->calls);
     sw_buf_free(&r->out);
     if (r->policy) sw_policy_unref(r->policy);
     free(r);

@@ -395,6 +395,34 @@ static void fmt_gemma(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys)
 
 /* ---- tools ---- */
 
+bool sw_tool_calls_add(sw_tool_calls *l, const char *name, const char *arguments) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 4;
+        sw_tool_call *v = realloc(l->v, cap * sizeof *v);
+        if (!v) return false;
+        l->v = v;
+        l->cap = cap;
+    }
+    char *nm = strdup(name ? name : ""), *a = strdup(arguments ? arguments : "{}");
+    if (!nm || !a) { free(nm); free(a); return false; }
+    l->v[l->n++] = (sw_tool_call){ .name = nm, .arguments = a };
+    return true;
+}
+
+void sw_tool_calls_clear(sw_tool_calls *l) {
+    for (size_t i = 0; i < l->n; i++) {
+        free((char *)l->v[i].name);
+        free((char *)l->v[i].arguments);
+    }
+    l->n = 0;
+}
+
+void sw_tool_calls_free(sw_tool_calls *l) {
+    sw_tool_calls_clear(l);
+    free(l->v);
+    *l = (sw_tool_calls){ 0 };
+}
+
 bool sw_chat_has_tools(sw_chat_template t) { return t == SW_CHAT_CHATML || t == SW_CHAT_HARMONY; }
 
 /* A JSON Schema as the TypeScript type harmony's renderer writes for it:

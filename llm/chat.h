@@ -28,6 +28,14 @@ typedef enum {
 /* A function call: its name and its arguments as JSON text. */
 typedef struct { const char *name; const char *arguments; } sw_tool_call;
 
+/* A growing list of calls that owns copies of its strings. */
+typedef struct { sw_tool_call *v; size_t n, cap; } sw_tool_calls;
+/* Appends copies of name and arguments; false when out of memory. */
+bool sw_tool_calls_add(sw_tool_calls *l, const char *name, const char *arguments);
+/* Frees the strings and empties the list (keeping its array). */
+void sw_tool_calls_clear(sw_tool_calls *l);
+void sw_tool_calls_free(sw_tool_calls *l);
+
 typedef struct {
     const char *role;             /* system, user, assistant, tool */
     const char *content;

@@ -266,34 +266,14 @@ static void calls_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
     if (open >= 0 && close >= 0) g->call_open = open, g->call_close = close;
 }
 
-static void calls_clear(sw_gen *g)
-{
-    for (size_t i = 0; i < g->n_calls; i++) {
-        free((char *)g->calls[i].name);
-        free((char *)g->calls[i].arguments);
-    }
-    g->n_calls = 0;
-}
-
-/* Adds a call to this step's calls (taking nm and a); false when out of memory. */
+/* Adds a call to this step's calls, taking nm and a (either may be NULL:
+ * out of memory); false if it could not. */
 static bool push_call(sw_gen *g, char *nm, char *a)
 {
-    bool ok = nm && a;
-    if (ok) {
-        if (g->n_calls == g->cap_calls) {
-            size_t cap = g->cap_calls ? 2 * g->cap_calls : 4;
-            sw_tool_call *c = realloc(g->calls, cap * sizeof *c);
-            if (c) g->calls = c, g->cap_calls = cap;
-        }
-        ok = nm && a && g->n_calls < g->cap_calls;
-    }
-    if (ok) {
-        g->calls[g->n_calls++] = (sw_tool_call){ .name = nm, .arguments = a };
-        g->n_calls_total++;
-    } else {
-        free(nm);
-        free(a);
-    }
+    bool ok = nm && a && sw_tool_calls_add(&g->calls, nm, a);
+    g->n_calls_total += ok;
+    free(nm);
+    free(a);
     return ok;
 }
 
@@ -498,8 +478,7 @@ void sw_gen_free(sw_gen *g)
     free(g->held);
     free(g->out);
     free(g->reasoning);
-    calls_clear(g);
-    free(g->calls);
+    sw_tool_calls_free(&g->calls);
     free(g->call_text.s);
     memset(g, 0, sizeof *g);
 }
@@ -577,7 +556,7 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
     g->out[0] = 0;
     g->reasoning[0] = 0;
     g->n_reasoning = 0;
-    calls_clear(g);
+    sw_tool_calls_clear(&g->calls);
     *delta = g->out;
     *delta_len = 0;
     if (g->finish) return g->finish;

@@ -91,8 +91,7 @@ typedef struct {
     int32_t call_open, call_close;    /* chatml's markers' ids; -1: none */
     bool in_call;
     sw_sbuf call_text;            /* the JSON of the call being written */
-    sw_tool_call *calls;          /* the calls completed by the last sw_gen_accept (owned strings) */
-    size_t n_calls, cap_calls;
+    sw_tool_calls calls;          /* the calls completed by the last sw_gen_accept */
     uint32_t n_calls_total;
 } sw_gen;
 
@@ -128,8 +127,8 @@ static inline const char *sw_gen_reasoning(const sw_gen *g, size_t *len)
  * not a call ({"name": ..., "arguments": {...}}) stays in the answer. */
 static inline const sw_tool_call *sw_gen_tool_calls(const sw_gen *g, size_t *n)
 {
-    *n = g->n_calls;
-    return g->calls;
+    *n = g->calls.n;
+    return g->calls.v;
 }
 /* Position at which the last accepted token must be evaluated. */
 static inline int sw_gen_next_pos(const sw_gen *g) { return g->n_prompt + (int)g->n_generated - 1; }
