@@ -169,7 +169,6 @@ typedef struct sw_req {
 
     /* immutable once submitted */
     bool chat, stream, include_usage;
-    bool tools;                   /* functions offered: a call makes finish_reason "tool_calls" */
     char *model_asked, *model;    /* as asked; after alias resolution */
     uint8_t *gen; size_t gen_len; /* encoded Envelope{generate} */
     int klass;

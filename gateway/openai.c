@@ -137,7 +137,6 @@ static void free_gen(Spillway__GenerateRequest *g)
             free(m->tool_calls[k]);
         }
         free(m->tool_calls);
-        if (m->tool_call_id != protobuf_c_empty_string) free(m->tool_call_id);
         free(m);
     }
     free(g->messages);
@@ -151,14 +150,11 @@ static void free_gen(Spillway__GenerateRequest *g)
 #define MAX_TOOLS 128
 
 /* An assistant message's tool_calls (OpenAI's form: {id, type, function:
- * {name, arguments}}, arguments a JSON string) and a tool message's
- * tool_call_id, onto the wire message. */
+ * {name, arguments}}, arguments a JSON string) onto the wire message. A
+ * tool message's tool_call_id is not needed: results answer the calls
+ * before them in order, as the models' own templates take them. */
 static int message_tools(cJSON *it, Spillway__ChatMessage *cm, perr *e)
 {
-    const char *id = NULL;
-    int rc = get_string(it, "tool_call_id", &id, e);
-    if (rc) return rc;
-    if (id) cm->tool_call_id = strdup(id);
     cJSON *tc = cJSON_GetObjectItemCaseSensitive(it, "tool_calls");
     if (!tc || cJSON_IsNull(tc)) return 0;
     if (!cJSON_IsArray(tc) || cJSON_GetArraySize(tc) > MAX_TOOLS)
@@ -170,7 +166,7 @@ static int message_tools(cJSON *it, Spillway__ChatMessage *cm, perr *e)
         cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
         cJSON *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
         if (!cJSON_IsString(name) || !sw_tool_name_valid(name->valuestring))
-            return bad(e, "messages", "each tool call in '%s' needs a function 'name' of 1-64 letters, digits, _ or -");
+            return bad(e, "messages", "each tool call in '%s' needs a function 'name' of 1-64 letters, digits, _, - or .");
         if (args && !cJSON_IsNull(args) && !cJSON_IsString(args) && !cJSON_IsObject(args))
             return bad(e, "messages", "a tool call's 'arguments' in '%s' must be a JSON string");
         Spillway__ToolCall *w = malloc(sizeof *w);
@@ -187,7 +183,7 @@ static int message_tools(cJSON *it, Spillway__ChatMessage *cm, perr *e)
  * definitions in the model's own format; "none" leaves them out. Forcing a
  * call ("required", a named function) would need constrained decoding,
  * which the workers do not have: refused rather than ignored. */
-static int request_tools(cJSON *o, Spillway__GenerateRequest *g, sw_req *r, perr *e)
+static int request_tools(cJSON *o, Spillway__GenerateRequest *g, perr *e)
 {
     cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
     if (!tools || cJSON_IsNull(tools)) return 0;
@@ -202,7 +198,7 @@ static int request_tools(cJSON *o, Spillway__GenerateRequest *g, sw_req *r, perr
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(f))
             return bad(e, "tools", "each entry of '%s' must be {\"type\": \"function\", \"function\": {...}}");
         if (!cJSON_IsString(name) || !sw_tool_name_valid(name->valuestring))
-            return bad(e, "tools", "each function in '%s' needs a 'name' of 1-64 letters, digits, _ or -");
+            return bad(e, "tools", "each function in '%s' needs a 'name' of 1-64 letters, digits, _, - or .");
         if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
             return bad(e, "tools", "a function's 'parameters' in '%s' must be a JSON Schema object");
     }
@@ -215,7 +211,6 @@ static int request_tools(cJSON *o, Spillway__GenerateRequest *g, sw_req *r, perr
     if (cJSON_GetArraySize(tools) == 0) return 0;
     g->tools_json = cJSON_PrintUnformatted(tools);
     if (!g->tools_json) return bad(e, "tools", "'%s' could not be encoded");
-    r->tools = true;
     return 0;
 }
 
@@ -362,7 +357,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     for (size_t i = 0; i < n_stop; i++) g.stop[i] = stops[i];
     g.n_stop = n_stop;
 
-    if (chat && (rc = request_tools(o, &g, r, &e))) goto out;
+    if (chat && (rc = request_tools(o, &g, &e))) goto out;
 
     /* OpenAI's reasoning_effort: how long a reasoning model thinks (gpt-oss
      * takes it into its system message; other models ignore it) */

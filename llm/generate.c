@@ -539,7 +539,7 @@ static bool find_stop(const sw_gen *g, size_t *at)
  * start a stop string), the reasoning's is this step's reasoning delta. */
 static bool add_text(sw_gen *g, text_dest to, const char *s, size_t n)
 {
-    if (to == TO_NONE || n == 0) return true;
+    if ((to != TO_ANSWER && to != TO_REASONING) || n == 0) return true;
     char **buf = to == TO_ANSWER ? &g->held : &g->reasoning;
     size_t *len = to == TO_ANSWER ? &g->n_held : &g->n_reasoning;
     size_t *cap = to == TO_ANSWER ? &g->cap_held : &g->cap_reasoning;
@@ -600,8 +600,9 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
             if ((g->in_call && to == TO_ANSWER) || to == TO_CALL) sw_sbuf_put_n(&g->call_text, tail, n);
             else add_text(g, to, tail, n);
             unfinished_call(g);
-            /* a harmony call ends with <|call|>, which ends the turn */
-            if (g->r_mode == R_HARMONY && g->r_state == H_CALL) harmony_call_done(g);
+            /* a harmony call ends with <|call|>, which ends the turn; one
+             * cut off (max_tokens) is not a call */
+            if (g->r_mode == R_HARMONY && g->r_state == H_CALL && eog) harmony_call_done(g);
             release(g, g->n_held, &n_out);
         } else {
             size_t keep = g->n_stop ? stop_prefix_len(g) : 0;

@@ -134,8 +134,6 @@ static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t
         if (!check_text(what, m->content, err, errlen)) return false;
         snprintf(what, sizeof what, "generate: messages[%zu]", i);
         if (!check_tool_calls(what, m->tool_calls, m->n_tool_calls, err, errlen)) return false;
-        snprintf(what, sizeof what, "generate: messages[%zu].tool_call_id", i);
-        if (!check_text(what, m->tool_call_id, err, errlen)) return false;
     }
     if (g->max_tokens > SW_MAX_TOKENS_PER_REQUEST)
         return fail(err, errlen, "generate: max_tokens %u exceeds %u", g->max_tokens,
