@@ -386,6 +386,18 @@ static void test_field_errors(void) {
     msg_user.role = "user";
     msg_user.content = "\xff\xfe"; reject_generate("bad UTF-8 content", "messages[1].content");
     msg_user.content = "hi";
+    Spillway__ToolCall call = SPILLWAY__TOOL_CALL__INIT, *callp = &call;
+    call.name = "get weather"; call.arguments = "{}";
+    msg_user.n_tool_calls = 1; msg_user.tool_calls = &callp;
+    reject_generate("tool call name with a space", "messages[1]: tool call 0");
+    call.name = "get_weather"; call.arguments = "\xc3";
+    reject_generate("tool call arguments bad UTF-8", "messages[1]");
+    call.arguments = "{}";
+    msg_user.n_tool_calls = 0; msg_user.tool_calls = NULL;
+    gen.tools_json = "[\xff]"; reject_generate("tools_json bad UTF-8", "tools_json");
+    gen.tools_json = "";
+    gen.reasoning_effort = 9; reject_generate("reasoning_effort 9", "reasoning_effort");
+    gen.reasoning_effort = SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_HIGH;
     gen.n_messages = 0; gen.messages = NULL; gen.prompt = "Once upon a time";
     gen.prompt = "caf\xc3"; reject_generate("truncated UTF-8 prompt", "UTF-8");
     gen.prompt = "\xc0\xaf"; reject_generate("overlong UTF-8", "UTF-8");
@@ -422,6 +434,27 @@ static void test_field_errors(void) {
     env.body_case = SPILLWAY__ENVELOPE__BODY_CHUNK; env.chunk = &chunk;
     chunk.text = "\xe4\xb8"; expect_env_reject(&env, "split code point", "chunk: text");
     chunk.text = " ok";
+    chunk.reasoning = "\xe4"; expect_env_reject(&env, "reasoning split code point", "chunk: reasoning");
+    chunk.reasoning = "hmm";
+    {
+        Spillway__ToolCall call = SPILLWAY__TOOL_CALL__INIT, *callp = &call;
+        call.name = ""; call.arguments = "{}";
+        chunk.n_tool_calls = 1; chunk.tool_calls = &callp;
+        expect_env_reject(&env, "tool call without a name", "tool call 0");
+        call.name = "f";
+        uint8_t *f;
+        size_t n;
+        sw_env *d = roundtrip(&env, &f, &n);
+        CHECK(d && d->chunk->n_tool_calls == 1 && !strcmp(d->chunk->tool_calls[0]->name, "f") &&
+              !strcmp(d->chunk->reasoning, "hmm"), "a chunk with reasoning and a call round-trips");
+        sw_wire_free(d);
+        free(f);
+        chunk.n_tool_calls = 0; chunk.tool_calls = NULL;
+    }
+    Spillway__Usage ru = SPILLWAY__USAGE__INIT;
+    ru.prompt_tokens = 3; ru.completion_tokens = 2; ru.reasoning_tokens = 3;
+    chunk.usage = &ru; expect_env_reject(&env, "more reasoning than completion tokens", "reasoning of 2");
+    chunk.usage = &usage;
     chunk.finish_reason = 17; expect_env_reject(&env, "finish 17", "finish_reason");
     chunk.finish_reason = SPILLWAY__FINISH_REASON__FINISH_STOP;
     chunk.request_id = ""; expect_env_reject(&env, "chunk without id", "request_id is empty");
