@@ -423,7 +423,9 @@ void sw_tool_calls_free(sw_tool_calls *l) {
     *l = (sw_tool_calls){ 0 };
 }
 
-bool sw_chat_has_tools(sw_chat_template t) { return t == SW_CHAT_CHATML || t == SW_CHAT_HARMONY; }
+bool sw_chat_has_tools(sw_chat_template t) {
+    return t == SW_CHAT_CHATML || t == SW_CHAT_HARMONY || t == SW_CHAT_LLAMA3;
+}
 
 /* A JSON Schema as the TypeScript type harmony's renderer writes for it:
  * string, number (integer too), boolean, T[] for arrays, "a" | "b" for
@@ -563,6 +565,51 @@ static void fmt_chatml_tools(sbuf *b, const sw_chat_msg *m, size_t n, const cJSO
     put(b, "<|im_start|>assistant\n");
 }
 
+/* Llama 3.1's template with tools: "Environment: ipython" and the dates in
+ * the system message, the definitions (json.dumps(indent=4)) with their
+ * instructions at the head of the first user message, a call as the
+ * assistant's JSON {"name": ..., "parameters": ...} (one a message, as the
+ * template allows), a result as an ipython message. */
+static void fmt_llama3_tools(sbuf *b, const sw_chat_msg *m, size_t n, const cJSON *tools) {
+    size_t i = 0;
+    put(b, "<|start_header_id|>system<|end_header_id|>\n\n");
+    if (cJSON_GetArraySize(tools) > 0) put(b, "Environment: ipython\n");
+    put(b, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+    if (n > 0 && role_of(m[0].role) == R_SYSTEM) put_trimmed(b, content_of(&m[i++]));
+    put(b, "<|eot_id|>");
+    if (cJSON_GetArraySize(tools) > 0) {
+        put(b, "<|start_header_id|>user<|end_header_id|>\n\n"
+               "Given the following functions, please respond with a JSON for a function call with its proper "
+               "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+               "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n");
+        for (const cJSON *t = tools->child; t; t = t->next) { sw_json_put_indented(b, t, 4); put(b, "\n\n"); }
+        if (i < n && role_of(m[i].role) == R_USER) put_trimmed(b, content_of(&m[i++]));
+        put(b, "<|eot_id|>");
+    }
+    for (; i < n; i++) {
+        const char *role = role_name(&m[i]);
+        if (!strcmp(role, "tool") || !strcmp(role, "ipython")) {
+            put(b, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+            put(b, content_of(&m[i]));
+            put(b, "<|eot_id|>");
+        } else if (m[i].n_tool_calls) {
+            for (size_t k = 0; k < m[i].n_tool_calls; k++) {
+                const sw_tool_call *c = &m[i].tool_calls[k];
+                put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+                put(b, c->name ? c->name : "");
+                put(b, "\", \"parameters\": ");
+                put(b, c->arguments && *c->arguments ? c->arguments : "{}");
+                put(b, "}<|eot_id|>");
+            }
+        } else {
+            put(b, "<|start_header_id|>"); put(b, role); put(b, "<|end_header_id|>\n\n");
+            put_trimmed(b, content_of(&m[i]));
+            put(b, "<|eot_id|>");
+        }
+    }
+    put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
 char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n, const sw_chat_opts *opts) {
     sbuf b = { 0 };
     pending_sys sys = { 0 };
@@ -573,7 +620,10 @@ char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n, cons
         if (uses_tools(msgs, n, opts ? opts->tools : NULL)) fmt_chatml_tools(&b, msgs, n, opts ? opts->tools : NULL);
         else fmt_tagged(&b, msgs, n, &CHATML);
         break;
-    case SW_CHAT_LLAMA3: fmt_tagged(&b, msgs, n, &LLAMA3); break;
+    case SW_CHAT_LLAMA3:
+        if (uses_tools(msgs, n, opts ? opts->tools : NULL)) fmt_llama3_tools(&b, msgs, n, opts ? opts->tools : NULL);
+        else fmt_tagged(&b, msgs, n, &LLAMA3);
+        break;
     case SW_CHAT_GRANITE: fmt_tagged(&b, msgs, n, &GRANITE); break;
     case SW_CHAT_PHI4: fmt_tagged(&b, msgs, n, &PHI4); break;
     case SW_CHAT_PHI4_MINI: fmt_tagged(&b, msgs, n, &PHI4_MINI); break;

@@ -61,7 +61,9 @@ int sw_chat_from_name(const char *name);
 
 /* Whether the family has a tool-calling format here: chatml's (Qwen2.5,
  * Qwen3, Hermes: definitions in <tools>, calls in <tool_call>, results in
- * <tool_response>). The others refuse tools and tool messages. */
+ * <tool_response>), harmony's (gpt-oss: TypeScript types, commentary
+ * messages to functions.NAME) and Llama 3.1's (JSON calls, ipython
+ * results). The others refuse tools. */
 bool sw_chat_has_tools(sw_chat_template t);
 
 /* Formats the conversation and the assistant-turn opener. Returns a malloc'd

@@ -255,12 +255,19 @@ static text_dest current_dest(const sw_gen *g)
  * </tool_call> (both markers are tokens of its vocabulary). Such a span of
  * the answer becomes a call: its name and its arguments as JSON text, in the
  * form OpenAI-style servers give them. A span that does not parse as a call
- * goes back into the answer as written, so nothing the model wrote is lost. */
+ * goes back into the answer as written, so nothing the model wrote is lost.
+ * Llama 3.1 has no markers: an answer that starts with a JSON object (or
+ * <|python_tag|>) is held until the end, then taken as calls if it parses
+ * as {"name": ..., "parameters": {...}} objects (";" between several), and
+ * as text otherwise. Harmony's calls are its commentary messages
+ * (harmony_route). */
 static void calls_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
 {
-    g->call_open = g->call_close = -1;
+    g->call_open = g->call_close = g->python_tag = -1;
     if (p->n_messages == 0 || cJSON_GetArraySize(p->tools) == 0 || !sw_chat_has_tools(chat)) return;
-    g->calls_on = true;   /* harmony: its commentary messages (harmony_route) */
+    g->calls_on = true;
+    g->call_json = chat == SW_CHAT_LLAMA3;
+    g->python_tag = sw_tok_lookup(g->tok, "<|python_tag|>");
     if (chat != SW_CHAT_CHATML) return;
     int32_t open = sw_tok_lookup(g->tok, "<tool_call>"), close = sw_tok_lookup(g->tok, "</tool_call>");
     if (open >= 0 && close >= 0) g->call_open = open, g->call_close = close;
@@ -291,6 +298,34 @@ static bool take_call(sw_gen *g, const char *json, size_t n)
     return ok;
 }
 
+/* A Llama 3.1 answer held as calls: every JSON object in it a call, else
+ * none (it is text). The objects are checked before any is taken. */
+static bool take_json_calls(sw_gen *g, const char *s, size_t n)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        const char *p = s, *end = s + n;
+        int found = 0;
+        for (;;) {
+            while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t' || *p == ';')) p++;
+            if (p == end) break;
+            const char *stop = NULL;
+            cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &stop, false);
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+            const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+            if (!args) args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
+            bool ok = cJSON_IsObject(o) && cJSON_IsString(name) && sw_tool_name_valid(name->valuestring) &&
+                      (!args || cJSON_IsObject(args));
+            if (ok && pass == 1) push_call(g, strdup(name->valuestring), args ? sw_json_dumps(args) : strdup("{}"));
+            cJSON_Delete(o);
+            if (!ok || !stop) return false;
+            p = stop;
+            found++;
+        }
+        if (!found) return false;
+    }
+    return true;
+}
+
 /* A harmony call's message is its arguments: in json.dumps form when they
  * parse as an object, else as the model wrote them (OpenAI's arguments are
  * the model's text, valid JSON or not). */
@@ -306,10 +341,34 @@ static void harmony_call_done(sw_gen *g)
 
 static bool add_text(sw_gen *g, text_dest to, const char *s, size_t n);
 
+/* Llama 3.1's side of answer_text: until the answer has begun, <|python_tag|>
+ * or a "{" starts a held call; text is text from then on. */
+static bool answer_json(sw_gen *g, int32_t token, const char *s, size_t n)
+{
+    if (g->in_call) {
+        sw_sbuf_put_n(&g->call_text, s, n);
+        return !g->call_text.oom;
+    }
+    if (!g->answer_begun) {
+        size_t k = 0;
+        while (k < n && (s[k] == ' ' || s[k] == '\n' || s[k] == '\r' || s[k] == '\t')) k++;
+        if (token == g->python_tag || (k < n && s[k] == '{')) {
+            g->in_call = true;
+            g->call_text.n = 0;
+            if (token == g->python_tag) return true;
+            sw_sbuf_put_n(&g->call_text, s + k, n - k);
+            return !g->call_text.oom && add_text(g, TO_ANSWER, s, k);
+        }
+        g->answer_begun = k < n;
+    }
+    return add_text(g, TO_ANSWER, s, n);
+}
+
 /* The answer's side of a token (after routing): markers and a call's JSON
  * are kept from the answer. Returns false when out of memory. */
 static bool answer_text(sw_gen *g, int32_t token, const char *s, size_t n)
 {
+    if (g->call_json) return answer_json(g, token, s, n);
     if (g->call_open < 0) return add_text(g, TO_ANSWER, s, n);
     if (!g->in_call && token == g->call_open) {
         g->in_call = true;
@@ -328,13 +387,16 @@ static bool answer_text(sw_gen *g, int32_t token, const char *s, size_t n)
     return !g->call_text.oom;
 }
 
-/* A call left open when generation ends is text, as written. */
+/* When generation ends: Llama 3.1's held answer becomes calls if it
+ * parses as such; a call left open is text, as written. */
 static void unfinished_call(sw_gen *g)
 {
     if (!g->in_call) return;
     g->in_call = false;
-    add_text(g, TO_ANSWER, "<tool_call>", 11);
-    add_text(g, TO_ANSWER, g->call_text.s ? g->call_text.s : "", g->call_text.n);
+    const char *t = g->call_text.s ? g->call_text.s : "";
+    if (g->call_json && take_json_calls(g, t, g->call_text.n)) return;
+    if (!g->call_json) add_text(g, TO_ANSWER, "<tool_call>", 11);
+    add_text(g, TO_ANSWER, t, g->call_text.n);
 }
 
 static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,

@@ -89,6 +89,9 @@ typedef struct {
      * spans of the answer, parsed into calls instead of shown. */
     bool calls_on;                /* tools offered to a family with a call format */
     int32_t call_open, call_close;    /* chatml's markers' ids; -1: none */
+    bool call_json;               /* Llama 3.1: an answer that starts as JSON is held as calls */
+    int32_t python_tag;           /* its <|python_tag|>, or -1 */
+    bool answer_begun;            /* Llama 3.1: the answer has shown text (not a call) */
     bool in_call;
     sw_sbuf call_text;            /* the JSON of the call being written */
     sw_tool_calls calls;          /* the calls completed by the last sw_gen_accept */

@@ -56,16 +56,27 @@ static void put_number(jbuf *b, double v)
     put(b, t);
 }
 
-static void put_value(jbuf *b, const cJSON *v)
+/* A newline and the indentation of the given depth (indent > 0). */
+static void put_newline(jbuf *b, int indent, int depth)
+{
+    put(b, "\n");
+    for (int i = 0; i < indent * depth; i++) put(b, " ");
+}
+
+/* indent 0: one line, items after ", "; else one item a line, indented,
+ * after "," (json.dumps(indent=N)). */
+static void put_value(jbuf *b, const cJSON *v, int indent, int depth)
 {
     if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
         bool obj = cJSON_IsObject(v);
         put(b, obj ? "{" : "[");
         for (const cJSON *c = v->child; c; c = c->next) {
-            if (c != v->child) put(b, ", ");
+            if (c != v->child) put(b, indent ? "," : ", ");
+            if (indent) put_newline(b, indent, depth + 1);
             if (obj) { put_string(b, c->string ? c->string : ""); put(b, ": "); }
-            put_value(b, c);
+            put_value(b, c, indent, depth + 1);
         }
+        if (indent && v->child) put_newline(b, indent, depth);
         put(b, obj ? "}" : "]");
     } else if (cJSON_IsString(v)) {
         put_string(b, v->valuestring ? v->valuestring : "");
@@ -78,12 +89,14 @@ static void put_value(jbuf *b, const cJSON *v)
     }
 }
 
-void sw_json_put(sw_sbuf *b, const cJSON *v) { put_value(b, v); }
+void sw_json_put(sw_sbuf *b, const cJSON *v) { put_value(b, v, 0, 0); }
+
+void sw_json_put_indented(sw_sbuf *b, const cJSON *v, int indent) { put_value(b, v, indent > 0 ? indent : 0, 0); }
 
 char *sw_json_dumps(const cJSON *v)
 {
     jbuf b = { 0 };
-    put_value(&b, v);
+    put_value(&b, v, 0, 0);
     if (b.oom) { free(b.s); return NULL; }
     return b.s ? b.s : strdup("null");
 }

@@ -10,6 +10,8 @@
 
 /* Appends v to b. */
 void sw_json_put(sw_sbuf *b, const cJSON *v);
+/* The same as json.dumps(v, indent=indent) writes it: one item a line. */
+void sw_json_put_indented(sw_sbuf *b, const cJSON *v, int indent);
 /* v as a malloc'd string, or NULL when out of memory. */
 char *sw_json_dumps(const cJSON *v);
 

@@ -26,14 +26,16 @@ def word(text):
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
            "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|return|>", "<|call|>",
            "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>",
-           "<\uff5cend\u2581of\u2581sentence\uff5c>"]
+           "<\uff5cend\u2581of\u2581sentence\uff5c>",
+           "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"]
 USER_DEFINED = ("<think>", "</think>", "<tool_call>", "</tool_call>")   # shown as text, as in Qwen's files
 CALL = word('\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n')
 NOT_A_CALL = word('\n{"name": 7}\n')
 HARMONY_TO = word(" to=functions.get_weather")     # gpt-oss's call: a commentary message to a function
 HARMONY_ARGS = word('{"city":"Paris","days":2}')
+LLAMA_CALL = word('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}')   # Llama 3.1's call
 WORDS = ["Let", "\u0120me", "\u0120think", "The", "\u0120answer", "\u0120is", "\u0120four", NL + NL,
-         "analysis", "\u0120\u0120", CALL, NOT_A_CALL, "commentary", HARMONY_TO, HARMONY_ARGS]
+         "analysis", "\u0120\u0120", CALL, NOT_A_CALL, "commentary", HARMONY_TO, HARMONY_ARGS, LLAMA_CALL]
 TOKENS = BYTES + SPECIAL + WORDS
 ID = {t: i for i, t in enumerate(TOKENS)}
 
@@ -43,6 +45,8 @@ TEMPLATES = {   # enough of each family's Jinja text for the worker to recognise
     "r1": "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}<\uff5cUser\uff5c>{{ m.content }}"
           "{% else %}<\uff5cAssistant\uff5c>{{ m.content }}<\uff5cend\u2581of\u2581sentence\uff5c>{% endif %}"
           "{% endfor %}<\uff5cAssistant\uff5c><think>\\n",
+    "llama3": "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>"
+              "{% endfor %}<|start_header_id|>assistant<|end_header_id|>\n\n",
     "harmony": "<|start|>system<|message|>...<|end|>{% for m in messages %}<|start|>{{ m.role }}"
                "<|channel|>final<|message|>{{ m.content }}<|end|>{% endfor %}<|start|>assistant",
 }

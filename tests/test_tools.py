@@ -1,7 +1,8 @@
 """Tool calling (OpenAI's tools and tool_calls) through the real gateway and
 CPU worker, on scripted models (tests/scripted.py) with Qwen3's chatml
-format and gpt-oss's harmony: the definitions reach the prompt, a call in
-the output (a <tool_call> span; a commentary message to a function) comes
+format, gpt-oss's harmony and Llama 3.1's: the definitions reach the
+prompt, a call in the output (a <tool_call> span; a commentary message to a
+function; an answer that is the call's JSON) comes
 back as a call (streamed or not) with finish_reason "tool_calls", a span
 that is not a call stays text, and the next turn carries the call and its
 result back."""
@@ -13,7 +14,7 @@ import openai
 import pytest
 
 from conftest import bin_path, free_port, http_post
-from scripted import CALL, HARMONY_ARGS, HARMONY_TO, NL, NOT_A_CALL, scripted_model
+from scripted import CALL, HARMONY_ARGS, HARMONY_TO, LLAMA_CALL, NL, NOT_A_CALL, scripted_model
 
 SCRIPTS = {
     # Qwen3-style: it thinks, then calls
@@ -23,8 +24,10 @@ SCRIPTS = {
     "r1": [NL, "The", "<\uff5cend\u2581of\u2581sentence\uff5c>"],
     # gpt-oss: "<|start|>assistant" (the prompt) " to=functions.get_weather<|channel|>commentary<|message|>{...}<|call|>"
     "gpt-oss": ["t", HARMONY_TO, "<|channel|>", "commentary", "<|message|>", HARMONY_ARGS, "<|call|>"],
+    # Llama 3.1: the answer is the call's JSON
+    "llama": [NL, LLAMA_CALL, "<|eot_id|>"],
 }
-TEMPLATE = {"tools": "chatml", "tools-bad": "chatml", "r1": "r1", "gpt-oss": "harmony"}
+TEMPLATE = {"tools": "chatml", "tools-bad": "chatml", "r1": "r1", "gpt-oss": "harmony", "llama": "llama3"}
 
 POLICY = """
 pools:
@@ -38,6 +41,8 @@ routes:
   - model: r1
     target: cpu-pool
   - model: gpt-oss
+    target: cpu-pool
+  - model: llama
     target: cpu-pool
 """
 
@@ -198,3 +203,26 @@ def test_gpt_oss_call(served):
                   {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}]
     st, second = post(served, model="gpt-oss", tools=WEATHER, messages=turn)
     assert st == 200 and second["usage"]["prompt_tokens"] > r["usage"]["prompt_tokens"] + len("sunny"), second
+
+
+def test_llama_call(served):
+    """Llama 3.1: with tools offered, an answer that is the call's JSON comes
+    back as the call (streamed too); without tools it is the answer."""
+    st, plain = post(served, model="llama")
+    assert st == 200 and plain["choices"][0]["message"]["content"] == (
+        '{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}')
+    st, r = post(served, model="llama", tools=WEATHER)
+    assert st == 200, r
+    ch = r["choices"][0]
+    assert ch["finish_reason"] == "tool_calls" and ch["message"]["content"] is None
+    assert [c["function"] for c in ch["message"]["tool_calls"]] == [
+        {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}]
+    assert r["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + len(json.dumps(WEATHER[0]))
+    deltas = []
+    for c in client(served).chat.completions.create(model="llama", messages=ASK, tools=WEATHER, max_tokens=32,
+                                                    temperature=0, stream=True):
+        deltas.append(c.choices[0])
+    assert [d.finish_reason for d in deltas if d.finish_reason] == ["tool_calls"]
+    assert not "".join(d.delta.content or "" for d in deltas).strip()
+    (tc,) = [t for d in deltas for t in d.delta.tool_calls or []]
+    assert tc.function.name == "get_weather"

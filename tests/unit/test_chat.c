@@ -293,8 +293,26 @@ static void test_tools(void) {
     CHECK(got && !strcmp(got, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n"
                               "<|im_start|>assistant\n"), "%s", got ? got : "(null)");
     free(got);
-    CHECK(sw_chat_has_tools(SW_CHAT_CHATML) && sw_chat_has_tools(SW_CHAT_HARMONY) && !sw_chat_has_tools(SW_CHAT_LLAMA3),
-          "chatml and harmony have a tool format here");
+    CHECK(sw_chat_has_tools(SW_CHAT_CHATML) && sw_chat_has_tools(SW_CHAT_HARMONY) && sw_chat_has_tools(SW_CHAT_LLAMA3) &&
+          !sw_chat_has_tools(SW_CHAT_GEMMA) && !sw_chat_has_tools(SW_CHAT_MISTRAL), "which families have a tool format");
+
+    /* Llama 3.1: the definitions (indent=4) before the first user text,
+     * each call as its own assistant JSON message, results from ipython. */
+    cJSON *one = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"parameters\":{}}}]");
+    got = sw_chat_format(SW_CHAT_LLAMA3, conv, 5, &(sw_chat_opts){ .tools = one });
+    want = "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge Date: December 2023\n"
+           "Today Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+           "Given the following functions, please respond with a JSON for a function call with its proper arguments "
+           "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
+           "dictionary of argument name and its value}.Do not use variables.\n\n{\n    \"type\": \"function\",\n"
+           "    \"function\": {\n        \"name\": \"now\",\n        \"parameters\": {}\n    }\n}\n\nWeather?<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": "
+           "{\"city\": \"Paris\"}}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"now\", "
+           "\"parameters\": {}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n{\"c\": 21}<|eot_id|>"
+           "<|start_header_id|>ipython<|end_header_id|>\n\n12:00<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+    CHECK(got && !strcmp(got, want), "llama3 with tools:\n--- got ---\n%s\n--- want ---\n%s", got ? got : "(null)", want);
+    free(got);
+    cJSON_Delete(one);
     cJSON_Delete(tools);
 
     /* Harmony: the functions as TypeScript types in the developer message,
@@ -330,6 +348,13 @@ static void test_json_form(void) {
         { "\"q\\\"\\\\\\n\\t\\u0001 \u00e9\u4e2d\"", "\"q\\\"\\\\\\n\\t\\u0001 \u00e9\u4e2d\"" },
         { "[]", "[]" },
     };
+    cJSON *nested = cJSON_Parse("{\"a\":[1,{}],\"b\":{\"c\":[]}}");
+    sw_sbuf b = { 0 };
+    sw_json_put_indented(&b, nested, 2);
+    CHECK(b.s && !strcmp(b.s, "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": {\n    \"c\": []\n  }\n}"),
+          "indent=2: %s", b.s ? b.s : "(null)");
+    free(b.s);
+    cJSON_Delete(nested);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cJSON *v = cJSON_Parse(cases[i].in);
         char *got = sw_json_dumps(v);

@@ -15,9 +15,9 @@
  * bytes to printable code points), harmony's control tokens and the think
  * markers, no merges. */
 static const char *const SPECIAL[] = { "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|return|>", "<|call|>",
-                                       "<think>", "</think>", "<tool_call>", "</tool_call>" };
+                                       "<think>", "</think>", "<tool_call>", "</tool_call>", "<|python_tag|>" };
 enum { N_SPECIAL = sizeof SPECIAL / sizeof SPECIAL[0] };
-enum { S_START, S_END, S_CHANNEL, S_MESSAGE, S_RETURN, S_CALL, S_THINK, S_UNTHINK, S_TOOL, S_UNTOOL };
+enum { S_START, S_END, S_CHANNEL, S_MESSAGE, S_RETURN, S_CALL, S_THINK, S_UNTHINK, S_TOOL, S_UNTOOL, S_PYTHON };
 
 /* One step of a scripted output: a special token, or text (byte tokens). */
 typedef struct { int special; const char *text; } step;
@@ -104,8 +104,8 @@ static void test_tool_calls(const sw_tokenizer *t, const int32_t *id)
     }
     /* A family without a tool format refuses tools. */
     sw_gen_params pl = { .messages = msgs, .n_messages = 1, .tools = tools };
-    CHECK(sw_gen_init(&g, t, SW_CHAT_LLAMA3, &pl, 4096, err, sizeof err) == 400 && strstr(err, "tool-calling"),
-          "llama3 with tools: %s", err);
+    CHECK(sw_gen_init(&g, t, SW_CHAT_GEMMA, &pl, 4096, err, sizeof err) == 400 && strstr(err, "tool-calling"),
+          "gemma with tools: %s", err);
 
     /* gpt-oss: a commentary message to=functions.NAME is a call, its
      * message the arguments (json.dumps form when they parse, else as
@@ -122,6 +122,25 @@ static void test_tool_calls(const sw_tokenizer *t, const int32_t *id)
         CHECK(!strcmp(r.calls, "f({\"city\": \"Paris\"});g(not json);") && !strcmp(r.reasoning, "Need it.") &&
               !r.answer[0] && r.fin == SW_FINISH_STOP, "harmony calls '%s' reasoning '%s' answer '%s'", r.calls,
               r.reasoning, r.answer);
+        sw_gen_free(&g);
+    }
+    /* Llama 3.1: an answer that is JSON objects (";" between, "parameters"
+     * or "arguments", <|python_tag|> first or not) is calls; one that only
+     * looks like it, or is text, is text. */
+    static const struct { bool tag; const char *out, *calls, *answer; } llama[] = {
+        { false, " {\"name\": \"f\", \"parameters\": {\"x\": 1}}", "f({\"x\": 1});", " " },
+        { true, "{\"name\":\"f\",\"arguments\":{}}; {\"name\":\"g\"}", "f({});g({});", "" },
+        { false, "{\"name\": \"f\"} trailing", "", "{\"name\": \"f\"} trailing" },
+        { false, "{\"foo\": 1}", "", "{\"foo\": 1}" },
+        { false, "Hi {\"name\": \"f\"}", "", "Hi {\"name\": \"f\"}" },
+    };
+    for (size_t k = 0; k < sizeof llama / sizeof llama[0]; k++) {
+        if (!start_chat_tools(&g, t, SW_CHAT_LLAMA3, NULL, tools)) continue;
+        const step out[] = { { llama[k].tag ? S_PYTHON : -1, llama[k].tag ? NULL : "" }, TEXT(llama[k].out),
+                             { S_RETURN, 0 } };
+        run_out r = run_script(&g, t, id, out + !llama[k].tag, 3 - !llama[k].tag);
+        CHECK(!strcmp(r.calls, llama[k].calls) && !strcmp(r.answer, llama[k].answer) && r.fin == SW_FINISH_STOP,
+              "llama3 %zu: calls '%s' answer '%s'", k, r.calls, r.answer);
         sw_gen_free(&g);
     }
     /* Without tools offered such messages are nobody's text. */
