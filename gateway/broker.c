@@ -148,6 +148,8 @@ static void sdk_chunk(sw_req *r, const Spillway__TokenChunk *c, int finish, cons
         out.reasoning = c->reasoning;
         out.n_tool_calls = c->n_tool_calls;
         out.tool_calls = c->tool_calls;
+        out.n_logprobs = c->n_logprobs;
+        out.logprobs = c->logprobs;
         out.n_token_ids = c->n_token_ids;
         out.token_ids = c->token_ids;
         if (c->usage) out.usage = c->usage;
@@ -459,6 +461,34 @@ static void on_register(const uint8_t *id, size_t idlen, const Spillway__Registe
     B.capacity_changed = true;
 }
 
+/* A token's log probability entry, kept for the response. */
+static void lp_token(struct sw_lp_token *t, const Spillway__Logprob *l)
+{
+    t->bytes = malloc(l->token.len + 1);
+    if (!t->bytes) abort();   /* out of memory: as sw_buf_append */
+    memcpy(t->bytes, l->token.data, l->token.len);
+    t->bytes[l->token.len] = 0;
+    t->n = l->token.len;
+    t->logprob = l->logprob;
+}
+
+static void add_logprob(sw_req *r, const Spillway__Logprob *l)
+{
+    if (r->n_lps == r->cap_lps) {
+        size_t cap = r->cap_lps ? 2 * r->cap_lps : 64;
+        struct sw_lp_entry *p = realloc(r->lps, cap * sizeof *p);
+        if (!p) abort();
+        r->lps = p;
+        r->cap_lps = cap;
+    }
+    struct sw_lp_entry *e = &r->lps[r->n_lps++];
+    lp_token(&e->tok, l);
+    e->n_top = l->n_top;
+    e->top = l->n_top ? calloc(l->n_top, sizeof *e->top) : NULL;
+    if (l->n_top && !e->top) abort();
+    for (size_t k = 0; k < l->n_top; k++) lp_token(&e->top[k], l->top[k]);
+}
+
 static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
 {
     int64_t t0 = sw_now_ns();
@@ -482,6 +512,7 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
         if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = t0;
         sw_buf_append(&r->reasoning, c->reasoning, strlen(c->reasoning));
     }
+    for (size_t i = 0; i < c->n_logprobs && !r->sdk && r->logprobs; i++) add_logprob(r, c->logprobs[i]);
     for (size_t i = 0; i < c->n_tool_calls && !r->sdk && r->chat; i++)   /* kept for the response */
         if (!sw_tool_calls_add(&r->calls, c->tool_calls[i]->name, c->tool_calls[i]->arguments)) abort();
     r->got_token = true;

@@ -169,6 +169,7 @@ typedef struct sw_req {
 
     /* immutable once submitted */
     bool chat, stream, include_usage;
+    bool logprobs;                /* the response carries log probabilities */
     char *model_asked, *model;    /* as asked; after alias resolution */
     uint8_t *gen; size_t gen_len; /* encoded Envelope{generate} */
     int klass;
@@ -204,6 +205,13 @@ typedef struct sw_req {
      * from n_calls_sent on are not relayed yet */
     sw_tool_calls calls;
     size_t n_calls_sent;
+    /* log probabilities the worker reported, one entry a token (when asked);
+     * streaming: those from n_lps_sent on are not relayed yet */
+    struct sw_lp_entry {
+        struct sw_lp_token { char *bytes; size_t n; float logprob; } tok, *top;
+        size_t n_top;
+    } *lps;
+    size_t n_lps, cap_lps, n_lps_sent;
     bool got_token;
     bool keepalive_due;
     int64_t last_write_ms;
@@ -296,6 +304,9 @@ void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, con
                          bool role);
 /* One delta event with the calls not relayed yet (n_calls_sent on). */
 void sw_openai_sse_calls(sw_req *r, sw_buf *out);
+/* A delta event for a request that asked for log probabilities: its text
+ * and the entries not relayed yet (n_lps_sent on). */
+void sw_openai_sse_delta_logprobs(sw_req *r, sw_buf *out, bool role);
 void sw_openai_sse_final(sw_req *r, sw_buf *out);
 
 #endif

@@ -216,7 +216,10 @@ static void take_text(sw_req *r, sw_buf *out)
 {
     bool role = r->chat && r->sse_stage == 0;
     r->sse_stage = 1;
-    if (r->text.len || r->reasoning.len || role) {
+    if (r->logprobs && (r->text.len || r->reasoning.len || role || r->n_lps > r->n_lps_sent)) {
+        sw_openai_sse_delta_logprobs(r, out, role);
+        r->text.len = r->reasoning.len = 0;
+    } else if (r->text.len || r->reasoning.len || role) {
         sw_openai_sse_delta(r, out, r->text.data, r->text.len, r->reasoning.data, r->reasoning.len, role);
         r->text.len = r->reasoning.len = 0;
     }
@@ -245,7 +248,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         int64_t rx = r->text_rx_ns;
-        if (r->text.len || r->reasoning.len || r->calls.n > r->n_calls_sent || (r->chat && r->sse_stage == 0)) {
+        if (r->text.len || r->reasoning.len || r->calls.n > r->n_calls_sent || r->n_lps > r->n_lps_sent ||
+            (r->chat && r->sse_stage == 0)) {
             take_text(r, &r->out);
             if (rx) sw_metrics_latency(SW_LAT_RELAY, sw_now_ns() - rx);
             r->text_rx_ns = 0;

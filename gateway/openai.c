@@ -214,6 +214,31 @@ static int request_tools(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     return 0;
 }
 
+/* Log probabilities of the generated tokens: chat's logprobs (bool) and
+ * top_logprobs (0-20, with logprobs), completions' logprobs (the number of
+ * alternatives, 0-20; OpenAI allows 5). The prompt's own (echo) would need
+ * logits at every prompt position, which the workers do not keep. */
+static int request_logprobs(cJSON *o, bool chat, bool echo, Spillway__GenerateRequest *g, sw_req *r, perr *e)
+{
+    int rc;
+    double top = 0;
+    if (chat) {
+        bool lp = false;
+        if ((rc = get_bool(o, "logprobs", &lp, e))) return rc;
+        if ((rc = get_int(o, "top_logprobs", 0, SW_MAX_TOP_LOGPROBS, &top, e))) return rc;
+        if (top > 0 && !lp) return bad(e, "top_logprobs", "'%s' needs \"logprobs\": true");
+        r->logprobs = lp;
+    } else {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
+        if ((rc = get_int(o, "logprobs", 0, SW_MAX_TOP_LOGPROBS, &top, e))) return rc;
+        r->logprobs = v && !cJSON_IsNull(v);
+        if (r->logprobs && echo) return bad(e, "logprobs", "'%s' of the prompt (with echo) are not supported");
+    }
+    g->logprobs = r->logprobs;
+    g->top_logprobs = (uint32_t)top;
+    return 0;
+}
+
 int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw_policy *p,
                     char *msg, size_t msglen, const char **param)
 {
@@ -373,6 +398,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     bool stream = false, echo = false, usage = false;
     if ((rc = get_bool(o, "stream", &stream, &e))) goto out;
     if (!chat && (rc = get_bool(o, "echo", &echo, &e))) goto out;
+    if ((rc = request_logprobs(o, chat, echo, &g, r, &e))) goto out;
     cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) { rc = bad(&e, "stream_options", "'%s' must be an object"); goto out; }
@@ -476,6 +502,70 @@ static cJSON *tool_calls_json(const sw_req *r, size_t from, size_t to, bool inde
     return a;
 }
 
+/* A token as OpenAI shows it: its text when its bytes are whole UTF-8, else
+ * "bytes:\\xNN..." (a token may hold part of a character). */
+static void add_token_text(cJSON *o, const struct sw_lp_token *t)
+{
+    if (memchr(t->bytes, 0, t->n) == NULL && sw_utf8_valid(t->bytes)) {
+        cJSON_AddStringToObject(o, "token", t->bytes);
+        return;
+    }
+    char *s = malloc(6 + 4 * t->n + 1), *p = s;
+    if (!s) abort();
+    p += sprintf(p, "bytes:");
+    for (size_t i = 0; i < t->n; i++) p += sprintf(p, "\\x%02x", (unsigned char)t->bytes[i]);
+    cJSON_AddStringToObject(o, "token", s);
+    free(s);
+}
+
+static cJSON *chat_lp_token(const struct sw_lp_token *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    add_token_text(o, t);
+    cJSON_AddNumberToObject(o, "logprob", t->logprob);
+    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < t->n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)t->bytes[i]));
+    return o;
+}
+
+/* Entries [from, to) as a choice's logprobs: chat's {"content": [...]},
+ * completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+ * offset: the text's byte offset at entry `from`. */
+static cJSON *logprobs_json(const sw_req *r, size_t from, size_t to, size_t offset)
+{
+    cJSON *l = cJSON_CreateObject();
+    if (r->chat) {
+        cJSON *content = cJSON_AddArrayToObject(l, "content");
+        for (size_t i = from; i < to; i++) {
+            cJSON *t = chat_lp_token(&r->lps[i].tok);
+            cJSON *top = cJSON_AddArrayToObject(t, "top_logprobs");
+            for (size_t k = 0; k < r->lps[i].n_top; k++) cJSON_AddItemToArray(top, chat_lp_token(&r->lps[i].top[k]));
+            cJSON_AddItemToArray(content, t);
+        }
+        return l;
+    }
+    cJSON *toks = cJSON_AddArrayToObject(l, "tokens"), *lps = cJSON_AddArrayToObject(l, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(l, "top_logprobs"), *offs = cJSON_AddArrayToObject(l, "text_offset");
+    for (size_t i = from; i < to; i++) {
+        cJSON *t = cJSON_CreateObject();
+        add_token_text(t, &r->lps[i].tok);
+        cJSON_AddItemToArray(toks, cJSON_DetachItemFromObject(t, "token"));
+        cJSON_Delete(t);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(r->lps[i].tok.logprob));
+        cJSON *m = cJSON_CreateObject();
+        for (size_t k = 0; k < r->lps[i].n_top; k++) {
+            cJSON *x = cJSON_CreateObject();
+            add_token_text(x, &r->lps[i].top[k]);
+            cJSON_AddNumberToObject(m, cJSON_GetObjectItem(x, "token")->valuestring, r->lps[i].top[k].logprob);
+            cJSON_Delete(x);
+        }
+        cJSON_AddItemToArray(tops, m);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
+        offset += r->lps[i].tok.n;
+    }
+    return l;
+}
+
 static bool blank(const char *s)
 {
     while (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t') s++;
@@ -499,7 +589,8 @@ char *sw_openai_response(sw_req *r)
     } else {
         cJSON_AddStringToObject(c, "text", text);
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    if (r->logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(r, 0, r->n_lps, 0));
+    else cJSON_AddNullToObject(c, "logprobs");
     add_finish(c, r);
     cJSON_AddItemToArray(ch, c);
     add_usage(o, r);
@@ -573,6 +664,35 @@ void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, con
     json_escape(out, text ? text : "", text ? n : 0);
     sw_buf_puts(out, r->chat ? "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
                              : "\",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+}
+
+void sw_openai_sse_delta_logprobs(sw_req *r, sw_buf *out, bool role)
+{
+    cJSON *o = base_obj(r, r->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    /* the buffers hold text[0..len) (a relayed buffer keeps stale bytes past len) */
+    char *text = strndup(r->text.data ? r->text.data : "", r->text.len);
+    char *reasoning = strndup(r->reasoning.data ? r->reasoning.data : "", r->reasoning.len);
+    if (!text || !reasoning) abort();   /* out of memory: as sw_buf_append */
+    if (r->chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role) cJSON_AddStringToObject(d, "role", "assistant");
+        if (*reasoning) cJSON_AddStringToObject(d, "reasoning_content", reasoning);
+        if (*text || role || !*reasoning) cJSON_AddStringToObject(d, "content", text);
+    } else {
+        cJSON_AddStringToObject(c, "text", text);
+    }
+    free(text);
+    free(reasoning);
+    size_t offset = 0;
+    for (size_t i = 0; i < r->n_lps_sent; i++) offset += r->lps[i].tok.n;
+    cJSON_AddItemToObject(c, "logprobs", logprobs_json(r, r->n_lps_sent, r->n_lps, offset));
+    cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(ch, c);
+    r->n_lps_sent = r->n_lps;
+    sse_emit(out, o);
 }
 
 void sw_openai_sse_calls(sw_req *r, sw_buf *out)

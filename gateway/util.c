@@ -62,6 +62,12 @@ void sw_req_unref(sw_req *r)
     sw_buf_free(&r->text);
     sw_buf_free(&r->reasoning);
     sw_tool_calls_free(&r->calls);
+    for (size_t i = 0; i < r->n_lps; i++) {
+        free(r->lps[i].tok.bytes);
+        for (size_t k = 0; k < r->lps[i].n_top; k++) free(r->lps[i].top[k].bytes);
+        free(r->lps[i].top);
+    }
+    free(r->lps);
     sw_buf_free(&r->out);
     if (r->policy) sw_policy_unref(r->policy);
     free(r);

@@ -426,6 +426,12 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
     if (rc) return rc;
     reasoning_init(g, chat, p);
     calls_init(g, chat, p);
+    if (p->top_logprobs < 0 || p->top_logprobs > SW_GEN_MAX_TOP) {
+        sw_errf(err, errlen, "top_logprobs %d (0 to %d)", p->top_logprobs, SW_GEN_MAX_TOP);
+        return 400;
+    }
+    g->lp_on = p->logprobs || p->top_logprobs > 0;
+    g->lp_k = p->top_logprobs;
     for (int i = 0; i < g->n_prompt; i++) sw_sampler_accept(&g->sampler, g->prompt[i]);
 
     /* Text that starts a document (prompt is just BOS) should not begin
@@ -521,6 +527,8 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
     }
     p.max_tokens = req->max_tokens;
     p.effort = (sw_reasoning_effort)req->reasoning_effort;   /* the wire layer checked its range */
+    p.logprobs = req->logprobs;
+    p.top_logprobs = req->top_logprobs > SW_GEN_MAX_TOP ? SW_GEN_MAX_TOP + 1 : (int)req->top_logprobs;
     p.stop = (const char *const *)req->stop;
     p.n_stop = req->n_stop;
     rc = sw_gen_init(g, tok, chat, &p, n_ctx, err, errlen);
@@ -542,7 +550,15 @@ void sw_gen_free(sw_gen *g)
     free(g->reasoning);
     sw_tool_calls_free(&g->calls);
     free(g->call_text.s);
+    free(g->lp_row);
     memset(g, 0, sizeof *g);
+}
+
+/* A token's id and bytes into a logprob entry. */
+static void token_bytes(const sw_gen *g, int32_t id, sw_token_logprob *t)
+{
+    t->id = id;
+    t->n_bytes = (uint8_t)sw_tok_piece(g->tok, id, t->bytes, sizeof t->bytes);
 }
 
 int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits)
@@ -556,7 +572,23 @@ int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits)
 #pragma omp simd reduction(|:nan)
     for (int32_t i = 0; i < n; i++) nan |= isnan(logits[i]) != 0;
     if (nan) return -1;
-    return sw_sampler_sample(&g->sampler, logits, n);
+    g->lp_valid = false;
+    if (!g->lp_on) return sw_sampler_sample(&g->sampler, logits, n);
+    /* sampling rewrites the row (penalty, temperature): keep it */
+    if (!g->lp_row && !(g->lp_row = malloc((size_t)g->n_vocab * sizeof *g->lp_row))) return -1;
+    memcpy(g->lp_row, logits, (size_t)n * sizeof *logits);
+    int32_t tok = sw_sampler_sample(&g->sampler, logits, n);
+    int32_t ids[SW_GEN_MAX_TOP];
+    float lps[SW_GEN_MAX_TOP];
+    g->lp.chosen.logprob = sw_logprobs(g->lp_row, n, tok, g->lp_k, ids, lps);
+    token_bytes(g, tok, &g->lp.chosen);
+    g->lp.n_top = g->lp_k < n ? g->lp_k : n;
+    for (int j = 0; j < g->lp.n_top; j++) {
+        g->lp.top[j].logprob = lps[j];
+        token_bytes(g, ids[j], &g->lp.top[j]);
+    }
+    g->lp_valid = true;
+    return tok;
 }
 
 /* Moves the first n held bytes to the output. */

@@ -40,6 +40,12 @@ enum { SW_FINISH_NONE = 0, SW_FINISH_STOP = 1, SW_FINISH_LENGTH = 2,
 #define SW_GEN_MAX_STOPS 16
 #define SW_GEN_NAN_ERROR "the model computed NaN logits (are its weights damaged?)"
 #define SW_GEN_MAX_STOP_LEN 256
+#define SW_GEN_MAX_TOP 20         /* top_logprobs at most (OpenAI's limit) */
+
+/* A token with its log probability and its bytes (truncated to 128). */
+typedef struct { int32_t id; float logprob; uint8_t n_bytes; char bytes[128]; } sw_token_logprob;
+/* The sampled token's, and the likeliest tokens' at its position. */
+typedef struct { sw_token_logprob chosen; sw_token_logprob top[SW_GEN_MAX_TOP]; int n_top; } sw_logprob;
 
 typedef struct {
     /* Exactly one prompt form: messages (n_messages > 0), else ids
@@ -51,6 +57,8 @@ typedef struct {
     size_t n_messages;
     sw_reasoning_effort effort;   /* chat messages to a reasoning model */
     const cJSON *tools;           /* functions the model may call (OpenAI's tools array), or NULL */
+    bool logprobs;                /* log probabilities of the generated tokens */
+    int top_logprobs;             /* and of the likeliest alternatives, 0..SW_GEN_MAX_TOP */
     sw_sampling_params sampling;
     uint32_t max_tokens;          /* 0 = until the context is full */
     const char *const *stop;
@@ -96,6 +104,13 @@ typedef struct {
     sw_sbuf call_text;            /* the JSON of the call being written */
     sw_tool_calls calls;          /* the calls completed by the last sw_gen_accept */
     uint32_t n_calls_total;
+    /* Log probabilities (sw_gen_sample), when asked: of the raw logits, kept
+     * from before sampling changes them. */
+    bool lp_on;
+    int lp_k;
+    float *lp_row;                /* the raw logits of the last sample */
+    sw_logprob lp;
+    bool lp_valid;                /* lp is the last sampled token's */
 } sw_gen;
 
 /* Returns 0, or 400 with err filled (empty or too long prompt, bad token id,
@@ -133,6 +148,9 @@ static inline const sw_tool_call *sw_gen_tool_calls(const sw_gen *g, size_t *n)
     *n = g->calls.n;
     return g->calls.v;
 }
+/* The last sampled token's log probabilities (valid until the next
+ * sw_gen_sample), or NULL when they were not asked for. */
+static inline const sw_logprob *sw_gen_logprob(const sw_gen *g) { return g->lp_valid ? &g->lp : NULL; }
 /* Position at which the last accepted token must be evaluated. */
 static inline int sw_gen_next_pos(const sw_gen *g) { return g->n_prompt + (int)g->n_generated - 1; }
 

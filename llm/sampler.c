@@ -258,3 +258,24 @@ int32_t sw_sampler_sample(sw_sampler *s, float *logits, int32_t n_vocab) {
     while (pick > 0 && c[pick].w == 0.0f) pick--;    /* never a zero-weight token through rounding */
     return c[pick].id;
 }
+
+float sw_logprobs(const float *logits, int32_t n, int32_t chosen, int k, int32_t *top_ids, float *top_lps)
+{
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)(logits[i] - mx));
+    float lse = mx + (float)log(sum);
+    /* the k best so far, sorted: a new one enters only above the k-th */
+    int m = 0;
+    for (int32_t i = 0; i < n && k > 0; i++) {
+        float v = logits[i];
+        if (m == k && !(v > top_lps[k - 1])) continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && v > top_lps[j - 1]) { top_lps[j] = top_lps[j - 1]; top_ids[j] = top_ids[j - 1]; j--; }
+        top_lps[j] = v;
+        top_ids[j] = i;
+    }
+    for (int j = 0; j < m; j++) top_lps[j] -= lse;
+    return chosen >= 0 && chosen < n ? logits[chosen] - lse : -INFINITY;
+}

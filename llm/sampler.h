@@ -34,5 +34,9 @@ void sw_sampler_accept(sw_sampler *s, int32_t token);
 /* Picks the next token. `logits` may be modified (penalty, temperature). */
 int32_t sw_sampler_sample(sw_sampler *s, float *logits, int32_t n_vocab);
 int32_t sw_argmax(const float *x, int32_t n);
+/* Log-softmax of logits[0..n) at `chosen`, returned; and the k likeliest
+ * tokens (ids and log probabilities, likeliest first, ties to the lower id)
+ * into top_ids/top_lps. */
+float sw_logprobs(const float *logits, int32_t n, int32_t chosen, int k, int32_t *top_ids, float *top_lps);
 
 #endif

@@ -26,6 +26,7 @@
 #define MAX_STOP_LEN 1024
 #define MAX_QUANT_LEN 32
 #define MAX_TOOL_CALLS 128
+#define MAX_TOKEN_BYTES 1024
 
 static bool fail(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {
@@ -64,6 +65,17 @@ static bool check_tool_calls(const char *what, Spillway__ToolCall *const *c, siz
             return fail(err, errlen, "%s: tool call %zu has no valid function name", what, i);
         if (!check_text(what, c[i]->arguments, err, errlen)) return false;
     }
+    return true;
+}
+
+/* A log probability: at most 0 (NaN is not one); a token's bytes bounded. */
+static bool check_logprob(const Spillway__Logprob *l, bool top, char *err, size_t errlen) {
+    if (!(l->logprob <= 0.0f)) return fail(err, errlen, "chunk: logprob %g is not <= 0", (double)l->logprob);
+    if (l->token.len > MAX_TOKEN_BYTES) return fail(err, errlen, "chunk: a token of %zu bytes", l->token.len);
+    if (top && l->n_top) return fail(err, errlen, "chunk: a top logprob with its own top");
+    if (l->n_top > SW_MAX_TOP_LOGPROBS) return fail(err, errlen, "chunk: %zu top logprobs (max %d)", l->n_top, SW_MAX_TOP_LOGPROBS);
+    for (size_t i = 0; i < l->n_top; i++)
+        if (!check_logprob(l->top[i], true, err, errlen)) return false;
     return true;
 }
 
@@ -150,6 +162,8 @@ static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t
         if (!check_text(what, g->stop[i], err, errlen)) return false;
     }
     if (!check_text("generate: tools_json", g->tools_json, err, errlen)) return false;
+    if (g->top_logprobs > SW_MAX_TOP_LOGPROBS)
+        return fail(err, errlen, "generate: top_logprobs %u (max %d)", g->top_logprobs, SW_MAX_TOP_LOGPROBS);
     if (g->reasoning_effort < SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_DEFAULT ||
         g->reasoning_effort > SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_HIGH)
         return fail(err, errlen, "generate: unknown reasoning_effort %d", (int)g->reasoning_effort);
@@ -161,6 +175,9 @@ static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen)
     if (!check_text("chunk: text", c->text, err, errlen)) return false;
     if (!check_text("chunk: reasoning", c->reasoning, err, errlen)) return false;
     if (!check_tool_calls("chunk", c->tool_calls, c->n_tool_calls, err, errlen)) return false;
+    if (c->n_logprobs > c->n_token_ids) return fail(err, errlen, "chunk: %zu logprobs for %zu tokens", c->n_logprobs, c->n_token_ids);
+    for (size_t i = 0; i < c->n_logprobs; i++)
+        if (!check_logprob(c->logprobs[i], false, err, errlen)) return false;
     if (c->finish_reason < SPILLWAY__FINISH_REASON__FINISH_NONE ||
         c->finish_reason > SPILLWAY__FINISH_REASON__FINISH_ERROR)
         return fail(err, errlen, "chunk: unknown finish_reason %d", (int)c->finish_reason);

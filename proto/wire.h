@@ -16,6 +16,7 @@
 #define SW_MAX_FRAME (16u << 20)     /* no legitimate message comes near this */
 #define SW_MAX_ID_LEN 128
 #define SW_MAX_TOKENS_PER_REQUEST (1u << 20)
+#define SW_MAX_TOP_LOGPROBS 20          /* OpenAI's limit on top_logprobs */
 
 /* Heartbeats (Paranoid Pirate): send after HEARTBEAT_MS of silence; the peer
  * is dead after HEARTBEAT_LIVENESS intervals without hearing anything. */

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include "wire.h"
 #include "llm/chat.h"
+#include "llm/generate.h"
 
 typedef struct {
     uint32_t active, queued, slots, batch_size;
@@ -51,6 +52,7 @@ typedef struct {
     const char *reasoning;        /* the reasoning's delta (NULL: none) */
     const sw_tool_call *calls;    /* function calls completed in this step */
     size_t n_calls;
+    const sw_logprob *logprob;    /* the step's token's log probabilities, or NULL */
 } sw_out;
 
 /* Called by the engine (on the compute thread) for every output chunk.

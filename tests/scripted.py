@@ -52,10 +52,12 @@ TEMPLATES = {   # enough of each family's Jinja text for the worker to recognise
 }
 
 
-def scripted_model(path, template, script):
+def scripted_model(path, template, script, scale=4.0):
     """Writes the file: template names TEMPLATES' chat template, script is
     the prompt's last token and then the output, every token once (its
-    successor is fixed), ending with the end-of-generation token."""
+    successor is fixed), ending with the end-of-generation token. scale sets
+    how sure the model is: the successor's logit is about 11 x scale, the
+    others' about scale (random) or 0 (tokens outside the script)."""
     hp, w = make_weights("llama", E=128, n_head=2, n_kv=2, hd=64, F=128, V=len(TOKENS), n_layer=1, seed=7)
     w["blk.0.attn_output.weight"][:] = 0   # the layer adds nothing: the stream is the token's embedding
     w["blk.0.ffn_down.weight"][:] = 0
@@ -65,7 +67,7 @@ def scripted_model(path, template, script):
     ids = [ID[t] for t in script]
     assert len(set(ids)) == len(ids), "a token may appear once in a script: its successor is fixed"
     for cur, nxt in zip(ids, ids[1:]):
-        out[nxt] = 4 * emb[cur] / np.linalg.norm(emb[cur])
+        out[nxt] = scale * emb[cur] / np.linalg.norm(emb[cur])
     w["output.weight"] = out
     types = [1] * 256 + [4 if t in USER_DEFINED else 3 for t in SPECIAL] + [1] * len(WORDS)
     vocab = dict(tokens=TOKENS, types=types, merges=["\u0120 \u0120"], eos=ids[-1],

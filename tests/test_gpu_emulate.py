@@ -13,6 +13,7 @@ activations, paged KV cache) on the CPU.
     the text of an unconstrained run.
 """
 import json
+import math
 import shutil
 import subprocess
 import threading
@@ -269,3 +270,21 @@ def test_preemption_under_tiny_kv_pool(cluster):
     log = w.output()
     print("\n".join(l for l in log.splitlines() if "sched:" in l))
     assert "preempted" in log, "no preemption happened\n" + log[-3000:]
+
+
+def test_logprobs_through_the_gpu_worker(cluster):
+    """Log probabilities need the logits on the host, so such a request
+    leaves the device sampler: the greedy text stays the same, and every
+    token has its entry, likeliest first."""
+    start(cluster, [])
+    c = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    plain = c.completions.create(model="synth", prompt=PROMPT, max_tokens=8, temperature=0)
+    r = c.completions.create(model="synth", prompt=PROMPT, max_tokens=8, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert r.choices[0].text == plain.choices[0].text
+    assert len(lp.tokens) == r.usage.completion_tokens == 8
+    for tok, val, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert val <= 0 and len(top) == 3
+        best = max(top.values())
+        assert val == pytest.approx(best, abs=1e-5), (tok, val, top)   # greedy: the likeliest token
+        assert sum(math.exp(v) for v in top.values()) <= 1 + 1e-4

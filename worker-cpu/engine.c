@@ -399,6 +399,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
                 int fin = sw_gen_accept(&s->gen, tok, &o.text, &dlen);
                 o.reasoning = sw_gen_reasoning(&s->gen, NULL);
                 o.calls = sw_gen_tool_calls(&s->gen, &o.n_calls);
+                o.logprob = sw_gen_logprob(&s->gen);
                 e->tokens_generated++;
                 uint32_t id = (uint32_t)tok;
                 emit(ectx, s->id, &o, &id, 1, fin,

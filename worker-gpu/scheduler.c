@@ -278,8 +278,9 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
     s->deadline_ms = req->deadline_unix_ms;
     s->rng = s->gen.sampler.p.seed ^ 0x5DEECE66Dull;
     const sw_sampling_params *sp = &s->gen.sampler.p;
+    /* log probabilities need the logits on the host */
     s->dev_sample_ok = (sp->repetition_penalty == 0.0f || sp->repetition_penalty == 1.0f) &&
-                       sp->min_p <= 0.0f && s->gen.n_vocab == (int32_t)e->be->hp.n_vocab;
+                       sp->min_p <= 0.0f && s->gen.n_vocab == (int32_t)e->be->hp.n_vocab && !s->gen.lp_on;
     waiting_insert(e, s);
     return 0;
 }
@@ -517,6 +518,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
         int fin = sw_gen_accept(&s->gen, tok, &o.text, &len);
         o.reasoning = sw_gen_reasoning(&s->gen, NULL);
         o.calls = sw_gen_tool_calls(&s->gen, &o.n_calls);
+        o.logprob = dev_sample ? NULL : sw_gen_logprob(&s->gen);
         if (s->n_toks < s->cap_toks) s->toks[s->n_toks++] = tok;
         uint32_t id = (uint32_t)tok;
         emit(ctx, s->id, &o, &id, 1, fin,

@@ -1,0 +1,123 @@
+"""Log probabilities (OpenAI's logprobs) through the real gateway and CPU
+worker, checked against the model itself: a scripted model
+(tests/scripted.py) whose logits at each step are its output matrix times
+the normed embedding of the current token, so numpy computes the exact
+log-softmax the worker must report. Chat (logprobs, top_logprobs) and
+completions (logprobs=N, text_offset), whole and streamed."""
+
+import json
+
+import numpy as np
+import openai
+import pytest
+from gguf import GGUFReader
+
+from conftest import http_post
+from scripted import ID, NL, TOKENS, scripted_model
+
+SCRIPT = [NL, "The", "\u0120answer", "\u0120is", "\u0120four", "!", "<|im_end|>"]
+TEXTS = ["The", " answer", " is", " four", "!"]
+POLICY = """
+pools:
+  - name: cpu-pool
+    kind: cpu
+routes:
+  - model: m
+    target: cpu-pool
+"""
+
+
+@pytest.fixture
+def served(tmp_path, cluster):
+    path = scripted_model(tmp_path / "m.gguf", "chatml", SCRIPT, scale=0.15)   # unsure: logprobs near -4
+    cluster.start_gateway(POLICY)
+    cluster.start_worker("cpu-pool", "m", path, ["--threads", "1", "--parallel", "2"], name="m")
+    cluster.wait_model("m", timeout=60)
+    cluster.model_path = path
+    return cluster
+
+
+def reference(path):
+    """Each script token's log-softmax row (what follows it), from the file."""
+    t = {x.name: np.array(x.data, dtype=np.float64) for x in GGUFReader(str(path)).tensors}
+    emb, out = t["token_embd.weight"], t["output.weight"]
+    rows = {}
+    for tok in SCRIPT[:-1]:
+        h = emb[ID[tok]]
+        logits = out @ (h / np.sqrt(np.mean(h * h) + 1e-6))
+        rows[tok] = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
+    return rows
+
+
+def expected(path):
+    """(token text, its log probability, the best alternative's) per step."""
+    rows = reference(path)
+    steps = []
+    for cur, nxt in zip(SCRIPT, SCRIPT[1:-1]):
+        r = rows[cur]
+        order = np.argsort(-r, kind="stable")
+        steps.append((nxt, r[ID[nxt]], order))
+    return steps
+
+
+def test_chat_logprobs_match_the_model(served):
+    c = openai.OpenAI(base_url=served.base + "/v1", api_key="x", max_retries=0, timeout=60)
+    r = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Q"}], max_tokens=16,
+                                  temperature=0, logprobs=True, top_logprobs=3)
+    ch = r.choices[0]
+    assert ch.message.content == "The answer is four!"
+    content = ch.logprobs.content
+    assert [t.token for t in content] == TEXTS + [""]   # <|im_end|> ends it: a control token, no text
+    rows = reference(served.model_path)
+    for t, cur, (nxt, lp, order) in zip(content, SCRIPT, expected(served.model_path)):
+        assert lp < -1 and t.logprob == pytest.approx(lp, abs=2e-3), t
+        assert bytes(t.bytes) == t.token.encode()
+        top = t.top_logprobs
+        assert len(top) == 3 and top[0].token == t.token and top[0].logprob == pytest.approx(t.logprob, abs=1e-6)
+        # the runners-up, as the model ranks them
+        for k in (1, 2):
+            assert top[k].logprob == pytest.approx(rows[cur][order[k]], abs=2e-3), (top[k], TOKENS[order[k]])
+    # without logprobs the field is null, as before
+    r = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Q"}], max_tokens=16, temperature=0)
+    assert r.choices[0].logprobs is None
+
+
+def test_streamed_logprobs_cover_every_token(served):
+    c = openai.OpenAI(base_url=served.base + "/v1", api_key="x", max_retries=0, timeout=60)
+    got = []
+    for ch in c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Q"}], max_tokens=16,
+                                        temperature=0, logprobs=True, stream=True):
+        if ch.choices and ch.choices[0].logprobs:
+            got += [(t.token, t.logprob) for t in ch.choices[0].logprobs.content]
+    assert [t for t, _ in got] == TEXTS + [""]
+    for (tok, lp), (nxt, ref, _) in zip(got, expected(served.model_path)):
+        assert lp == pytest.approx(ref, abs=2e-3)
+
+
+def test_completion_logprobs(served):
+    st, _, body = http_post(served.base + "/v1/completions",
+                            dict(model="m", prompt="Q\n", max_tokens=16, temperature=0, logprobs=2))
+    r = json.loads(body)
+    assert st == 200, r
+    lp = r["choices"][0]["logprobs"]
+    assert r["choices"][0]["text"] == "The answer is four!"
+    assert lp["tokens"][:5] == TEXTS
+    assert lp["text_offset"][:5] == [0, 3, 10, 13, 18]
+    for k, (nxt, ref, _) in enumerate(expected(served.model_path)):
+        assert lp["token_logprobs"][k] == pytest.approx(ref, abs=2e-3)
+        assert len(lp["top_logprobs"][k]) == 2 and lp["top_logprobs"][k][TEXTS[k]] == pytest.approx(ref, abs=2e-3)
+
+
+@pytest.mark.parametrize("url, body, param", [
+    ("/v1/chat/completions", dict(top_logprobs=2), "top_logprobs"),
+    ("/v1/chat/completions", dict(logprobs=True, top_logprobs=21), "top_logprobs"),
+    ("/v1/chat/completions", dict(logprobs="yes"), "logprobs"),
+    ("/v1/completions", dict(logprobs=-1), "logprobs"),
+    ("/v1/completions", dict(logprobs=1, echo=True), "logprobs"),
+])
+def test_bad_logprobs_are_refused(served, url, body, param):
+    base = dict(model="m", max_tokens=4)
+    base.update(dict(messages=[{"role": "user", "content": "Q"}]) if "chat" in url else dict(prompt="Q\n"))
+    st, _, raw = http_post(served.base + url, dict(base, **body))
+    r = json.loads(raw)
+    assert st == 400 and r["error"]["param"] == param, r
