@@ -462,14 +462,14 @@ static void on_register(const uint8_t *id, size_t idlen, const Spillway__Registe
 }
 
 /* A token's log probability entry, kept for the response. */
-static void lp_token(struct sw_lp_token *t, const Spillway__Logprob *l)
+static void lp_token(struct sw_lp_token *t, ProtobufCBinaryData token, float logprob)
 {
-    t->bytes = malloc(l->token.len + 1);
+    t->bytes = malloc(token.len + 1);
     if (!t->bytes) abort();   /* out of memory: as sw_buf_append */
-    memcpy(t->bytes, l->token.data, l->token.len);
-    t->bytes[l->token.len] = 0;
-    t->n = l->token.len;
-    t->logprob = l->logprob;
+    memcpy(t->bytes, token.data, token.len);
+    t->bytes[token.len] = 0;
+    t->n = token.len;
+    t->logprob = logprob;
 }
 
 static void add_logprob(sw_req *r, const Spillway__Logprob *l)
@@ -482,11 +482,11 @@ static void add_logprob(sw_req *r, const Spillway__Logprob *l)
         r->cap_lps = cap;
     }
     struct sw_lp_entry *e = &r->lps[r->n_lps++];
-    lp_token(&e->tok, l);
+    lp_token(&e->tok, l->token, l->logprob);
     e->n_top = l->n_top;
     e->top = l->n_top ? calloc(l->n_top, sizeof *e->top) : NULL;
     if (l->n_top && !e->top) abort();
-    for (size_t k = 0; k < l->n_top; k++) lp_token(&e->top[k], l->top[k]);
+    for (size_t k = 0; k < l->n_top; k++) lp_token(&e->top[k], l->top[k]->token, l->top[k]->logprob);
 }
 
 static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)

@@ -69,13 +69,18 @@ static bool check_tool_calls(const char *what, Spillway__ToolCall *const *c, siz
 }
 
 /* A log probability: at most 0 (NaN is not one); a token's bytes bounded. */
-static bool check_logprob(const Spillway__Logprob *l, bool top, char *err, size_t errlen) {
-    if (!(l->logprob <= 0.0f)) return fail(err, errlen, "chunk: logprob %g is not <= 0", (double)l->logprob);
-    if (l->token.len > MAX_TOKEN_BYTES) return fail(err, errlen, "chunk: a token of %zu bytes", l->token.len);
-    if (top && l->n_top) return fail(err, errlen, "chunk: a top logprob with its own top");
-    if (l->n_top > SW_MAX_TOP_LOGPROBS) return fail(err, errlen, "chunk: %zu top logprobs (max %d)", l->n_top, SW_MAX_TOP_LOGPROBS);
+static bool check_token_logprob(float logprob, size_t n_bytes, char *err, size_t errlen) {
+    if (!(logprob <= 0.0f)) return fail(err, errlen, "chunk: logprob %g is not <= 0", (double)logprob);
+    if (n_bytes > MAX_TOKEN_BYTES) return fail(err, errlen, "chunk: a token of %zu bytes", n_bytes);
+    return true;
+}
+
+static bool check_logprob(const Spillway__Logprob *l, char *err, size_t errlen) {
+    if (!check_token_logprob(l->logprob, l->token.len, err, errlen)) return false;
+    if (l->n_top > SW_MAX_TOP_LOGPROBS)
+        return fail(err, errlen, "chunk: %zu top logprobs (max %d)", l->n_top, SW_MAX_TOP_LOGPROBS);
     for (size_t i = 0; i < l->n_top; i++)
-        if (!check_logprob(l->top[i], true, err, errlen)) return false;
+        if (!check_token_logprob(l->top[i]->logprob, l->top[i]->token.len, err, errlen)) return false;
     return true;
 }
 
@@ -177,7 +182,7 @@ static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen)
     if (!check_tool_calls("chunk", c->tool_calls, c->n_tool_calls, err, errlen)) return false;
     if (c->n_logprobs > c->n_token_ids) return fail(err, errlen, "chunk: %zu logprobs for %zu tokens", c->n_logprobs, c->n_token_ids);
     for (size_t i = 0; i < c->n_logprobs; i++)
-        if (!check_logprob(c->logprobs[i], false, err, errlen)) return false;
+        if (!check_logprob(c->logprobs[i], err, errlen)) return false;
     if (c->finish_reason < SPILLWAY__FINISH_REASON__FINISH_NONE ||
         c->finish_reason > SPILLWAY__FINISH_REASON__FINISH_ERROR)
         return fail(err, errlen, "chunk: unknown finish_reason %d", (int)c->finish_reason);

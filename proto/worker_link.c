@@ -553,14 +553,15 @@ static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32
         call_ptrs[c.n_tool_calls++] = &calls[i];
     }
     c.tool_calls = call_ptrs;
-    Spillway__Logprob lp = SPILLWAY__LOGPROB__INIT, top[SW_GEN_MAX_TOP], *top_ptrs[SW_GEN_MAX_TOP], *lp_ptr = &lp;
+    Spillway__Logprob lp = SPILLWAY__LOGPROB__INIT, *lp_ptr = &lp;
+    Spillway__TopLogprob top[SW_GEN_MAX_TOP], *top_ptrs[SW_GEN_MAX_TOP];
     if (o && o->logprob) {   /* one token a step: one entry */
         const sw_logprob *l = o->logprob;
         lp.token_id = (uint32_t)l->chosen.id;
         lp.token = (ProtobufCBinaryData){ l->chosen.n_bytes, (uint8_t *)l->chosen.bytes };
         lp.logprob = l->chosen.logprob;
         for (int i = 0; i < l->n_top; i++) {
-            spillway__logprob__init(&top[i]);
+            spillway__top_logprob__init(&top[i]);
             top[i].token_id = (uint32_t)l->top[i].id;
             top[i].token = (ProtobufCBinaryData){ l->top[i].n_bytes, (uint8_t *)l->top[i].bytes };
             top[i].logprob = l->top[i].logprob;

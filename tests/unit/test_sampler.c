@@ -261,7 +261,38 @@ static void test_distribution(void) {
     CHECK(chi2 < 24.3, "chi-square at T=0.5: %.2f", chi2);
 }
 
+/* sw_logprobs against a double-precision log-softmax: the chosen token's
+ * value, the k best in order with ties to the lower id, k above n. */
+static void test_logprobs(void) {
+    float x[3000];
+    fill_logits(x, 3000, 7);
+    x[100] = x[2000] = 30.0f;   /* a tie at the top: the lower id first */
+    x[5] = -1e30f;              /* all but impossible */
+    double mx = 30.0, z = 0;
+    for (int i = 0; i < 3000; i++) z += exp((double)x[i] - mx);
+    double lse = mx + log(z);
+    int32_t ids[20];
+    float lps[20];
+    float c = sw_logprobs(x, 3000, 17, 20, ids, lps);
+    CHECK(fabs(c - (x[17] - lse)) < 1e-4, "chosen %g want %g", (double)c, x[17] - lse);
+    CHECK(ids[0] == 100 && ids[1] == 2000 && fabs(lps[0] - (30.0 - lse)) < 1e-4, "the tie: %d %d", ids[0], ids[1]);
+    bool sorted = true, best = true;
+    for (int j = 1; j < 20; j++) sorted &= lps[j - 1] >= lps[j];
+    for (int i = 0; i < 3000; i++) {   /* nothing outside the 20 beats the 20th */
+        bool in = false;
+        for (int j = 0; j < 20; j++) in |= ids[j] == i;
+        if (!in && x[i] - lse > lps[19]) best = false;
+    }
+    CHECK(sorted && best, "the 20 best, best first");
+    CHECK(sw_logprobs(x, 3000, 5, 0, ids, lps) < -1e29f, "an all but impossible token");
+    float tiny[3] = { 1.0f, 2.0f, 3.0f };
+    float l1 = sw_logprobs(tiny, 3, 2, 20, ids, lps);
+    CHECK(ids[0] == 2 && ids[1] == 1 && ids[2] == 0 && fabsf(l1 - lps[0]) < 1e-7f &&
+          fabs(exp(lps[0]) + exp(lps[1]) + exp(lps[2]) - 1.0) < 1e-6, "k above n: the n tokens, summing to 1");
+}
+
 int main(void) {
+    test_logprobs();
     test_greedy();
     test_seed_determinism();
     test_filters();

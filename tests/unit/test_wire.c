@@ -451,6 +451,32 @@ static void test_field_errors(void) {
         free(f);
         chunk.n_tool_calls = 0; chunk.tool_calls = NULL;
     }
+    {   /* log probabilities: at most 0, at most one a token */
+        Spillway__Logprob lp = SPILLWAY__LOGPROB__INIT, *lpp = &lp;
+        Spillway__TopLogprob t = SPILLWAY__TOP_LOGPROB__INIT, *tp = &t;
+        lp.logprob = 0.5f;
+        chunk.n_logprobs = 1; chunk.logprobs = &lpp;
+        expect_env_reject(&env, "a positive logprob", "logprob 0.5");
+        lp.logprob = NAN; expect_env_reject(&env, "a NaN logprob", "logprob");
+        lp.logprob = -1.0f; lp.n_top = 1; lp.top = &tp; t.logprob = 1.0f;
+        expect_env_reject(&env, "a positive top logprob", "logprob 1");
+        t.logprob = -0.5f;
+        chunk.n_logprobs = 3; expect_env_reject(&env, "more logprobs than tokens", "3 logprobs for 2 tokens");
+        chunk.n_logprobs = 1;
+        uint8_t *f;
+        size_t n;
+        sw_env *d = roundtrip(&env, &f, &n);
+        CHECK(d && d->chunk->n_logprobs == 1 && d->chunk->logprobs[0]->n_top == 1 &&
+              d->chunk->logprobs[0]->top[0]->logprob == -0.5f, "a chunk with logprobs round-trips");
+        sw_wire_free(d);
+        free(f);
+        chunk.n_logprobs = 0; chunk.logprobs = NULL;
+    }
+    gen.top_logprobs = 21;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE; env.generate = &gen;
+    expect_env_reject(&env, "top_logprobs 21", "top_logprobs 21");
+    gen.top_logprobs = 0;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_CHUNK; env.chunk = &chunk;
     Spillway__Usage ru = SPILLWAY__USAGE__INIT;
     ru.prompt_tokens = 3; ru.completion_tokens = 2; ru.reasoning_tokens = 3;
     chunk.usage = &ru; expect_env_reject(&env, "more reasoning than completion tokens", "reasoning of 2");
