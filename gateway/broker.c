@@ -466,7 +466,7 @@ static void lp_token(struct sw_lp_token *t, ProtobufCBinaryData token, float log
 {
     t->bytes = malloc(token.len + 1);
     if (!t->bytes) abort();   /* out of memory: as sw_buf_append */
-    memcpy(t->bytes, token.data, token.len);
+    if (token.len) memcpy(t->bytes, token.data, token.len);   /* a control token has none (data NULL) */
     t->bytes[token.len] = 0;
     t->n = token.len;
     t->logprob = logprob;

@@ -541,7 +541,9 @@ static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32
                        const sw_usage *usage) {
     Spillway__TokenChunk c = SPILLWAY__TOKEN_CHUNK__INIT;
     Spillway__Usage u = SPILLWAY__USAGE__INIT;
-    enum { MAX_CALLS = 16 };   /* per chunk: a step completes at most one */
+    /* a step completes one call (chatml, harmony) or an answer's worth
+     * (Llama's JSON at the end); the wire's limit per chunk is 128 */
+    enum { MAX_CALLS = 128 };
     Spillway__ToolCall calls[MAX_CALLS], *call_ptrs[MAX_CALLS];
     c.request_id = (char *)id;
     c.text = (char *)(o && o->text ? o->text : "");

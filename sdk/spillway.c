@@ -45,21 +45,20 @@ static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
     char *s = NULL;
     size_t n = 0, cap = 0;
-    if (f) {
-        for (;;) {
-            if (n + 4096 + 1 > cap) {
-                char *p = realloc(s, cap = cap ? 2 * cap : 8192);
-                if (!p) break;
-                s = p;
-            }
-            size_t k = fread(s + n, 1, 4096, f);
-            n += k;
-            if (k < 4096) break;
+    bool ok = f != NULL;
+    while (ok) {
+        if (n + 4096 + 1 > cap) {
+            char *p = realloc(s, cap ? 2 * cap : 8192);
+            if (!(ok = p != NULL)) break;
+            s = p;
+            cap = cap ? 2 * cap : 8192;
         }
-        bool ok = !ferror(f) && s;
-        fclose(f);
-        if (ok) { s[n] = 0; return s; }
+        size_t k = fread(s + n, 1, 4096, f);
+        n += k;
+        if (k < 4096) { ok = !ferror(f); break; }
     }
+    if (f) fclose(f);
+    if (ok) { s[n] = 0; return s; }
     fprintf(stderr, "spillway: --tools: cannot read '%s'\n", path);
     free(s);
     return NULL;

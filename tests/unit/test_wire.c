@@ -452,10 +452,10 @@ static void test_field_errors(void) {
         chunk.n_tool_calls = 0; chunk.tool_calls = NULL;
     }
     {   /* log probabilities: at most 0, at most one a token */
-        Spillway__Logprob lp = SPILLWAY__LOGPROB__INIT, *lpp = &lp;
+        Spillway__Logprob lp = SPILLWAY__LOGPROB__INIT, *lpp[3] = { &lp, &lp, &lp };
         Spillway__TopLogprob t = SPILLWAY__TOP_LOGPROB__INIT, *tp = &t;
         lp.logprob = 0.5f;
-        chunk.n_logprobs = 1; chunk.logprobs = &lpp;
+        chunk.n_logprobs = 1; chunk.logprobs = lpp;
         expect_env_reject(&env, "a positive logprob", "logprob 0.5");
         lp.logprob = NAN; expect_env_reject(&env, "a NaN logprob", "logprob");
         lp.logprob = -1.0f; lp.n_top = 1; lp.top = &tp; t.logprob = 1.0f;
