@@ -344,6 +344,11 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     if ((rc = get_int(o, "top_k", 0, 1 << 20, &top_k, &e))) goto out;
     if ((rc = get_number(o, "min_p", 0, 1, &min_p, &e))) goto out;
     if ((rc = get_number(o, "repetition_penalty", 0, 10, &rep, &e))) goto out;
+    double presence = 0, frequency = 0;
+    if ((rc = get_number(o, "presence_penalty", -2, 2, &presence, &e))) goto out;
+    if ((rc = get_number(o, "frequency_penalty", -2, 2, &frequency, &e))) goto out;
+    sp.presence_penalty = (float)presence;
+    sp.frequency_penalty = (float)frequency;
     if ((rc = get_int(o, "n", 1, 1, &n, &e))) goto out;
     /* any 64-bit seed, signed or not (JSON numbers are doubles: exact up to
      * 2^53; 2^64-1 arrives as 2^64 and is taken as 2^64-1) */

@@ -521,6 +521,8 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
         p.sampling.top_k = s->top_k > INT32_MAX ? 0 : (int32_t)s->top_k;
         p.sampling.min_p = s->min_p;
         p.sampling.repetition_penalty = s->repetition_penalty;
+        p.sampling.presence_penalty = s->presence_penalty;
+        p.sampling.frequency_penalty = s->frequency_penalty;
         p.sampling.seed = s->has_seed ? s->seed : random_seed();
     } else {
         p.sampling.seed = random_seed();
@@ -657,6 +659,7 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
 
     g->n_generated++;
     sw_sampler_accept(&g->sampler, token);
+    if (!sw_sampler_generated(&g->sampler, token, g->n_vocab)) { g->finish = SW_FINISH_ERROR; return g->finish; }
     bool eog = sw_tok_is_eog(g->tok, token);
 
     /* Decode this token's text onto the held buffer or the reasoning (EOG

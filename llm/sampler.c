@@ -54,6 +54,8 @@ void sw_sampler_init(sw_sampler *s, const sw_sampling_params *p) {
 
 void sw_sampler_free(sw_sampler *s) {
     free(s->recent);
+    free(s->counts);
+    free(s->seen);
     free(s->cand);
     memset(s, 0, sizeof *s);
 }
@@ -63,6 +65,19 @@ void sw_sampler_accept(sw_sampler *s, int32_t token) {
     s->recent[s->recent_head] = token;
     s->recent_head = (s->recent_head + 1) % s->recent_cap;
     if (s->n_recent < s->recent_cap) s->n_recent++;
+}
+
+bool sw_sampler_generated(sw_sampler *s, int32_t token, int32_t n_vocab) {
+    if ((s->p.presence_penalty == 0.0f && s->p.frequency_penalty == 0.0f) || token < 0 || token >= n_vocab) return true;
+    if (!s->counts) {
+        s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+        s->seen = malloc((size_t)n_vocab * sizeof *s->seen);
+        if (!s->counts || !s->seen) return false;
+        s->counts_cap = n_vocab;
+    }
+    if (token >= s->counts_cap) return true;
+    if (s->counts[token]++ == 0) s->seen[s->n_seen++] = token;
+    return true;
 }
 
 int32_t sw_argmax(const float *x, int32_t n) {
@@ -92,6 +107,15 @@ static void apply_penalty(sw_sampler *s, float *logits, int32_t n_vocab) {
         int32_t t = tmp[i];
         if ((i > 0 && tmp[i - 1] == t) || t < 0 || t >= n_vocab) continue;
         logits[t] = logits[t] > 0.0f ? logits[t] / pen : logits[t] * pen;
+    }
+}
+
+/* OpenAI's: logit -= frequency * count + presence * (count > 0), over the
+ * tokens generated so far. */
+static void apply_presence(sw_sampler *s, float *logits, int32_t n_vocab) {
+    for (int32_t i = 0; i < s->n_seen; i++) {
+        int32_t t = s->seen[i];
+        if (t < n_vocab) logits[t] -= s->p.frequency_penalty * (float)s->counts[t] + s->p.presence_penalty;
     }
 }
 
@@ -218,6 +242,7 @@ static bool ensure_cand(sw_sampler *s, int32_t n) {
 int32_t sw_sampler_sample(sw_sampler *s, float *logits, int32_t n_vocab) {
     if (!logits || n_vocab <= 0) return -1;
     apply_penalty(s, logits, n_vocab);
+    apply_presence(s, logits, n_vocab);
     float temp = s->p.temperature;
     if (!(temp > 0.0f) || !ensure_cand(s, n_vocab)) return sw_argmax(logits, n_vocab);
 

@@ -13,6 +13,8 @@ typedef struct {
     float top_p;              /* 0 or >= 1 = off */
     float min_p;              /* 0 = off */
     float repetition_penalty; /* 0 or 1 = off */
+    float presence_penalty;   /* OpenAI's: subtracted once from each generated token's logit; 0 = off */
+    float frequency_penalty;  /* ... and once for every time it was generated; 0 = off */
     int32_t repeat_last_n;    /* window for the penalty; 0 = default 64 */
     uint64_t seed;
 } sw_sampling_params;
@@ -22,6 +24,10 @@ typedef struct {
     uint64_t rng[2];          /* xoroshiro128+ state */
     int32_t *recent;          /* ring of recent tokens for the penalty */
     int32_t n_recent, recent_cap, recent_head;
+    /* presence/frequency: how often each token was generated (sized to the
+     * vocab on first use), and the distinct ones, to touch only those */
+    int32_t *counts, *seen;
+    int32_t n_seen, counts_cap;
     /* scratch, sized to the vocab on first use */
     struct sw_cand *cand;
     int32_t cand_cap;
@@ -31,6 +37,10 @@ void sw_sampler_init(sw_sampler *s, const sw_sampling_params *p);
 void sw_sampler_free(sw_sampler *s);
 /* Records a token (prompt or generated) for the repetition penalty. */
 void sw_sampler_accept(sw_sampler *s, int32_t token);
+/* Records a generated token for the presence and frequency penalties
+ * (which, as vLLM applies OpenAI's, count the output only). n_vocab bounds
+ * the ids; false when out of memory. */
+bool sw_sampler_generated(sw_sampler *s, int32_t token, int32_t n_vocab);
 /* Picks the next token. `logits` may be modified (penalty, temperature). */
 int32_t sw_sampler_sample(sw_sampler *s, float *logits, int32_t n_vocab);
 int32_t sw_argmax(const float *x, int32_t n);

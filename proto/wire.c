@@ -126,7 +126,9 @@ static bool check_sampling(const Spillway__SamplingParams *s, char *err, size_t 
            check_range("generate: top_p", s->top_p, 0.0f, 1.0f, err, errlen) &&
            check_range("generate: min_p", s->min_p, 0.0f, 1.0f, err, errlen) &&
            check_range("generate: repetition_penalty", s->repetition_penalty, 0.0f, 100.0f, err,
-                       errlen);
+                       errlen) &&
+           check_range("generate: presence_penalty", s->presence_penalty, -2.0f, 2.0f, err, errlen) &&
+           check_range("generate: frequency_penalty", s->frequency_penalty, -2.0f, 2.0f, err, errlen);
 }
 
 static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t errlen) {

@@ -115,6 +115,8 @@ static int send_request(spillway_client *c, const spillway_request *req, char *i
     sp.temperature = req->temperature;
     sp.top_p = req->top_p;
     sp.top_k = req->top_k;
+    sp.presence_penalty = req->presence_penalty;
+    sp.frequency_penalty = req->frequency_penalty;
     sp.has_seed = req->has_seed;
     sp.seed = req->seed;
     g.sampling = &sp;

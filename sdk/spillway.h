@@ -48,6 +48,8 @@ typedef struct {
     float temperature;                  /* 0 = greedy */
     float top_p;
     uint32_t top_k;
+    float presence_penalty;             /* OpenAI's, -2..2, over the generated tokens; 0 = off */
+    float frequency_penalty;            /* the same, per occurrence */
     bool has_seed;
     uint64_t seed;
     const char *const *stop;

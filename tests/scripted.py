@@ -52,12 +52,13 @@ TEMPLATES = {   # enough of each family's Jinja text for the worker to recognise
 }
 
 
-def scripted_model(path, template, script, scale=4.0):
+def scripted_model(path, template, script, scale=4.0, eos=None):
     """Writes the file: template names TEMPLATES' chat template, script is
     the prompt's last token and then the output, every token once (its
-    successor is fixed), ending with the end-of-generation token. scale sets
-    how sure the model is: the successor's logit is about 11 x scale, the
-    others' about scale (random) or 0 (tokens outside the script)."""
+    successor is fixed), ending with the end-of-generation token; or, with
+    eos given, ending with an earlier token, so that the output loops. scale
+    sets how sure the model is: the successor's logit is about 11 x scale,
+    the others' about scale (random) or 0 (tokens outside the script)."""
     hp, w = make_weights("llama", E=128, n_head=2, n_kv=2, hd=64, F=128, V=len(TOKENS), n_layer=1, seed=7)
     w["blk.0.attn_output.weight"][:] = 0   # the layer adds nothing: the stream is the token's embedding
     w["blk.0.ffn_down.weight"][:] = 0
@@ -65,12 +66,13 @@ def scripted_model(path, template, script, scale=4.0):
     emb = w["token_embd.weight"]            # random, so near orthogonal in 128 dimensions
     out = np.zeros_like(w["output.weight"])
     ids = [ID[t] for t in script]
-    assert len(set(ids)) == len(ids), "a token may appear once in a script: its successor is fixed"
+    body = ids if eos is None else ids[:-1]
+    assert len(set(body)) == len(body), "a token may appear once in a script: its successor is fixed"
     for cur, nxt in zip(ids, ids[1:]):
-        out[nxt] = scale * emb[cur] / np.linalg.norm(emb[cur])
+        out[nxt] += scale * emb[cur] / np.linalg.norm(emb[cur])   # a loop: one row, two predecessors
     w["output.weight"] = out
     types = [1] * 256 + [4 if t in USER_DEFINED else 3 for t in SPECIAL] + [1] * len(WORDS)
-    vocab = dict(tokens=TOKENS, types=types, merges=["\u0120 \u0120"], eos=ids[-1],
+    vocab = dict(tokens=TOKENS, types=types, merges=["\u0120 \u0120"], eos=ids[-1] if eos is None else ID[eos],
                  chat_template=TEMPLATES[template])
     write_model(path, "llama", hp, w, vocab=vocab)
     return path

@@ -3,7 +3,8 @@ worker, checked against the model itself: a scripted model
 (tests/scripted.py) whose logits at each step are its output matrix times
 the normed embedding of the current token, so numpy computes the exact
 log-softmax the worker must report. Chat (logprobs, top_logprobs) and
-completions (logprobs=N, text_offset), whole and streamed."""
+completions (logprobs=N, text_offset), whole and streamed. And OpenAI's
+presence and frequency penalties, on a model whose output loops."""
 
 import json
 
@@ -17,6 +18,7 @@ from scripted import ID, NL, TOKENS, scripted_model
 
 SCRIPT = [NL, "The", "\u0120answer", "\u0120is", "\u0120four", "!", "<|im_end|>"]
 TEXTS = ["The", " answer", " is", " four", "!"]
+LOOP = [NL, "The", "\u0120answer", "The"]   # "The answer The answer ..." 
 POLICY = """
 pools:
   - name: cpu-pool
@@ -24,15 +26,20 @@ pools:
 routes:
   - model: m
     target: cpu-pool
+  - model: loop
+    target: cpu-pool
 """
 
 
 @pytest.fixture
 def served(tmp_path, cluster):
     path = scripted_model(tmp_path / "m.gguf", "chatml", SCRIPT, scale=0.15)   # unsure: logprobs near -4
+    loop = scripted_model(tmp_path / "loop.gguf", "chatml", LOOP, scale=0.15, eos="<|im_end|>")
     cluster.start_gateway(POLICY)
     cluster.start_worker("cpu-pool", "m", path, ["--threads", "1", "--parallel", "2"], name="m")
+    cluster.start_worker("cpu-pool", "loop", loop, ["--threads", "1", "--parallel", "2"], name="loop")
     cluster.wait_model("m", timeout=60)
+    cluster.wait_model("loop", timeout=60)
     cluster.model_path = path
     return cluster
 
@@ -121,3 +128,25 @@ def test_bad_logprobs_are_refused(served, url, body, param):
     st, _, raw = http_post(served.base + url, dict(base, **body))
     r = json.loads(raw)
     assert st == 400 and r["error"]["param"] == param, r
+
+
+@pytest.mark.parametrize("penalty", ["presence_penalty", "frequency_penalty"])
+def test_presence_and_frequency_penalties(served, penalty):
+    """The looping model repeats "The answer" as long as it may; a penalty
+    of 2 on generated tokens (about 1.7 logits of preference, here) breaks
+    the loop once each has come once, and one of -2 makes "The" (+2 once
+    written) beat its successor: it repeats itself."""
+    def text(**extra):
+        st, _, body = http_post(served.base + "/v1/chat/completions",
+                                dict(model="loop", messages=[{"role": "user", "content": "Q"}], max_tokens=6,
+                                     temperature=0, **extra))
+        assert st == 200, body
+        return json.loads(body)["choices"][0]["message"]["content"]
+
+    assert text() == "The answer" * 3
+    broken = text(**{penalty: 2.0})
+    assert broken.startswith("The answer") and not broken.startswith("The answerThe"), broken
+    assert text(**{penalty: -2.0}) == "The" * 6
+    st, _, body = http_post(served.base + "/v1/chat/completions",
+                            dict(model="loop", messages=[{"role": "user", "content": "Q"}], **{penalty: 2.5}))
+    assert st == 400 and json.loads(body)["error"]["param"] == penalty

@@ -291,7 +291,40 @@ static void test_logprobs(void) {
           fabs(exp(lps[0]) + exp(lps[1]) + exp(lps[2]) - 1.0) < 1e-6, "k above n: the n tokens, summing to 1");
 }
 
+/* OpenAI's presence and frequency penalties: over generated tokens only,
+ * once per token (presence) and once per occurrence (frequency). */
+static void test_presence_frequency(void) {
+    const float base[4] = { 3.0f, 2.0f, 1.0f, 0.5f };
+    float x[4];
+    sw_sampling_params p = params(0, 0, 0, 0, 1);
+    p.presence_penalty = 1.5f;
+    sw_sampler s;
+    sw_sampler_init(&s, &p);
+    sw_sampler_accept(&s, 0);   /* the prompt's: not counted */
+    memcpy(x, base, sizeof x);
+    CHECK(sw_sampler_sample(&s, x, 4) == 0, "the prompt's tokens are not penalized");
+    CHECK(sw_sampler_generated(&s, 0, 4));
+    memcpy(x, base, sizeof x);
+    CHECK(sw_sampler_sample(&s, x, 4) == 1 && x[0] == 1.5f, "presence: 3 - 1.5 < 2 (got %g)", (double)x[0]);
+    CHECK(sw_sampler_generated(&s, 0, 4));   /* twice: presence is still once */
+    memcpy(x, base, sizeof x);
+    sw_sampler_sample(&s, x, 4);
+    CHECK(x[0] == 1.5f, "presence counts once: %g", (double)x[0]);
+    sw_sampler_free(&s);
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.75f;
+    sw_sampler_init(&s, &p);
+    for (int i = 0; i < 3; i++) CHECK(sw_sampler_generated(&s, 0, 4));
+    CHECK(sw_sampler_generated(&s, 1, 4) && sw_sampler_generated(&s, 9, 4), "an id past the vocabulary is ignored");
+    memcpy(x, base, sizeof x);
+    int32_t t = sw_sampler_sample(&s, x, 4);
+    CHECK(t == 1 && x[0] == 0.75f && x[1] == 1.25f && x[2] == 1.0f, "frequency: %g %g %g -> %d", (double)x[0],
+          (double)x[1], (double)x[2], t);
+    sw_sampler_free(&s);
+}
+
 int main(void) {
+    test_presence_frequency();
     test_logprobs();
     test_greedy();
     test_seed_determinism();

@@ -419,6 +419,10 @@ static void test_field_errors(void) {
     sp.min_p = 0.05f;
     sp.repetition_penalty = NAN; reject_generate("NaN penalty", "repetition_penalty");
     sp.repetition_penalty = 1.1f;
+    sp.presence_penalty = 2.5f; reject_generate("presence_penalty 2.5", "presence_penalty");
+    sp.presence_penalty = 0.5f;
+    sp.frequency_penalty = -3.0f; reject_generate("frequency_penalty -3", "frequency_penalty");
+    sp.frequency_penalty = -0.5f;
     /* And with everything restored it is accepted again (the checks above
      * failed for the reason they name, not for a leftover). */
     {
