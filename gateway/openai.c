@@ -143,6 +143,38 @@ static void free_gen(Spillway__GenerateRequest *g)
     if (g->tools_json != protobuf_c_empty_string) free(g->tools_json);
     free(g->prompt_tokens);
     free(g->stop);
+    for (size_t i = 0; g->sampling && i < g->sampling->n_logit_bias; i++) free(g->sampling->logit_bias[i]);
+    if (g->sampling) free(g->sampling->logit_bias);
+}
+
+/* OpenAI's logit_bias: {"token id": bias, ...}, biases -100..100, added to
+ * the logits before sampling (the worker checks the ids). */
+static int request_logit_bias(cJSON *o, Spillway__SamplingParams *sp, perr *e)
+{
+    cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "logit_bias");
+    if (!lb || cJSON_IsNull(lb)) return 0;
+    if (!cJSON_IsObject(lb) || cJSON_GetArraySize(lb) > SW_MAX_LOGIT_BIAS)
+        return bad(e, "logit_bias", "'%s' must be an object of up to 1024 token ids and biases");
+    int n = cJSON_GetArraySize(lb);
+    if (n == 0) return 0;
+    sp->logit_bias = calloc((size_t)n, sizeof *sp->logit_bias);
+    if (!sp->logit_bias) return bad(e, "logit_bias", "'%s': out of memory");
+    cJSON *it;
+    cJSON_ArrayForEach(it, lb) {
+        char *end = NULL;
+        unsigned long id = strtoul(it->string ? it->string : "", &end, 10);
+        if (!it->string || !*it->string || *end || it->string[0] == '-' || id > UINT32_MAX)
+            return bad(e, "logit_bias", "the keys of '%s' must be token ids");
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100))
+            return bad(e, "logit_bias", "the values of '%s' must be numbers from -100 to 100");
+        Spillway__LogitBias *b = malloc(sizeof *b);
+        if (!b) return bad(e, "logit_bias", "'%s': out of memory");
+        spillway__logit_bias__init(b);
+        b->token_id = (uint32_t)id;
+        b->bias = (float)it->valuedouble;
+        sp->logit_bias[sp->n_logit_bias++] = b;
+    }
+    return 0;
 }
 
 /* ---- tools ---- */
@@ -349,6 +381,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     if ((rc = get_number(o, "frequency_penalty", -2, 2, &frequency, &e))) goto out;
     sp.presence_penalty = (float)presence;
     sp.frequency_penalty = (float)frequency;
+    if ((rc = request_logit_bias(o, &sp, &e))) goto out;
     if ((rc = get_int(o, "n", 1, 1, &n, &e))) goto out;
     /* any 64-bit seed, signed or not (JSON numbers are doubles: exact up to
      * 2^53; 2^64-1 arrives as 2^64 and is taken as 2^64-1) */

@@ -475,6 +475,8 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
     sw_chat_msg *msgs = NULL;
     sw_tool_call *calls = NULL;
     cJSON *tools = NULL;
+    int32_t *bias_ids = NULL;
+    float *bias = NULL;
     int rc = 400;
     memset(g, 0, sizeof *g);
 
@@ -523,6 +525,24 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
         p.sampling.repetition_penalty = s->repetition_penalty;
         p.sampling.presence_penalty = s->presence_penalty;
         p.sampling.frequency_penalty = s->frequency_penalty;
+        if (s->n_logit_bias) {   /* the wire layer bounded the count and the values */
+            bias_ids = malloc(s->n_logit_bias * sizeof *bias_ids);
+            bias = malloc(s->n_logit_bias * sizeof *bias);
+            if (!bias_ids || !bias) { sw_errf(err, errlen, "out of memory"); goto out; }
+            int32_t nv = sw_tok_n_vocab(tok);
+            for (size_t i = 0; i < s->n_logit_bias; i++) {
+                if (s->logit_bias[i]->token_id >= (uint32_t)nv) {
+                    sw_errf(err, errlen, "logit_bias: token %u is not in the vocabulary (%d tokens)",
+                            s->logit_bias[i]->token_id, nv);
+                    goto out;
+                }
+                bias_ids[i] = (int32_t)s->logit_bias[i]->token_id;
+                bias[i] = s->logit_bias[i]->bias;
+            }
+            p.sampling.bias_ids = bias_ids;
+            p.sampling.bias = bias;
+            p.sampling.n_bias = (int32_t)s->n_logit_bias;
+        }
         p.sampling.seed = s->has_seed ? s->seed : random_seed();
     } else {
         p.sampling.seed = random_seed();
@@ -538,6 +558,8 @@ out:
     free(ids);
     free(msgs);
     free(calls);
+    free(bias_ids);
+    free(bias);
     cJSON_Delete(tools);
     return rc;
 }

@@ -50,10 +50,24 @@ void sw_sampler_init(sw_sampler *s, const sw_sampling_params *p) {
     /* Twice the window: the second half is scratch for de-duplicating. */
     s->recent = malloc(2 * (size_t)n * sizeof *s->recent);
     s->recent_cap = s->recent ? n : 0;
+    if (s->p.n_bias > 0) {
+        s->bias_ids = malloc((size_t)s->p.n_bias * sizeof *s->bias_ids);
+        s->bias = malloc((size_t)s->p.n_bias * sizeof *s->bias);
+        if (s->bias_ids && s->bias) {
+            memcpy(s->bias_ids, s->p.bias_ids, (size_t)s->p.n_bias * sizeof *s->bias_ids);
+            memcpy(s->bias, s->p.bias, (size_t)s->p.n_bias * sizeof *s->bias);
+        } else {
+            s->p.n_bias = 0;
+        }
+    }
+    s->p.bias_ids = s->bias_ids;
+    s->p.bias = s->bias;
 }
 
 void sw_sampler_free(sw_sampler *s) {
     free(s->recent);
+    free(s->bias_ids);
+    free(s->bias);
     free(s->counts);
     free(s->seen);
     free(s->cand);
@@ -241,6 +255,8 @@ static bool ensure_cand(sw_sampler *s, int32_t n) {
 
 int32_t sw_sampler_sample(sw_sampler *s, float *logits, int32_t n_vocab) {
     if (!logits || n_vocab <= 0) return -1;
+    for (int32_t i = 0; i < s->p.n_bias; i++)
+        if (s->bias_ids[i] >= 0 && s->bias_ids[i] < n_vocab) logits[s->bias_ids[i]] += s->bias[i];
     apply_penalty(s, logits, n_vocab);
     apply_presence(s, logits, n_vocab);
     float temp = s->p.temperature;

@@ -15,6 +15,9 @@ typedef struct {
     float repetition_penalty; /* 0 or 1 = off */
     float presence_penalty;   /* OpenAI's: subtracted once from each generated token's logit; 0 = off */
     float frequency_penalty;  /* ... and once for every time it was generated; 0 = off */
+    const int32_t *bias_ids;  /* OpenAI's logit_bias: added to these tokens' raw logits */
+    const float *bias;
+    int32_t n_bias;
     int32_t repeat_last_n;    /* window for the penalty; 0 = default 64 */
     uint64_t seed;
 } sw_sampling_params;
@@ -24,6 +27,9 @@ typedef struct {
     uint64_t rng[2];          /* xoroshiro128+ state */
     int32_t *recent;          /* ring of recent tokens for the penalty */
     int32_t n_recent, recent_cap, recent_head;
+    /* logit_bias, copied (the params' arrays belong to the caller) */
+    int32_t *bias_ids;
+    float *bias;
     /* presence/frequency: how often each token was generated (sized to the
      * vocab on first use), and the distinct ones, to touch only those */
     int32_t *counts, *seen;

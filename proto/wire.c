@@ -120,6 +120,16 @@ static bool check_heartbeat(const Spillway__Heartbeat *h, char *err, size_t errl
     return check_range("heartbeat: kv_utilization", h->kv_utilization, 0.0f, 1.0f, err, errlen);
 }
 
+/* At most SW_MAX_LOGIT_BIAS entries of -100..100 (OpenAI's limits); the
+ * ids are the worker's to check against its vocabulary. */
+static bool check_logit_bias(const Spillway__SamplingParams *s, char *err, size_t errlen) {
+    if (s->n_logit_bias > SW_MAX_LOGIT_BIAS)
+        return fail(err, errlen, "generate: %zu logit_bias entries (max %d)", s->n_logit_bias, SW_MAX_LOGIT_BIAS);
+    for (size_t i = 0; i < s->n_logit_bias; i++)
+        if (!check_range("generate: logit_bias", s->logit_bias[i]->bias, -100.0f, 100.0f, err, errlen)) return false;
+    return true;
+}
+
 static bool check_sampling(const Spillway__SamplingParams *s, char *err, size_t errlen) {
     if (!s) return true; /* absent = defaults (greedy) */
     return check_range("generate: temperature", s->temperature, 0.0f, 100.0f, err, errlen) &&
@@ -128,7 +138,8 @@ static bool check_sampling(const Spillway__SamplingParams *s, char *err, size_t 
            check_range("generate: repetition_penalty", s->repetition_penalty, 0.0f, 100.0f, err,
                        errlen) &&
            check_range("generate: presence_penalty", s->presence_penalty, -2.0f, 2.0f, err, errlen) &&
-           check_range("generate: frequency_penalty", s->frequency_penalty, -2.0f, 2.0f, err, errlen);
+           check_range("generate: frequency_penalty", s->frequency_penalty, -2.0f, 2.0f, err, errlen) &&
+           check_logit_bias(s, err, errlen);
 }
 
 static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t errlen) {

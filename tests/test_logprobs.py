@@ -4,7 +4,8 @@ worker, checked against the model itself: a scripted model
 the normed embedding of the current token, so numpy computes the exact
 log-softmax the worker must report. Chat (logprobs, top_logprobs) and
 completions (logprobs=N, text_offset), whole and streamed. And OpenAI's
-presence and frequency penalties, on a model whose output loops."""
+presence and frequency penalties, on a model whose output loops, and
+logit_bias."""
 
 import json
 
@@ -150,3 +151,22 @@ def test_presence_and_frequency_penalties(served, penalty):
     st, _, body = http_post(served.base + "/v1/chat/completions",
                             dict(model="loop", messages=[{"role": "user", "content": "Q"}], **{penalty: 2.5}))
     assert st == 400 and json.loads(body)["error"]["param"] == penalty
+
+
+def test_logit_bias(served):
+    """+100 on "!" wins every step (even over the end); -100 on "The" takes
+    the first token elsewhere; bad keys, values and ids are refused."""
+    def chat(**extra):
+        return http_post(served.base + "/v1/chat/completions",
+                         dict(model="m", messages=[{"role": "user", "content": "Q"}], max_tokens=4, temperature=0,
+                              **extra))
+
+    st, _, body = chat(logit_bias={str(ID["!"]): 100})
+    assert st == 200 and json.loads(body)["choices"][0]["message"]["content"] == "!!!!", body
+    st, _, body = chat(logit_bias={str(ID["The"]): -100})
+    assert st == 200 and not json.loads(body)["choices"][0]["message"]["content"].startswith("The"), body
+    for bad in ({"x": 1}, {"-1": 1}, {"5": 101}, {"5": "high"}, [5]):
+        st, _, body = chat(logit_bias=bad)
+        assert st == 400 and json.loads(body)["error"]["param"] == "logit_bias", (bad, body)
+    st, _, body = chat(logit_bias={"99999": 5})   # the worker knows its vocabulary
+    assert st == 400 and "vocabulary" in json.loads(body)["error"]["message"], body

@@ -278,10 +278,10 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
     s->deadline_ms = req->deadline_unix_ms;
     s->rng = s->gen.sampler.p.seed ^ 0x5DEECE66Dull;
     const sw_sampling_params *sp = &s->gen.sampler.p;
-    /* log probabilities and the presence/frequency penalties need the host's sampler */
+    /* log probabilities, the presence/frequency penalties and logit_bias need the host's sampler */
     s->dev_sample_ok = (sp->repetition_penalty == 0.0f || sp->repetition_penalty == 1.0f) &&
                        sp->min_p <= 0.0f && s->gen.n_vocab == (int32_t)e->be->hp.n_vocab && !s->gen.lp_on &&
-                       sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
+                       sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f && sp->n_bias == 0;
     waiting_insert(e, s);
     return 0;
 }

@@ -323,7 +323,22 @@ static void test_presence_frequency(void) {
     sw_sampler_free(&s);
 }
 
+/* logit_bias: added to the raw logits; the sampler keeps its own copy. */
+static void test_logit_bias(void) {
+    int32_t ids[2] = { 3, 0 };
+    float bias[2] = { 10.0f, -5.0f };
+    sw_sampling_params p = params(0, 0, 0, 0, 1);
+    p.bias_ids = ids; p.bias = bias; p.n_bias = 2;
+    sw_sampler s;
+    sw_sampler_init(&s, &p);
+    ids[0] = 1; bias[0] = 0;     /* the caller's arrays may go */
+    float x[4] = { 3.0f, 2.0f, 1.0f, 0.5f };
+    CHECK(sw_sampler_sample(&s, x, 4) == 3 && x[3] == 10.5f && x[0] == -2.0f, "biased: %g %g", (double)x[3], (double)x[0]);
+    sw_sampler_free(&s);
+}
+
 int main(void) {
+    test_logit_bias();
     test_presence_frequency();
     test_logprobs();
     test_greedy();

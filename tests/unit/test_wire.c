@@ -423,6 +423,13 @@ static void test_field_errors(void) {
     sp.presence_penalty = 0.5f;
     sp.frequency_penalty = -3.0f; reject_generate("frequency_penalty -3", "frequency_penalty");
     sp.frequency_penalty = -0.5f;
+    Spillway__LogitBias lb = SPILLWAY__LOGIT_BIAS__INIT, *lbs[SW_MAX_LOGIT_BIAS + 1];
+    for (int i = 0; i <= SW_MAX_LOGIT_BIAS; i++) lbs[i] = &lb;
+    lb.token_id = 7; lb.bias = 101.0f;
+    sp.n_logit_bias = 1; sp.logit_bias = lbs; reject_generate("logit_bias 101", "logit_bias");
+    lb.bias = -3.0f;
+    sp.n_logit_bias = SW_MAX_LOGIT_BIAS + 1; reject_generate("1025 logit_bias entries", "logit_bias entries");
+    sp.n_logit_bias = 0; sp.logit_bias = NULL;
     /* And with everything restored it is accepted again (the checks above
      * failed for the reason they name, not for a leftover). */
     {
