@@ -421,6 +421,15 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     g.n_stop = n_stop;
 
     if (chat && (rc = request_tools(o, &g, &e))) goto out;
+    /* JSON mode and structured outputs need constrained decoding, which
+     * the workers do not have: refused, so a client never takes free text
+     * for JSON it asked for */
+    cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
+    if (rf && !cJSON_IsNull(rf)) {
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
+        if (!cJSON_IsObject(rf) || !cJSON_IsString(type) || strcmp(type->valuestring, "text"))
+            { rc = bad(&e, "response_format", "'%s' may only be {\"type\": \"text\"}: JSON modes are not supported"); goto out; }
+    }
 
     /* OpenAI's reasoning_effort: how long a reasoning model thinks (gpt-oss
      * takes it into its system message; other models ignore it) */

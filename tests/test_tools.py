@@ -153,6 +153,8 @@ def test_next_turn_carries_the_call_and_its_result(served):
     (dict(tools={"type": "function"}), "tools"),
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": "x"}}]), "tools"),
     (dict(messages=ASK + [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]), "messages"),
+    (dict(response_format={"type": "json_object"}), "response_format"),
+    (dict(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}), "response_format"),
 ])
 def test_bad_tools_are_refused(served, body, param):
     st, r = post(served, **body)
@@ -226,3 +228,8 @@ def test_llama_call(served):
     assert not "".join(d.delta.content or "" for d in deltas).strip()
     (tc,) = [t for d in deltas for t in d.delta.tool_calls or []]
     assert tc.function.name == "get_weather"
+
+
+def test_response_format_text_is_accepted(served):
+    st, r = post(served, model="r1", response_format={"type": "text"})
+    assert st == 200, r
