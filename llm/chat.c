@@ -429,7 +429,9 @@ bool sw_chat_has_tools(sw_chat_template t) {
 
 /* A JSON Schema as the TypeScript type harmony's renderer writes for it:
  * string, number (integer too), boolean, T[] for arrays, "a" | "b" for
- * enums, nested objects in braces, unions for type lists, any otherwise. */
+ * enums, nested objects in braces, unions for type lists, any otherwise
+ * (and below 8 levels of nesting, which a client's schema could push as far
+ * as the JSON parser allows). */
 static void put_ts_type(sbuf *b, const cJSON *s, int depth);
 
 static void put_ts_props(sbuf *b, const cJSON *schema, int depth) {
@@ -461,7 +463,7 @@ static void put_ts_name(sbuf *b, const char *t, const cJSON *s, int depth) {
     else if (!strcmp(t, "null")) put(b, "null");
     else if (!strcmp(t, "array")) {
         const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
-        if (items) put_ts_type(b, items, depth); else put(b, "any");
+        if (items && depth < 8) put_ts_type(b, items, depth + 1); else put(b, "any");
         put(b, "[]");
     } else if (!strcmp(t, "object") && cJSON_GetObjectItemCaseSensitive(s, "properties") && depth < 8) {
         put(b, "{\n");
