@@ -210,6 +210,12 @@ static int run_request(spillway_client *c, const spillway_request *req, spillway
             if (rn && append_text(&out->reasoning, &out->reasoning_len, ch->reasoning, rn) != 0) { rc = -1; done = 1; }
             for (size_t i = 0; i < ch->n_tool_calls && !done; i++)
                 if (add_tool_call(out, ch->tool_calls[i]) != 0) { rc = -1; done = 1; }
+            if (!done && rn && fn && req->on_reasoning &&
+                req->on_reasoning(req->on_reasoning_user, ch->reasoning, rn) != 0) {
+                send_cancel(c, id);
+                out->finish = SPILLWAY_FINISH_CANCELLED;
+                done = 1;
+            }
             if (!done && n && fn && fn(user, ch->text, n) != 0) {
                 send_cancel(c, id);
                 out->finish = SPILLWAY_FINISH_CANCELLED;

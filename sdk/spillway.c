@@ -6,7 +6,7 @@
  * Common: -e ENDPOINT (default tcp://127.0.0.1:5556 or $SPILLWAY_ENDPOINT),
  *         --timeout MS. Text streams to stdout, then each function call the
  *         model made as "[tool_call] name(arguments)"; a reasoning model's
- *         reasoning and the summary go to stderr.
+ *         reasoning streams to stderr, and the summary follows it there.
  */
 #include "sdk/spillway.h"
 #include "llm/cli.h"
@@ -37,6 +37,16 @@ static int print_delta(void *user, const char *delta, size_t len) {
     (void)user;
     fwrite(delta, 1, len, stdout);
     fflush(stdout);
+    return 0;
+}
+
+/* A reasoning model's reasoning, as it comes, on stderr between markers
+ * (*user: whether the opening one is out). */
+static int print_reasoning(void *user, const char *delta, size_t len) {
+    bool *open = user;
+    if (!*open) fputs("[reasoning]\n", stderr);
+    *open = true;
+    fwrite(delta, 1, len, stderr);
     return 0;
 }
 
@@ -149,12 +159,17 @@ int main(int argc, char **argv) {
             req.prompt = argv[optind];
         }
         spillway_result res;
+        bool reasoning_open = false;
+        if (!quiet) {
+            req.on_reasoning = print_reasoning;
+            req.on_reasoning_user = &reasoning_open;
+        }
         rc = spillway_complete_stream(cl, &req, print_delta, NULL, &res, err, sizeof err) ? 1 : 0;
+        if (reasoning_open) fputs("\n[/reasoning]\n", stderr);
         printf("\n");
         if (rc) fprintf(stderr, "%s\n", err);
         for (size_t i = 0; i < res.n_tool_calls; i++)
             printf("[tool_call] %s(%s)\n", res.tool_calls[i].name, res.tool_calls[i].arguments);
-        if (!quiet && res.reasoning_len) fprintf(stderr, "[reasoning]\n%s\n[/reasoning]\n", res.reasoning);
         if (!quiet)
             fprintf(stderr, "[finish=%s prompt_tokens=%u cached_tokens=%u completion_tokens=%u reasoning_tokens=%u "
                             "pool=%s worker=%s]\n",

@@ -57,6 +57,11 @@ typedef struct {
     int timeout_ms;                     /* whole request; 0 = 10 minutes */
     spillway_effort reasoning_effort;   /* chats with reasoning models */
     const char *tools_json;             /* chats: functions the model may call, OpenAI's tools array as JSON */
+    /* Streaming: called with each delta of a reasoning model's reasoning, as
+     * it comes (NULL: the reasoning only arrives in the result); return
+     * non-zero to cancel. */
+    int (*on_reasoning)(void *user, const char *delta, size_t len);
+    void *on_reasoning_user;
 } spillway_request;
 
 /* A function call the model made: its name and arguments (JSON text). */
