@@ -136,6 +136,15 @@ static const char *const BODIES[] = {
     "\"min_p\":0.1,\"repetition_penalty\":1.1,\"n\":1,\"echo\":true,\"stop\":\"z\"}",
     "\x00{\"model\":\"llama\",\"prompt\":[\"hello \\\\ \\u2603 \\ud83d\\ude00\"],\"seed\":18446744073709551615}",
     "\x01{\"model\":\"llama\",\"messages\":[{\"role\":\"user\",\"content\":null}],\"max_completion_tokens\":7}",
+    /* tools, calls and results, reasoning effort, logprobs and the sampling fields */
+    "\x01{\"model\":\"llama\",\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":\"assistant\","
+    "\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_w\","
+    "\"arguments\":\"{\\\"city\\\": \\\"P\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"21\"}],"
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_w\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\"}}}}}],\"tool_choice\":\"auto\",\"reasoning_effort\":\"high\","
+    "\"logprobs\":true,\"top_logprobs\":3,\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
+    "\"logit_bias\":{\"5\":-100,\"17\":2.5},\"response_format\":{\"type\":\"text\"}}",
+    "\x00{\"model\":\"llama\",\"prompt\":\"x\",\"logprobs\":2,\"logit_bias\":{\"0\":1}}",
 };
 
 /* "small" is an alias, so resolution is exercised too. */
