@@ -615,16 +615,25 @@ static cJSON *logprobs_json(const sw_req *r, size_t from, size_t to, size_t offs
 
 static bool blank(const char *s)
 {
-    while (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t') s++;
+    while (sw_is_space(*s)) s++;
     return !*s;
+}
+
+/* A response or event object with its one choice (index 0), in *choice. */
+static cJSON *one_choice(sw_req *r, const char *object, cJSON **choice)
+{
+    cJSON *o = base_obj(r, object);
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
+    *choice = c;
+    return o;
 }
 
 char *sw_openai_response(sw_req *r)
 {
-    cJSON *o = base_obj(r, r->chat ? "chat.completion" : "text_completion");
-    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *c;
+    cJSON *o = one_choice(r, r->chat ? "chat.completion" : "text_completion", &c);
     const char *text = r->text.data ? r->text.data : "";
     if (r->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
@@ -639,7 +648,6 @@ char *sw_openai_response(sw_req *r)
     if (r->logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(r, 0, r->n_lps, 0));
     else cJSON_AddNullToObject(c, "logprobs");
     add_finish(c, r);
-    cJSON_AddItemToArray(ch, c);
     add_usage(o, r);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -715,10 +723,8 @@ void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, con
 
 void sw_openai_sse_delta_logprobs(sw_req *r, sw_buf *out, bool role)
 {
-    cJSON *o = base_obj(r, r->chat ? "chat.completion.chunk" : "text_completion");
-    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *c;
+    cJSON *o = one_choice(r, r->chat ? "chat.completion.chunk" : "text_completion", &c);
     /* the buffers hold text[0..len) (a relayed buffer keeps stale bytes past len) */
     char *text = strndup(r->text.data ? r->text.data : "", r->text.len);
     char *reasoning = strndup(r->reasoning.data ? r->reasoning.data : "", r->reasoning.len);
@@ -737,22 +743,18 @@ void sw_openai_sse_delta_logprobs(sw_req *r, sw_buf *out, bool role)
     for (size_t i = 0; i < r->n_lps_sent; i++) offset += r->lps[i].tok.n;
     cJSON_AddItemToObject(c, "logprobs", logprobs_json(r, r->n_lps_sent, r->n_lps, offset));
     cJSON_AddNullToObject(c, "finish_reason");
-    cJSON_AddItemToArray(ch, c);
     r->n_lps_sent = r->n_lps;
     sse_emit(out, o);
 }
 
 void sw_openai_sse_calls(sw_req *r, sw_buf *out)
 {
-    cJSON *o = base_obj(r, "chat.completion.chunk");
-    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *c;
+    cJSON *o = one_choice(r, "chat.completion.chunk", &c);
     cJSON *d = cJSON_AddObjectToObject(c, "delta");
     cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(r, r->n_calls_sent, r->calls.n, true));
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddNullToObject(c, "finish_reason");
-    cJSON_AddItemToArray(ch, c);
     r->n_calls_sent = r->calls.n;
     sse_emit(out, o);
 }
@@ -762,15 +764,12 @@ void sw_openai_sse_calls(sw_req *r, sw_buf *out)
  * OpenAI error object, since the HTTP status was sent long ago. */
 void sw_openai_sse_final(sw_req *r, sw_buf *out)
 {
-    cJSON *o = base_obj(r, r->chat ? "chat.completion.chunk" : "text_completion");
-    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *c;
+    cJSON *o = one_choice(r, r->chat ? "chat.completion.chunk" : "text_completion", &c);
     if (r->chat) cJSON_AddObjectToObject(c, "delta");
     else cJSON_AddStringToObject(c, "text", "");
     cJSON_AddNullToObject(c, "logprobs");
     add_finish(c, r);
-    cJSON_AddItemToArray(ch, c);
     if (r->finish == SPILLWAY__FINISH_REASON__FINISH_ERROR) {
         cJSON *e = cJSON_AddObjectToObject(o, "error");
         cJSON_AddStringToObject(e, "message", r->err_msg[0] ? r->err_msg : "the worker failed");

@@ -155,7 +155,7 @@ static text_dest think_route(sw_gen *g, int32_t token, const char **piece, size_
     }
     if (g->r_state == T_IN) return TO_REASONING;
     if (g->r_state == T_LEAD) {
-        while (*n && (**piece == ' ' || **piece == '\n' || **piece == '\r' || **piece == '\t')) ++*piece, --*n;
+        while (*n && sw_is_space(**piece)) ++*piece, --*n;
         if (*n) g->r_state = T_ANSWER;
     }
     return TO_ANSWER;
@@ -306,7 +306,7 @@ static bool take_json_calls(sw_gen *g, const char *s, size_t n)
         const char *p = s, *end = s + n;
         int found = 0;
         for (;;) {
-            while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t' || *p == ';')) p++;
+            while (p < end && (sw_is_space(*p) || *p == ';')) p++;
             if (p == end) break;
             const char *stop = NULL;
             cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &stop, false);
@@ -351,7 +351,7 @@ static bool answer_json(sw_gen *g, int32_t token, const char *s, size_t n)
     }
     if (!g->answer_begun) {
         size_t k = 0;
-        while (k < n && (s[k] == ' ' || s[k] == '\n' || s[k] == '\r' || s[k] == '\t')) k++;
+        while (k < n && sw_is_space(s[k])) k++;
         if (token == g->python_tag || (k < n && s[k] == '{')) {
             g->in_call = true;
             g->call_text.n = 0;

@@ -67,6 +67,9 @@ static inline bool sw_utf8_valid(const char *s)
     return true;
 }
 
+/* Blank, as JSON and the chat formats take it: space, tab, CR, LF. */
+static inline bool sw_is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
 /* Length of the leading run of printable ASCII without spaces (0x21..0x7E):
  * the bytes ids may hold on the wire (request, worker, pool, model names),
  * since they end up in logs, metric labels and HTTP headers. */
