@@ -10,6 +10,7 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 #include "gateway/gw.h"
+#include "llm/json_schema.h"
 #include "llm/text.h"
 
 #define MAX_STOP 4
@@ -141,6 +142,7 @@ static void free_gen(Spillway__GenerateRequest *g)
     }
     free(g->messages);
     if (g->tools_json != protobuf_c_empty_string) free(g->tools_json);
+    if (g->json_schema != protobuf_c_empty_string) free(g->json_schema);
     free(g->prompt_tokens);
     free(g->stop);
     for (size_t i = 0; g->sampling && i < g->sampling->n_logit_bias; i++) free(g->sampling->logit_bias[i]);
@@ -180,6 +182,7 @@ static int request_logit_bias(cJSON *o, Spillway__SamplingParams *sp, perr *e)
 /* ---- tools ---- */
 
 #define MAX_TOOLS 128
+#define MAX_SCHEMA_LEN 65536
 
 /* An assistant message's tool_calls (OpenAI's form: {id, type, function:
  * {name, arguments}}, arguments a JSON string) onto the wire message. A
@@ -243,6 +246,55 @@ static int request_tools(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     if (cJSON_GetArraySize(tools) == 0) return 0;
     g->tools_json = cJSON_PrintUnformatted(tools);
     if (!g->tools_json) return bad(e, "tools", "'%s' could not be encoded");
+    return 0;
+}
+
+/* response_format: "text"; "json_object" (any JSON object); "json_schema"
+ * with {"name", "schema", "strict"}. The schema is compiled here as the
+ * worker will compile it, so that one it cannot enforce is a 400 now, not a
+ * failed stream later. strict is accepted either way: the output always
+ * keeps to the schema. */
+static int request_format(cJSON *o, Spillway__GenerateRequest *g, perr *e)
+{
+    cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
+    if (!rf || cJSON_IsNull(rf)) return 0;
+    cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    if (!cJSON_IsObject(rf) || !cJSON_IsString(type))
+        return bad(e, "response_format", "'%s' must be an object with a 'type'");
+    if (!strcmp(type->valuestring, "text")) return 0;
+    cJSON *schema = NULL;
+    if (!strcmp(type->valuestring, "json_object")) {
+        g->json_schema = strdup("{\"type\":\"object\"}");
+        return g->json_schema ? 0 : bad(e, "response_format", "'%s' could not be encoded");
+    }
+    if (strcmp(type->valuestring, "json_schema"))
+        return bad(e, "response_format", "'%s' type must be \"text\", \"json_object\" or \"json_schema\"");
+    cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+    if (!cJSON_IsObject(js)) return bad(e, "response_format", "'%s' of type json_schema needs a 'json_schema' object");
+    cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+    cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
+    schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (name && (!cJSON_IsString(name) || !sw_tool_name_valid(name->valuestring)))
+        return bad(e, "response_format", "'%s'.json_schema.name must be 1-64 letters, digits, _, - or .");
+    if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
+        return bad(e, "response_format", "'%s'.json_schema.strict must be a boolean");
+    if (schema && !cJSON_IsObject(schema) && !cJSON_IsTrue(schema))
+        return bad(e, "response_format", "'%s'.json_schema.schema must be a JSON Schema object");
+    char why[256];
+    cJSON *any = schema ? NULL : cJSON_CreateTrue();
+    sw_js *compiled = sw_js_compile(schema ? schema : any, why, sizeof why);
+    if (!compiled) {
+        cJSON_Delete(any);
+        snprintf(e->msg, e->msglen, "'response_format'.json_schema.schema: %s", why);
+        *e->param = "response_format";
+        return 400;
+    }
+    sw_js_free(compiled);
+    g->json_schema = cJSON_PrintUnformatted(schema ? schema : any);
+    cJSON_Delete(any);
+    if (!g->json_schema) return bad(e, "response_format", "'%s' could not be encoded");
+    if (strlen(g->json_schema) > MAX_SCHEMA_LEN)
+        return bad(e, "response_format", "'%s'.json_schema.schema is longer than 65536 bytes");
     return 0;
 }
 
@@ -421,15 +473,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     g.n_stop = n_stop;
 
     if (chat && (rc = request_tools(o, &g, &e))) goto out;
-    /* JSON mode and structured outputs need constrained decoding, which
-     * the workers do not have: refused, so a client never takes free text
-     * for JSON it asked for */
-    cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
-    if (rf && !cJSON_IsNull(rf)) {
-        cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
-        if (!cJSON_IsObject(rf) || !cJSON_IsString(type) || strcmp(type->valuestring, "text"))
-            { rc = bad(&e, "response_format", "'%s' may only be {\"type\": \"text\"}: JSON modes are not supported"); goto out; }
-    }
+    if ((rc = request_format(o, &g, &e))) goto out;
 
     /* OpenAI's reasoning_effort: how long a reasoning model thinks (gpt-oss
      * takes it into its system message; other models ignore it) */

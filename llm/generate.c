@@ -432,6 +432,14 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
     }
     g->lp_on = p->logprobs || p->top_logprobs > 0;
     g->lp_k = p->top_logprobs;
+    if (p->json_schema) {
+        char why[256];
+        if (!(g->js = sw_js_compile(p->json_schema, why, sizeof why))) {
+            sw_errf(err, errlen, "response_format: %s", why);
+            return 400;
+        }
+        sw_js_start(g->js, &g->js_st);
+    }
     for (int i = 0; i < g->n_prompt; i++) sw_sampler_accept(&g->sampler, g->prompt[i]);
 
     /* Text that starts a document (prompt is just BOS) should not begin
@@ -474,7 +482,7 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
     int32_t *ids = NULL;
     sw_chat_msg *msgs = NULL;
     sw_tool_call *calls = NULL;
-    cJSON *tools = NULL;
+    cJSON *tools = NULL, *schema = NULL;
     int32_t *bias_ids = NULL;
     float *bias = NULL;
     int rc = 400;
@@ -484,6 +492,10 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
         tools = cJSON_Parse(req->tools_json);
         if (!cJSON_IsArray(tools)) { sw_errf(err, errlen, "tools_json is not a JSON array"); goto out; }
         p.tools = tools;
+    }
+    if (req->json_schema && *req->json_schema) {
+        if (!(schema = cJSON_Parse(req->json_schema))) { sw_errf(err, errlen, "json_schema is not JSON"); goto out; }
+        p.json_schema = schema;
     }
     if (req->n_messages > 0) {
         size_t n_calls = 0;
@@ -561,6 +573,7 @@ out:
     free(bias_ids);
     free(bias);
     cJSON_Delete(tools);
+    cJSON_Delete(schema);
     return rc;
 }
 
@@ -575,6 +588,7 @@ void sw_gen_free(sw_gen *g)
     sw_tool_calls_free(&g->calls);
     free(g->call_text.s);
     free(g->lp_row);
+    sw_js_free(g->js);
     memset(g, 0, sizeof *g);
 }
 
@@ -583,6 +597,59 @@ static void token_bytes(const sw_gen *g, int32_t id, sw_token_logprob *t)
 {
     t->id = id;
     t->n_bytes = (uint8_t)sw_tok_piece(g->tok, id, t->bytes, sizeof t->bytes);
+}
+
+/* ---- structured output ---------------------------------------------------------
+ * With a schema, the answer's bytes must keep to it (llm/json_schema.h).
+ * Reasoning is free: a think chat's thinking, a harmony chat's analysis,
+ * and harmony headers are not the answer. A token is allowed when its
+ * piece continues the JSON, an end-of-generation token when the JSON is
+ * complete; and the answer ends as soon as nothing may follow it. The
+ * sampler draws first as usual, and only when its token is not allowed are
+ * all the tokens checked: with a model that keeps to the format, the mask
+ * is rarely built. */
+static bool js_active(const sw_gen *g)
+{
+    if (!g->js) return false;
+    if (g->r_mode == R_THINK) return g->r_state != T_IN;
+    if (g->r_mode == R_HARMONY) return g->r_state == H_ANSWER;
+    return true;
+}
+
+static bool js_allows(const sw_gen *g, int32_t id)
+{
+    if (sw_tok_is_eog(g->tok, id)) return sw_js_complete(g->js, &g->js_st);
+    if (g->r_mode == R_THINK && g->r_state == T_START && id == g->think_open) return true;
+    size_t n;
+    const char *piece = sw_tok_piece_ref(g->tok, id, &n);
+    return n > 0 && sw_js_accepts(g->js, &g->js_st, piece, n);
+}
+
+/* Samples again from the raw row with every token the schema refuses at
+ * -inf. -1 when none is left. */
+static int32_t sample_masked(sw_gen *g, const float *raw, float *logits, int32_t n)
+{
+    int32_t allowed = 0;
+    for (int32_t i = 0; i < n; i++) logits[i] = -INFINITY;
+    for (int32_t i = 0; i < n; i++)   /* the few tokens with no piece: ends, <think> */
+        if ((sw_tok_is_eog(g->tok, i) || (g->r_mode == R_THINK && i == g->think_open)) && js_allows(g, i))
+            logits[i] = raw[i], allowed++;
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        sw_js_state after;
+        sw_js_copy(&after, &g->js_st);
+        if (!sw_js_feed(g->js, &after, &c, 1)) continue;
+        size_t m;
+        const int32_t *ids = sw_tok_ids_by_first_byte(g->tok, (uint8_t)b, &m);
+        for (size_t k = 0; k < m; k++) {
+            size_t len;
+            const char *piece = sw_tok_piece_ref(g->tok, ids[k], &len);
+            if (ids[k] < n && !sw_tok_is_eog(g->tok, ids[k]) &&
+                (len == 1 || sw_js_accepts(g->js, &after, piece + 1, len - 1)))
+                logits[ids[k]] = raw[ids[k]], allowed++;
+        }
+    }
+    return allowed ? sw_sampler_sample(&g->sampler, logits, n) : -1;
 }
 
 int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits)
@@ -597,11 +664,20 @@ int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits)
     for (int32_t i = 0; i < n; i++) nan |= isnan(logits[i]) != 0;
     if (nan) return -1;
     g->lp_valid = false;
-    if (!g->lp_on) return sw_sampler_sample(&g->sampler, logits, n);
+    bool js = js_active(g);
+    if (!g->lp_on && !js) return sw_sampler_sample(&g->sampler, logits, n);
     /* sampling rewrites the row (penalty, temperature): keep it */
-    if (!g->lp_row && !(g->lp_row = malloc((size_t)g->n_vocab * sizeof *g->lp_row))) return -1;
+    if (!g->lp_row && !(g->lp_row = malloc((size_t)g->n_vocab * sizeof *g->lp_row))) {
+        g->error = "out of memory";
+        return -1;
+    }
     memcpy(g->lp_row, logits, (size_t)n * sizeof *logits);
     int32_t tok = sw_sampler_sample(&g->sampler, logits, n);
+    if (js && !js_allows(g, tok) && (tok = sample_masked(g, g->lp_row, logits, n)) < 0) {
+        g->error = "no token of the vocabulary continues the JSON the response_format asks for";
+        return -1;
+    }
+    if (!g->lp_on) return tok;
     int32_t ids[SW_GEN_MAX_TOP];
     float lps[SW_GEN_MAX_TOP];
     g->lp.chosen.logprob = sw_logprobs(g->lp_row, n, tok, g->lp_k, ids, lps);
@@ -683,6 +759,15 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
     sw_sampler_accept(&g->sampler, token);
     if (!sw_sampler_generated(&g->sampler, token, g->n_vocab)) { g->finish = SW_FINISH_ERROR; return g->finish; }
     bool eog = sw_tok_is_eog(g->tok, token);
+    bool js_done = false;
+    if (js_active(g) && !eog && !(g->r_mode == R_THINK && g->r_state == T_START && token == g->think_open)) {
+        /* the bytes sw_gen_sample checked; a caller that sampled without
+         * it (a device sampler) is refused rather than trusted */
+        size_t n;
+        const char *piece = sw_tok_piece_ref(g->tok, token, &n);
+        if (!sw_js_feed(g->js, &g->js_st, piece, n)) { g->finish = SW_FINISH_ERROR; return g->finish; }
+        js_done = sw_js_final(g->js, &g->js_st);
+    }
 
     /* Decode this token's text onto the held buffer or the reasoning (EOG
      * tokens have none). */
@@ -705,7 +790,7 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
         g->n_held = 0;
         g->finish = SW_FINISH_STOP;
     } else {
-        if (eog) g->finish = SW_FINISH_STOP;
+        if (eog || js_done) g->finish = SW_FINISH_STOP;
         else if (g->max_tokens && g->n_generated >= g->max_tokens) g->finish = SW_FINISH_LENGTH;
         /* The next token would be evaluated at position n_prompt + n_generated - 1 + 1. */
         else if (g->n_prompt + (int64_t)g->n_generated >= g->n_ctx) g->finish = SW_FINISH_LENGTH;

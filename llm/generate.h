@@ -30,6 +30,7 @@
 #include "llm/sampler.h"
 #include "llm/chat.h"
 #include "llm/text.h"
+#include "llm/json_schema.h"
 #include "llm/util.h"
 #include "spillway.pb-c.h"
 
@@ -59,6 +60,7 @@ typedef struct {
     const cJSON *tools;           /* functions the model may call (OpenAI's tools array), or NULL */
     bool logprobs;                /* log probabilities of the generated tokens */
     int top_logprobs;             /* and of the likeliest alternatives, 0..SW_GEN_MAX_TOP */
+    const cJSON *json_schema;     /* structured output: the answer is JSON fitting this schema, or NULL */
     sw_sampling_params sampling;
     uint32_t max_tokens;          /* 0 = until the context is full */
     const char *const *stop;
@@ -111,6 +113,11 @@ typedef struct {
     float *lp_row;                /* the raw logits of the last sample */
     sw_logprob lp;
     bool lp_valid;                /* lp is the last sampled token's */
+    /* Structured output (generate.c, "structured output"): tokens that
+     * cannot continue the answer's JSON are masked before sampling. */
+    sw_js *js;
+    sw_js_state js_st;
+    const char *error;            /* why sw_gen_sample returned -1 */
 } sw_gen;
 
 /* Returns 0, or 400 with err filled (empty or too long prompt, bad token id,
@@ -125,8 +132,10 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
 void sw_gen_free(sw_gen *g);
 
 /* Picks the next token from a row of logits (modified in place). Returns -1
- * if the row holds a NaN: the caller fails the request with SW_GEN_NAN_ERROR. */
+ * when it cannot (a NaN in the row, no token continues a structured
+ * answer, out of memory): the caller fails the request with sw_gen_error. */
 int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits);
+static inline const char *sw_gen_error(const sw_gen *g) { return g->error ? g->error : SW_GEN_NAN_ERROR; }
 /* Accepts a generated token. *delta (NUL-terminated, valid until the next
  * call) receives the text to emit now, possibly empty. Returns SW_FINISH_NONE
  * while generation continues, else the finish reason; when finishing, the

@@ -94,6 +94,12 @@ struct sw_tokenizer {
     int32_t *special;        /* control / user-defined ids, longest text first */
     int n_special, n_user;     /* n_user: how many of them are user-defined */
     uint8_t special_first[32]; /* bitmap of the first bytes of special texts */
+    /* Every token's piece (sw_tok_piece) decoded once at load: constrained
+     * decoding asks for all of them at every step it masks. */
+    char *piece_arena;
+    uint32_t *piece_off;       /* n_vocab + 1: piece i is [piece_off[i], piece_off[i + 1]) */
+    int32_t *by_first;         /* ids with a piece, grouped by its first byte */
+    uint32_t first_off[257];
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, const char *a) {
@@ -296,6 +302,36 @@ static bool finish_load(sw_tokenizer *t, const gguf_file *f, char *err, size_t e
     return true;
 }
 
+static size_t piece_raw(const sw_tokenizer *t, int32_t id, char *buf);
+
+/* Decodes every piece once, and groups the ids by their pieces' first bytes. */
+static bool build_pieces(sw_tokenizer *t) {
+    size_t total = 0;
+    char *tmp = malloc((size_t)t->max_len + 8);
+    t->piece_off = malloc(((size_t)t->n_vocab + 1) * sizeof *t->piece_off);
+    t->by_first = malloc(((size_t)t->n_vocab + 1) * sizeof *t->by_first);
+    if (!tmp || !t->piece_off || !t->by_first) { free(tmp); return false; }
+    for (int32_t i = 0; i < t->n_vocab; i++) total += piece_raw(t, i, tmp);
+    if (total > UINT32_MAX || !(t->piece_arena = malloc(total + 1))) { free(tmp); return false; }
+    uint32_t count[256] = {0};
+    size_t at = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        t->piece_off[i] = (uint32_t)at;
+        size_t n = piece_raw(t, i, t->piece_arena + at);
+        if (n) count[(uint8_t)t->piece_arena[at]]++;
+        at += n;
+    }
+    t->piece_off[t->n_vocab] = (uint32_t)at;
+    free(tmp);
+    t->first_off[0] = 0;
+    for (int b = 0; b < 256; b++) t->first_off[b + 1] = t->first_off[b] + count[b];
+    uint32_t fill[256];
+    memcpy(fill, t->first_off, sizeof fill);
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (t->piece_off[i + 1] > t->piece_off[i]) t->by_first[fill[(uint8_t)t->piece_arena[t->piece_off[i]]]++] = i;
+    return true;
+}
+
 sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
     gguf_str model;
     if (!f) { set_err(err, errlen, "%s", "no file"); return NULL; }
@@ -388,6 +424,7 @@ sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
         if (t->unk >= 0) t->type[t->unk] = TT_UNKNOWN;
     }
     if (!finish_load(t, f, err, errlen)) goto fail;
+    if (!build_pieces(t)) { set_err(err, errlen, "%s", "tokenizer: out of memory"); goto fail; }
     return t;
 fail:
     sw_tok_free(t);
@@ -399,6 +436,7 @@ void sw_tok_free(sw_tokenizer *t) {
     free(t->arena); free(t->off); free(t->len); free(t->score); free(t->type);
     free(t->eog); free(t->vocab.slot); free(t->merges.slot); free(t->merge_arena);
     free(t->special);
+    free(t->piece_arena); free(t->piece_off); free(t->by_first);
     sw_pretok_free(t->pretok);
     free(t);
 }
@@ -733,15 +771,22 @@ static size_t piece_raw(const sw_tokenizer *t, int32_t id, char *buf) {
 }
 
 size_t sw_tok_piece(const sw_tokenizer *t, int32_t id, char *buf, size_t buflen) {
-    char small[256];
-    size_t need = (size_t)t->max_len + 8;
-    char *tmp = need <= sizeof small ? small : malloc(need);
-    if (!tmp) return 0;
-    size_t n = piece_raw(t, id, tmp);
+    size_t n;
+    const char *p = sw_tok_piece_ref(t, id, &n);
     if (n > buflen) n = buflen;
-    if (n) memcpy(buf, tmp, n);
-    if (tmp != small) free(tmp);
+    if (n) memcpy(buf, p, n);
     return n;
+}
+
+const char *sw_tok_piece_ref(const sw_tokenizer *t, int32_t id, size_t *n) {
+    if (id < 0 || id >= t->n_vocab) { *n = 0; return ""; }
+    *n = t->piece_off[id + 1] - t->piece_off[id];
+    return t->piece_arena + t->piece_off[id];
+}
+
+const int32_t *sw_tok_ids_by_first_byte(const sw_tokenizer *t, uint8_t b, size_t *n) {
+    *n = t->first_off[b + 1] - t->first_off[b];
+    return t->by_first + t->first_off[b];
 }
 
 void sw_detok_init(sw_detok *d, const sw_tokenizer *t, bool strip_leading_space) {

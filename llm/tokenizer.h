@@ -39,6 +39,11 @@ int sw_tok_encode(const sw_tokenizer *t, const char *text, size_t len,
  * tokens <0xNN> -> that byte; BPE: byte-level mapping undone). Control tokens
  * give "" . Returns the byte count written to buf (at most buflen). */
 size_t sw_tok_piece(const sw_tokenizer *t, int32_t id, char *buf, size_t buflen);
+/* The same without a copy: n bytes inside the tokenizer (decoded at load). */
+const char *sw_tok_piece_ref(const sw_tokenizer *t, int32_t id, size_t *n);
+/* The ids whose pieces start with byte b (control tokens, with no piece,
+ * are in no list). */
+const int32_t *sw_tok_ids_by_first_byte(const sw_tokenizer *t, uint8_t b, size_t *n);
 
 /* Streaming detokenizer: feeds tokens, emits only complete UTF-8 sequences,
  * holding back a partial code point until the next token completes it.

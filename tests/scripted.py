@@ -34,8 +34,10 @@ NOT_A_CALL = word('\n{"name": 7}\n')
 HARMONY_TO = word(" to=functions.get_weather")     # gpt-oss's call: a commentary message to a function
 HARMONY_ARGS = word('{"city":"Paris","days":2}')
 LLAMA_CALL = word('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}')   # Llama 3.1's call
+JSON_ANSWER = word('{"city": "Paris", "days": 2}')   # an answer in JSON
 WORDS = ["Let", "\u0120me", "\u0120think", "The", "\u0120answer", "\u0120is", "\u0120four", NL + NL,
-         "analysis", "\u0120\u0120", CALL, NOT_A_CALL, "commentary", HARMONY_TO, HARMONY_ARGS, LLAMA_CALL]
+         "analysis", "\u0120\u0120", CALL, NOT_A_CALL, "commentary", HARMONY_TO, HARMONY_ARGS, LLAMA_CALL,
+         JSON_ANSWER]
 TOKENS = BYTES + SPECIAL + WORDS
 ID = {t: i for i, t in enumerate(TOKENS)}
 

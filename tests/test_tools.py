@@ -153,8 +153,6 @@ def test_next_turn_carries_the_call_and_its_result(served):
     (dict(tools={"type": "function"}), "tools"),
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": "x"}}]), "tools"),
     (dict(messages=ASK + [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]), "messages"),
-    (dict(response_format={"type": "json_object"}), "response_format"),
-    (dict(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}), "response_format"),
 ])
 def test_bad_tools_are_refused(served, body, param):
     st, r = post(served, **body)

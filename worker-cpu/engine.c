@@ -389,7 +389,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
                 slot *s = &e->slots[e->row_slot[r]];
                 int32_t tok = sw_gen_sample(&s->gen, e->logits + (size_t)r * V, (int32_t)V);
                 if (tok < 0) {
-                    fail(ectx, s->id, 500, SW_GEN_NAN_ERROR);
+                    fail(ectx, s->id, 500, sw_gen_error(&s->gen));
                     e->hist[e->row_slot[r]].n = 0;   /* never reuse a cache that made NaN */
                     slot_release(s);
                     continue;

@@ -262,7 +262,7 @@ static int run_model(const options *o, sw_model *m)
     while (generated < n_predict) {
         int32_t tok = sw_gen_sample(&g, last, (int32_t)hp->n_vocab);
         if (tok < 0) {
-            fprintf(stderr, "\nspillway-run: %s\n", SW_GEN_NAN_ERROR);
+            fprintf(stderr, "\nspillway-run: %s\n", sw_gen_error(&g));
             rc = 1;
             break;
         }

@@ -278,10 +278,12 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
     s->deadline_ms = req->deadline_unix_ms;
     s->rng = s->gen.sampler.p.seed ^ 0x5DEECE66Dull;
     const sw_sampling_params *sp = &s->gen.sampler.p;
-    /* log probabilities, the presence/frequency penalties and logit_bias need the host's sampler */
+    /* log probabilities, the presence/frequency penalties, logit_bias and
+     * structured output need the host's sampler */
     s->dev_sample_ok = (sp->repetition_penalty == 0.0f || sp->repetition_penalty == 1.0f) &&
                        sp->min_p <= 0.0f && s->gen.n_vocab == (int32_t)e->be->hp.n_vocab && !s->gen.lp_on &&
-                       sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f && sp->n_bias == 0;
+                       sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f && sp->n_bias == 0 &&
+                       !s->gen.js;
     waiting_insert(e, s);
     return 0;
 }
@@ -510,7 +512,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
         li++;
         sampled++;
         if (tok < 0) {
-            fail(ctx, s->id, 500, SW_GEN_NAN_ERROR);
+            fail(ctx, s->id, 500, sw_gen_error(&s->gen));
             remove_running(e, s);
             continue;
         }
