@@ -143,6 +143,7 @@ static void free_gen(Spillway__GenerateRequest *g)
     free(g->messages);
     if (g->tools_json != protobuf_c_empty_string) free(g->tools_json);
     if (g->json_schema != protobuf_c_empty_string) free(g->json_schema);
+    if (g->tool_choice != protobuf_c_empty_string) free(g->tool_choice);
     free(g->prompt_tokens);
     free(g->stop);
     for (size_t i = 0; g->sampling && i < g->sampling->n_logit_bias; i++) free(g->sampling->logit_bias[i]);
@@ -215,12 +216,16 @@ static int message_tools(cJSON *it, Spillway__ChatMessage *cm, perr *e)
 }
 
 /* tools (function definitions) and tool_choice. The worker renders the
- * definitions in the model's own format; "none" leaves them out. Forcing a
- * call ("required", a named function) would need constrained decoding,
- * which the workers do not have: refused rather than ignored. */
+ * definitions in the model's own format; "none" leaves them out;
+ * "required" or a named function makes the worker's constrained decoding
+ * write a call (llm/generate.c, "forced calls"). */
 static int request_tools(cJSON *o, Spillway__GenerateRequest *g, perr *e)
 {
     cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    cJSON *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    bool says_call = cJSON_IsObject(choice) || (cJSON_IsString(choice) && !strcmp(choice->valuestring, "required"));
+    if (!tools || cJSON_IsNull(tools) || cJSON_GetArraySize(tools) == 0)
+        if (says_call) return bad(e, "tool_choice", "'%s' forces a call, but no tools were given");
     if (!tools || cJSON_IsNull(tools)) return 0;
     if (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > MAX_TOOLS)
         return bad(e, "tools", "'%s' must be an array of up to 128 tools");
@@ -237,13 +242,29 @@ static int request_tools(cJSON *o, Spillway__GenerateRequest *g, perr *e)
         if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
             return bad(e, "tools", "a function's 'parameters' in '%s' must be a JSON Schema object");
     }
-    cJSON *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    /* tool_choice: "auto", "none", "required", or {"type": "function",
+     * "function": {"name": N}} naming one of the tools */
+    const char *forced = NULL;
     if (choice && !cJSON_IsNull(choice)) {
-        if (!cJSON_IsString(choice) || (strcmp(choice->valuestring, "auto") && strcmp(choice->valuestring, "none")))
-            return bad(e, "tool_choice", "'%s' must be \"auto\" or \"none\": forcing a call is not supported");
-        if (!strcmp(choice->valuestring, "none")) return 0;
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "function"), "name");
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(choice, "type");
+        if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) return 0;
+        if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "required")) forced = "required";
+        else if (cJSON_IsObject(choice) && cJSON_IsString(type) && !strcmp(type->valuestring, "function") &&
+                 cJSON_IsString(fn)) {
+            forced = fn->valuestring;
+            bool found = false;
+            cJSON_ArrayForEach(t, tools) {
+                cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name");
+                found |= !strcmp(nm->valuestring, forced);
+            }
+            if (!found) return bad(e, "tool_choice", "'%s' names a function that is not among the tools");
+        } else if (!cJSON_IsString(choice) || strcmp(choice->valuestring, "auto"))
+            return bad(e, "tool_choice", "'%s' must be \"auto\", \"none\", \"required\" or "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
     if (cJSON_GetArraySize(tools) == 0) return 0;
+    if (forced && !(g->tool_choice = strdup(forced))) return bad(e, "tool_choice", "'%s' could not be encoded");
     g->tools_json = cJSON_PrintUnformatted(tools);
     if (!g->tools_json) return bad(e, "tools", "'%s' could not be encoded");
     return 0;

@@ -273,6 +273,97 @@ static void calls_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
     if (open >= 0 && close >= 0) g->call_open = open, g->call_close = close;
 }
 
+/* ---- forced calls ------------------------------------------------------------------
+ * tool_choice "required" or a named function: the answer must be a call.
+ * The call's JSON is a structured output whose schema is built from the
+ * tools ({"name": const, "arguments": parameters}, one branch a function);
+ * chatml's markers around it are forced tokens. Llama 3.1's call is the
+ * JSON alone. gpt-oss names the function in a message header, which no
+ * schema of the body can force: refused. */
+enum { FC_NONE, FC_OPEN, FC_BODY, FC_CLOSE };
+
+/* Moves a function's $defs (or definitions) to the root of the call
+ * schema, where its "#/$defs/..." references will look for them. */
+static bool hoist_defs(cJSON *root, cJSON *params, char *err, size_t errlen)
+{
+    static const char *const keys[] = { "$defs", "definitions" };
+    for (int k = 0; k < 2; k++) {
+        cJSON *defs = cJSON_DetachItemFromObjectCaseSensitive(params, keys[k]);
+        if (!defs) continue;
+        cJSON *into = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
+        if (!into) into = cJSON_AddObjectToObject(root, keys[k]);
+        cJSON *d = defs->child;
+        while (d) {
+            cJSON *next = d->next;
+            if (cJSON_GetObjectItemCaseSensitive(into, d->string)) {
+                sw_errf(err, errlen, "tool_choice: two functions define %s/%s", keys[k], d->string);
+                cJSON_Delete(defs);
+                return false;
+            }
+            cJSON_AddItemToObject(into, d->string, cJSON_DetachItemViaPointer(defs, d));
+            d = next;
+        }
+        cJSON_Delete(defs);
+    }
+    return true;
+}
+
+/* {"anyOf": [{"type": "object", "properties": {"name": {"const": N},
+ * ARGS: PARAMETERS}, "required": [...], "additionalProperties": false}]}
+ * over the functions tool_choice allows. */
+static cJSON *call_schema(const cJSON *tools, const char *only, const char *args_key, char *err, size_t errlen)
+{
+    cJSON *root = cJSON_CreateObject(), *alts = cJSON_AddArrayToObject(root, "anyOf");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(f, "parameters");
+        if (!cJSON_IsString(name) || (only && strcmp(only, name->valuestring))) continue;
+        cJSON *one = cJSON_CreateObject(), *props = cJSON_CreateObject(), *nm = cJSON_CreateObject();
+        cJSON *a = cJSON_IsObject(params) ? cJSON_Duplicate(params, true) : cJSON_CreateObject();
+        if (a && !cJSON_IsObject(params)) cJSON_AddStringToObject(a, "type", "object");
+        cJSON_AddItemToArray(alts, one);
+        cJSON_AddStringToObject(one, "type", "object");
+        cJSON_AddItemToObject(one, "properties", props);
+        cJSON_AddItemToObject(props, "name", nm);
+        cJSON_AddStringToObject(nm, "const", name->valuestring);
+        cJSON_AddItemToObject(props, args_key, a);
+        cJSON *req = cJSON_AddArrayToObject(one, "required");
+        cJSON_AddItemToArray(req, cJSON_CreateString("name"));
+        cJSON_AddItemToArray(req, cJSON_CreateString(args_key));
+        cJSON_AddFalseToObject(one, "additionalProperties");
+        if (!a || !hoist_defs(root, a, err, errlen)) { cJSON_Delete(root); return NULL; }
+    }
+    if (cJSON_GetArraySize(alts) == 0) {
+        sw_errf(err, errlen, "tool_choice names '%s', which is not among the tools", only ? only : "");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+static int forced_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p, char *err, size_t errlen)
+{
+    if (!p->tool_choice || !*p->tool_choice || !strcmp(p->tool_choice, "auto")) return 0;
+    if (!g->calls_on || (!g->call_json && g->call_open < 0) || g->r_mode == R_HARMONY) {
+        sw_errf(err, errlen, "tool_choice: forcing a call is not supported for this model's chat format "
+                "(chatml with <tool_call> tokens and Llama 3.1 are)");
+        return 400;
+    }
+    const char *only = strcmp(p->tool_choice, "required") ? p->tool_choice : NULL;
+    cJSON *schema = call_schema(p->tools, only, g->call_json ? "parameters" : "arguments", err, errlen);
+    if (!schema) return 400;
+    char why[256];
+    sw_js_free(g->js);   /* the call is the answer: a response_format gives way */
+    g->js = sw_js_compile(schema, why, sizeof why);
+    cJSON_Delete(schema);
+    if (!g->js) { sw_errf(err, errlen, "tool_choice: a function's parameters: %s", why); return 400; }
+    sw_js_start(g->js, &g->js_st);
+    g->forced = g->call_json ? FC_BODY : FC_OPEN;
+    return 0;
+}
+
 /* Adds a call to this step's calls, taking nm and a (either may be NULL:
  * out of memory); false if it could not. */
 static bool push_call(sw_gen *g, char *nm, char *a)
@@ -440,6 +531,7 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
         }
         sw_js_start(g->js, &g->js_st);
     }
+    if ((rc = forced_init(g, chat, p, err, errlen))) return rc;
     for (int i = 0; i < g->n_prompt; i++) sw_sampler_accept(&g->sampler, g->prompt[i]);
 
     /* Text that starts a document (prompt is just BOS) should not begin
@@ -562,6 +654,7 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
     p.max_tokens = req->max_tokens;
     p.effort = (sw_reasoning_effort)req->reasoning_effort;   /* the wire layer checked its range */
     p.logprobs = req->logprobs;
+    p.tool_choice = req->tool_choice;
     p.top_logprobs = req->top_logprobs > SW_GEN_MAX_TOP ? SW_GEN_MAX_TOP + 1 : (int)req->top_logprobs;
     p.stop = (const char *const *)req->stop;
     p.n_stop = req->n_stop;
@@ -610,7 +703,7 @@ static void token_bytes(const sw_gen *g, int32_t id, sw_token_logprob *t)
  * is rarely built. */
 static bool js_active(const sw_gen *g)
 {
-    if (!g->js) return false;
+    if (!g->js || g->forced == FC_OPEN || g->forced == FC_CLOSE) return false;
     if (g->r_mode == R_THINK) return g->r_state != T_IN;
     if (g->r_mode == R_HARMONY) return g->r_state == H_ANSWER;
     return true;
@@ -619,7 +712,7 @@ static bool js_active(const sw_gen *g)
 static bool js_allows(const sw_gen *g, int32_t id)
 {
     if (sw_tok_is_eog(g->tok, id)) return sw_js_complete(g->js, &g->js_st);
-    if (g->r_mode == R_THINK && g->r_state == T_START && id == g->think_open) return true;
+    if (g->r_mode == R_THINK && g->r_state == T_START && id == g->think_open) return !g->forced;
     size_t n;
     const char *piece = sw_tok_piece_ref(g->tok, id, &n);
     return n > 0 && sw_js_accepts(g->js, &g->js_st, piece, n);
@@ -652,6 +745,24 @@ static int32_t sample_masked(sw_gen *g, const float *raw, float *logits, int32_t
     return allowed ? sw_sampler_sample(&g->sampler, logits, n) : -1;
 }
 
+/* The only token a forced call allows now: its opening marker (at once:
+ * a think chat does not think first, so that the call cannot be lost in
+ * thinking that never ends), then its closing one; 0: no such limit. */
+static int forced_tokens(const sw_gen *g, int32_t only[2])
+{
+    if ((g->forced != FC_OPEN && g->forced != FC_CLOSE) || (g->r_mode == R_THINK && g->r_state == T_IN)) return 0;
+    only[0] = g->forced == FC_CLOSE ? g->call_close : g->call_open;
+    return 1;
+}
+
+static int32_t sample_only(sw_gen *g, const float *raw, float *logits, int32_t n, const int32_t *ids, int k)
+{
+    for (int32_t i = 0; i < n; i++) logits[i] = -INFINITY;
+    for (int j = 0; j < k; j++)
+        if (ids[j] >= 0 && ids[j] < n) logits[ids[j]] = raw[ids[j]];
+    return sw_sampler_sample(&g->sampler, logits, n);
+}
+
 int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits)
 {
     int32_t n = n_logits < g->n_vocab ? n_logits : g->n_vocab;
@@ -665,14 +776,16 @@ int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits)
     if (nan) return -1;
     g->lp_valid = false;
     bool js = js_active(g);
-    if (!g->lp_on && !js) return sw_sampler_sample(&g->sampler, logits, n);
+    int32_t only[2];
+    int n_only = forced_tokens(g, only);
+    if (!g->lp_on && !js && !n_only) return sw_sampler_sample(&g->sampler, logits, n);
     /* sampling rewrites the row (penalty, temperature): keep it */
     if (!g->lp_row && !(g->lp_row = malloc((size_t)g->n_vocab * sizeof *g->lp_row))) {
         g->error = "out of memory";
         return -1;
     }
     memcpy(g->lp_row, logits, (size_t)n * sizeof *logits);
-    int32_t tok = sw_sampler_sample(&g->sampler, logits, n);
+    int32_t tok = n_only ? sample_only(g, g->lp_row, logits, n, only, n_only) : sw_sampler_sample(&g->sampler, logits, n);
     if (js && !js_allows(g, tok) && (tok = sample_masked(g, g->lp_row, logits, n)) < 0) {
         g->error = "no token of the vocabulary continues the JSON the response_format asks for";
         return -1;
@@ -759,7 +872,7 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
     sw_sampler_accept(&g->sampler, token);
     if (!sw_sampler_generated(&g->sampler, token, g->n_vocab)) { g->finish = SW_FINISH_ERROR; return g->finish; }
     bool eog = sw_tok_is_eog(g->tok, token);
-    bool js_done = false;
+    bool js_done = false;   /* the constrained answer is whole */
     if (js_active(g) && !eog && !(g->r_mode == R_THINK && g->r_state == T_START && token == g->think_open)) {
         /* the bytes sw_gen_sample checked; a caller that sampled without
          * it (a device sampler) is refused rather than trusted */
@@ -767,6 +880,12 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
         const char *piece = sw_tok_piece_ref(g->tok, token, &n);
         if (!sw_js_feed(g->js, &g->js_st, piece, n)) { g->finish = SW_FINISH_ERROR; return g->finish; }
         js_done = sw_js_final(g->js, &g->js_st);
+        if (js_done && g->forced == FC_BODY && !g->call_json) g->forced = FC_CLOSE, js_done = false;
+    } else if (g->forced == FC_OPEN && token == g->call_open) {
+        g->forced = FC_BODY;
+    } else if (g->forced == FC_CLOSE && token == g->call_close) {
+        g->forced = FC_NONE;
+        js_done = true;
     }
 
     /* Decode this token's text onto the held buffer or the reasoning (EOG

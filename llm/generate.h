@@ -61,6 +61,8 @@ typedef struct {
     bool logprobs;                /* log probabilities of the generated tokens */
     int top_logprobs;             /* and of the likeliest alternatives, 0..SW_GEN_MAX_TOP */
     const cJSON *json_schema;     /* structured output: the answer is JSON fitting this schema, or NULL */
+    const char *tool_choice;      /* NULL or "": the model may call; "required": it must call one of
+                                   * the tools now; else the name of the one it must call */
     sw_sampling_params sampling;
     uint32_t max_tokens;          /* 0 = until the context is full */
     const char *const *stop;
@@ -117,6 +119,7 @@ typedef struct {
      * cannot continue the answer's JSON are masked before sampling. */
     sw_js *js;
     sw_js_state js_st;
+    int forced;                   /* a forced call's progress (FC_*), 0: none */
     const char *error;            /* why sw_gen_sample returned -1 */
 } sw_gen;
 

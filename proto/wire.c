@@ -181,6 +181,7 @@ static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t
     }
     if (!check_text("generate: tools_json", g->tools_json, err, errlen)) return false;
     if (!check_text("generate: json_schema", g->json_schema, err, errlen)) return false;
+    if (!check_text("generate: tool_choice", g->tool_choice, err, errlen)) return false;
     if (g->top_logprobs > SW_MAX_TOP_LOGPROBS)
         return fail(err, errlen, "generate: top_logprobs %u (max %d)", g->top_logprobs, SW_MAX_TOP_LOGPROBS);
     if (g->reasoning_effort < SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_DEFAULT ||

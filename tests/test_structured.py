@@ -90,7 +90,7 @@ def test_a_schema_the_model_does_not_follow_steers_it(served):
     """The script's JSON has no "colour": its token is masked and the model
     is made to write what the schema allows instead."""
     for temp in (0, 1):
-        r = client(served).chat.completions.create(model="m", messages=ASK, max_tokens=200, temperature=temp,
+        r = client(served).chat.completions.create(model="m", messages=ASK, max_tokens=400, temperature=temp,
                                                     seed=3, response_format=schema_format(BOUNDED))
         assert r.choices[0].finish_reason == "stop", repr(r.choices[0].message.content if hasattr(r.choices[0], "message") else r.choices[0].text)
         fits_bounded(json.loads(r.choices[0].message.content))
@@ -101,11 +101,11 @@ def test_sampled_stories_fit_the_schema(served, seed):
     """A real model that knows only children's stories, sampled: JSON that
     fits, every seed (completions and chat both take response_format)."""
     c = client(served)
-    r = c.completions.create(model="stories", prompt="Once upon a time", max_tokens=250, temperature=1.0, seed=seed,
+    r = c.completions.create(model="stories", prompt="Once upon a time", max_tokens=400, temperature=1.0, seed=seed,
                              extra_body={"response_format": schema_format(BOUNDED)})
     assert r.choices[0].finish_reason == "stop", r
     fits_bounded(json.loads(r.choices[0].text))
-    r = c.chat.completions.create(model="stories", messages=[{"role": "user", "content": "Hi"}], max_tokens=250,
+    r = c.chat.completions.create(model="stories", messages=[{"role": "user", "content": "Hi"}], max_tokens=400,
                                   temperature=1.0, seed=seed, response_format=schema_format(BOUNDED))
     assert r.choices[0].finish_reason == "stop", r
     fits_bounded(json.loads(r.choices[0].message.content))

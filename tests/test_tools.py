@@ -26,8 +26,12 @@ SCRIPTS = {
     "gpt-oss": ["t", HARMONY_TO, "<|channel|>", "commentary", "<|message|>", HARMONY_ARGS, "<|call|>"],
     # Llama 3.1: the answer is the call's JSON
     "llama": [NL, LLAMA_CALL, "<|eot_id|>"],
+    # models that answer in words: tool_choice must make them call
+    "chat": [NL, "The", "\u0120answer", "<|im_end|>"],
+    "llama-text": [NL, "The", "<|eot_id|>"],
 }
-TEMPLATE = {"tools": "chatml", "tools-bad": "chatml", "r1": "r1", "gpt-oss": "harmony", "llama": "llama3"}
+TEMPLATE = {"tools": "chatml", "tools-bad": "chatml", "r1": "r1", "gpt-oss": "harmony", "llama": "llama3",
+            "chat": "chatml", "llama-text": "llama3"}
 
 POLICY = """
 pools:
@@ -44,6 +48,10 @@ routes:
     target: cpu-pool
   - model: llama
     target: cpu-pool
+  - model: chat
+    target: cpu-pool
+  - model: llama-text
+    target: cpu-pool
 """
 
 WEATHER = [{"type": "function", "function": {
@@ -59,7 +67,7 @@ def served(tmp_path, cluster):
     cluster.start_gateway(POLICY, extra_args=["--sdk", cluster.sdk_ep])
     for name, script in SCRIPTS.items():
         cluster.start_worker("cpu-pool", name, scripted_model(tmp_path / f"{name}.gguf", TEMPLATE[name], script),
-                             ["--threads", "1", "--parallel", "2"], name=name)
+                             ["--threads", "1", "--parallel", "2", "--ctx", "4096"], name=name)
     for name in SCRIPTS:
         cluster.wait_model(name, timeout=60)
     return cluster
@@ -145,8 +153,9 @@ def test_next_turn_carries_the_call_and_its_result(served):
 
 
 @pytest.mark.parametrize("body, param", [
-    (dict(tools=WEATHER, tool_choice="required"), "tool_choice"),
-    (dict(tools=WEATHER, tool_choice={"type": "function", "function": {"name": "get_weather"}}), "tool_choice"),
+    (dict(tools=WEATHER, tool_choice={"type": "function", "function": {"name": "get_time"}}), "tool_choice"),
+    (dict(tools=WEATHER, tool_choice="always"), "tool_choice"),
+    (dict(tool_choice="required"), "tool_choice"),
     (dict(tools=[{"type": "function", "function": {"description": "no name"}}]), "tools"),
     (dict(tools=[{"type": "function", "function": {"name": "bad name!"}}]), "tools"),
     (dict(tools=[{"type": "retrieval"}]), "tools"),
@@ -231,3 +240,65 @@ def test_llama_call(served):
 def test_response_format_text_is_accepted(served):
     st, r = post(served, model="r1", response_format={"type": "text"})
     assert st == 200, r
+
+
+# Bounded parameters, so that a forced call on a model that never calls
+# must end within a few tokens.
+BOUNDED_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}},
+        "required": ["unit"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"$ref": "#/$defs/zone"}}, "required": ["zone"],
+        "$defs": {"zone": {"enum": ["utc", "cet"]}}}}},
+]
+
+
+def check_call(call):
+    args = json.loads(call["function"]["arguments"])
+    if call["function"]["name"] == "get_weather":
+        assert args["unit"] in ("c", "f") and set(args) <= {"unit", "days"}, args
+        assert isinstance(args.get("days", 0), int), args
+    else:
+        assert call["function"]["name"] == "get_time" and args == {"zone": args["zone"]} and \
+            args["zone"] in ("utc", "cet"), call
+    return call["function"]["name"]
+
+
+@pytest.mark.parametrize("model", ["chat", "llama-text", "tools"])
+def test_tool_choice_forces_a_call(served, model):
+    """A model that would answer in words calls the named function, and
+    with "required" one of them; a Qwen3-style model calls at once,
+    without thinking first."""
+    st, free = post(served, model=model, tools=BOUNDED_TOOLS, max_tokens=400)
+    assert st == 200, free
+    for temp in (0, 1):
+        st, r = post(served, model=model, tools=BOUNDED_TOOLS, max_tokens=400, temperature=temp, seed=5,
+                     tool_choice={"type": "function", "function": {"name": "get_time"}})
+        assert st == 200 and r["choices"][0]["finish_reason"] == "tool_calls", r["choices"]
+        calls = r["choices"][0]["message"]["tool_calls"]
+        assert len(calls) == 1 and check_call(calls[0]) == "get_time", calls
+        assert not r["choices"][0]["message"].get("content"), r
+    names = set()
+    for seed in range(4):
+        st, r = post(served, model=model, tools=BOUNDED_TOOLS, max_tokens=400, temperature=1, seed=seed,
+                     tool_choice="required")
+        assert st == 200 and r["choices"][0]["finish_reason"] == "tool_calls", r["choices"]
+        names.add(check_call(r["choices"][0]["message"]["tool_calls"][0]))
+    assert names <= {"get_weather", "get_time"}
+
+
+def test_forced_call_streams(served):
+    chunks = list(client(served).chat.completions.create(
+        model="chat", messages=ASK, tools=BOUNDED_TOOLS, max_tokens=400, temperature=0, stream=True,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}))
+    deltas = [tc for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or [])]
+    assert deltas and deltas[0].function.name == "get_weather"
+    args = "".join(d.function.arguments or "" for d in deltas)
+    assert json.loads(args)["unit"] in ("c", "f")
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == ["tool_calls"]
+
+
+def test_harmony_refuses_a_forced_call(served):
+    st, r = post(served, model="gpt-oss", tools=WEATHER, tool_choice="required")
+    assert st == 400 and "forcing a call is not supported" in r["error"]["message"], r
