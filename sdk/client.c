@@ -124,6 +124,8 @@ static int send_request(spillway_client *c, const spillway_request *req, char *i
     g.stop = (char **)req->stop;
     g.reasoning_effort = (Spillway__ReasoningEffort)req->reasoning_effort;
     if (req->tools_json) g.tools_json = (char *)req->tools_json;
+    if (req->tool_choice && strcmp(req->tool_choice, "auto")) g.tool_choice = (char *)req->tool_choice;
+    if (req->json_schema) g.json_schema = (char *)req->json_schema;
 
     Spillway__ChatMessage *msgs = NULL, **mptrs = NULL;
     if (req->n_messages) {

@@ -1,7 +1,8 @@
 /* spillway: command-line client for a Spillway gateway, over the native SDK.
  *
  *   spillway complete -m MODEL [-n N] [--temp T] [--seed S] [--stop S] PROMPT
- *   spillway chat     -m MODEL [--system TEXT] [--reasoning-effort E] [--tools FILE] [-n N] [--temp T] MESSAGE
+ *   spillway chat     -m MODEL [--system TEXT] [--reasoning-effort E] [--tools FILE [--tool-choice C]]
+ *                     [--json | --json-schema FILE] [-n N] [--temp T] MESSAGE
  *   spillway status
  * Common: -e ENDPOINT (default tcp://127.0.0.1:5556 or $SPILLWAY_ENDPOINT),
  *         --timeout MS. Text streams to stdout, then each function call the
@@ -19,10 +20,12 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: spillway complete -m MODEL [options] PROMPT\n"
-        "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high] [--tools FILE] [options] MESSAGE\n"
+        "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high]\n"
+        "                     [--tools FILE [--tool-choice auto|required|NAME]] [options] MESSAGE\n"
         "       spillway status\n"
         "options: -e ENDPOINT  -n MAX_TOKENS  --temp T  --top-p P  --top-k K  --seed S\n"
-        "         --stop TEXT (repeatable)  --timeout MS  -q (no summary)\n");
+        "         --stop TEXT (repeatable)  --timeout MS  -q (no summary)\n"
+        "         --json (the answer is a JSON object)  --json-schema FILE (... fitting that schema)\n");
 }
 
 static int parse_num(const char *flag, const char *s, double lo, double hi, double *out) {
@@ -50,8 +53,9 @@ static int print_reasoning(void *user, const char *delta, size_t len) {
     return 0;
 }
 
-/* A whole file as a string (the --tools JSON), or NULL with a message. */
-static char *read_file(const char *path) {
+/* A whole file as a string (the --tools or --json-schema JSON), or NULL
+ * with a message naming the flag. */
+static char *read_file(const char *flag, const char *path) {
     FILE *f = fopen(path, "rb");
     char *s = NULL;
     size_t n = 0, cap = 0;
@@ -69,7 +73,7 @@ static char *read_file(const char *path) {
     }
     if (f) fclose(f);
     if (ok) { s[n] = 0; return s; }
-    fprintf(stderr, "spillway: --tools: cannot read '%s'\n", path);
+    fprintf(stderr, "spillway: %s: cannot read '%s'\n", flag, path);
     free(s);
     return NULL;
 }
@@ -86,7 +90,7 @@ int main(int argc, char **argv) {
     const char *stops[16];
     int quiet = 0;
     spillway_request req = spillway_request_default(NULL);
-    const char *tools_path = NULL;
+    const char *tools_path = NULL, *schema_path = NULL;
 
     static const struct option opts[] = {
         {"endpoint", required_argument, 0, 'e'}, {"model", required_argument, 0, 'm'},
@@ -95,6 +99,8 @@ int main(int argc, char **argv) {
         {"seed", required_argument, 0, 's'}, {"stop", required_argument, 0, 'S'},
         {"system", required_argument, 0, 'y'}, {"timeout", required_argument, 0, 'T'},
         {"reasoning-effort", required_argument, 0, 'r'}, {"tools", required_argument, 0, 'o'},
+        {"tool-choice", required_argument, 0, 'c'}, {"json-schema", required_argument, 0, 'j'},
+        {"json", no_argument, 0, 'J'},
         {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     optind = 2;
     int c;
@@ -123,19 +129,25 @@ int main(int argc, char **argv) {
             }
             break;
         case 'o': tools_path = optarg; break;
+        case 'c': req.tool_choice = optarg; break;
+        case 'j': schema_path = optarg; break;
+        case 'J': req.json_schema = "{\"type\":\"object\"}"; break;
         case 'q': quiet = 1; break;
         default: usage(stderr); return 2;
         }
     }
 
     /* read after the flags, so that a bad flag leaves nothing to free */
-    char *tools = tools_path ? read_file(tools_path) : NULL;
+    char *tools = tools_path ? read_file("--tools", tools_path) : NULL;
     if (tools_path && !tools) return 2;
     req.tools_json = tools;
+    char *schema = schema_path ? read_file("--json-schema", schema_path) : NULL;
+    if (schema_path && !schema) { free(tools); return 2; }
+    if (schema) req.json_schema = schema;
 
     char err[512];
     spillway_client *cl = spillway_connect(endpoint, err, sizeof err);
-    if (!cl) { fprintf(stderr, "%s\n", err); free(tools); return 1; }
+    if (!cl) { fprintf(stderr, "%s\n", err); free(tools); free(schema); return 1; }
     int rc = 0;
     if (!strcmp(cmd, "status")) {
         char *json = spillway_status(cl, req.timeout_ms, err, sizeof err);
@@ -146,6 +158,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "spillway %s: needs -m MODEL and exactly one text argument\n", cmd);
             spillway_close(cl);
             free(tools);
+            free(schema);
             return 2;
         }
         spillway_message msgs[2];
@@ -183,5 +196,6 @@ int main(int argc, char **argv) {
     }
     spillway_close(cl);
     free(tools);
+    free(schema);
     return rc;
 }

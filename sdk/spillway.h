@@ -57,6 +57,10 @@ typedef struct {
     int timeout_ms;                     /* whole request; 0 = 10 minutes */
     spillway_effort reasoning_effort;   /* chats with reasoning models */
     const char *tools_json;             /* chats: functions the model may call, OpenAI's tools array as JSON */
+    const char *tool_choice;            /* with tools_json: NULL or "auto"; "required" (it must call one);
+                                         * or the name of the function it must call */
+    const char *json_schema;            /* structured output: the answer is JSON fitting this JSON Schema
+                                         * (text); "{\"type\":\"object\"}" for any object; NULL: free text */
     /* Streaming: called with each delta of a reasoning model's reasoning, as
      * it comes (NULL: the reasoning only arrives in the result); return
      * non-zero to cancel. */

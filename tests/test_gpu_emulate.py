@@ -288,3 +288,22 @@ def test_logprobs_through_the_gpu_worker(cluster):
         best = max(top.values())
         assert val == pytest.approx(best, abs=1e-5), (tok, val, top)   # greedy: the likeliest token
         assert sum(math.exp(v) for v in top.values()) <= 1 + 1e-4
+
+
+def test_structured_output_through_the_gpu_worker(cluster):
+    """A schema needs the host's sampler too (it masks the logits): the
+    random-weight model writes JSON that fits, sampled or greedy, in a
+    batch with a free-text request."""
+    start(cluster, [])
+    c = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    schema = {"type": "object", "properties": {"kind": {"enum": ["cat", "dog"]}, "age": {"type": "integer"},
+                                               "tame": {"type": "boolean"}},
+              "required": ["kind", "age", "tame"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "pet", "schema": schema}}
+    for temp, seed in ((0, 0), (1, 1), (1, 2)):
+        r = c.completions.create(model="synth", prompt=PROMPT, max_tokens=300, temperature=temp, seed=seed,
+                                 extra_body={"response_format": fmt})
+        assert r.choices[0].finish_reason == "stop", r.choices[0].text
+        v = json.loads(r.choices[0].text)
+        assert set(v) == {"kind", "age", "tame"} and v["kind"] in ("cat", "dog"), v
+        assert isinstance(v["age"], int) and isinstance(v["tame"], bool), v

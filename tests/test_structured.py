@@ -11,11 +11,12 @@ never saw JSON writes it only because the mask leaves it nothing else.
 Schemas the constraint cannot enforce are refused with their path."""
 
 import json
+import subprocess
 
 import openai
 import pytest
 
-from conftest import http_post, shared_file
+from conftest import bin_path, free_port, http_post, shared_file
 from scripted import JSON_ANSWER, NL, scripted_model
 
 SCRIPT = [NL, JSON_ANSWER, "\u0120answer", "<|im_end|>"]   # '{"city": "Paris", "days": 2} answer'
@@ -42,7 +43,8 @@ ASK = [{"role": "user", "content": "Weather in Paris?"}]
 @pytest.fixture
 def served(tmp_path, cluster):
     stories = shared_file("models/stories260K.gguf")
-    cluster.start_gateway(POLICY)
+    cluster.sdk_ep = f"tcp://127.0.0.1:{free_port()}"
+    cluster.start_gateway(POLICY, extra_args=["--sdk", cluster.sdk_ep])
     cluster.start_worker("cpu-pool", "m", scripted_model(tmp_path / "m.gguf", "chatml", SCRIPT),
                          ["--threads", "1", "--parallel", "2"], name="m")
     cluster.start_worker("cpu-pool", "stories", stories, ["--threads", "1", "--parallel", "4"], name="stories")
@@ -149,3 +151,18 @@ def test_recursive_schema_with_defs(served):
         check(json.loads(r.choices[0].text))
         done += 1
     assert done >= 1
+
+
+def test_sdk_cli_json(served, tmp_path):
+    """spillway chat --json / --json-schema FILE: the SDK carries the schema;
+    one the worker cannot enforce comes back as its 400."""
+    f = tmp_path / "schema.json"
+    f.write_text(json.dumps(CITY))
+    for flags in (["--json"], ["--json-schema", str(f)]):
+        r = subprocess.run([bin_path("spillway"), "chat", "-e", served.sdk_ep, "-m", "m", "--temp", "0", "-n", "8",
+                            *flags, "Weather in Paris?"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == '{"city": "Paris", "days": 2}', (r.stdout, r.stderr)
+    f.write_text(json.dumps({"type": "string", "pattern": "x"}))
+    r = subprocess.run([bin_path("spillway"), "chat", "-e", served.sdk_ep, "-m", "m", "--json-schema", str(f), "Hi"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "400" in r.stderr and "'pattern' is not supported" in r.stderr, r.stderr

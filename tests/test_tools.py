@@ -302,3 +302,18 @@ def test_forced_call_streams(served):
 def test_harmony_refuses_a_forced_call(served):
     st, r = post(served, model="gpt-oss", tools=WEATHER, tool_choice="required")
     assert st == 400 and "forcing a call is not supported" in r["error"]["message"], r
+
+
+def test_sdk_cli_forces_a_call(served, tmp_path):
+    f = tmp_path / "tools.json"
+    f.write_text(json.dumps(BOUNDED_TOOLS))
+    r = subprocess.run([bin_path("spillway"), "chat", "-e", served.sdk_ep, "-m", "chat", "--temp", "0", "-n", "400",
+                        "--tools", str(f), "--tool-choice", "get_time", "What time is it?"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    line = [l for l in r.stdout.splitlines() if l.startswith("[tool_call] ")]
+    assert len(line) == 1 and line[0].startswith("[tool_call] get_time("), r.stdout
+    assert json.loads(line[0][len("[tool_call] get_time("):-1])["zone"] in ("utc", "cet")
+    r = subprocess.run([bin_path("spillway"), "chat", "-e", served.sdk_ep, "-m", "chat", "--tools", str(f),
+                        "--tool-choice", "get_date", "Hi"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "not among the tools" in r.stderr, r.stderr
