@@ -328,7 +328,7 @@ static int compile_ref(compiler *c, const char *ref)
     }
     c->ref_src[c->n_refs] = t;
     c->ref_node[c->n_refs++] = (uint16_t)id;
-    size_t old = path_push(c, ref + 2);
+    size_t old = path_push(c, strlen(ref) > 2 ? ref + 2 : "$ref");
     int body = compile(c, t);
     path_pop(c, old);
     if (body < 0) return -1;

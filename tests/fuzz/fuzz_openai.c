@@ -145,6 +145,14 @@ static const char *const BODIES[] = {
     "\"logprobs\":true,\"top_logprobs\":3,\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
     "\"logit_bias\":{\"5\":-100,\"17\":2.5},\"response_format\":{\"type\":\"text\"}}",
     "\x00{\"model\":\"llama\",\"prompt\":\"x\",\"logprobs\":2,\"logit_bias\":{\"0\":1}}",
+    /* structured output, and a forced call */
+    "\x01{\"model\":\"llama\",\"messages\":[{\"role\":\"user\",\"content\":\"j\"}],\"response_format\":"
+    "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":{\"type\":\"object\","
+    "\"properties\":{\"a\":{\"enum\":[\"x\",1]},\"b\":{\"$ref\":\"#/$defs/b\"}},\"required\":[\"a\"],"
+    "\"$defs\":{\"b\":{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"null\"]},\"maxItems\":3}}}}}}",
+    "\x00{\"model\":\"llama\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}",
+    "\x01{\"model\":\"llama\",\"messages\":[{\"role\":\"user\",\"content\":\"t\"}],\"tools\":[{\"type\":"
+    "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
 };
 
 /* "small" is an alias, so resolution is exercised too. */
