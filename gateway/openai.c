@@ -265,6 +265,10 @@ static int request_tools(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     }
     if (cJSON_GetArraySize(tools) == 0) return 0;
     if (forced && !(g->tool_choice = strdup(forced))) return bad(e, "tool_choice", "'%s' could not be encoded");
+    bool parallel = true;
+    int rc = get_bool(o, "parallel_tool_calls", &parallel, e);
+    if (rc) return rc;
+    g->one_call = !parallel;
     g->tools_json = cJSON_PrintUnformatted(tools);
     if (!g->tools_json) return bad(e, "tools", "'%s' could not be encoded");
     return 0;

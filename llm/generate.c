@@ -266,6 +266,7 @@ static void calls_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
     g->call_open = g->call_close = g->python_tag = -1;
     if (p->n_messages == 0 || cJSON_GetArraySize(p->tools) == 0 || !sw_chat_has_tools(chat)) return;
     g->calls_on = true;
+    g->one_call = p->one_call;
     g->call_json = chat == SW_CHAT_LLAMA3;
     g->python_tag = sw_tok_lookup(g->tok, "<|python_tag|>");
     if (chat != SW_CHAT_CHATML) return;
@@ -406,7 +407,8 @@ static bool take_json_calls(sw_gen *g, const char *s, size_t n)
             if (!args) args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
             bool ok = cJSON_IsObject(o) && cJSON_IsString(name) && sw_tool_name_valid(name->valuestring) &&
                       (!args || cJSON_IsObject(args));
-            if (ok && pass == 1) push_call(g, strdup(name->valuestring), args ? sw_json_dumps(args) : strdup("{}"));
+            if (ok && pass == 1 && !(g->one_call && found > 0))   /* one call: the others are dropped */
+                push_call(g, strdup(name->valuestring), args ? sw_json_dumps(args) : strdup("{}"));
             cJSON_Delete(o);
             if (!ok || !stop) return false;
             p = stop;
@@ -655,6 +657,7 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
     p.effort = (sw_reasoning_effort)req->reasoning_effort;   /* the wire layer checked its range */
     p.logprobs = req->logprobs;
     p.tool_choice = req->tool_choice;
+    p.one_call = req->one_call;
     p.top_logprobs = req->top_logprobs > SW_GEN_MAX_TOP ? SW_GEN_MAX_TOP + 1 : (int)req->top_logprobs;
     p.stop = (const char *const *)req->stop;
     p.n_stop = req->n_stop;
@@ -697,7 +700,8 @@ static void token_bytes(const sw_gen *g, int32_t id, sw_token_logprob *t)
  * Reasoning is free: a think chat's thinking, a harmony chat's analysis,
  * and harmony headers are not the answer. A token is allowed when its
  * piece continues the JSON, an end-of-generation token when the JSON is
- * complete; and the answer ends as soon as nothing may follow it. The
+ * complete; and the answer ends as soon as nothing may follow it. A think
+ * chat may open its thinking first (unless a call is forced). The
  * sampler draws first as usual, and only when its token is not allowed are
  * all the tokens checked: with a model that keeps to the format, the mask
  * is rarely built. */
@@ -718,12 +722,17 @@ static bool js_allows(const sw_gen *g, int32_t id)
     return n > 0 && sw_js_accepts(g->js, &g->js_st, piece, n);
 }
 
+static void mask_all(float *logits, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) logits[i] = -INFINITY;
+}
+
 /* Samples again from the raw row with every token the schema refuses at
  * -inf. -1 when none is left. */
 static int32_t sample_masked(sw_gen *g, const float *raw, float *logits, int32_t n)
 {
     int32_t allowed = 0;
-    for (int32_t i = 0; i < n; i++) logits[i] = -INFINITY;
+    mask_all(logits, n);
     for (int32_t i = 0; i < n; i++)   /* the few tokens with no piece: ends, <think> */
         if ((sw_tok_is_eog(g->tok, i) || (g->r_mode == R_THINK && i == g->think_open)) && js_allows(g, i))
             logits[i] = raw[i], allowed++;
@@ -757,7 +766,7 @@ static int forced_tokens(const sw_gen *g, int32_t only[2])
 
 static int32_t sample_only(sw_gen *g, const float *raw, float *logits, int32_t n, const int32_t *ids, int k)
 {
-    for (int32_t i = 0; i < n; i++) logits[i] = -INFINITY;
+    mask_all(logits, n);
     for (int j = 0; j < k; j++)
         if (ids[j] >= 0 && ids[j] < n) logits[ids[j]] = raw[ids[j]];
     return sw_sampler_sample(&g->sampler, logits, n);
@@ -909,7 +918,7 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
         g->n_held = 0;
         g->finish = SW_FINISH_STOP;
     } else {
-        if (eog || js_done) g->finish = SW_FINISH_STOP;
+        if (eog || js_done || (g->one_call && g->n_calls_total > 0)) g->finish = SW_FINISH_STOP;
         else if (g->max_tokens && g->n_generated >= g->max_tokens) g->finish = SW_FINISH_LENGTH;
         /* The next token would be evaluated at position n_prompt + n_generated - 1 + 1. */
         else if (g->n_prompt + (int64_t)g->n_generated >= g->n_ctx) g->finish = SW_FINISH_LENGTH;

@@ -61,6 +61,7 @@ typedef struct {
     bool logprobs;                /* log probabilities of the generated tokens */
     int top_logprobs;             /* and of the likeliest alternatives, 0..SW_GEN_MAX_TOP */
     const cJSON *json_schema;     /* structured output: the answer is JSON fitting this schema, or NULL */
+    bool one_call;                /* parallel_tool_calls false: the first call ends the answer */
     const char *tool_choice;      /* NULL or "": the model may call; "required": it must call one of
                                    * the tools now; else the name of the one it must call */
     sw_sampling_params sampling;
@@ -108,11 +109,12 @@ typedef struct {
     sw_sbuf call_text;            /* the JSON of the call being written */
     sw_tool_calls calls;          /* the calls completed by the last sw_gen_accept */
     uint32_t n_calls_total;
+    bool one_call;                /* stop at the first call */
     /* Log probabilities (sw_gen_sample), when asked: of the raw logits, kept
      * from before sampling changes them. */
     bool lp_on;
     int lp_k;
-    float *lp_row;                /* the raw logits of the last sample */
+    float *lp_row;                /* the raw logits of the last sample (log probabilities and the structured-output mask read them) */
     sw_logprob lp;
     bool lp_valid;                /* lp is the last sampled token's */
     /* Structured output (generate.c, "structured output"): tokens that

@@ -35,9 +35,10 @@ HARMONY_TO = word(" to=functions.get_weather")     # gpt-oss's call: a commentar
 HARMONY_ARGS = word('{"city":"Paris","days":2}')
 LLAMA_CALL = word('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}')   # Llama 3.1's call
 JSON_ANSWER = word('{"city": "Paris", "days": 2}')   # an answer in JSON
+LLAMA_CALL2 = word('{"name": "get_time", "parameters": {"zone": "utc"}}')   # a second call
 WORDS = ["Let", "\u0120me", "\u0120think", "The", "\u0120answer", "\u0120is", "\u0120four", NL + NL,
          "analysis", "\u0120\u0120", CALL, NOT_A_CALL, "commentary", HARMONY_TO, HARMONY_ARGS, LLAMA_CALL,
-         JSON_ANSWER]
+         JSON_ANSWER, LLAMA_CALL2]
 TOKENS = BYTES + SPECIAL + WORDS
 ID = {t: i for i, t in enumerate(TOKENS)}
 

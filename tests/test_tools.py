@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from conftest import bin_path, free_port, http_post
-from scripted import CALL, HARMONY_ARGS, HARMONY_TO, LLAMA_CALL, NL, NOT_A_CALL, scripted_model
+from scripted import CALL, HARMONY_ARGS, HARMONY_TO, LLAMA_CALL, LLAMA_CALL2, NL, NOT_A_CALL, scripted_model
 
 SCRIPTS = {
     # Qwen3-style: it thinks, then calls
@@ -29,9 +29,12 @@ SCRIPTS = {
     # models that answer in words: tool_choice must make them call
     "chat": [NL, "The", "\u0120answer", "<|im_end|>"],
     "llama-text": [NL, "The", "<|eot_id|>"],
+    # two calls (Llama 3.1's ";" between them); a call, then words
+    "llama-two": [NL, LLAMA_CALL, ";", LLAMA_CALL2, "<|eot_id|>"],
+    "call-talk": [NL, "<tool_call>", CALL, "</tool_call>", "The", "<|im_end|>"],
 }
 TEMPLATE = {"tools": "chatml", "tools-bad": "chatml", "r1": "r1", "gpt-oss": "harmony", "llama": "llama3",
-            "chat": "chatml", "llama-text": "llama3"}
+            "chat": "chatml", "llama-text": "llama3", "llama-two": "llama3", "call-talk": "chatml"}
 
 POLICY = """
 pools:
@@ -51,6 +54,10 @@ routes:
   - model: chat
     target: cpu-pool
   - model: llama-text
+    target: cpu-pool
+  - model: llama-two
+    target: cpu-pool
+  - model: call-talk
     target: cpu-pool
 """
 
@@ -317,3 +324,23 @@ def test_sdk_cli_forces_a_call(served, tmp_path):
     r = subprocess.run([bin_path("spillway"), "chat", "-e", served.sdk_ep, "-m", "chat", "--tools", str(f),
                         "--tool-choice", "get_date", "Hi"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "not among the tools" in r.stderr, r.stderr
+
+
+def test_parallel_tool_calls_false_keeps_one_call(served):
+    """parallel_tool_calls: false ends the turn at the first call: Llama's
+    second call is dropped, and chatml's words after the call never come."""
+    both = WEATHER + [{"type": "function", "function": {"name": "get_time"}}]
+    st, r = post(served, model="llama-two", tools=both)
+    assert st == 200 and [c["function"]["name"] for c in r["choices"][0]["message"]["tool_calls"]] == \
+        ["get_weather", "get_time"], r
+    st, r = post(served, model="llama-two", tools=both, parallel_tool_calls=False)
+    calls = r["choices"][0]["message"]["tool_calls"]
+    assert st == 200 and [c["function"]["name"] for c in calls] == ["get_weather"], r
+    assert r["choices"][0]["finish_reason"] == "tool_calls"
+    st, r = post(served, model="call-talk", tools=WEATHER)
+    assert st == 200 and r["choices"][0]["message"]["content"] == "The", r
+    st, r = post(served, model="call-talk", tools=WEATHER, parallel_tool_calls=False)
+    assert st == 200 and not r["choices"][0]["message"]["content"] and r["usage"]["completion_tokens"] == 3, r
+    assert r["choices"][0]["finish_reason"] == "tool_calls"
+    st, r = post(served, model="call-talk", tools=WEATHER, parallel_tool_calls="no")
+    assert st == 400 and r["error"]["param"] == "parallel_tool_calls", r
