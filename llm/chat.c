@@ -218,13 +218,72 @@ static void fmt_llama2(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys
     }
 }
 
+/* Mistral's tool format (v3 on: Mistral 7B v0.3, Nemo, Large, Small): the
+ * definitions as one JSON array in [AVAILABLE_TOOLS] before the last user
+ * turn; a call as [TOOL_CALLS] and a JSON array of {"name", "arguments"};
+ * a result as [TOOL_RESULTS] {"content": ...}[/TOOL_RESULTS]. sp is the
+ * space the SentencePiece models write after a marker; Tekken's have none. */
+static bool is_tool_result(const sw_chat_msg *m) { return m->role && !strcmp(m->role, "tool"); }
+
+/* The index of the last user turn (the one the definitions precede), n if none. */
+static size_t last_user_turn(const sw_chat_msg *m, size_t n) {
+    size_t last = n;
+    for (size_t i = 0; i < n; i++)
+        if (role_of(m[i].role) != R_SYSTEM && role_of(m[i].role) != R_ASSISTANT && !is_tool_result(&m[i])) last = i;
+    return last;
+}
+
+static void put_mistral_tools(sbuf *b, const cJSON *tools, const char *sp) {
+    if (cJSON_GetArraySize(tools) == 0) return;
+    put(b, "[AVAILABLE_TOOLS]"); put(b, sp); sw_json_put(b, tools); put(b, "[/AVAILABLE_TOOLS]");
+}
+
+static void put_mistral_calls(sbuf *b, const sw_chat_msg *m, const char *sp) {
+    put(b, "[TOOL_CALLS]"); put(b, sp); put(b, "[");
+    for (size_t k = 0; k < m->n_tool_calls; k++) {
+        const sw_tool_call *c = &m->tool_calls[k];
+        if (k) put(b, ", ");
+        put(b, "{\"name\": \""); put(b, c->name ? c->name : ""); put(b, "\", \"arguments\": ");
+        put(b, c->arguments && *c->arguments ? c->arguments : "{}"); put(b, "}");
+    }
+    put(b, "]</s>");
+}
+
+/* A result's content goes in as JSON: as written when it is JSON, else as
+ * a JSON string (the templates paste it raw, which breaks on plain text). */
+static void put_mistral_result(sbuf *b, const sw_chat_msg *m, const char *sp) {
+    const char *c = content_of(m);
+    cJSON *v = cJSON_ParseWithOpts(c, NULL, true);   /* all of it: "12:00" is not the number 12 */
+    put(b, "[TOOL_RESULTS]"); put(b, sp); put(b, "{\"content\": ");
+    if (v) put(b, c);
+    else {
+        cJSON *str = cJSON_CreateString(c);
+        if (str) sw_json_put(b, str);
+        cJSON_Delete(str);
+    }
+    cJSON_Delete(v);
+    put(b, "}[/TOOL_RESULTS]");
+}
+
+/* A turn that is a call or a result, in Mistral's tool format; false for
+ * any other. */
+static bool put_mistral_tool_turn(sbuf *b, const sw_chat_msg *m, const char *sp) {
+    if (is_tool_result(m)) put_mistral_result(b, m, sp);
+    else if (role_of(m->role) == R_ASSISTANT && m->n_tool_calls) put_mistral_calls(b, m, sp);
+    else return false;
+    return true;
+}
+
 /* Mistral Instruct: "[INST] user [/INST]answer</s>[INST] ..."; system text
  * goes before the first user message's content. */
-static void fmt_mistral(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys) {
+static void fmt_mistral(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, const cJSON *tools) {
     bool open = false;
+    size_t last_user = last_user_turn(m, n);
     for (size_t i = 0; i < n; i++) {
         role_kind r = role_of(m[i].role);
         if (r == R_SYSTEM) { sys_add(sys, content_of(&m[i])); continue; }
+        if (put_mistral_tool_turn(b, &m[i], " ")) { open = is_tool_result(&m[i]); continue; }
+        if (i == last_user) put_mistral_tools(b, tools, " ");
         if (r == R_ASSISTANT) {
             if (!open) continue;
             put(b, content_of(&m[i])); put(b, "</s>");
@@ -249,17 +308,15 @@ static void fmt_mistral(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sy
 
 /* Mistral Nemo (v3-tekken): "[INST]user[/INST]answer</s>", no spaces; the
  * system text goes into the last user turn only, as its template does. */
-static void fmt_mistral_v3_tekken(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys) {
-    size_t last_user = n;
+static void fmt_mistral_v3_tekken(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, const cJSON *tools) {
+    size_t last_user = last_user_turn(m, n);
+    for (size_t i = 0; i < n; i++)
+        if (role_of(m[i].role) == R_SYSTEM) sys_add(sys, content_of(&m[i]));
     for (size_t i = 0; i < n; i++) {
         role_kind r = role_of(m[i].role);
-        if (r == R_SYSTEM) sys_add(sys, content_of(&m[i]));
-        else if (r != R_ASSISTANT) last_user = i;
-    }
-    for (size_t i = 0; i < n; i++) {
-        role_kind r = role_of(m[i].role);
-        if (r == R_SYSTEM) continue;
+        if (r == R_SYSTEM || put_mistral_tool_turn(b, &m[i], "")) continue;
         if (r == R_ASSISTANT) { put(b, content_of(&m[i])); put(b, "</s>"); continue; }
+        if (i == last_user) put_mistral_tools(b, tools, "");
         put(b, "[INST]");
         if (i == last_user && sys->any) { put_n(b, sys->text.s, sys->text.n); put(b, "\n\n"); }
         put(b, content_of(&m[i]));
@@ -272,9 +329,12 @@ static void fmt_mistral_v3_tekken(sbuf *b, const sw_chat_msg *m, size_t n, pendi
 
 /* Mistral v7: a system role of its own, in place. sp is " " for the
  * SentencePiece models (Large 2411), "" for Tekken's (Small 3.x). */
-static void fmt_mistral_v7(sbuf *b, const sw_chat_msg *m, size_t n, const char *sp) {
+static void fmt_mistral_v7(sbuf *b, const sw_chat_msg *m, size_t n, const char *sp, const cJSON *tools) {
+    size_t last_user = last_user_turn(m, n);
     for (size_t i = 0; i < n; i++) {
         role_kind r = role_of(m[i].role);
+        if (put_mistral_tool_turn(b, &m[i], sp)) continue;
+        if (i == last_user) put_mistral_tools(b, tools, sp);
         const char *open = r == R_SYSTEM ? "[SYSTEM_PROMPT]" : r == R_ASSISTANT ? "" : "[INST]";
         const char *close = r == R_SYSTEM ? "[/SYSTEM_PROMPT]" : r == R_ASSISTANT ? "</s>" : "[/INST]";
         put(b, open); put(b, sp); put(b, content_of(&m[i])); put(b, close);
@@ -423,8 +483,13 @@ void sw_tool_calls_free(sw_tool_calls *l) {
     *l = (sw_tool_calls){ 0 };
 }
 
+bool sw_chat_is_mistral(sw_chat_template t) {
+    return t == SW_CHAT_MISTRAL || t == SW_CHAT_MISTRAL_V3_TEKKEN || t == SW_CHAT_MISTRAL_V7 ||
+           t == SW_CHAT_MISTRAL_V7_TEKKEN;
+}
+
 bool sw_chat_has_tools(sw_chat_template t) {
-    return t == SW_CHAT_CHATML || t == SW_CHAT_HARMONY || t == SW_CHAT_LLAMA3;
+    return t == SW_CHAT_CHATML || t == SW_CHAT_HARMONY || t == SW_CHAT_LLAMA3 || sw_chat_is_mistral(t);
 }
 
 /* A JSON Schema as the TypeScript type harmony's renderer writes for it:
@@ -630,9 +695,9 @@ char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n, cons
     case SW_CHAT_PHI4: fmt_tagged(&b, msgs, n, &PHI4); break;
     case SW_CHAT_PHI4_MINI: fmt_tagged(&b, msgs, n, &PHI4_MINI); break;
     case SW_CHAT_PHI3: fmt_phi3(&b, msgs, n); break;
-    case SW_CHAT_MISTRAL_V3_TEKKEN: fmt_mistral_v3_tekken(&b, msgs, n, &sys); break;
-    case SW_CHAT_MISTRAL_V7: fmt_mistral_v7(&b, msgs, n, " "); break;
-    case SW_CHAT_MISTRAL_V7_TEKKEN: fmt_mistral_v7(&b, msgs, n, ""); break;
+    case SW_CHAT_MISTRAL_V3_TEKKEN: fmt_mistral_v3_tekken(&b, msgs, n, &sys, opts ? opts->tools : NULL); break;
+    case SW_CHAT_MISTRAL_V7: fmt_mistral_v7(&b, msgs, n, " ", opts ? opts->tools : NULL); break;
+    case SW_CHAT_MISTRAL_V7_TEKKEN: fmt_mistral_v7(&b, msgs, n, "", opts ? opts->tools : NULL); break;
     case SW_CHAT_DEEPSEEK3: fmt_deepseek(&b, msgs, n, &sys, false); break;
     case SW_CHAT_DEEPSEEK_R1: fmt_deepseek(&b, msgs, n, &sys, true); break;
     case SW_CHAT_HARMONY:
@@ -640,7 +705,7 @@ char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n, cons
         break;
     case SW_CHAT_TULU: fmt_tulu(&b, msgs, n); break;
     case SW_CHAT_LLAMA2: fmt_llama2(&b, msgs, n, &sys); break;
-    case SW_CHAT_MISTRAL: fmt_mistral(&b, msgs, n, &sys); break;
+    case SW_CHAT_MISTRAL: fmt_mistral(&b, msgs, n, &sys, opts ? opts->tools : NULL); break;
     case SW_CHAT_GEMMA: fmt_gemma(&b, msgs, n, &sys); break;
     case SW_CHAT_PLAIN: default: fmt_plain(&b, msgs, n); break;
     }

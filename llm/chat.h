@@ -62,9 +62,12 @@ int sw_chat_from_name(const char *name);
 /* Whether the family has a tool-calling format here: chatml's (Qwen2.5,
  * Qwen3, Hermes: definitions in <tools>, calls in <tool_call>, results in
  * <tool_response>), harmony's (gpt-oss: TypeScript types, commentary
- * messages to functions.NAME) and Llama 3.1's (JSON calls, ipython
- * results). The others refuse tools. */
+ * messages to functions.NAME), Llama 3.1's (JSON calls, ipython
+ * results) and Mistral's (v3 on: [AVAILABLE_TOOLS], [TOOL_CALLS],
+ * [TOOL_RESULTS]). The others refuse tools. */
 bool sw_chat_has_tools(sw_chat_template t);
+/* The Mistral families ([INST]), whose tool format is [TOOL_CALLS]. */
+bool sw_chat_is_mistral(sw_chat_template t);
 
 /* Formats the conversation and the assistant-turn opener. Returns a malloc'd
  * NUL-terminated string (caller frees). The text includes special-token text

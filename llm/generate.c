@@ -259,16 +259,24 @@ static text_dest current_dest(const sw_gen *g)
  * Llama 3.1 has no markers: an answer that starts with a JSON object (or
  * <|python_tag|>) is held until the end, then taken as calls if it parses
  * as {"name": ..., "parameters": {...}} objects (";" between several), and
- * as text otherwise. Harmony's calls are its commentary messages
- * (harmony_route). */
+ * as text otherwise. Mistral's [TOOL_CALLS] (a token) opens calls that run
+ * to the end: a JSON array of {"name": ..., "arguments": {...}} (v3 to v7),
+ * or name[ARGS]{...} after each marker (v11). Harmony's calls are its
+ * commentary messages (harmony_route). */
 static void calls_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
 {
-    g->call_open = g->call_close = g->python_tag = -1;
+    g->call_open = g->call_close = g->python_tag = g->call_args = -1;
     if (p->n_messages == 0 || cJSON_GetArraySize(p->tools) == 0 || !sw_chat_has_tools(chat)) return;
     g->calls_on = true;
     g->one_call = p->one_call;
     g->call_json = chat == SW_CHAT_LLAMA3;
     g->python_tag = sw_tok_lookup(g->tok, "<|python_tag|>");
+    if (sw_chat_is_mistral(chat)) {
+        g->call_open = sw_tok_lookup(g->tok, "[TOOL_CALLS]");
+        g->call_args = sw_tok_lookup(g->tok, "[ARGS]");
+        g->call_held = true;
+        return;
+    }
     if (chat != SW_CHAT_CHATML) return;
     int32_t open = sw_tok_lookup(g->tok, "<tool_call>"), close = sw_tok_lookup(g->tok, "</tool_call>");
     if (open >= 0 && close >= 0) g->call_open = open, g->call_close = close;
@@ -279,7 +287,7 @@ static void calls_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
  * The call's JSON is a structured output whose schema is built from the
  * tools ({"name": const, "arguments": parameters}, one branch a function);
  * chatml's markers around it are forced tokens. Llama 3.1's call is the
- * JSON alone. gpt-oss names the function in a message header, which no
+ * JSON alone; Mistral's is [TOOL_CALLS], forced, then an array of calls. gpt-oss names the function in a message header, which no
  * schema of the body can force: refused. */
 enum { FC_NONE, FC_OPEN, FC_BODY, FC_CLOSE };
 
@@ -311,10 +319,19 @@ static bool hoist_defs(cJSON *root, cJSON *params, char *err, size_t errlen)
 
 /* {"anyOf": [{"type": "object", "properties": {"name": {"const": N},
  * ARGS: PARAMETERS}, "required": [...], "additionalProperties": false}]}
- * over the functions tool_choice allows. */
-static cJSON *call_schema(const cJSON *tools, const char *only, const char *args_key, char *err, size_t errlen)
+ * over the functions tool_choice allows; with array, an array of those
+ * (of one, with one). */
+static cJSON *call_schema(const cJSON *tools, const char *only, const char *args_key, bool array, bool one,
+                          char *err, size_t errlen)
 {
-    cJSON *root = cJSON_CreateObject(), *alts = cJSON_AddArrayToObject(root, "anyOf");
+    cJSON *root = cJSON_CreateObject(), *one_of = root;
+    if (array) {   /* Mistral's: [call, ...] */
+        cJSON_AddStringToObject(root, "type", "array");
+        cJSON_AddNumberToObject(root, "minItems", 1);
+        if (one) cJSON_AddNumberToObject(root, "maxItems", 1);
+        one_of = cJSON_AddObjectToObject(root, "items");
+    }
+    cJSON *alts = cJSON_AddArrayToObject(one_of, "anyOf");
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
@@ -349,11 +366,12 @@ static int forced_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p,
     if (!p->tool_choice || !*p->tool_choice || !strcmp(p->tool_choice, "auto")) return 0;
     if (!g->calls_on || (!g->call_json && g->call_open < 0) || g->r_mode == R_HARMONY) {
         sw_errf(err, errlen, "tool_choice: forcing a call is not supported for this model's chat format "
-                "(chatml with <tool_call> tokens and Llama 3.1 are)");
+                "(chatml with <tool_call> tokens, Llama 3.1 and Mistral are)");
         return 400;
     }
     const char *only = strcmp(p->tool_choice, "required") ? p->tool_choice : NULL;
-    cJSON *schema = call_schema(p->tools, only, g->call_json ? "parameters" : "arguments", err, errlen);
+    cJSON *schema = call_schema(p->tools, only, g->call_json ? "parameters" : "arguments", g->call_held,
+                                p->one_call, err, errlen);
     if (!schema) return 400;
     char why[256];
     sw_js_free(g->js);   /* the call is the answer: a response_format gives way */
@@ -398,7 +416,8 @@ static bool take_json_calls(sw_gen *g, const char *s, size_t n)
         const char *p = s, *end = s + n;
         int found = 0;
         for (;;) {
-            while (p < end && (sw_is_space(*p) || *p == ';')) p++;
+            /* ";" between Llama's calls; "[", "," and "]" around Mistral's */
+            while (p < end && (sw_is_space(*p) || *p == ';' || *p == ',' || *p == '[' || *p == ']')) p++;
             if (p == end) break;
             const char *stop = NULL;
             cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &stop, false);
@@ -422,6 +441,39 @@ static bool take_json_calls(sw_gen *g, const char *s, size_t n)
 /* A harmony call's message is its arguments: in json.dumps form when they
  * parse as an object, else as the model wrote them (OpenAI's arguments are
  * the model's text, valid JSON or not). */
+/* Mistral's held calls: a JSON array (take_json_calls), or v11's
+ * "name[ARGS]{...}" parts between [TOOL_CALLS] markers (answer_text wrote
+ * the markers' text in). All become calls, or none. */
+static bool take_mistral_calls(sw_gen *g, const char *s, size_t n)
+{
+    if (!memmem(s, n, "[ARGS]", 6)) return take_json_calls(g, s, n);
+    for (int pass = 0; pass < 2; pass++) {
+        const char *p = s, *end = s + n;
+        int found = 0;
+        while (p < end) {
+            const char *next = memmem(p, (size_t)(end - p), "[TOOL_CALLS]", 12);
+            const char *part_end = next ? next : end;
+            const char *args = memmem(p, (size_t)(part_end - p), "[ARGS]", 6);
+            if (!args) return false;
+            const char *a = p, *b = args;
+            while (a < b && sw_is_space(*a)) a++;
+            while (b > a && sw_is_space(b[-1])) b--;
+            char name[SW_MAX_TOOL_NAME + 1];
+            if (b == a || (size_t)(b - a) > SW_MAX_TOOL_NAME) return false;
+            memcpy(name, a, (size_t)(b - a));
+            name[b - a] = 0;
+            cJSON *o = cJSON_ParseWithLength(args + 6, (size_t)(part_end - args - 6));
+            bool ok = cJSON_IsObject(o) && sw_tool_name_valid(name);
+            if (ok && pass == 1 && !(g->one_call && found > 0)) push_call(g, strdup(name), sw_json_dumps(o));
+            cJSON_Delete(o);
+            if (!ok) return false;
+            found++;
+            p = next ? next + 12 : end;
+        }
+    }
+    return true;
+}
+
 static void harmony_call_done(sw_gen *g)
 {
     const char *t = g->call_text.s ? g->call_text.s : "";
@@ -469,6 +521,10 @@ static bool answer_text(sw_gen *g, int32_t token, const char *s, size_t n)
         return true;
     }
     if (!g->in_call) return add_text(g, TO_ANSWER, s, n);
+    if (g->call_held && (token == g->call_open || token == g->call_args)) {   /* v11's markers, as text */
+        sw_sbuf_put(&g->call_text, token == g->call_open ? "[TOOL_CALLS]" : "[ARGS]");
+        return !g->call_text.oom;
+    }
     if (token == g->call_close) {
         g->in_call = false;
         const char *j = g->call_text.s ? g->call_text.s : "";
@@ -488,7 +544,9 @@ static void unfinished_call(sw_gen *g)
     g->in_call = false;
     const char *t = g->call_text.s ? g->call_text.s : "";
     if (g->call_json && take_json_calls(g, t, g->call_text.n)) return;
-    if (!g->call_json) add_text(g, TO_ANSWER, "<tool_call>", 11);
+    if (g->call_held && take_mistral_calls(g, t, g->call_text.n)) return;
+    if (g->call_held) add_text(g, TO_ANSWER, "[TOOL_CALLS]", 12);
+    else if (!g->call_json) add_text(g, TO_ANSWER, "<tool_call>", 11);
     add_text(g, TO_ANSWER, t, g->call_text.n);
 }
 
@@ -519,6 +577,10 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
     if (rc) return rc;
     reasoning_init(g, chat, p);
     calls_init(g, chat, p);
+    if (g->calls_on && g->call_held && g->call_open < 0) {
+        sw_errf(err, errlen, "this model's vocabulary has no [TOOL_CALLS] token: Mistral's tool format is v3's and later");
+        return 400;
+    }
     if (p->top_logprobs < 0 || p->top_logprobs > SW_GEN_MAX_TOP) {
         sw_errf(err, errlen, "top_logprobs %d (0 to %d)", p->top_logprobs, SW_GEN_MAX_TOP);
         return 400;
@@ -889,7 +951,7 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
         const char *piece = sw_tok_piece_ref(g->tok, token, &n);
         if (!sw_js_feed(g->js, &g->js_st, piece, n)) { g->finish = SW_FINISH_ERROR; return g->finish; }
         js_done = sw_js_final(g->js, &g->js_st);
-        if (js_done && g->forced == FC_BODY && !g->call_json) g->forced = FC_CLOSE, js_done = false;
+        if (js_done && g->forced == FC_BODY && g->call_close >= 0) g->forced = FC_CLOSE, js_done = false;
     } else if (g->forced == FC_OPEN && token == g->call_open) {
         g->forced = FC_BODY;
     } else if (g->forced == FC_CLOSE && token == g->call_close) {

@@ -101,7 +101,9 @@ typedef struct {
     /* Tool calls (generate.c, "tool calls"): <tool_call> JSON </tool_call>
      * spans of the answer, parsed into calls instead of shown. */
     bool calls_on;                /* tools offered to a family with a call format */
-    int32_t call_open, call_close;    /* chatml's markers' ids; -1: none */
+    int32_t call_open, call_close;    /* chatml's markers' ids (Mistral: [TOOL_CALLS], no close); -1: none */
+    bool call_held;               /* Mistral: [TOOL_CALLS] opens calls that run to the end */
+    int32_t call_args;            /* Mistral's [ARGS] (v11: [TOOL_CALLS]name[ARGS]{...}), or -1 */
     bool call_json;               /* Llama 3.1: an answer that starts as JSON is held as calls */
     int32_t python_tag;           /* its <|python_tag|>, or -1 */
     bool answer_begun;            /* Llama 3.1: the answer has shown text (not a call) */

@@ -27,7 +27,9 @@ SPECIAL = ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "
            "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|return|>", "<|call|>",
            "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>",
            "<\uff5cend\u2581of\u2581sentence\uff5c>",
-           "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"]
+           "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>",
+           "[INST]", "[/INST]", "[TOOL_CALLS]", "[ARGS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+           "[/TOOL_RESULTS]", "</s>"]
 USER_DEFINED = ("<think>", "</think>", "<tool_call>", "</tool_call>")   # shown as text, as in Qwen's files
 CALL = word('\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n')
 NOT_A_CALL = word('\n{"name": 7}\n')
@@ -36,9 +38,11 @@ HARMONY_ARGS = word('{"city":"Paris","days":2}')
 LLAMA_CALL = word('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}')   # Llama 3.1's call
 JSON_ANSWER = word('{"city": "Paris", "days": 2}')   # an answer in JSON
 LLAMA_CALL2 = word('{"name": "get_time", "parameters": {"zone": "utc"}}')   # a second call
+MISTRAL_CALLS = word('[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]')   # after [TOOL_CALLS]
+GET_WEATHER = word("get_weather")   # Mistral v11: [TOOL_CALLS]get_weather[ARGS]{...}
 WORDS = ["Let", "\u0120me", "\u0120think", "The", "\u0120answer", "\u0120is", "\u0120four", NL + NL,
          "analysis", "\u0120\u0120", CALL, NOT_A_CALL, "commentary", HARMONY_TO, HARMONY_ARGS, LLAMA_CALL,
-         JSON_ANSWER, LLAMA_CALL2]
+         JSON_ANSWER, LLAMA_CALL2, MISTRAL_CALLS, GET_WEATHER]
 TOKENS = BYTES + SPECIAL + WORDS
 ID = {t: i for i, t in enumerate(TOKENS)}
 
@@ -50,6 +54,8 @@ TEMPLATES = {   # enough of each family's Jinja text for the worker to recognise
           "{% endfor %}<\uff5cAssistant\uff5c><think>\\n",
     "llama3": "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>"
               "{% endfor %}<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "mistral": "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]"
+               "{% else %}{{ m.content }}</s>{% endif %}{% endfor %}",
     "harmony": "<|start|>system<|message|>...<|end|>{% for m in messages %}<|start|>{{ m.role }}"
                "<|channel|>final<|message|>{{ m.content }}<|end|>{% endfor %}<|start|>assistant",
 }

@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from conftest import bin_path, free_port, http_post
-from scripted import CALL, HARMONY_ARGS, HARMONY_TO, LLAMA_CALL, LLAMA_CALL2, NL, NOT_A_CALL, scripted_model
+from scripted import (CALL, GET_WEATHER, HARMONY_ARGS, HARMONY_TO, LLAMA_CALL, LLAMA_CALL2, MISTRAL_CALLS, NL,
+                      NOT_A_CALL, scripted_model)
 
 SCRIPTS = {
     # Qwen3-style: it thinks, then calls
@@ -32,9 +33,14 @@ SCRIPTS = {
     # two calls (Llama 3.1's ";" between them); a call, then words
     "llama-two": [NL, LLAMA_CALL, ";", LLAMA_CALL2, "<|eot_id|>"],
     "call-talk": [NL, "<tool_call>", CALL, "</tool_call>", "The", "<|im_end|>"],
+    # Mistral: [TOOL_CALLS] and a JSON array (v3-v7), or name[ARGS]{...} (v11); one that answers in words
+    "mistral": ["[/INST]", "[TOOL_CALLS]", MISTRAL_CALLS, "</s>"],
+    "mistral-v11": ["[/INST]", "[TOOL_CALLS]", GET_WEATHER, "[ARGS]", HARMONY_ARGS, "</s>"],
+    "mistral-text": ["[/INST]", "The", "</s>"],
 }
 TEMPLATE = {"tools": "chatml", "tools-bad": "chatml", "r1": "r1", "gpt-oss": "harmony", "llama": "llama3",
-            "chat": "chatml", "llama-text": "llama3", "llama-two": "llama3", "call-talk": "chatml"}
+            "chat": "chatml", "llama-text": "llama3", "llama-two": "llama3", "call-talk": "chatml",
+            "mistral": "mistral", "mistral-v11": "mistral", "mistral-text": "mistral"}
 
 POLICY = """
 pools:
@@ -58,6 +64,12 @@ routes:
   - model: llama-two
     target: cpu-pool
   - model: call-talk
+    target: cpu-pool
+  - model: mistral
+    target: cpu-pool
+  - model: mistral-v11
+    target: cpu-pool
+  - model: mistral-text
     target: cpu-pool
 """
 
@@ -272,16 +284,19 @@ def check_call(call):
     return call["function"]["name"]
 
 
-@pytest.mark.parametrize("model", ["chat", "llama-text", "tools"])
+@pytest.mark.parametrize("model", ["chat", "llama-text", "tools", "mistral-text"])
 def test_tool_choice_forces_a_call(served, model):
     """A model that would answer in words calls the named function, and
     with "required" one of them; a Qwen3-style model calls at once,
     without thinking first."""
     st, free = post(served, model=model, tools=BOUNDED_TOOLS, max_tokens=400)
     assert st == 200, free
+    # Mistral's calls are an array, which a model with flat logits could
+    # extend forever: one call, with parallel_tool_calls false
+    one = dict(parallel_tool_calls=False) if model.startswith("mistral") else {}
     for temp in (0, 1):
         st, r = post(served, model=model, tools=BOUNDED_TOOLS, max_tokens=400, temperature=temp, seed=5,
-                     tool_choice={"type": "function", "function": {"name": "get_time"}})
+                     tool_choice={"type": "function", "function": {"name": "get_time"}}, **one)
         assert st == 200 and r["choices"][0]["finish_reason"] == "tool_calls", r["choices"]
         calls = r["choices"][0]["message"]["tool_calls"]
         assert len(calls) == 1 and check_call(calls[0]) == "get_time", calls
@@ -289,7 +304,7 @@ def test_tool_choice_forces_a_call(served, model):
     names = set()
     for seed in range(4):
         st, r = post(served, model=model, tools=BOUNDED_TOOLS, max_tokens=400, temperature=1, seed=seed,
-                     tool_choice="required")
+                     tool_choice="required", **one)
         assert st == 200 and r["choices"][0]["finish_reason"] == "tool_calls", r["choices"]
         names.add(check_call(r["choices"][0]["message"]["tool_calls"][0]))
     assert names <= {"get_weather", "get_time"}
@@ -344,3 +359,24 @@ def test_parallel_tool_calls_false_keeps_one_call(served):
     assert r["choices"][0]["finish_reason"] == "tool_calls"
     st, r = post(served, model="call-talk", tools=WEATHER, parallel_tool_calls="no")
     assert st == 400 and r["error"]["param"] == "parallel_tool_calls", r
+
+
+@pytest.mark.parametrize("model", ["mistral", "mistral-v11"])
+def test_mistral_calls(served, model):
+    """Mistral: [TOOL_CALLS] and a JSON array, or v11's name[ARGS]{...},
+    come back as the call; the definitions went into the prompt, and the
+    next turn carries the call and its result back."""
+    st, plain = post(served, model=model)
+    st, r = post(served, model=model, tools=WEATHER)
+    assert st == 200 and r["choices"][0]["finish_reason"] == "tool_calls", r
+    (call,) = r["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}
+    assert r["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + len(json.dumps(WEATHER)) - 10
+    turn = ASK + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                  {"role": "tool", "tool_call_id": call["id"], "content": "21 degrees"}]
+    st, second = post(served, model=model, tools=WEATHER, messages=turn)
+    assert st == 200, second
+    grown = second["usage"]["prompt_tokens"] - r["usage"]["prompt_tokens"]
+    assert grown > len(call["function"]["arguments"]) + len('{"content": "21 degrees"}'), grown
+    st, r = post(served, model=model)   # without tools the marker is nobody's text
+    assert st == 200 and "tool_calls" not in r["choices"][0]["message"], r

@@ -294,7 +294,29 @@ static void test_tools(void) {
                               "<|im_start|>assistant\n"), "%s", got ? got : "(null)");
     free(got);
     CHECK(sw_chat_has_tools(SW_CHAT_CHATML) && sw_chat_has_tools(SW_CHAT_HARMONY) && sw_chat_has_tools(SW_CHAT_LLAMA3) &&
-          !sw_chat_has_tools(SW_CHAT_GEMMA) && !sw_chat_has_tools(SW_CHAT_MISTRAL), "which families have a tool format");
+          sw_chat_has_tools(SW_CHAT_MISTRAL) && !sw_chat_has_tools(SW_CHAT_GEMMA) && !sw_chat_has_tools(SW_CHAT_PHI3),
+          "which families have a tool format");
+
+    /* Mistral: the definitions before the last user turn, calls as a JSON
+     * array after [TOOL_CALLS], each result as {"content": ...} (JSON kept,
+     * text quoted); Tekken's markers without the space. */
+    const char *tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+                             "{\"type\": \"object\", \"required\": [\"city\"]}}}, {\"type\": \"function\", "
+                             "\"function\": {\"name\": \"now\"}}]";
+    for (int spaced = 0; spaced < 2; spaced++) {
+        const char *sp = spaced ? " " : "";
+        char w[2048];
+        snprintf(w, sizeof w,
+                 "[AVAILABLE_TOOLS]%s%s[/AVAILABLE_TOOLS][INST]%sBe brief.\n\nWeather?%s[/INST]"
+                 "[TOOL_CALLS]%s[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                 "{\"name\": \"now\", \"arguments\": {}}]</s>"
+                 "[TOOL_RESULTS]%s{\"content\": {\"c\": 21}}[/TOOL_RESULTS][TOOL_RESULTS]%s{\"content\": \"12:00\"}[/TOOL_RESULTS]"
+                 "[TOOL_CALLS]%s[{\"name\": \"now\", \"arguments\": {}}]</s>[TOOL_RESULTS]%s{\"content\": \"12:01\"}[/TOOL_RESULTS]",
+                 sp, tools_json, sp, sp, sp, sp, sp, sp, sp);
+        got = sw_chat_format(spaced ? SW_CHAT_MISTRAL : SW_CHAT_MISTRAL_V3_TEKKEN, conv, 7, &(sw_chat_opts){ .tools = tools });
+        CHECK(got && !strcmp(got, w), "mistral with tools:\n--- got ---\n%s\n--- want ---\n%s", got ? got : "(null)", w);
+        free(got);
+    }
 
     /* Llama 3.1: the definitions (indent=4) before the first user text,
      * each call as its own assistant JSON message, results from ipython. */
