@@ -512,6 +512,10 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
         if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = t0;
         sw_buf_append(&r->reasoning, c->reasoning, strlen(c->reasoning));
     }
+    for (size_t i = 0; i < c->n_prompt_logprobs && !r->sdk && r->logprobs && r->n_lps == r->n_prompt_lps; i++) {
+        add_logprob(r, c->prompt_logprobs[i]);   /* ahead of the generated tokens' */
+        r->n_prompt_lps++;
+    }
     for (size_t i = 0; i < c->n_logprobs && !r->sdk && r->logprobs; i++) add_logprob(r, c->logprobs[i]);
     for (size_t i = 0; i < c->n_tool_calls && !r->sdk && r->chat; i++)   /* kept for the response */
         if (!sw_tool_calls_add(&r->calls, c->tool_calls[i]->name, c->tool_calls[i]->arguments)) abort();

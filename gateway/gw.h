@@ -212,6 +212,7 @@ typedef struct sw_req {
         size_t n_top;
     } *lps;
     size_t n_lps, cap_lps, n_lps_sent;
+    size_t n_prompt_lps;          /* echo: the first n_lps entries are the prompt's */
     bool got_token;
     bool keepalive_due;
     int64_t last_write_ms;

@@ -325,9 +325,10 @@ static int request_format(cJSON *o, Spillway__GenerateRequest *g, perr *e)
 
 /* Log probabilities of the generated tokens: chat's logprobs (bool) and
  * top_logprobs (0-20, with logprobs), completions' logprobs (the number of
- * alternatives, 0-20; OpenAI allows 5). The prompt's own (echo) would need
- * logits at every prompt position, which the workers do not keep. */
-static int request_logprobs(cJSON *o, bool chat, bool echo, Spillway__GenerateRequest *g, sw_req *r, perr *e)
+ * alternatives, 0-20; OpenAI allows 5). With echo, the prompt's own too
+ * (the CPU worker scores every prompt position; not streamed). */
+static int request_logprobs(cJSON *o, bool chat, bool echo, bool stream, Spillway__GenerateRequest *g, sw_req *r,
+                            perr *e)
 {
     int rc;
     double top = 0;
@@ -341,7 +342,9 @@ static int request_logprobs(cJSON *o, bool chat, bool echo, Spillway__GenerateRe
         cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
         if ((rc = get_int(o, "logprobs", 0, SW_MAX_TOP_LOGPROBS, &top, e))) return rc;
         r->logprobs = v && !cJSON_IsNull(v);
-        if (r->logprobs && echo) return bad(e, "logprobs", "'%s' of the prompt (with echo) are not supported");
+        if (r->logprobs && echo && stream)
+            return bad(e, "logprobs", "'%s' of the prompt (echo) are not streamed: ask without stream");
+        g->prompt_logprobs = r->logprobs && echo;
     }
     g->logprobs = r->logprobs;
     g->top_logprobs = (uint32_t)top;
@@ -514,7 +517,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     bool stream = false, echo = false, usage = false;
     if ((rc = get_bool(o, "stream", &stream, &e))) goto out;
     if (!chat && (rc = get_bool(o, "echo", &echo, &e))) goto out;
-    if ((rc = request_logprobs(o, chat, echo, &g, r, &e))) goto out;
+    if ((rc = request_logprobs(o, chat, echo, stream, &g, r, &e))) goto out;
     cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) { rc = bad(&e, "stream_options", "'%s' must be an object"); goto out; }
@@ -667,6 +670,13 @@ static cJSON *logprobs_json(const sw_req *r, size_t from, size_t to, size_t offs
         add_token_text(t, &r->lps[i].tok);
         cJSON_AddItemToArray(toks, cJSON_DetachItemFromObject(t, "token"));
         cJSON_Delete(t);
+        if (i == 0 && r->n_prompt_lps) {   /* the prompt's first token: nothing before it to score it */
+            cJSON_AddItemToArray(lps, cJSON_CreateNull());
+            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
+            offset += r->lps[i].tok.n;
+            continue;
+        }
         cJSON_AddItemToArray(lps, cJSON_CreateNumber(r->lps[i].tok.logprob));
         cJSON *m = cJSON_CreateObject();
         for (size_t k = 0; k < r->lps[i].n_top; k++) {

@@ -550,6 +550,57 @@ static void unfinished_call(sw_gen *g)
     add_text(g, TO_ANSWER, t, g->call_text.n);
 }
 
+static void token_bytes(const sw_gen *g, int32_t id, sw_token_logprob *t);
+
+/* ---- the prompt's log probabilities ------------------------------------------------
+ * A prompt token's entry carries the bytes the prompt's text gets from it,
+ * decoded in order from the start, so that the entries' bytes add up to
+ * the text (a character split across tokens lands whole in its last one). */
+static void plp_put_bytes(sw_gen *g, sw_token_logprob *t, int32_t id, bool last)
+{
+    char buf[512];
+    size_t n = sw_detok_push(&g->plp_detok, id, buf, sizeof buf);
+    if (last) n += sw_detok_flush(&g->plp_detok, buf + n, sizeof buf - n);
+    t->id = id;
+    t->n_bytes = (uint8_t)(n < sizeof t->bytes ? n : sizeof t->bytes);
+    memcpy(t->bytes, buf, t->n_bytes);
+}
+
+/* echo: the prompt decoded from its start, as the prompt's log
+ * probabilities' bytes add up (BOS and other control tokens give none). */
+static bool echo_init(sw_gen *g)
+{
+    sw_detok d;
+    sw_detok_init(&d, g->tok, true);
+    char buf[512];
+    for (int i = 0; i < g->n_prompt; i++) {
+        size_t n = sw_detok_push(&d, g->prompt[i], buf, sizeof buf);
+        sw_sbuf_put_n(&g->echo, buf, n);
+    }
+    size_t n = sw_detok_flush(&d, buf, sizeof buf);
+    sw_sbuf_put_n(&g->echo, buf, n);
+    sw_sbuf_put_n(&g->echo, "", 0);   /* an empty prompt still gives a buffer */
+    return !g->echo.oom && g->echo.s;
+}
+
+void sw_gen_prompt_logprob(sw_gen *g, int p, const float *row, int32_t n_logits)
+{
+    if (!sw_gen_wants_prompt_row(g, p) || p + 1 != g->n_plp) return;
+    int32_t n = n_logits < g->n_vocab ? n_logits : g->n_vocab;
+    sw_logprob *e = &g->plp[p + 1];
+    int32_t ids[SW_GEN_MAX_TOP];
+    float lps[SW_GEN_MAX_TOP];
+    float lp = sw_logprobs(row, n, g->prompt[p + 1], g->lp_k, ids, lps);
+    e->chosen.logprob = lp <= 0.0f ? lp : -9999.0f;   /* NaN, from a broken model, as vLLM writes -inf */
+    plp_put_bytes(g, &e->chosen, g->prompt[p + 1], p + 2 == g->n_prompt);
+    e->n_top = g->lp_k < n ? g->lp_k : n;
+    for (int j = 0; j < e->n_top; j++) {
+        e->top[j].logprob = lps[j] <= 0.0f ? lps[j] : -9999.0f;
+        token_bytes(g, ids[j], &e->top[j]);
+    }
+    g->n_plp = p + 2;
+}
+
 static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
                     const sw_gen_params *p, int n_ctx, char *err, size_t errlen)
 {
@@ -587,6 +638,13 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
     }
     g->lp_on = p->logprobs || p->top_logprobs > 0;
     g->lp_k = p->top_logprobs;
+    if (p->echo && !echo_init(g)) { sw_errf(err, errlen, "out of memory"); return 400; }
+    if (p->prompt_logprobs) {
+        if (!(g->plp = calloc((size_t)g->n_prompt, sizeof *g->plp))) { sw_errf(err, errlen, "out of memory"); return 400; }
+        sw_detok_init(&g->plp_detok, tok, true);   /* the prompt's text from its start */
+        plp_put_bytes(g, &g->plp[0].chosen, g->prompt[0], g->n_prompt == 1);
+        g->n_plp = 1;
+    }
     if (p->json_schema) {
         char why[256];
         if (!(g->js = sw_js_compile(p->json_schema, why, sizeof why))) {
@@ -719,6 +777,8 @@ int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template cha
     p.effort = (sw_reasoning_effort)req->reasoning_effort;   /* the wire layer checked its range */
     p.logprobs = req->logprobs;
     p.tool_choice = req->tool_choice;
+    p.prompt_logprobs = req->prompt_logprobs;
+    p.echo = req->echo_prompt;
     p.one_call = req->one_call;
     p.top_logprobs = req->top_logprobs > SW_GEN_MAX_TOP ? SW_GEN_MAX_TOP + 1 : (int)req->top_logprobs;
     p.stop = (const char *const *)req->stop;
@@ -746,6 +806,8 @@ void sw_gen_free(sw_gen *g)
     sw_tool_calls_free(&g->calls);
     free(g->call_text.s);
     free(g->lp_row);
+    free(g->plp);
+    free(g->echo.s);
     sw_js_free(g->js);
     memset(g, 0, sizeof *g);
 }
@@ -1005,6 +1067,15 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
             while (cut > 0 && cut < g->n_held && ((unsigned char)g->held[cut] & 0xC0) == 0x80) cut--;
             release(g, cut, &n_out);
         }
+    }
+    if (g->echo.s) {   /* the first delta carries the prompt ahead of the output */
+        if (reserve(&g->out, &g->cap_out, g->echo.n + n_out + 1)) {
+            memmove(g->out + g->echo.n, g->out, n_out + 1);
+            memcpy(g->out, g->echo.s, g->echo.n);
+            n_out += g->echo.n;
+        }
+        free(g->echo.s);
+        g->echo = (sw_sbuf){ 0 };
     }
     *delta = g->out;
     *delta_len = n_out;

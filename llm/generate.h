@@ -62,6 +62,8 @@ typedef struct {
     int top_logprobs;             /* and of the likeliest alternatives, 0..SW_GEN_MAX_TOP */
     const cJSON *json_schema;     /* structured output: the answer is JSON fitting this schema, or NULL */
     bool one_call;                /* parallel_tool_calls false: the first call ends the answer */
+    bool prompt_logprobs;         /* the prompt's own log probabilities (echo with logprobs) */
+    bool echo;                    /* the first delta starts with the prompt's text (completions' echo) */
     const char *tool_choice;      /* NULL or "": the model may call; "required": it must call one of
                                    * the tools now; else the name of the one it must call */
     sw_sampling_params sampling;
@@ -121,6 +123,13 @@ typedef struct {
     bool lp_valid;                /* lp is the last sampled token's */
     /* Structured output (generate.c, "structured output"): tokens that
      * cannot continue the answer's JSON are masked before sampling. */
+    /* The prompt's log probabilities (prompt_logprobs): one entry a prompt
+     * token, filled in order by sw_gen_prompt_logprob; the first has bytes
+     * only. The bytes are the prompt's text as decoded from its start. */
+    sw_logprob *plp;
+    int n_plp;
+    sw_detok plp_detok;
+    sw_sbuf echo;                 /* the prompt's text, for the first delta (echo); freed once sent */
     sw_js *js;
     sw_js_state js_st;
     int forced;                   /* a forced call's progress (FC_*), 0: none */
@@ -137,6 +146,13 @@ int sw_gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
 int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
                         const Spillway__GenerateRequest *req, int n_ctx, char *err, size_t errlen);
 void sw_gen_free(sw_gen *g);
+
+/* With prompt_logprobs: the logits at prompt position p (0 <= p <
+ * n_prompt - 1) score prompt token p + 1. Positions must come in order;
+ * others are ignored. */
+void sw_gen_prompt_logprob(sw_gen *g, int p, const float *row, int32_t n_logits);
+/* Whether position p's logits are wanted for the prompt's log probabilities. */
+static inline bool sw_gen_wants_prompt_row(const sw_gen *g, int p) { return g->plp && p < g->n_prompt - 1; }
 
 /* Picks the next token from a row of logits (modified in place). Returns -1
  * when it cannot (a NaN in the row, no token continues a structured

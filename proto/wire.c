@@ -198,6 +198,11 @@ static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen)
     if (c->n_logprobs > c->n_token_ids) return fail(err, errlen, "chunk: %zu logprobs for %zu tokens", c->n_logprobs, c->n_token_ids);
     for (size_t i = 0; i < c->n_logprobs; i++)
         if (!check_logprob(c->logprobs[i], err, errlen)) return false;
+    if (c->n_prompt_logprobs > SW_MAX_PROMPT_LOGPROBS_CHUNK)
+        return fail(err, errlen, "chunk: %zu prompt logprobs (max %d a chunk)", c->n_prompt_logprobs,
+                    SW_MAX_PROMPT_LOGPROBS_CHUNK);
+    for (size_t i = 0; i < c->n_prompt_logprobs; i++)
+        if (!check_logprob(c->prompt_logprobs[i], err, errlen)) return false;
     if (c->finish_reason < SPILLWAY__FINISH_REASON__FINISH_NONE ||
         c->finish_reason > SPILLWAY__FINISH_REASON__FINISH_ERROR)
         return fail(err, errlen, "chunk: unknown finish_reason %d", (int)c->finish_reason);

@@ -17,6 +17,7 @@
 #define SW_MAX_ID_LEN 128
 #define SW_MAX_TOKENS_PER_REQUEST (1u << 20)
 #define SW_MAX_TOP_LOGPROBS 20          /* OpenAI's limit on top_logprobs */
+#define SW_MAX_PROMPT_LOGPROBS_CHUNK 256   /* prompt log probabilities in one chunk */
 #define SW_MAX_LOGIT_BIAS 1024          /* logit_bias entries in a request */
 
 /* Heartbeats (Paranoid Pirate): send after HEARTBEAT_MS of silence; the peer

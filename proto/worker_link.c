@@ -537,6 +537,54 @@ static void send_error(compute *C, const char *id, uint32_t code, const char *ms
     pipe_send_env(C->pipe, &env);
 }
 
+/* A wire entry from l; top and top_ptrs have room for its alternatives. */
+static void wire_logprob(Spillway__Logprob *w, Spillway__TopLogprob *top, Spillway__TopLogprob **top_ptrs,
+                         const sw_logprob *l) {
+    w->token_id = (uint32_t)l->chosen.id;
+    w->token = (ProtobufCBinaryData){ l->chosen.n_bytes, (uint8_t *)l->chosen.bytes };
+    w->logprob = l->chosen.logprob;
+    for (int i = 0; i < l->n_top; i++) {
+        spillway__top_logprob__init(&top[i]);
+        top[i].token_id = (uint32_t)l->top[i].id;
+        top[i].token = (ProtobufCBinaryData){ l->top[i].n_bytes, (uint8_t *)l->top[i].bytes };
+        top[i].logprob = l->top[i].logprob;
+        top_ptrs[w->n_top++] = &top[i];
+    }
+    w->top = top_ptrs;
+}
+
+/* The prompt's log probabilities, in chunks of their own ahead of the first
+ * token's (the wire takes 256 a chunk). Out of memory sends none: the
+ * response then lacks them rather than the worker failing. */
+static void send_prompt_logprobs(compute *C, const char *id, const sw_logprob *l, size_t n) {
+    enum { K = SW_MAX_PROMPT_LOGPROBS_CHUNK };
+    Spillway__Logprob *w = calloc(K, sizeof *w);
+    Spillway__Logprob **wp = calloc(K, sizeof *wp);
+    Spillway__TopLogprob *top = calloc((size_t)K * SW_GEN_MAX_TOP, sizeof *top);
+    Spillway__TopLogprob **tp = calloc((size_t)K * SW_GEN_MAX_TOP, sizeof *tp);
+    for (size_t at = 0; w && wp && top && tp && at < n; at += K) {
+        size_t k = n - at < K ? n - at : K;
+        for (size_t i = 0; i < k; i++) {
+            spillway__logprob__init(&w[i]);
+            wire_logprob(&w[i], top + i * SW_GEN_MAX_TOP, tp + i * SW_GEN_MAX_TOP, &l[at + i]);
+            wp[i] = &w[i];
+        }
+        Spillway__TokenChunk c = SPILLWAY__TOKEN_CHUNK__INIT;
+        c.request_id = (char *)id;
+        c.text = c.reasoning = "";
+        c.n_prompt_logprobs = k;
+        c.prompt_logprobs = wp;
+        sw_env env = SPILLWAY__ENVELOPE__INIT;
+        env.body_case = SPILLWAY__ENVELOPE__BODY_CHUNK;
+        env.chunk = &c;
+        pipe_send_env(C->pipe, &env);
+    }
+    free(w);
+    free(wp);
+    free(top);
+    free(tp);
+}
+
 static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32_t *ids, size_t n_ids, int finish,
                        const sw_usage *usage) {
     Spillway__TokenChunk c = SPILLWAY__TOKEN_CHUNK__INIT;
@@ -557,19 +605,9 @@ static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32
     c.tool_calls = call_ptrs;
     Spillway__Logprob lp = SPILLWAY__LOGPROB__INIT, *lp_ptr = &lp;
     Spillway__TopLogprob top[SW_GEN_MAX_TOP], *top_ptrs[SW_GEN_MAX_TOP];
+    if (o && o->n_prompt_logprobs) send_prompt_logprobs(C, id, o->prompt_logprobs, o->n_prompt_logprobs);
     if (o && o->logprob) {   /* one token a step: one entry */
-        const sw_logprob *l = o->logprob;
-        lp.token_id = (uint32_t)l->chosen.id;
-        lp.token = (ProtobufCBinaryData){ l->chosen.n_bytes, (uint8_t *)l->chosen.bytes };
-        lp.logprob = l->chosen.logprob;
-        for (int i = 0; i < l->n_top; i++) {
-            spillway__top_logprob__init(&top[i]);
-            top[i].token_id = (uint32_t)l->top[i].id;
-            top[i].token = (ProtobufCBinaryData){ l->top[i].n_bytes, (uint8_t *)l->top[i].bytes };
-            top[i].logprob = l->top[i].logprob;
-            top_ptrs[lp.n_top++] = &top[i];
-        }
-        lp.top = top_ptrs;
+        wire_logprob(&lp, top, top_ptrs, o->logprob);
         c.n_logprobs = 1;
         c.logprobs = &lp_ptr;
     }

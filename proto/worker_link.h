@@ -53,6 +53,8 @@ typedef struct {
     const sw_tool_call *calls;    /* function calls completed in this step */
     size_t n_calls;
     const sw_logprob *logprob;    /* the step's token's log probabilities, or NULL */
+    const sw_logprob *prompt_logprobs;   /* the prompt's (prompt_logprobs), with the first token */
+    size_t n_prompt_logprobs;
 } sw_out;
 
 /* Called by the engine (on the compute thread) for every output chunk.

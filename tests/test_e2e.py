@@ -137,3 +137,30 @@ def test_nan_weights_give_an_error_not_junk(cluster, tmp_path):
         for _ in stream:
             pass
     assert "NaN logits" in str(e.value)
+
+
+def test_echo_and_the_prompts_log_probabilities(e2e, tmp_path):
+    """echo: the text starts with the prompt, whole and streamed. With
+    logprobs, each prompt token's log probability is the model's own: the
+    log-softmax of spillway-run's logits at the position before it (what
+    lm-eval-harness's loglikelihood tasks read)."""
+    import numpy as np
+    from conftest import logits_for
+    cluster, c, want = e2e
+    r = c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=8, temperature=0, echo=True)
+    assert r.choices[0].text.startswith(PROMPT) and r.choices[0].text[len(PROMPT):] == want[:len(r.choices[0].text) - len(PROMPT)]
+    parts = [ch.choices[0].text for ch in c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=8,
+                                                               temperature=0, echo=True, stream=True) if ch.choices]
+    assert parts[0].startswith(PROMPT) and "".join(parts) == r.choices[0].text
+    r = c.completions.create(model="stories260K", prompt=PROMPT, max_tokens=4, temperature=0, echo=True, logprobs=3)
+    lp = r.choices[0].logprobs
+    n_prompt = r.usage.prompt_tokens
+    assert len(lp.tokens) == n_prompt + 4 and "".join(lp.tokens) == r.choices[0].text
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    ids = [1, 403, 407, 261, 378][:n_prompt]   # BOS and "Once upon a time", as llama2.c encodes it
+    logits, _ = logits_for(shared_file("models/stories260K.gguf"), ids, tmp_path / "l.f32")
+    ls = logits - (logits.max(1, keepdims=True) + np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)))
+    for p in range(1, n_prompt):
+        assert lp.token_logprobs[p] == pytest.approx(ls[p - 1, ids[p]], abs=1e-3), p
+        assert sorted(lp.top_logprobs[p].values(), reverse=True) == pytest.approx(np.sort(ls[p - 1])[::-1][:3], abs=1e-3)

@@ -23,7 +23,7 @@ import numpy as np
 import openai
 import pytest
 
-from conftest import GOLDEN, SHARED, bin_path, cosines, http_get, load_golden, shared_file, wait_until
+from conftest import GOLDEN, SHARED, bin_path, cosines, http_get, http_post, load_golden, shared_file, wait_until
 
 PROMPT = "Once upon a time"
 WORKER = "spillway-worker-gpu"
@@ -307,3 +307,12 @@ def test_structured_output_through_the_gpu_worker(cluster):
         v = json.loads(r.choices[0].text)
         assert set(v) == {"kind", "age", "tame"} and v["kind"] in ("cat", "dog"), v
         assert isinstance(v["age"], int) and isinstance(v["tame"], bool), v
+
+
+def test_prompt_logprobs_are_refused_by_the_gpu_worker(cluster):
+    """Scoring every prompt position is the CPU engine's: the GPU worker
+    says so, rather than answering without them."""
+    start(cluster, [])
+    st, _, raw = http_post(cluster.base + "/v1/completions",
+                           dict(model="synth", prompt=PROMPT, max_tokens=2, echo=True, logprobs=1))
+    assert st == 400 and "prompt's log probabilities" in json.loads(raw)["error"]["message"], raw

@@ -116,12 +116,46 @@ def test_completion_logprobs(served):
         assert len(lp["top_logprobs"][k]) == 2 and lp["top_logprobs"][k][TEXTS[k]] == pytest.approx(ref, abs=2e-3)
 
 
+def log_softmax_after(path, token_id):
+    """The model's log-softmax over what follows token_id (its output
+    depends on the current token only)."""
+    t = {x.name: np.array(x.data, dtype=np.float64) for x in GGUFReader(str(path)).tensors}
+    h = t["token_embd.weight"][token_id]
+    logits = t["output.weight"] @ (h / np.sqrt(np.mean(h * h) + 1e-6))
+    return logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
+
+
+def test_echo_scores_the_prompt(served):
+    """echo with logprobs: the prompt's tokens come first, the first with
+    null, each other with its log probability after the ones before it (as
+    lm-eval-harness's loglikelihood asks), then the generated ones, with
+    offsets running across both."""
+    body = dict(model="m", prompt="Q\n", max_tokens=16, temperature=0, logprobs=2)
+    st, _, raw = http_post(served.base + "/v1/completions", dict(body, echo=True))
+    r = json.loads(raw)
+    assert st == 200, r
+    lp = r["choices"][0]["logprobs"]
+    assert r["choices"][0]["text"] == "Q\nThe answer is four!"
+    assert lp["tokens"][:7] == ["Q", "\n"] + TEXTS
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert lp["text_offset"][:7] == [0, 1, 2, 5, 12, 15, 20]
+    row = log_softmax_after(served.model_path, ID["Q"])
+    assert lp["token_logprobs"][1] == pytest.approx(row[ID[NL]], abs=2e-3)
+    best = np.argsort(-row, kind="stable")[:2]
+    assert sorted(lp["top_logprobs"][1].values()) == pytest.approx(sorted(row[best]), abs=2e-3)
+    # the generated part is what it is without echo
+    st, _, raw = http_post(served.base + "/v1/completions", body)
+    plain = json.loads(raw)["choices"][0]["logprobs"]
+    assert lp["token_logprobs"][2:] == pytest.approx(plain["token_logprobs"], abs=1e-6)
+    assert lp["tokens"][2:] == plain["tokens"]
+
+
 @pytest.mark.parametrize("url, body, param", [
     ("/v1/chat/completions", dict(top_logprobs=2), "top_logprobs"),
     ("/v1/chat/completions", dict(logprobs=True, top_logprobs=21), "top_logprobs"),
     ("/v1/chat/completions", dict(logprobs="yes"), "logprobs"),
     ("/v1/completions", dict(logprobs=-1), "logprobs"),
-    ("/v1/completions", dict(logprobs=1, echo=True), "logprobs"),
+    ("/v1/completions", dict(logprobs=1, echo=True, stream=True), "logprobs"),
 ])
 def test_bad_logprobs_are_refused(served, url, body, param):
     base = dict(model="m", max_tokens=4)

@@ -32,6 +32,7 @@
 #include "llm/clock.h"
 
 #define PREFILL_BUDGET 256     /* prompt tokens per step: bounds a step's latency */
+#define PROMPT_LP_CHUNK 32     /* prompt tokens a step for a prompt's log probabilities: a logits row each */
 #define MAX_QUEUED 4096
 
 typedef struct {
@@ -74,7 +75,10 @@ struct sw_cpu_engine {
     uint64_t n_admitted;
     sw_tok_in *batch;
     int *row_slot;            /* logits row -> slot index */
-    float *logits;            /* [n_parallel][n_vocab]: at most one logits row per running slot per step */
+    int *row_pos;             /* logits row -> prompt position it scores, or -1: a row to sample */
+    float *logits;            /* [n_parallel][n_vocab]: one row per running slot per step, and
+                               * PROMPT_LP_CHUNK more once a request asks for the prompt's log probabilities */
+    bool logits_grown;
     uint32_t last_batch;
     uint64_t tokens_generated;
 };
@@ -105,8 +109,9 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n
         if (!(e->hist[i].toks = malloc((size_t)n_ctx * sizeof(int32_t)))) { free(e->hist); e->hist = NULL; }
     e->batch = calloc((size_t)e->max_batch, sizeof *e->batch);
     e->row_slot = calloc((size_t)e->max_batch, sizeof *e->row_slot);
+    e->row_pos = calloc((size_t)e->max_batch, sizeof *e->row_pos);
     e->logits = malloc((size_t)n_parallel * m->hp.n_vocab * sizeof(float));
-    if (!e->ctx || !e->slots || !e->hist || !e->lcp || !e->batch || !e->row_slot || !e->logits) {
+    if (!e->ctx || !e->slots || !e->hist || !e->lcp || !e->batch || !e->row_slot || !e->row_pos || !e->logits) {
         if (e->ctx) sw_errf(err, errlen, "out of memory");
         sw_cpu_engine_free(e);
         return NULL;
@@ -141,6 +146,7 @@ void sw_cpu_engine_free(sw_cpu_engine *e)
     free(e->slots);
     free(e->batch);
     free(e->row_slot);
+    free(e->row_pos);
     free(e->logits);
     free(e);
 }
@@ -175,6 +181,12 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
      * slot frees up. */
     int rc = sw_gen_init_request(&q->gen, e->m->tok, e->m->chat, req, e->n_ctx, err, errlen);
     if (rc) { free(q); return rc; }
+    if (q->gen.plp && !e->logits_grown) {   /* rows for the prompt's positions */
+        float *l = realloc(e->logits, (size_t)(e->n_parallel + PROMPT_LP_CHUNK) * e->m->hp.n_vocab * sizeof *l);
+        if (!l) { sw_gen_free(&q->gen); free(q); sw_errf(err, errlen, "out of memory"); return 503; }
+        e->logits = l;
+        e->logits_grown = true;
+    }
     snprintf(q->id, sizeof q->id, "%s", req->request_id);
     q->deadline_ms = req->deadline_unix_ms;
     if (e->qtail) e->qtail->next = q; else e->qhead = q;
@@ -253,6 +265,7 @@ static void admit(sw_cpu_engine *e)
         for (int j = 0; j < e->n_slots; j++)
             if (e->lcp[j] > reuse) { src = j; reuse = e->lcp[j]; }
         if (reuse > n_prompt - 1) reuse = n_prompt - 1;
+        if (e->qhead->gen.plp) reuse = 0;   /* every prompt position is scored, so computed */
         if (own > reuse) own = reuse;
         /* A sliding-window layer keeps only recent positions: a cache that
          * has moved past the window before `reuse` cannot resume there. */
@@ -325,12 +338,13 @@ static int build_batch(sw_cpu_engine *e, int *n_rows, uint32_t *n_decode)
         if (!s->used || !s->decoding) continue;
         int pos = sw_gen_next_pos(&s->gen);
         e->batch[n++] = (sw_tok_in){ .token = s->next_tok, .pos = pos, .seq = i, .logits = true };
+        e->row_pos[rows] = -1;
         e->row_slot[rows++] = i;
         e->hist[i].toks[pos] = s->next_tok;
         e->hist[i].n = pos + 1;
         (*n_decode)++;
     }
-    int budget = PREFILL_BUDGET;
+    int budget = PREFILL_BUDGET, lp_rows = PROMPT_LP_CHUNK;   /* the extra logits rows, shared */
     while (budget > 0) {
         /* the oldest sequence still in prefill */
         int best = -1;
@@ -344,11 +358,19 @@ static int build_batch(sw_cpu_engine *e, int *n_rows, uint32_t *n_decode)
         slot *s = &e->slots[best];
         int chunk = s->gen.n_prompt - s->n_prefilled;
         if (chunk > budget) chunk = budget;
+        if (s->gen.plp) {
+            if (chunk > lp_rows) chunk = lp_rows;
+            if (chunk == 0) break;
+            lp_rows -= chunk;
+        }
         for (int k = 0; k < chunk; k++) {
             int p = s->n_prefilled + k;
-            bool last = p == s->gen.n_prompt - 1;
-            e->batch[n++] = (sw_tok_in){ .token = s->gen.prompt[p], .pos = p, .seq = best, .logits = last };
-            if (last) e->row_slot[rows++] = best;
+            bool last = p == s->gen.n_prompt - 1, scored = sw_gen_wants_prompt_row(&s->gen, p);
+            e->batch[n++] = (sw_tok_in){ .token = s->gen.prompt[p], .pos = p, .seq = best, .logits = last || scored };
+            if (last || scored) {
+                e->row_pos[rows] = last ? -1 : p;
+                e->row_slot[rows++] = best;
+            }
             e->hist[best].toks[p] = s->gen.prompt[p];
         }
         s->n_prefilled += chunk;
@@ -387,6 +409,11 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
             const uint32_t V = e->m->hp.n_vocab;
             for (int r = 0; r < n_rows; r++) {
                 slot *s = &e->slots[e->row_slot[r]];
+                if (!s->used) continue;   /* failed at an earlier row of this step */
+                if (e->row_pos[r] >= 0) {
+                    sw_gen_prompt_logprob(&s->gen, e->row_pos[r], e->logits + (size_t)r * V, (int32_t)V);
+                    continue;
+                }
                 int32_t tok = sw_gen_sample(&s->gen, e->logits + (size_t)r * V, (int32_t)V);
                 if (tok < 0) {
                     fail(ectx, s->id, 500, sw_gen_error(&s->gen));
@@ -400,6 +427,10 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
                 o.reasoning = sw_gen_reasoning(&s->gen, NULL);
                 o.calls = sw_gen_tool_calls(&s->gen, &o.n_calls);
                 o.logprob = sw_gen_logprob(&s->gen);
+                if (s->gen.plp && s->gen.n_generated == 1) {   /* the prompt's, ahead of the first token */
+                    o.prompt_logprobs = s->gen.plp;
+                    o.n_prompt_logprobs = (size_t)s->gen.n_plp;
+                }
                 e->tokens_generated++;
                 uint32_t id = (uint32_t)tok;
                 emit(ectx, s->id, &o, &id, 1, fin,

@@ -254,6 +254,10 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
         snprintf(err, errlen, "queue full (%d waiting)", e->n_waiting);
         return 503;
     }
+    if (req->prompt_logprobs) {   /* the CPU worker's engine scores every prompt position; this one does not */
+        snprintf(err, errlen, "the GPU worker does not compute the prompt's log probabilities (echo with logprobs)");
+        return 400;
+    }
     seq *s = calloc(1, sizeof *s);
     if (!s) { snprintf(err, errlen, "out of memory"); return 503; }
     int rc = sw_gen_init_request(&s->gen, e->m->tok, e->m->chat, req, e->n_ctx, err, errlen);

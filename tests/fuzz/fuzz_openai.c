@@ -151,6 +151,7 @@ static const char *const BODIES[] = {
     "\"properties\":{\"a\":{\"enum\":[\"x\",1]},\"b\":{\"$ref\":\"#/$defs/b\"}},\"required\":[\"a\"],"
     "\"$defs\":{\"b\":{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"null\"]},\"maxItems\":3}}}}}}",
     "\x00{\"model\":\"llama\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}",
+    "\x00{\"model\":\"llama\",\"prompt\":\"score me\",\"echo\":true,\"logprobs\":1,\"max_tokens\":1}",
     "\x01{\"model\":\"llama\",\"messages\":[{\"role\":\"user\",\"content\":\"t\"}],\"tools\":[{\"type\":"
     "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
 };
