@@ -77,6 +77,39 @@ void spillway_result_free(spillway_result *r) {
     free(r->tool_calls);
     r->tool_calls = NULL;
     r->n_tool_calls = 0;
+    for (size_t i = 0; i < r->n_logprobs; i++) {
+        free(r->logprobs[i].token.bytes);
+        for (size_t k = 0; k < r->logprobs[i].n_top; k++) free(r->logprobs[i].top[k].bytes);
+        free(r->logprobs[i].top);
+    }
+    free(r->logprobs);
+    r->logprobs = NULL;
+    r->n_logprobs = 0;
+}
+
+static int copy_token_logprob(spillway_token_logprob *t, uint32_t id, ProtobufCBinaryData b, float logprob) {
+    t->id = id;
+    t->logprob = logprob;
+    t->n_bytes = b.len;
+    t->bytes = malloc(b.len + 1);
+    if (!t->bytes) return -1;
+    if (b.len) memcpy(t->bytes, b.data, b.len);
+    t->bytes[b.len] = 0;
+    return 0;
+}
+
+static int add_logprob(spillway_result *r, const Spillway__Logprob *l) {
+    spillway_logprob *p = realloc(r->logprobs, (r->n_logprobs + 1) * sizeof *p);
+    if (!p) return -1;
+    r->logprobs = p;
+    spillway_logprob *e = &p[r->n_logprobs];
+    memset(e, 0, sizeof *e);
+    r->n_logprobs++;   /* counted now, so that result_free frees what was copied */
+    if (copy_token_logprob(&e->token, l->token_id, l->token, l->logprob) != 0) return -1;
+    if (l->n_top && !(e->top = calloc(l->n_top, sizeof *e->top))) return -1;
+    for (size_t k = 0; k < l->n_top; k++, e->n_top++)
+        if (copy_token_logprob(&e->top[k], l->top[k]->token_id, l->top[k]->token, l->top[k]->logprob) != 0) return -1;
+    return 0;
 }
 
 static int add_tool_call(spillway_result *r, const Spillway__ToolCall *c) {
@@ -126,12 +159,28 @@ static int send_request(spillway_client *c, const spillway_request *req, char *i
     if (req->tools_json) g.tools_json = (char *)req->tools_json;
     if (req->tool_choice && strcmp(req->tool_choice, "auto")) g.tool_choice = (char *)req->tool_choice;
     if (req->json_schema) g.json_schema = (char *)req->json_schema;
+    g.logprobs = req->logprobs;
+    g.top_logprobs = req->top_logprobs;
+    Spillway__LogitBias *bias = NULL, **bias_ptrs = NULL;
+    if (req->n_logit_bias) {
+        bias = calloc(req->n_logit_bias, sizeof *bias);
+        bias_ptrs = calloc(req->n_logit_bias, sizeof *bias_ptrs);
+        if (!bias || !bias_ptrs) { free(bias); free(bias_ptrs); return -1; }
+        for (size_t i = 0; i < req->n_logit_bias; i++) {
+            spillway__logit_bias__init(&bias[i]);
+            bias[i].token_id = req->logit_bias_ids[i];
+            bias[i].bias = req->logit_bias[i];
+            bias_ptrs[i] = &bias[i];
+        }
+        sp.n_logit_bias = req->n_logit_bias;
+        sp.logit_bias = bias_ptrs;
+    }
 
     Spillway__ChatMessage *msgs = NULL, **mptrs = NULL;
     if (req->n_messages) {
         msgs = calloc(req->n_messages, sizeof *msgs);
         mptrs = calloc(req->n_messages, sizeof *mptrs);
-        if (!msgs || !mptrs) { free(msgs); free(mptrs); return -1; }
+        if (!msgs || !mptrs) { free(msgs); free(mptrs); free(bias); free(bias_ptrs); return -1; }
         for (size_t i = 0; i < req->n_messages; i++) {
             spillway__chat_message__init(&msgs[i]);
             msgs[i].role = (char *)req->messages[i].role;
@@ -149,6 +198,8 @@ static int send_request(spillway_client *c, const spillway_request *req, char *i
     int rc = sw_wire_send(c->sock, NULL, 0, &env, 0);
     free(msgs);
     free(mptrs);
+    free(bias);
+    free(bias_ptrs);
     return rc;
 }
 
@@ -212,6 +263,8 @@ static int run_request(spillway_client *c, const spillway_request *req, spillway
             if (rn && append_text(&out->reasoning, &out->reasoning_len, ch->reasoning, rn) != 0) { rc = -1; done = 1; }
             for (size_t i = 0; i < ch->n_tool_calls && !done; i++)
                 if (add_tool_call(out, ch->tool_calls[i]) != 0) { rc = -1; done = 1; }
+            for (size_t i = 0; i < ch->n_logprobs && !done; i++)
+                if (add_logprob(out, ch->logprobs[i]) != 0) { rc = -1; done = 1; }
             if (!done && rn && fn && req->on_reasoning &&
                 req->on_reasoning(req->on_reasoning_user, ch->reasoning, rn) != 0) {
                 send_cancel(c, id);

@@ -25,7 +25,8 @@ static void usage(FILE *f) {
         "       spillway status\n"
         "options: -e ENDPOINT  -n MAX_TOKENS  --temp T  --top-p P  --top-k K  --seed S\n"
         "         --stop TEXT (repeatable)  --timeout MS  -q (no summary)\n"
-        "         --json (the answer is a JSON object)  --json-schema FILE (... fitting that schema)\n");
+        "         --json (the answer is a JSON object)  --json-schema FILE (... fitting that schema)\n"
+        "         --logprobs N (each token's, and N alternatives, on stderr)  --logit-bias ID=BIAS (repeatable)\n");
 }
 
 static int parse_num(const char *flag, const char *s, double lo, double hi, double *out) {
@@ -91,6 +92,8 @@ int main(int argc, char **argv) {
     int quiet = 0;
     spillway_request req = spillway_request_default(NULL);
     const char *tools_path = NULL, *schema_path = NULL;
+    uint32_t bias_ids[64];
+    float bias[64];
 
     static const struct option opts[] = {
         {"endpoint", required_argument, 0, 'e'}, {"model", required_argument, 0, 'm'},
@@ -100,7 +103,8 @@ int main(int argc, char **argv) {
         {"system", required_argument, 0, 'y'}, {"timeout", required_argument, 0, 'T'},
         {"reasoning-effort", required_argument, 0, 'r'}, {"tools", required_argument, 0, 'o'},
         {"tool-choice", required_argument, 0, 'c'}, {"json-schema", required_argument, 0, 'j'},
-        {"json", no_argument, 0, 'J'},
+        {"json", no_argument, 0, 'J'}, {"logprobs", required_argument, 0, 'l'},
+        {"logit-bias", required_argument, 0, 'b'},
         {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     optind = 2;
     int c;
@@ -132,6 +136,30 @@ int main(int argc, char **argv) {
         case 'c': req.tool_choice = optarg; break;
         case 'j': schema_path = optarg; break;
         case 'J': req.json_schema = "{\"type\":\"object\"}"; break;
+        case 'l':
+            if (parse_num("--logprobs", optarg, 0, 20, &v)) return 2;
+            req.logprobs = true;
+            req.top_logprobs = (uint32_t)v;
+            break;
+        case 'b': {   /* ID=BIAS */
+            const char *eq = strchr(optarg, '=');
+            double id;
+            char idtext[32];
+            size_t n = eq ? (size_t)(eq - optarg) : 0;
+            if (!eq || n == 0 || n >= sizeof idtext || req.n_logit_bias >= 64) {
+                fprintf(stderr, "spillway: --logit-bias: '%s' is not TOKEN_ID=BIAS (at most 64)\n", optarg);
+                return 2;
+            }
+            memcpy(idtext, optarg, n);
+            idtext[n] = 0;
+            if (parse_num("--logit-bias token id", idtext, 0, 4294967295.0, &id) ||
+                parse_num("--logit-bias bias", eq + 1, -100, 100, &v)) return 2;
+            bias_ids[req.n_logit_bias] = (uint32_t)id;
+            bias[req.n_logit_bias++] = (float)v;
+            req.logit_bias_ids = bias_ids;
+            req.logit_bias = bias;
+            break;
+        }
         case 'q': quiet = 1; break;
         default: usage(stderr); return 2;
         }
@@ -183,6 +211,12 @@ int main(int argc, char **argv) {
         if (rc) fprintf(stderr, "%s\n", err);
         for (size_t i = 0; i < res.n_tool_calls; i++)
             printf("[tool_call] %s(%s)\n", res.tool_calls[i].name, res.tool_calls[i].arguments);
+        for (size_t i = 0; i < res.n_logprobs; i++) {   /* "[logprob] TOKEN LOGPROB | ALT LOGPROB ..." */
+            const spillway_logprob *l = &res.logprobs[i];
+            fprintf(stderr, "[logprob] %s %.6f", l->token.bytes, l->token.logprob);
+            for (size_t k = 0; k < l->n_top; k++) fprintf(stderr, " | %s %.6f", l->top[k].bytes, l->top[k].logprob);
+            fputc('\n', stderr);
+        }
         if (!quiet)
             fprintf(stderr, "[finish=%s prompt_tokens=%u cached_tokens=%u completion_tokens=%u reasoning_tokens=%u "
                             "pool=%s worker=%s]\n",

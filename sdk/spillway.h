@@ -59,6 +59,11 @@ typedef struct {
     const char *tools_json;             /* chats: functions the model may call, OpenAI's tools array as JSON */
     const char *tool_choice;            /* with tools_json: NULL or "auto"; "required" (it must call one);
                                          * or the name of the function it must call */
+    bool logprobs;                      /* each generated token's log probability ... */
+    uint32_t top_logprobs;              /* ... and this many likeliest alternatives (0-20) */
+    const uint32_t *logit_bias_ids;     /* OpenAI's logit_bias: added to these tokens' logits */
+    const float *logit_bias;            /* (-100..100 each; at most 1024 entries) */
+    size_t n_logit_bias;
     const char *json_schema;            /* structured output: the answer is JSON fitting this JSON Schema
                                          * (text); "{\"type\":\"object\"}" for any object; NULL: free text */
     /* Streaming: called with each delta of a reasoning model's reasoning, as
@@ -67,6 +72,22 @@ typedef struct {
     int (*on_reasoning)(void *user, const char *delta, size_t len);
     void *on_reasoning_user;
 } spillway_request;
+
+/* A token's log probability under the model's raw logits, with its bytes
+ * (malloc'd; a token may end inside a UTF-8 character, so not text). */
+typedef struct {
+    uint32_t id;
+    char *bytes;
+    size_t n_bytes;
+    float logprob;
+} spillway_token_logprob;
+
+/* A generated token's, and the likeliest tokens' at its position. */
+typedef struct {
+    spillway_token_logprob token;
+    spillway_token_logprob *top;   /* malloc'd, likeliest first */
+    size_t n_top;
+} spillway_logprob;
 
 /* A function call the model made: its name and arguments (JSON text). */
 typedef struct {
@@ -86,6 +107,8 @@ typedef struct {
     uint32_t reasoning_tokens;  /* completion tokens that were reasoning */
     spillway_tool_call *tool_calls;   /* malloc'd: the calls the model made (chats with tools_json) */
     size_t n_tool_calls;
+    spillway_logprob *logprobs; /* malloc'd: one a generated token, when the request asked */
+    size_t n_logprobs;
     spillway_finish finish;
     uint32_t prompt_tokens, completion_tokens;
     uint32_t cached_tokens;     /* prompt tokens the worker took from its prefix cache */

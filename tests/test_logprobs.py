@@ -14,7 +14,9 @@ import openai
 import pytest
 from gguf import GGUFReader
 
-from conftest import http_post
+import subprocess
+
+from conftest import bin_path, free_port, http_post
 from scripted import ID, NL, TOKENS, scripted_model
 
 SCRIPT = [NL, "The", "\u0120answer", "\u0120is", "\u0120four", "!", "<|im_end|>"]
@@ -36,7 +38,8 @@ routes:
 def served(tmp_path, cluster):
     path = scripted_model(tmp_path / "m.gguf", "chatml", SCRIPT, scale=0.15)   # unsure: logprobs near -4
     loop = scripted_model(tmp_path / "loop.gguf", "chatml", LOOP, scale=0.15, eos="<|im_end|>")
-    cluster.start_gateway(POLICY)
+    cluster.sdk_ep = f"tcp://127.0.0.1:{free_port()}"
+    cluster.start_gateway(POLICY, extra_args=["--sdk", cluster.sdk_ep])
     cluster.start_worker("cpu-pool", "m", path, ["--threads", "1", "--parallel", "2"], name="m")
     cluster.start_worker("cpu-pool", "loop", loop, ["--threads", "1", "--parallel", "2"], name="loop")
     cluster.wait_model("m", timeout=60)
@@ -204,3 +207,23 @@ def test_logit_bias(served):
         assert st == 400 and json.loads(body)["error"]["param"] == "logit_bias", (bad, body)
     st, _, body = chat(logit_bias={"99999": 5})   # the worker knows its vocabulary
     assert st == 400 and "vocabulary" in json.loads(body)["error"]["message"], body
+
+
+def test_sdk_logprobs_and_logit_bias(served):
+    """The SDK returns each token's log probability with its alternatives
+    (the CLI prints them on stderr), and carries logit_bias."""
+    r = subprocess.run([bin_path("spillway"), "complete", "-e", served.sdk_ep, "-m", "m", "--temp", "0", "-n", "16",
+                        "--logprobs", "2", "Q\n"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "The answer is four!", r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.startswith("[logprob] ")]
+    assert len(lines) == len(TEXTS) + 1, r.stderr
+    for line, tok, (nxt, ref, _) in zip(lines, TEXTS, expected(served.model_path)):
+        parts = line[len("[logprob] "):].split(" | ")
+        assert parts[0].rsplit(" ", 1)[0] == tok and float(parts[0].rsplit(" ", 1)[1]) == pytest.approx(ref, abs=2e-3)
+        assert len(parts) == 3 and parts[1].rsplit(" ", 1)[0] == tok
+    r = subprocess.run([bin_path("spillway"), "complete", "-e", served.sdk_ep, "-m", "m", "--temp", "0", "-n", "4",
+                        "--logit-bias", f"{ID['The']}=-100", "Q\n"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and not r.stdout.startswith("The"), (r.stdout, r.stderr)
+    r = subprocess.run([bin_path("spillway"), "complete", "-e", served.sdk_ep, "-m", "m", "--logit-bias", "7", "Q"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "TOKEN_ID=BIAS" in r.stderr
