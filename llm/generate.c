@@ -851,9 +851,7 @@ static void mask_all(float *logits, int32_t n)
     for (int32_t i = 0; i < n; i++) logits[i] = -INFINITY;
 }
 
-/* Samples again from the raw row with every token the schema refuses at
- * -inf. -1 when none is left. */
-static int32_t sample_masked(sw_gen *g, const float *raw, float *logits, int32_t n)
+int32_t sw_gen_json_mask(const sw_gen *g, const float *raw, float *logits, int32_t n)
 {
     int32_t allowed = 0;
     mask_all(logits, n);
@@ -867,15 +865,32 @@ static int32_t sample_masked(sw_gen *g, const float *raw, float *logits, int32_t
         if (!sw_js_feed(g->js, &after, &c, 1)) continue;
         size_t m;
         const int32_t *ids = sw_tok_ids_by_first_byte(g->tok, (uint8_t)b, &m);
+        /* A big group (GPT-2 has 30 000 tokens starting with a space) is
+         * filtered on its second byte first: one check per byte value
+         * instead of one per token, where a structural position allows
+         * few. */
+        bool second[256], by_second = m > 256;
+        for (int b2 = 0; by_second && b2 < 256; b2++) {
+            char c2 = (char)b2;
+            second[b2] = sw_js_accepts(g->js, &after, &c2, 1);
+        }
         for (size_t k = 0; k < m; k++) {
             size_t len;
             const char *piece = sw_tok_piece_ref(g->tok, ids[k], &len);
-            if (ids[k] < n && !sw_tok_is_eog(g->tok, ids[k]) &&
-                (len == 1 || sw_js_accepts(g->js, &after, piece + 1, len - 1)))
+            if (ids[k] >= n || sw_tok_is_eog(g->tok, ids[k])) continue;
+            if (len > 1 && by_second && !second[(uint8_t)piece[1]]) continue;
+            if (len == 1 || (len == 2 && by_second) || sw_js_accepts(g->js, &after, piece + 1, len - 1))
                 logits[ids[k]] = raw[ids[k]], allowed++;
         }
     }
-    return allowed ? sw_sampler_sample(&g->sampler, logits, n) : -1;
+    return allowed;
+}
+
+/* Samples again from the raw row with every token the schema refuses at
+ * -inf. -1 when none is left. */
+static int32_t sample_masked(sw_gen *g, const float *raw, float *logits, int32_t n)
+{
+    return sw_gen_json_mask(g, raw, logits, n) ? sw_sampler_sample(&g->sampler, logits, n) : -1;
 }
 
 /* The only token a forced call allows now: its opening marker (at once:

@@ -154,6 +154,12 @@ void sw_gen_prompt_logprob(sw_gen *g, int p, const float *row, int32_t n_logits)
 /* Whether position p's logits are wanted for the prompt's log probabilities. */
 static inline bool sw_gen_wants_prompt_row(const sw_gen *g, int p) { return g->plp && p < g->n_prompt - 1; }
 
+/* Structured output: logits[i] = raw[i] for each token the answer's JSON
+ * may take next, -inf for the others; returns how many may (sw_gen_sample
+ * builds this mask when its first draw does not fit; tests and benchmarks
+ * call it directly). */
+int32_t sw_gen_json_mask(const sw_gen *g, const float *raw, float *logits, int32_t n);
+
 /* Picks the next token from a row of logits (modified in place). Returns -1
  * when it cannot (a NaN in the row, no token continues a structured
  * answer, out of memory): the caller fails the request with sw_gen_error. */

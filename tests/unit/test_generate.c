@@ -356,6 +356,43 @@ static void test_structured(void)
     free(logits);
 }
 
+/* The mask (first-byte groups, big ones filtered on the second byte) lets
+ * through exactly the tokens a token-by-token check does, at several
+ * states of a schema, on the given vocabulary. */
+static void test_mask_equivalence(const sw_tokenizer *t, const char *name)
+{
+    cJSON *schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+                                "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\"}},\"required\":[\"name\"]}");
+    static const char *const prefixes[] = { "", " ", "{", "{\"", "{\"na", "{\"name\": \"Ann", "{\"name\": \"A\\",
+                                             "{\"age\": 1", "{\"age\": -", "{\"tags\": [", "{\"name\": \"x\"}" };
+    sw_gen g;
+    char err[256] = "";
+    sw_gen_params p = { .prompt = "x", .json_schema = schema };
+    CHECK(sw_gen_init(&g, t, SW_CHAT_PLAIN, &p, 64, err, sizeof err) == 0, "%s: %s", name, err);
+    int32_t V = sw_tok_n_vocab(t);
+    float *raw = malloc((size_t)V * sizeof *raw), *masked = malloc((size_t)V * sizeof *masked);
+    for (int32_t i = 0; i < V; i++) raw[i] = (float)(i % 97);
+    for (size_t k = 0; k < sizeof prefixes / sizeof *prefixes; k++) {
+        sw_js_start(g.js, &g.js_st);
+        CHECK(sw_js_feed(g.js, &g.js_st, prefixes[k], strlen(prefixes[k])), "%s: prefix %s", name, prefixes[k]);
+        int32_t n = sw_gen_json_mask(&g, raw, masked, V), naive = 0, wrong = 0;
+        for (int32_t i = 0; i < V; i++) {
+            size_t len;
+            const char *piece = sw_tok_piece_ref(t, i, &len);
+            bool ok = sw_tok_is_eog(t, i) ? sw_js_complete(g.js, &g.js_st)
+                                          : len > 0 && sw_js_accepts(g.js, &g.js_st, piece, len);
+            naive += ok;
+            wrong += ok != (masked[i] == raw[i]);
+        }
+        CHECK(n == naive && wrong == 0, "%s after '%s': mask %d, token by token %d, %d differ", name, prefixes[k], n, naive,
+              wrong);
+    }
+    free(raw);
+    free(masked);
+    sw_gen_free(&g);
+    cJSON_Delete(schema);
+}
+
 int main(void)
 {
     char path[512], err[512];
@@ -488,6 +525,14 @@ int main(void)
     sw_gen_free(&g);
 
     test_structured();
+    test_mask_equivalence(tok, "stories260K");
+    shared_path(path, sizeof path, "vocab/ggml-vocab-gpt-2.gguf");
+    gguf_file *gf = gguf_open(path, err, sizeof err);
+    sw_tokenizer *gpt2 = gf ? sw_tok_load(gf, err, sizeof err) : NULL;
+    if (gpt2) test_mask_equivalence(gpt2, "gpt-2");
+    else printf("gpt-2 vocabulary not found (%s): its mask check skipped\n", path);
+    sw_tok_free(gpt2);
+    if (gf) gguf_close(gf);
     sw_tok_free(tok);
     gguf_close(f);
     CHECK_DONE();
