@@ -20,7 +20,9 @@ enum { K_ROOT, K_OBJECT, K_ARRAY, K_STRING, K_NUMBER, K_INTEGER, K_LITERAL, K_UN
 
 typedef struct {
     uint8_t kind;
-    uint16_t child;            /* root: the value; array: the items */
+    uint16_t child;            /* root: the value; array: the items after the prefix */
+    uint16_t n_prefix;         /* array: prefixItems, the first items' own schemas */
+    uint16_t *prefix;
     int32_t min, max;          /* string length or item count; max -1: none */
     /* object */
     uint16_t n_props;
@@ -168,7 +170,7 @@ static int compile(compiler *c, const cJSON *s);
 static const char *const unsupported[] = {
     "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
-    "dependencies", "uniqueItems", "contains", "minContains", "maxContains", "prefixItems",
+    "dependencies", "uniqueItems", "contains", "minContains", "maxContains",
     "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties",
     "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef",
 };
@@ -254,20 +256,41 @@ static int compile_object(compiler *c, const cJSON *s)
 static int compile_array(compiler *c, const cJSON *s)
 {
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
+    const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
     int32_t mn = 0, mx = -1;
     if (!get_count(c, s, "minItems", &mn) || !get_count(c, s, "maxItems", &mx)) return -1;
-    if (mx >= 0 && mx < mn) return fail(c, "%s", "maxItems is below minItems");
+    if (prefix && (!cJSON_IsArray(prefix) || cJSON_GetArraySize(prefix) > MAX_ENUM))
+        return fail(c, "%s", "'prefixItems' must be an array of up to 256 schemas");
+    int n_prefix = cJSON_GetArraySize(prefix);
+    /* items false: nothing after the prefix (JSON Schema's closed tuple) */
+    if (cJSON_IsFalse(items) && (mx < 0 || mx > n_prefix)) mx = n_prefix;
+    if (mx >= 0 && mx < mn) return fail(c, "%s", "maxItems is below minItems (or items is false)");
     int child;
-    if (!items || cJSON_IsTrue(items)) child = any_node(c);
+    if (!items || cJSON_IsTrue(items) || cJSON_IsFalse(items)) child = any_node(c);
     else {
         size_t old = path_push(c, "items");
         child = compile(c, items);
         path_pop(c, old);
     }
     if (child < 0) return -1;
+    uint16_t first[MAX_ENUM];
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, prefix) {
+        char seg[32];
+        snprintf(seg, sizeof seg, "prefixItems/%d", i);
+        size_t old = path_push(c, seg);
+        int v = compile(c, it);
+        path_pop(c, old);
+        if (v < 0) return -1;
+        first[i++] = (uint16_t)v;
+    }
     int id = new_node(c, K_ARRAY);
     if (id < 0) return -1;
+    if (i && !(c->js->nodes[id].prefix = malloc((size_t)i * sizeof *first))) return fail(c, "%s", "out of memory");
+    if (i) memcpy(c->js->nodes[id].prefix, first, (size_t)i * sizeof *first);
     node *a = &c->js->nodes[id];
+    a->n_prefix = (uint16_t)i;
     a->child = (uint16_t)child;
     a->min = mn;
     a->max = mx;
@@ -464,6 +487,7 @@ void sw_js_free(sw_js *js)
         free(n->prop_len);
         free(n->text);
         free(n->alts);
+        free(n->prefix);
     }
     free(js->nodes);
     free(js);
@@ -701,9 +725,9 @@ static bool step(const sw_js *js, sw_js_state *st, int i, unsigned char c)
             case A_NEXT:
                 if (ws) return take_ws(f, t->depth, c);
                 if (n->max >= 0 && f->count >= (uint32_t)n->max) return false;
-                f->count++;
                 f->phase = A_AFTER;
-                return start_value(js, st, i, n->child, c);
+                uint32_t k = f->count++;
+                return start_value(js, st, i, k < n->n_prefix ? n->prefix[k] : n->child, c);
             case A_AFTER:
                 if (ws) return take_ws(f, t->depth, c);
                 if (c == ',') {

@@ -7,7 +7,7 @@
  *
  * What a schema can say (the subset that structured-output APIs accept):
  *   type (a name or a list), properties, required, additionalProperties,
- *   items, minItems, maxItems, minLength, maxLength, enum, const, anyOf,
+ *   items (false too), prefixItems, minItems, maxItems, minLength, maxLength, enum, const, anyOf,
  *   oneOf (taken as anyOf), allOf of one schema, $ref to "#", "#/$defs/N"
  *   or "#/definitions/N" (recursion included), and the boolean schema true.
  * Annotations (title, description, default, examples, format, $schema,

@@ -66,6 +66,12 @@ static void test_values(void)
     CASES("{\"enum\":[\"red\",\"rose\",3,null]}",
           { "\"red\"", 1 }, { "\"rose\"", 1 }, { "\"ro\"", 0 }, { "3", 1 }, { "null", 1 }, { "4", 0 });
     CASES("{\"const\":{\"a\":1}}", { "{\"a\":1}", 1 }, { "{\"a\": 1}", 0 });
+    /* tuples: prefixItems, closed by items false or open to more */
+    CASES("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],\"items\":false}",
+          { "[\"a\", 1]", 1 }, { "[\"a\"]", 1 }, { "[1, \"a\"]", 0 }, { "[\"a\", 1, 2]", 0 }, { "[]", 1 });
+    CASES("{\"prefixItems\":[{\"const\":\"x\"}],\"items\":{\"type\":\"boolean\"},\"minItems\":2}",
+          { "[\"x\", true, false]", 1 }, { "[\"x\"]", 0 }, { "[true, true]", 0 });
+    CASES("{\"type\":\"array\",\"items\":false}", { "[]", 1 }, { "[1]", 0 });
     CASES("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1,\"maxItems\":2}",
           { "[1]", 1 }, { "[1, 2]", 1 }, { "[]", 0 }, { "[1,2,3]", 0 }, { "[1,]", 0 }, { "[\"a\"]", 0 });
 }
