@@ -462,6 +462,8 @@ static int compile(compiler *c, const cJSON *s)
     return v;
 }
 
+static void expand(const sw_js *js, uint16_t id, uint16_t *out, int *n, int cap, int nest);
+
 sw_js *sw_js_compile(const cJSON *schema, char *err, size_t errlen)
 {
     sw_js *js = calloc(1, sizeof *js);
@@ -473,6 +475,18 @@ sw_js *sw_js_compile(const cJSON *schema, char *err, size_t errlen)
     free(c.ref_node);
     if (v < 0) { sw_js_free(js); return NULL; }
     js->nodes[root].child = (uint16_t)v;
+    /* A union with no concrete value under it ("$defs": {"a": {"$ref":
+     * "#/$defs/a"}}) could never start: refused, not a dead end later. */
+    for (uint32_t i = 0; i < js->n; i++) {
+        uint16_t alts[1];
+        int n = 0;
+        if (js->nodes[i].kind == K_UNION) expand(js, (uint16_t)i, alts, &n, 1, 0);
+        if (js->nodes[i].kind == K_UNION && n == 0) {
+            sw_errf(err, errlen, "a $ref leads only to itself, never to a value");
+            sw_js_free(js);
+            return NULL;
+        }
+    }
     return js;
 }
 

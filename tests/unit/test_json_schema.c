@@ -128,6 +128,7 @@ static void test_refusals(void)
         { "{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maxItems" },
         { "{\"enum\":[]}", "enum" },
         { "[1]", "must be an object" },
+        { "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", "leads only to itself" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char err[256] = "";
