@@ -287,7 +287,6 @@ static int request_format(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     if (!cJSON_IsObject(rf) || !cJSON_IsString(type))
         return bad(e, "response_format", "'%s' must be an object with a 'type'");
     if (!strcmp(type->valuestring, "text")) return 0;
-    cJSON *schema = NULL;
     if (!strcmp(type->valuestring, "json_object")) {
         g->json_schema = strdup("{\"type\":\"object\"}");
         return g->json_schema ? 0 : bad(e, "response_format", "'%s' could not be encoded");
@@ -298,7 +297,7 @@ static int request_format(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     if (!cJSON_IsObject(js)) return bad(e, "response_format", "'%s' of type json_schema needs a 'json_schema' object");
     cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
     cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
-    schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
     if (name && (!cJSON_IsString(name) || !sw_tool_name_valid(name->valuestring)))
         return bad(e, "response_format", "'%s'.json_schema.name must be 1-64 letters, digits, _, - or .");
     if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
@@ -306,8 +305,9 @@ static int request_format(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     if (schema && !cJSON_IsObject(schema) && !cJSON_IsTrue(schema))
         return bad(e, "response_format", "'%s'.json_schema.schema must be a JSON Schema object");
     char why[256];
-    cJSON *any = schema ? NULL : cJSON_CreateTrue();
-    sw_js *compiled = sw_js_compile(schema ? schema : any, why, sizeof why);
+    cJSON *any = schema ? NULL : cJSON_CreateTrue();   /* no schema: any JSON value */
+    const cJSON *use = schema ? schema : any;
+    sw_js *compiled = sw_js_compile(use, why, sizeof why);
     if (!compiled) {
         cJSON_Delete(any);
         snprintf(e->msg, e->msglen, "'response_format'.json_schema.schema: %s", why);
@@ -315,7 +315,7 @@ static int request_format(cJSON *o, Spillway__GenerateRequest *g, perr *e)
         return 400;
     }
     sw_js_free(compiled);
-    g->json_schema = cJSON_PrintUnformatted(schema ? schema : any);
+    g->json_schema = cJSON_PrintUnformatted(use);
     cJSON_Delete(any);
     if (!g->json_schema) return bad(e, "response_format", "'%s' could not be encoded");
     if (strlen(g->json_schema) > MAX_SCHEMA_LEN)
