@@ -10,6 +10,7 @@
  * the copies that cannot take the byte dying at once. */
 #include "llm/json_schema.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,9 @@ typedef struct {
     /* union */
     uint16_t n_alts;
     uint16_t *alts;
+    /* number, integer: minimum / maximum (exclusive: the bound itself is out) */
+    bool has_lo, has_hi, lo_excl, hi_excl;
+    double lo, hi;
 } node;
 
 struct sw_js {
@@ -168,8 +172,7 @@ static int compile(compiler *c, const cJSON *s);
 
 /* Assertions that a byte-level matcher cannot enforce: refused, not ignored. */
 static const char *const unsupported[] = {
-    "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+    "pattern", "patternProperties", "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
     "dependencies", "uniqueItems", "contains", "minContains", "maxContains",
     "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties",
     "unevaluatedItems", "additionalItems", "$dynamicRef", "$recursiveRef",
@@ -297,6 +300,43 @@ static int compile_array(compiler *c, const cJSON *s)
     return id;
 }
 
+/* A bound: minimum or exclusiveMinimum (2020-12: a number), at most one of
+ * the two. Bounds beyond 1e15 are refused: the matcher reads at most 16
+ * digits, and doubles hold integers exactly only up to 2^53. */
+static bool get_bound(compiler *c, const cJSON *s, const char *key, const char *excl_key, bool *has, double *v,
+                      bool *excl)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(s, key), *b = cJSON_GetObjectItemCaseSensitive(s, excl_key);
+    if (a && b) { fail(c, "'%s' together with its exclusive form", key); return false; }
+    const cJSON *x = a ? a : b;
+    if (!x) return true;
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= -1e15 && x->valuedouble <= 1e15)) {
+        fail(c, "'%s' must be a number from -1e15 to 1e15", a ? key : excl_key);
+        return false;
+    }
+    *has = true;
+    *v = x->valuedouble;
+    *excl = b != NULL;
+    return true;
+}
+
+static int compile_number(compiler *c, const cJSON *s, bool integer)
+{
+    int id = new_node(c, integer ? K_INTEGER : K_NUMBER);
+    if (id < 0) return -1;
+    node *n = &c->js->nodes[id];
+    if (!get_bound(c, s, "minimum", "exclusiveMinimum", &n->has_lo, &n->lo, &n->lo_excl) ||
+        !get_bound(c, s, "maximum", "exclusiveMaximum", &n->has_hi, &n->hi, &n->hi_excl))
+        return -1;
+    if (n->has_lo && n->has_hi && (n->lo > n->hi || (n->lo == n->hi && (n->lo_excl || n->hi_excl))))
+        return fail(c, "%s", "the bounds admit no number");
+    if (integer && n->has_lo && n->has_hi) {   /* some integer must lie between */
+        double first = n->lo_excl ? floor(n->lo) + 1 : ceil(n->lo);
+        if (first > n->hi || (n->hi_excl && first >= n->hi)) return fail(c, "%s", "the bounds admit no integer");
+    }
+    return id;
+}
+
 /* One type name with the keywords that go with it. */
 static int compile_type(compiler *c, const cJSON *s, const char *type)
 {
@@ -310,8 +350,7 @@ static int compile_type(compiler *c, const cJSON *s, const char *type)
         return union_of(c, alts, 2);
     }
     if (!strcmp(type, "null")) return literal(c, "null");
-    if (!strcmp(type, "number")) return new_node(c, K_NUMBER);
-    if (!strcmp(type, "integer")) return new_node(c, K_INTEGER);
+    if (!strcmp(type, "number") || !strcmp(type, "integer")) return compile_number(c, s, !strcmp(type, "integer"));
     if (!strcmp(type, "string")) {
         int32_t mn = 0, mx = -1;
         if (!get_count(c, s, "minLength", &mn) || !get_count(c, s, "maxLength", &mx)) return -1;
@@ -449,6 +488,10 @@ static int compile_body(compiler *c, const cJSON *s)
         cJSON_GetObjectItemCaseSensitive(s, "additionalProperties"))
         return compile_object(c, s);
     if (cJSON_GetObjectItemCaseSensitive(s, "items")) return compile_array(c, s);
+    static const char *const bounds[] = { "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum" };
+    for (int k = 0; k < 4; k++)   /* a bound on a value of any type: only numbers would keep it */
+        if (cJSON_GetObjectItemCaseSensitive(s, bounds[k]))
+            return fail(c, "'%s' needs \"type\": \"number\" or \"integer\" beside it", bounds[k]);
     return any_node(c);
 }
 
@@ -596,45 +639,112 @@ static int string_byte(sw_js_frame *f, unsigned char c)
     return 1;
 }
 
-/* A number's byte: 1 taken, 0 cannot come, -1 the number ended before it. */
-static int number_byte(sw_js_frame *f, bool integer, unsigned char c)
+/* A number frame keeps what its digits say, for the bounds: esc the sign,
+ * seen the integer part, cand the fraction's digits as an integer, utf8
+ * their count. */
+static double pow10i(int k)
 {
-    bool digit = c >= '0' && c <= '9';
-    bool accepting = f->phase == N_ZERO || f->phase == N_INT || f->phase == N_FRAC || f->phase == N_EXP;
+    double p = 1;
+    while (k-- > 0) p *= 10;
+    return p;
+}
+
+/* Whether some value in the reachable magnitudes [a, b] (b_open: b itself
+ * is not reachable), with the frame's sign, meets the node's bounds. */
+static bool meets(const node *n, bool neg, double a, double b, bool b_open)
+{
+    /* as values: [a, b] or, negative, [-b, -a]; open at the end b came from */
+    double lo = neg ? -b : a, hi = neg ? -a : b;
+    bool lo_open = neg && b_open, hi_open = !neg && b_open;
+    if (n->has_lo && (hi < n->lo || (hi == n->lo && (hi_open || n->lo_excl)))) return false;
+    if (n->has_hi && (lo > n->hi || (lo == n->hi && (lo_open || n->hi_excl)))) return false;
+    return true;
+}
+
+/* Whether the digits so far can still become a number within the bounds
+ * (ended: the number ends here, so it must be within them itself). */
+static bool number_feasible(const node *n, const sw_js_frame *f, bool ended)
+{
+    if (!n->has_lo && !n->has_hi) return true;
+    bool neg = f->esc, integer = n->kind == K_INTEGER;
+    double I = (double)f->seen, F = (double)f->cand / pow10i(f->utf8);
     switch (f->phase) {
     case N_START:
-        if (c == '-') { f->phase = N_MINUS; return 1; }
+    case N_MINUS:   /* any magnitude yet */
+        return meets(n, neg, 0, INFINITY, false);
+    case N_ZERO:
+    case N_INT: {
+        if (meets(n, neg, I, I, false)) return true;   /* it may end here */
+        if (ended) return false;
+        if (!integer && meets(n, neg, I, I + 1, true)) return true;   /* a fraction to come */
+        if (f->phase == N_ZERO) return false;
+        for (int j = 1; (int)f->count + j <= SW_JS_MAX_DIGITS; j++) {   /* more digits to come */
+            double p = pow10i(j);
+            if (meets(n, neg, I * p, (I + 1) * p - (integer ? 1 : 0), !integer)) return true;
+        }
+        return false;
+    }
+    case N_DOT:
+        return !ended && meets(n, neg, I, I + 1, true);
+    case N_FRAC: {
+        double v = I + F;
+        if (meets(n, neg, v, v, false)) return true;
+        return !ended && f->utf8 < SW_JS_MAX_DIGITS && meets(n, neg, v, v + 1 / pow10i(f->utf8), true);
+    }
+    }
+    return false;   /* exponents: a bounded number has none */
+}
+
+/* A number's byte: 1 taken, 0 cannot come, -1 the number ended before it. */
+static int number_byte(const node *n, sw_js_frame *f, unsigned char c)
+{
+    bool integer = n->kind == K_INTEGER, bounded = n->has_lo || n->has_hi;
+    bool digit = c >= '0' && c <= '9';
+    bool accepting = f->phase == N_ZERO || f->phase == N_INT || f->phase == N_FRAC || f->phase == N_EXP;
+    int r = 0;
+    switch (f->phase) {
+    case N_START:
+        if (c == '-') { f->phase = N_MINUS; f->esc = 1; r = 1; break; }
         /* fall through */
     case N_MINUS:
-        if (c == '0') { f->phase = N_ZERO; return 1; }
-        if (digit) { f->phase = N_INT; f->count = 1; return 1; }
-        return 0;
+        if (c == '0') { f->phase = N_ZERO; r = 1; break; }
+        if (digit) { f->phase = N_INT; f->count = 1; f->seen = (uint64_t)(c - '0'); r = 1; }
+        break;
     case N_INT:
-        if (digit) return ++f->count <= SW_JS_MAX_DIGITS;
+        if (digit) {
+            r = ++f->count <= SW_JS_MAX_DIGITS;
+            f->seen = f->seen * 10 + (uint64_t)(c - '0');
+            break;
+        }
         /* fall through */
     case N_ZERO:
-        if (!integer && c == '.') { f->phase = N_DOT; f->count = 0; return 1; }
-        if (!integer && (c == 'e' || c == 'E')) { f->phase = N_E; f->count = 0; return 1; }
+        if (!integer && c == '.') { f->phase = N_DOT; f->count = 0; r = 1; }
+        else if (!integer && !bounded && (c == 'e' || c == 'E')) { f->phase = N_E; f->count = 0; r = 1; }
+        else r = digit ? 0 : accepting ? -1 : 0;   /* "01", or a digit past the limit */
         break;
     case N_DOT:
-        if (digit) { f->phase = N_FRAC; f->count = 1; return 1; }
-        return 0;
+        if (digit) { f->phase = N_FRAC; f->count = 1; f->cand = (uint64_t)(c - '0'); f->utf8 = 1; r = 1; }
+        break;
     case N_FRAC:
-        if (digit) return ++f->count <= SW_JS_MAX_DIGITS;
-        if (c == 'e' || c == 'E') { f->phase = N_E; f->count = 0; return 1; }
+        if (digit) {
+            r = ++f->count <= SW_JS_MAX_DIGITS;
+            f->cand = f->cand * 10 + (uint64_t)(c - '0');
+            f->utf8++;
+        } else if (!bounded && (c == 'e' || c == 'E')) { f->phase = N_E; f->count = 0; r = 1; }
+        else r = -1;
         break;
     case N_E:
-        if (c == '+' || c == '-') { f->phase = N_ESIGN; return 1; }
+        if (c == '+' || c == '-') { f->phase = N_ESIGN; r = 1; break; }
         /* fall through */
     case N_ESIGN:
-        if (digit) { f->phase = N_EXP; f->count = 1; return 1; }
-        return 0;
+        if (digit) { f->phase = N_EXP; f->count = 1; r = 1; }
+        break;
     case N_EXP:
-        if (digit) return ++f->count <= 4;
+        r = digit ? ++f->count <= 4 : -1;
         break;
     }
-    if (digit) return 0;   /* "01", or a digit past the limit */
-    return accepting ? -1 : 0;
+    if (r != 0 && !number_feasible(n, f, r < 0)) return 0;
+    return r;
 }
 
 static bool start_value(const sw_js *js, sw_js_state *st, int i, uint16_t node, unsigned char c);
@@ -704,7 +814,7 @@ static bool step(const sw_js *js, sw_js_state *st, int i, unsigned char c)
             return true;
         case K_NUMBER:
         case K_INTEGER: {
-            int r = number_byte(f, n->kind == K_INTEGER, c);
+            int r = number_byte(n, f, c);
             if (r >= 0) return r == 1;
             t->depth--;   /* the number ended; its parent takes the byte */
             continue;
@@ -890,9 +1000,10 @@ static bool stack_complete(const sw_js *js, const sw_js_stack *t)
     if (t->depth == 1) return true;
     if (t->depth != 2) return false;
     const sw_js_frame *f = &t->f[1];
-    int k = js->nodes[f->node].kind;
-    return (k == K_NUMBER || k == K_INTEGER) &&
-           (f->phase == N_ZERO || f->phase == N_INT || f->phase == N_FRAC || f->phase == N_EXP);
+    const node *n = &js->nodes[f->node];
+    return (n->kind == K_NUMBER || n->kind == K_INTEGER) &&
+           (f->phase == N_ZERO || f->phase == N_INT || f->phase == N_FRAC || f->phase == N_EXP) &&
+           number_feasible(n, f, true);
 }
 
 bool sw_js_complete(const sw_js *js, const sw_js_state *st)

@@ -7,20 +7,23 @@
  *
  * What a schema can say (the subset that structured-output APIs accept):
  *   type (a name or a list), properties, required, additionalProperties,
- *   items (false too), prefixItems, minItems, maxItems, minLength, maxLength, enum, const, anyOf,
+ *   items (false too), prefixItems, minItems, maxItems, minimum, maximum,
+ *   exclusiveMinimum, exclusiveMaximum (with type number or integer), minLength, maxLength, enum, const, anyOf,
  *   oneOf (taken as anyOf), allOf of one schema, $ref to "#", "#/$defs/N"
  *   or "#/definitions/N" (recursion included), and the boolean schema true.
  * Annotations (title, description, default, examples, format, $schema,
  * ...) are ignored, as JSON Schema itself lets a validator ignore them.
- * Assertions it cannot enforce byte by byte (pattern, minimum, multipleOf,
- * not, if/then/else, ...) are refused at compile time with their path, so
+ * Assertions it cannot enforce byte by byte (pattern, multipleOf, not,
+ * if/then/else, ...) are refused at compile time with their path, so
  * a caller never gets output that silently breaks its schema.
  *
  * The text it accepts is JSON: between tokens one space, or a line break
  * and an indent of up to four columns a level (so a model cannot fill the
  * gaps with whitespace), none after the value, object keys of a
  * declared object only once each and in their canonical escaped form, enum
- * and const values as cJSON prints them. Numbers are bounded in length
+ * and const values as cJSON prints them. A number with bounds has no
+ * exponent, and a digit that could only lead out of them is refused at
+ * once, so it never reaches a dead end. Numbers are bounded in length
  * (SW_JS_MAX_DIGITS digits a part) and nesting in depth (SW_JS_DEPTH), so
  * a constrained model cannot be stuck writing one value forever. */
 #ifndef SW_JSON_SCHEMA_H

@@ -33,7 +33,8 @@ routes:
 CITY = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
         "required": ["city", "days"], "additionalProperties": False}
 BOUNDED = {"type": "object",
-           "properties": {"colour": {"enum": ["red", "green", "blue"]}, "n": {"type": "integer"},
+           "properties": {"colour": {"enum": ["red", "green", "blue"]}, "n": {"type": "integer", "minimum": -3,
+                                                                               "maximum": 250},
                           "ok": {"type": "boolean"}, "name": {"type": "string", "maxLength": 6},
                           "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
            "required": ["colour", "n", "ok"], "additionalProperties": False}
@@ -64,7 +65,7 @@ def schema_format(schema, name="answer"):
 def fits_bounded(v):
     assert set(v) <= set(BOUNDED["properties"]) and {"colour", "n", "ok"} <= set(v), v
     assert v["colour"] in ("red", "green", "blue") and isinstance(v["ok"], bool), v
-    assert isinstance(v["n"], int) and not isinstance(v["n"], bool), v
+    assert isinstance(v["n"], int) and not isinstance(v["n"], bool) and -3 <= v["n"] <= 250, v
     assert len(v.get("name", "")) <= 6 and isinstance(v.get("name", ""), str), v
     assert all(t in ("a", "b") for t in v.get("tags", [])) and len(v.get("tags", [])) <= 2, v
 
@@ -116,7 +117,8 @@ def test_sampled_stories_fit_the_schema(served, seed):
 @pytest.mark.parametrize("fmt, words", [
     (schema_format({"type": "object", "properties": {"id": {"type": "string", "pattern": "^a"}}}),
      ["'pattern' is not supported", "#/properties/id"]),
-    (schema_format({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}), ["'minimum'"]),
+    (schema_format({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}), ["'multipleOf'"]),
+    (schema_format({"type": "integer", "minimum": 9, "maximum": 1}), ["admit no number"]),
     (schema_format({"type": "thing"}), ["unknown type 'thing'"]),
     (schema_format({"$ref": "#/$defs/missing"}), ["$ref"]),
     (schema_format({"required": ["x"], "properties": {}}), ["required property 'x'"]),

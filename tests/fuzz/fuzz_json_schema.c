@@ -63,6 +63,7 @@ int main(void) {
           "\"k\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/t\"}}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/t\"}",
           "{\"v\": 1.5, \"k\": [{\"v\": 2, \"k\": []}]}" },
         { "{\"type\":\"number\"}", "-0.25E+12" },
+        { "{\"type\":\"array\",\"items\":{\"type\":\"number\",\"minimum\":-2.5,\"exclusiveMaximum\":10}}", "[-2.5, 0, 9.99]" },
         { "{\"prefixItems\":[{\"type\":\"string\"},{\"enum\":[1,2]}],\"items\":false}", "[\"a\", 2]" },
         { "{\"properties\":{\"a\":{\"type\":\"boolean\"}},\"additionalProperties\":{\"type\":[\"string\",\"null\"]}}",
           "{\"a\": true, \"zz\": null, \"q\": \"\\\"\"}" },

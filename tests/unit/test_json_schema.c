@@ -66,6 +66,17 @@ static void test_values(void)
     CASES("{\"enum\":[\"red\",\"rose\",3,null]}",
           { "\"red\"", 1 }, { "\"rose\"", 1 }, { "\"ro\"", 0 }, { "3", 1 }, { "null", 1 }, { "4", 0 });
     CASES("{\"const\":{\"a\":1}}", { "{\"a\":1}", 1 }, { "{\"a\": 1}", 0 });
+    /* numeric bounds: a digit that could only lead out of them is refused
+     * at once, and a number ends only inside them */
+    CASES("{\"type\":\"integer\",\"minimum\":1,\"maximum\":5}",
+          { "3", 1 }, { "0", 0 }, { "6", 0 }, { "10", 0 }, { "-1", 0 }, { "5", 1 });
+    CASES("{\"type\":\"integer\",\"minimum\":10}", { "1", 2 }, { "15", 1 }, { "9", 2 }, { "99999", 1 }, { "-3", 0 });
+    CASES("{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1}",
+          { "0", 2 }, { "0.5", 1 }, { "0.0", 2 }, { "1", 1 }, { "1.0", 1 }, { "1.5", 0 }, { "2", 0 }, { "0.5e1", 0 });
+    CASES("{\"type\":\"integer\",\"minimum\":-5,\"maximum\":-1}",
+          { "-3", 1 }, { "-0", 0 }, { "-10", 0 }, { "-1", 1 }, { "3", 0 });
+    CASES("{\"type\":\"object\",\"properties\":{\"r\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":10}}}",
+          { "{\"r\": 10}", 1 }, { "{\"r\": 1}", 1 }, { "{\"r\": 11}", 0 }, { "{\"r\": 0}", 0 });
     /* tuples: prefixItems, closed by items false or open to more */
     CASES("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],\"items\":false}",
           { "[\"a\", 1]", 1 }, { "[\"a\"]", 1 }, { "[1, \"a\"]", 0 }, { "[\"a\", 1, 2]", 0 }, { "[]", 1 });
@@ -119,7 +130,12 @@ static void test_refusals(void)
 {
     static const char *const bad[][2] = {
         { "{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern' is not supported" },
-        { "{\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":0}}}", "#/properties/n" },
+        { "{\"properties\":{\"n\":{\"type\":\"integer\",\"multipleOf\":2}}}", "#/properties/n" },
+        { "{\"minimum\":3}", "needs \"type\"" },
+        { "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "admit no number" },
+        { "{\"type\":\"integer\",\"exclusiveMinimum\":1,\"exclusiveMaximum\":2}", "admit no integer" },
+        { "{\"type\":\"number\",\"minimum\":1,\"exclusiveMinimum\":0}", "exclusive form" },
+        { "{\"type\":\"number\",\"maximum\":1e300}", "from -1e15 to 1e15" },
         { "{\"type\":\"strin\"}", "unknown type 'strin'" },
         { "{\"$ref\":\"http://x/y\"}", "$ref" },
         { "{\"required\":[\"a\"],\"properties\":{}}", "required property 'a'" },
@@ -194,6 +210,12 @@ static void random_walks(const char *schema, int walks, bool (*fits)(const cJSON
 }
 
 static bool fits_any(const cJSON *v) { return v != NULL; }
+static bool fits_rating(const cJSON *v)
+{
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(v, "r"), *x = cJSON_GetObjectItemCaseSensitive(v, "x");
+    return cJSON_IsNumber(r) && r->valuedouble >= 1 && r->valuedouble <= 5 && r->valuedouble == (double)(int)r->valuedouble &&
+           cJSON_IsNumber(x) && x->valuedouble > -0.5 && x->valuedouble < 2.25;
+}
 static bool fits_person(const cJSON *v)
 {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(v, "name");
@@ -219,6 +241,9 @@ int main(void)
     test_refusals();
     random_walks("{\"type\":\"object\"}", 200, fits_any);
     random_walks("{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":2}}", 200, fits_any);
+    random_walks("{\"type\":\"object\",\"properties\":{\"r\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":5},"
+                 "\"x\":{\"type\":\"number\",\"exclusiveMinimum\":-0.5,\"exclusiveMaximum\":2.25}},"
+                 "\"required\":[\"r\",\"x\"],\"additionalProperties\":false}", 300, fits_rating);
     random_walks("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},"
                  "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"maxItems\":3,\"items\":{\"enum\":[\"a\",\"b\"]}}},"
                  "\"required\":[\"name\",\"age\"]}", 300, fits_person);
