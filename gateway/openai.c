@@ -326,7 +326,8 @@ static int request_format(cJSON *o, Spillway__GenerateRequest *g, perr *e)
 /* Log probabilities of the generated tokens: chat's logprobs (bool) and
  * top_logprobs (0-20, with logprobs), completions' logprobs (the number of
  * alternatives, 0-20; OpenAI allows 5). With echo, the prompt's own too
- * (the CPU worker scores every prompt position; not streamed). */
+ * (the CPU worker scores every prompt position); streamed, they come
+ * ahead of the first token's. */
 static int request_logprobs(cJSON *o, bool chat, bool echo, bool stream, Spillway__GenerateRequest *g, sw_req *r,
                             perr *e)
 {
@@ -342,8 +343,6 @@ static int request_logprobs(cJSON *o, bool chat, bool echo, bool stream, Spillwa
         cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
         if ((rc = get_int(o, "logprobs", 0, SW_MAX_TOP_LOGPROBS, &top, e))) return rc;
         r->logprobs = v && !cJSON_IsNull(v);
-        if (r->logprobs && echo && stream)
-            return bad(e, "logprobs", "'%s' of the prompt (echo) are not streamed: ask without stream");
         g->prompt_logprobs = r->logprobs && echo;
     }
     g->logprobs = r->logprobs;

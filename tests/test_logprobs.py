@@ -146,6 +146,19 @@ def test_echo_scores_the_prompt(served):
     assert lp["token_logprobs"][1] == pytest.approx(row[ID[NL]], abs=2e-3)
     best = np.argsort(-row, kind="stable")[:2]
     assert sorted(lp["top_logprobs"][1].values()) == pytest.approx(sorted(row[best]), abs=2e-3)
+    # streamed: the same tokens, log probabilities and offsets across the events
+    c = openai.OpenAI(base_url=served.base + "/v1", api_key="x", max_retries=0, timeout=60)
+    toks, lps, offs, text = [], [], [], ""
+    for ev in c.completions.create(model="m", prompt="Q\n", max_tokens=16, temperature=0, logprobs=2, echo=True,
+                                   stream=True):
+        if ev.choices and ev.choices[0].logprobs:
+            toks += ev.choices[0].logprobs.tokens
+            lps += ev.choices[0].logprobs.token_logprobs
+            offs += ev.choices[0].logprobs.text_offset
+        if ev.choices:
+            text += ev.choices[0].text
+    assert text == r["choices"][0]["text"] and toks == lp["tokens"] and offs == lp["text_offset"]
+    assert lps[0] is None and lps[1:] == pytest.approx(lp["token_logprobs"][1:], abs=1e-6)
     # the generated part is what it is without echo
     st, _, raw = http_post(served.base + "/v1/completions", body)
     plain = json.loads(raw)["choices"][0]["logprobs"]
@@ -158,7 +171,6 @@ def test_echo_scores_the_prompt(served):
     ("/v1/chat/completions", dict(logprobs=True, top_logprobs=21), "top_logprobs"),
     ("/v1/chat/completions", dict(logprobs="yes"), "logprobs"),
     ("/v1/completions", dict(logprobs=-1), "logprobs"),
-    ("/v1/completions", dict(logprobs=1, echo=True, stream=True), "logprobs"),
 ])
 def test_bad_logprobs_are_refused(served, url, body, param):
     base = dict(model="m", max_tokens=4)
