@@ -287,8 +287,9 @@ static void calls_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p)
  * The call's JSON is a structured output whose schema is built from the
  * tools ({"name": const, "arguments": parameters}, one branch a function);
  * chatml's markers around it are forced tokens. Llama 3.1's call is the
- * JSON alone; Mistral's is [TOOL_CALLS], forced, then an array of calls. gpt-oss names the function in a message header, which no
- * schema of the body can force: refused. */
+ * JSON alone; Mistral's is [TOOL_CALLS], forced, then an array of calls;
+ * gpt-oss's is a commentary message whose header goes into the prompt
+ * (forced_harmony). */
 enum { FC_NONE, FC_OPEN, FC_BODY, FC_CLOSE };
 
 /* Moves a function's $defs (or definitions) to the root of the call
@@ -361,15 +362,70 @@ static cJSON *call_schema(const cJSON *tools, const char *only, const char *args
     return root;
 }
 
+/* gpt-oss: the call's header goes into the prompt ("<|channel|>commentary
+ * to=functions.NAME <|constrain|>json<|message|>", as its renderer writes a
+ * call), so the output starts inside the call's body: its arguments, held
+ * to the function's parameters, then <|call|>, forced. The model chooses
+ * the function in the header, which a schema of the body cannot force, so
+ * "required" works with one function only. */
+static int forced_harmony(sw_gen *g, const sw_gen_params *p, const char *only, char *err, size_t errlen)
+{
+    const cJSON *t, *fn = NULL;
+    int n_tools = 0;
+    cJSON_ArrayForEach(t, p->tools) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name");
+        n_tools++;
+        if (cJSON_IsString(nm) && (!only || !strcmp(nm->valuestring, only))) fn = f;
+    }
+    if (!only && n_tools != 1) {
+        sw_errf(err, errlen, "tool_choice: \"required\" with %d functions cannot be forced in gpt-oss's format "
+                "(it names the function in a header): name one", n_tools);
+        return 400;
+    }
+    if (!fn) { sw_errf(err, errlen, "tool_choice names '%s', which is not among the tools", only); return 400; }
+    const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+    cJSON *any = cJSON_IsObject(params) ? NULL : cJSON_Parse("{\"type\":\"object\"}");
+    char why[256];
+    sw_js_free(g->js);
+    g->js = sw_js_compile(cJSON_IsObject(params) ? params : any, why, sizeof why);
+    cJSON_Delete(any);
+    if (!g->js) { sw_errf(err, errlen, "tool_choice: the function's parameters: %s", why); return 400; }
+    sw_js_start(g->js, &g->js_st);
+    char head[SW_MAX_TOOL_NAME + 96];
+    snprintf(head, sizeof head, "<|channel|>commentary to=functions.%s <|constrain|>json<|message|>", name);
+    int32_t *ids;
+    int n = encode_alloc(g->tok, head, false, true, &ids, err, errlen);
+    if (n < 0) return 400;
+    int32_t *grown = realloc(g->prompt, (size_t)(g->n_prompt + n) * sizeof *grown);
+    if (!grown) { free(ids); sw_errf(err, errlen, "out of memory"); return 400; }
+    memcpy(grown + g->n_prompt, ids, (size_t)n * sizeof *ids);
+    free(ids);
+    g->prompt = grown;
+    g->n_prompt += n;
+    if (g->n_prompt >= g->n_ctx) {
+        sw_errf(err, errlen, "prompt of %d tokens fills the context length %d", g->n_prompt, g->n_ctx);
+        return 400;
+    }
+    snprintf(g->h_to, sizeof g->h_to, "%s", name);
+    g->call_text.n = 0;
+    g->r_state = H_CALL;
+    g->call_close = sw_tok_lookup(g->tok, "<|call|>");
+    g->forced = FC_BODY;
+    return 0;
+}
+
 static int forced_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p, char *err, size_t errlen)
 {
     if (!p->tool_choice || !*p->tool_choice || !strcmp(p->tool_choice, "auto")) return 0;
-    if (!g->calls_on || (!g->call_json && g->call_open < 0) || g->r_mode == R_HARMONY) {
+    const char *only = strcmp(p->tool_choice, "required") ? p->tool_choice : NULL;
+    if (g->calls_on && g->r_mode == R_HARMONY) return forced_harmony(g, p, only, err, errlen);
+    if (!g->calls_on || (!g->call_json && g->call_open < 0)) {
         sw_errf(err, errlen, "tool_choice: forcing a call is not supported for this model's chat format "
-                "(chatml with <tool_call> tokens, Llama 3.1 and Mistral are)");
+                "(chatml with <tool_call> tokens, Llama 3.1, Mistral and gpt-oss are)");
         return 400;
     }
-    const char *only = strcmp(p->tool_choice, "required") ? p->tool_choice : NULL;
     cJSON *schema = call_schema(p->tools, only, g->call_json ? "parameters" : "arguments", g->call_held,
                                 p->one_call, err, errlen);
     if (!schema) return 400;
@@ -833,7 +889,7 @@ static bool js_active(const sw_gen *g)
 {
     if (!g->js || g->forced == FC_OPEN || g->forced == FC_CLOSE) return false;
     if (g->r_mode == R_THINK) return g->r_state != T_IN;
-    if (g->r_mode == R_HARMONY) return g->r_state == H_ANSWER;
+    if (g->r_mode == R_HARMONY) return g->r_state == H_ANSWER || (g->forced && g->r_state == H_CALL);
     return true;
 }
 
@@ -1034,6 +1090,7 @@ int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_le
     } else if (g->forced == FC_CLOSE && token == g->call_close) {
         g->forced = FC_NONE;
         js_done = true;
+        if (g->r_mode == R_HARMONY && g->r_state == H_CALL) harmony_call_done(g);   /* <|call|> */
     }
 
     /* Decode this token's text onto the held buffer or the reasoning (EOG

@@ -321,9 +321,22 @@ def test_forced_call_streams(served):
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == ["tool_calls"]
 
 
-def test_harmony_refuses_a_forced_call(served):
+def test_harmony_forced_call(served):
+    """gpt-oss: the call's header goes into the prompt, the arguments are
+    held to the function's parameters, <|call|> ends it. "required" works
+    with one function; with several the header would have to choose."""
+    for temp in (0, 1):
+        st, r = post(served, model="gpt-oss", tools=BOUNDED_TOOLS, max_tokens=400, temperature=temp, seed=2,
+                     tool_choice={"type": "function", "function": {"name": "get_time"}})
+        assert st == 200 and r["choices"][0]["finish_reason"] == "tool_calls", r["choices"]
+        (call,) = r["choices"][0]["message"]["tool_calls"]
+        assert check_call(call) == "get_time", call
+    # the model's own arguments, when they fit, are kept as written
     st, r = post(served, model="gpt-oss", tools=WEATHER, tool_choice="required")
-    assert st == 400 and "forcing a call is not supported" in r["error"]["message"], r
+    assert st == 200 and r["choices"][0]["message"]["tool_calls"][0]["function"] == \
+        {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}, r
+    st, r = post(served, model="gpt-oss", tools=BOUNDED_TOOLS, tool_choice="required")
+    assert st == 400 and "name one" in r["error"]["message"], r
 
 
 def test_sdk_cli_forces_a_call(served, tmp_path):
