@@ -168,3 +168,26 @@ def test_sdk_cli_json(served, tmp_path):
     r = subprocess.run([bin_path("spillway"), "chat", "-e", served.sdk_ep, "-m", "m", "--json-schema", str(f), "Hi"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "400" in r.stderr and "'pattern' is not supported" in r.stderr, r.stderr
+
+
+def test_sdk_example_extracts_json(served, tmp_path):
+    """sdk/examples/extract.c builds against the library and, on the real
+    stories260K model (which knows nothing of JSON), prints JSON that fits
+    its schema, with the answer's log probabilities summed."""
+    from conftest import BUILD, ROOT
+    exe = tmp_path / "extract"
+    lib = BUILD / "lib"
+    cc = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Werror", str(ROOT / "sdk/examples/extract.c"),
+                         f"-I{ROOT}", f"-I{BUILD / 'gen'}", f"-L{lib}", "-lsw_sdk", "-lsw_proto",
+                         "-lzmq", "-lprotobuf-c", "-o", str(exe)]
+                        + (["-fsanitize=address,undefined"] if BUILD.name == "build-san" else []),
+                        capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    r = subprocess.run([str(exe), served.sdk_ep, "stories", "Tom is five. He has a dog."], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    v = json.loads(r.stdout)
+    assert set(v) <= {"name", "age", "pets"} and isinstance(v["name"], str) and len(v["name"]) <= 20, v
+    assert isinstance(v["age"], int) and 0 <= v["age"] <= 130, v
+    assert all(p in ("cat", "dog") for p in v.get("pets", [])) and len(v.get("pets", [])) <= 3, v
+    assert "finish=stop" in r.stderr and "logprob=-" in r.stderr, r.stderr
