@@ -85,6 +85,20 @@ def logits_for(model, ids, out, isa=None, extra=(), env_extra=None):
     return got.reshape(len(ids), -1), r.stderr
 
 
+def build_sdk_example(name, tmp_path):
+    """Compiles sdk/examples/NAME.c against the built library, as its header
+    comment says a user would (sanitized when the suite is); returns the path."""
+    exe = tmp_path / name
+    lib = BUILD / "lib"
+    cc = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Werror", str(ROOT / f"sdk/examples/{name}.c"),
+                         f"-I{ROOT}", f"-I{BUILD / 'gen'}", f"-L{lib}", "-lsw_sdk", "-lsw_proto",
+                         "-lzmq", "-lprotobuf-c", "-o", str(exe)]
+                        + (["-fsanitize=address,undefined"] if BUILD.name == "build-san" else []),
+                        capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    return exe
+
+
 def bin_path(name):
     p = BIN / name
     if not p.exists():

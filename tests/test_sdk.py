@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, ROOT, bin_path, free_port, wait_until
+from conftest import bin_path, build_sdk_example, free_port, wait_until
 
 POLICY = """
 routes:
@@ -71,14 +71,7 @@ def test_cli_rejects_bad_flags():
 
 
 def test_example_program_compiles_and_runs(sdk_cluster, tmp_path):
-    exe = tmp_path / "hello"
-    lib = BUILD / "lib"
-    cc = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Werror", str(ROOT / "sdk/examples/hello.c"),
-                         f"-I{ROOT}", f"-I{BUILD / 'gen'}", f"-L{lib}", "-lsw_sdk", "-lsw_proto",
-                         "-lzmq", "-lprotobuf-c", "-o", str(exe)]
-                        + (["-fsanitize=address,undefined"] if BUILD.name == "build-san" else []),
-                        capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr
+    exe = build_sdk_example("hello", tmp_path)
     r = subprocess.run([str(exe), sdk_cluster.sdk_ep, "echo"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     assert "blocking: [" in r.stdout and "finish=length tokens=16 pool=gpu-pool" in r.stdout

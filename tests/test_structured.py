@@ -16,7 +16,7 @@ import subprocess
 import openai
 import pytest
 
-from conftest import bin_path, free_port, http_post, shared_file
+from conftest import bin_path, build_sdk_example, free_port, http_post, shared_file
 from scripted import JSON_ANSWER, NL, scripted_model
 
 SCRIPT = [NL, JSON_ANSWER, "\u0120answer", "<|im_end|>"]   # '{"city": "Paris", "days": 2} answer'
@@ -174,15 +174,7 @@ def test_sdk_example_extracts_json(served, tmp_path):
     """sdk/examples/extract.c builds against the library and, on the real
     stories260K model (which knows nothing of JSON), prints JSON that fits
     its schema, with the answer's log probabilities summed."""
-    from conftest import BUILD, ROOT
-    exe = tmp_path / "extract"
-    lib = BUILD / "lib"
-    cc = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Werror", str(ROOT / "sdk/examples/extract.c"),
-                         f"-I{ROOT}", f"-I{BUILD / 'gen'}", f"-L{lib}", "-lsw_sdk", "-lsw_proto",
-                         "-lzmq", "-lprotobuf-c", "-o", str(exe)]
-                        + (["-fsanitize=address,undefined"] if BUILD.name == "build-san" else []),
-                        capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr
+    exe = build_sdk_example("extract", tmp_path)
     r = subprocess.run([str(exe), served.sdk_ep, "stories", "Tom is five. He has a dog."], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, (r.stdout, r.stderr)
