@@ -85,6 +85,12 @@ def logits_for(model, ids, out, isa=None, extra=(), env_extra=None):
     return got.reshape(len(ids), -1), r.stderr
 
 
+def cpu_pool_policy(*models):
+    """routes.yaml text with one CPU pool, "cpu-pool", serving each model."""
+    routes = "".join(f"  - model: {m}\n    target: cpu-pool\n" for m in models)
+    return "pools:\n  - name: cpu-pool\n    kind: cpu\nroutes:\n" + routes
+
+
 def build_sdk_example(name, tmp_path):
     """Compiles sdk/examples/NAME.c against the built library, as its header
     comment says a user would (sanitized when the suite is); returns the path."""

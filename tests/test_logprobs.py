@@ -16,22 +16,13 @@ from gguf import GGUFReader
 
 import subprocess
 
-from conftest import bin_path, free_port, http_post
+from conftest import bin_path, cpu_pool_policy, free_port, http_post
 from scripted import ID, NL, TOKENS, scripted_model
 
 SCRIPT = [NL, "The", "\u0120answer", "\u0120is", "\u0120four", "!", "<|im_end|>"]
 TEXTS = ["The", " answer", " is", " four", "!"]
 LOOP = [NL, "The", "\u0120answer", "The"]   # "The answer The answer ..." 
-POLICY = """
-pools:
-  - name: cpu-pool
-    kind: cpu
-routes:
-  - model: m
-    target: cpu-pool
-  - model: loop
-    target: cpu-pool
-"""
+POLICY = cpu_pool_policy("m", "loop")
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import bin_path, free_port, http_post
+from conftest import bin_path, cpu_pool_policy, free_port, http_post
 from scripted import NL, scripted_model
 
 THOUGHT = ["Let", "\u0120me", "\u0120think", "."]
@@ -21,18 +21,7 @@ SCRIPTS = {   # family: the prompt's last token, then what the model writes
 }
 
 
-POLICY = """
-pools:
-  - name: cpu-pool
-    kind: cpu
-routes:
-  - model: chatml
-    target: cpu-pool
-  - model: r1
-    target: cpu-pool
-  - model: harmony
-    target: cpu-pool
-"""
+POLICY = cpu_pool_policy(*SCRIPTS)
 
 
 @pytest.fixture

@@ -16,20 +16,11 @@ import subprocess
 import openai
 import pytest
 
-from conftest import bin_path, build_sdk_example, free_port, http_post, shared_file
+from conftest import bin_path, build_sdk_example, cpu_pool_policy, free_port, http_post, shared_file
 from scripted import JSON_ANSWER, NL, scripted_model
 
 SCRIPT = [NL, JSON_ANSWER, "\u0120answer", "<|im_end|>"]   # '{"city": "Paris", "days": 2} answer'
-POLICY = """
-pools:
-  - name: cpu-pool
-    kind: cpu
-routes:
-  - model: m
-    target: cpu-pool
-  - model: stories
-    target: cpu-pool
-"""
+POLICY = cpu_pool_policy("m", "stories")
 CITY = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
         "required": ["city", "days"], "additionalProperties": False}
 BOUNDED = {"type": "object",

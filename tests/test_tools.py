@@ -13,7 +13,7 @@ import subprocess
 import openai
 import pytest
 
-from conftest import bin_path, free_port, http_post
+from conftest import bin_path, cpu_pool_policy, free_port, http_post
 from scripted import (CALL, GET_WEATHER, HARMONY_ARGS, HARMONY_TO, LLAMA_CALL, LLAMA_CALL2, MISTRAL_CALLS, NL,
                       NOT_A_CALL, scripted_model)
 
@@ -42,36 +42,7 @@ TEMPLATE = {"tools": "chatml", "tools-bad": "chatml", "r1": "r1", "gpt-oss": "ha
             "chat": "chatml", "llama-text": "llama3", "llama-two": "llama3", "call-talk": "chatml",
             "mistral": "mistral", "mistral-v11": "mistral", "mistral-text": "mistral"}
 
-POLICY = """
-pools:
-  - name: cpu-pool
-    kind: cpu
-routes:
-  - model: tools
-    target: cpu-pool
-  - model: tools-bad
-    target: cpu-pool
-  - model: r1
-    target: cpu-pool
-  - model: gpt-oss
-    target: cpu-pool
-  - model: llama
-    target: cpu-pool
-  - model: chat
-    target: cpu-pool
-  - model: llama-text
-    target: cpu-pool
-  - model: llama-two
-    target: cpu-pool
-  - model: call-talk
-    target: cpu-pool
-  - model: mistral
-    target: cpu-pool
-  - model: mistral-v11
-    target: cpu-pool
-  - model: mistral-text
-    target: cpu-pool
-"""
+POLICY = cpu_pool_policy(*SCRIPTS)
 
 WEATHER = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city, for some days.",
