@@ -77,7 +77,7 @@ NEEDS_CUDA = $(if $(findstring gpu,$(notdir $@)),$(CUDA_LIBS))
 # Keep intermediate objects (tests are built through a pattern chain).
 .SECONDARY:
 
-.PHONY: all deps run test unit-tests bench bench-gateway clean check-cuda
+.PHONY: all deps run test test-isa unit-tests bench bench-gateway clean check-cuda
 all: $(PROGS) $(TESTS)
 	@[ -n "$(NVCC)" ] || echo "note: nvcc not found: worker-gpu built with the emulation backend only"
 
@@ -130,6 +130,16 @@ run: deps
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@SPILLWAY_BUILD=$(B) bash tests/run.sh
+
+# The kernel, attention, forward-pass and golden-logit tests again with each
+# lower ISA path forced (SPILLWAY_ISA), so a host with AVX-512 keeps the AVX2
+# and scalar paths honest; on a host without AVX2 the avx2 run is the scalar
+# path again.
+ISA_TESTS := tests/test_golden.py tests/test_unit_c.py -k "golden or kernels or attention or forward or quant"
+test-isa: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@for isa in avx2 scalar; do echo "== SPILLWAY_ISA=$$isa"; \
+	  SPILLWAY_ISA=$$isa SPILLWAY_BUILD=$(B) bash tests/run.sh $(ISA_TESTS) || exit 1; done
 
 bench: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all

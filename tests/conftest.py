@@ -68,11 +68,11 @@ def cosines(a, b):
 
 def logits_for(model, ids, out, isa=None, extra=(), env_extra=None):
     """spillway-run's float32 logits for token ids (one batch, positions
-    0..n-1), every position, on the ISA given (default: the best), with
-    env_extra added to its environment; returns (logits [n, vocab], stderr)."""
+    0..n-1), every position, on the ISA given (default: the best, or the one
+    SPILLWAY_ISA forces for the whole suite), with env_extra added to its
+    environment; returns (logits [n, vocab], stderr)."""
     import numpy as np
     env = dict(os.environ)
-    env.pop("SPILLWAY_ISA", None)
     env.pop("SPILLWAY_I8_MIN_TOKENS", None)
     env.update(env_extra or {})
     if isa:

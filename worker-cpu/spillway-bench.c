@@ -284,6 +284,8 @@ static int bench_kernels(const options *o, int threads)
     const int64_t cols = 4096;
     kernel_result res[N_TYPES * 2 * N_TOK];
     int nres = 0;
+    const char *unpacked[N_TYPES];   /* types this isa has no packed kernel for */
+    int nunpacked = 0;
     float *x = malloc(sizeof(float) * (size_t)cols * MAX_TOK);
     /* the cache matrices have at most 2 x 512 rows a thread (the 32-weight types' rows are smaller) */
     size_t y_rows = (size_t)1024 * threads > 4096 ? (size_t)1024 * threads : 4096;
@@ -304,10 +306,12 @@ static int bench_kernels(const options *o, int threads)
             gguf_tensor t;
             uint8_t *data = NULL;
             sw_packed **pk = make_packs(TYPES[ti], rows, cols, n_mat, &t, &data);
-            if (!pk) {   /* AVX2 packs Q4_K only */
-                if (!where)
+            if (!pk) {
+                if (!where) {
                     fprintf(stderr, "spillway-bench: no packed %s here (no packed kernel on isa %s, or memory): skipped\n",
                             sw_type_info(TYPES[ti])->name, sw_isa_name(sw_isa_active()));
+                    unpacked[nunpacked++] = sw_type_info(TYPES[ti])->name;
+                }
                 continue;
             }
             for (int k = 0; k < N_TOK; k++) {
@@ -345,8 +349,12 @@ static int bench_kernels(const options *o, int threads)
         if (peak > 0) printf(" %7.0f%%\n", 100.0 * res[i].gmac_s / peak);
         else printf(" %8s\n", "-");   /* no VNNI: no int8 peak measured */
     }
-    printf("{\"threads\":%d,\"isa\":\"%s\",\"mem_read_gb_per_s\":%.2f,\"int8_peak_gmac_per_s\":%.1f,\"kernels\":[",
-           threads, sw_isa_name(sw_isa_active()), bw, peak);
+    /* what this host has, so a test checks exactly that: unpacked types
+     * and the token count from which the K-quants run on the int8 form */
+    printf("{\"threads\":%d,\"isa\":\"%s\",\"mem_read_gb_per_s\":%.2f,\"int8_peak_gmac_per_s\":%.1f,"
+           "\"i8_min_tokens\":%d,\"unpacked\":[", threads, sw_isa_name(sw_isa_active()), bw, peak, sw_i8_min_tokens());
+    for (int i = 0; i < nunpacked; i++) printf("%s\"%s\"", i ? "," : "", unpacked[i]);
+    printf("],\"kernels\":[");
     for (int i = 0; i < nres; i++)
         printf("%s{\"type\":\"%s\",\"weights\":\"%s\",\"tokens\":%d,\"form\":\"%s\",\"gb_per_s\":%.2f,"
                "\"gmac_per_s\":%.2f}", i ? "," : "", res[i].type, res[i].where, res[i].tokens, res[i].form, res[i].gb_s,

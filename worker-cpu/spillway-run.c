@@ -310,8 +310,9 @@ int main(int argc, char **argv)
     if (!m) { fprintf(stderr, "spillway-run: %s\n", err); return 1; }
     char desc[256];
     sw_model_describe(m, desc, sizeof desc);
-    fprintf(stderr, "spillway-run: %s: %s, isa %s, %d threads\n", o.model, desc, sw_isa_name(sw_isa_active()),
-            omp_get_max_threads());
+    /* the int8 form's threshold, so a test knows whether this run used it */
+    fprintf(stderr, "spillway-run: %s: %s, isa %s, %d threads, int8 form from %d tokens\n", o.model, desc,
+            sw_isa_name(sw_isa_active()), omp_get_max_threads(), sw_i8_min_tokens());
     int rc = run_model(&o, m);
     sw_model_free(m);
     return rc;
