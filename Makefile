@@ -4,13 +4,22 @@
 #   DIR/*.c                 library code of that directory -> build/lib/libsw_DIR.a
 #   DIR/spillway-NAME.c     a program                      -> build/bin/spillway-NAME
 #   sdk/spillway.c          the CLI                        -> build/bin/spillway
+#   tools/spillway-NAME.c   a tool (no library of its own) -> build/bin/spillway-NAME
 #   worker-gpu/*.cu         CUDA code, only when nvcc is found
 #   tests/unit/test_*.c     unit test programs             -> build/tests/test_*
 #
-# make SANITIZE=1 builds everything with ASan+UBSan into build-san/.
+# make SANITIZE=1 builds everything with ASan+UBSan into build-san/;
+# make TSAN=1 with ThreadSanitizer into build-tsan/.
 
 SANITIZE ?= 0
-ifeq ($(SANITIZE),1)
+TSAN ?= 0
+ifeq ($(TSAN),1)
+B ?= build-tsan
+# libgomp is not built with TSan, so its barriers look like races to it:
+# tests/tsan.supp names them (tests/run.sh points TSAN_OPTIONS at it).
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+OPT ?= -O1
+else ifeq ($(SANITIZE),1)
 B ?= build-san
 # float-cast-overflow: GCC leaves it out of "undefined" (a float to int
 # conversion out of range is undefined behaviour all the same)
@@ -66,7 +75,7 @@ LIBS := $(LIB_gateway) $(LIB_sdk) $(LIB_worker-gpu) $(LIB_worker-cpu) $(LIB_prot
 CU_SRC := $(if $(NVCC),$(wildcard worker-gpu/*.cu))
 CU_OBJ := $(patsubst %.cu,$(B)/obj/%.cu.o,$(CU_SRC))
 
-PROG_SRC := $(foreach d,$(DIRS),$(wildcard $(d)/spillway-*.c)) $(wildcard sdk/spillway.c)
+PROG_SRC := $(foreach d,$(DIRS) tools,$(wildcard $(d)/spillway-*.c)) $(wildcard sdk/spillway.c)
 PROGS    := $(foreach s,$(PROG_SRC),$(B)/bin/$(basename $(notdir $(s))))
 TEST_SRC := $(wildcard tests/unit/test_*.c) $(wildcard tests/fuzz/fuzz_*.c)
 TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
@@ -127,9 +136,14 @@ run: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash ops/run.sh
 
+# Under TSan, the suites where threads meet: the gateway (HTTP threads and
+# the broker), the workers (link and compute threads) and the SDK.
+TSAN_TESTS := tests/test_gateway_api.py tests/test_gateway_failures.py tests/test_gateway_overflow.py \
+              tests/test_gateway_reload.py tests/test_gateway_affinity.py tests/test_worker_protocol.py \
+              tests/test_sdk.py tests/test_e2e.py tests/test_unit_c.py -k "not fuzz"
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
-	@SPILLWAY_BUILD=$(B) bash tests/run.sh
+	@SPILLWAY_BUILD=$(B) bash tests/run.sh $(if $(filter 1,$(TSAN)),$(TSAN_TESTS))
 
 # The kernel, attention, forward-pass and golden-logit tests again with each
 # lower ISA path forced (SPILLWAY_ISA), so a host with AVX-512 keeps the AVX2
@@ -150,6 +164,6 @@ bench-gateway: deps
 	@bash ops/bench-gateway.sh
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -10,6 +10,11 @@ if [ "$SPILLWAY_BUILD" = build-san ]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:protect_shadow_gap=0}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 fi
+if [ "$SPILLWAY_BUILD" = build-tsan ]; then
+  # OpenMP on one thread: libgomp is not built with TSan (tests/tsan.supp).
+  export OMP_NUM_THREADS=1
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp}
+fi
 .venv/bin/python -m pytest -q -rs tests "$@"
 rc=$?
 # pytest exit 5 = no tests collected: that is a failure for us.

@@ -5,7 +5,7 @@
 #define SW_CPU_ENGINE_H
 
 #include "proto/worker_link.h"
-#include "worker-cpu/model.h"
+#include "llm/model.h"
 
 typedef struct sw_cpu_engine sw_cpu_engine;
 

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "worker-cpu/model.h"
+#include "llm/model.h"
 
 typedef struct {
     int32_t token;

@@ -22,7 +22,7 @@
 #include "llm/util.h"
 #include "worker-cpu/forward.h"
 #include "worker-cpu/kernels.h"
-#include "worker-cpu/model.h"
+#include "llm/model.h"
 
 #define MAX_BATCHES 16
 

@@ -26,7 +26,7 @@
 #include "llm/tokenizer.h"
 #include "worker-cpu/forward.h"
 #include "worker-cpu/kernels.h"
-#include "worker-cpu/model.h"
+#include "llm/model.h"
 
 #define PREFILL_CHUNK 512
 

@@ -22,7 +22,7 @@
 #include "proto/worker_link.h"
 #include "worker-cpu/engine.h"
 #include "worker-cpu/kernels.h"
-#include "worker-cpu/model.h"
+#include "llm/model.h"
 #include "llm/cli.h"
 #include "llm/text.h"
 

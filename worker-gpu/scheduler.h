@@ -24,7 +24,7 @@
 
 #include <stdbool.h>
 #include "proto/worker_link.h"
-#include "worker-cpu/model.h"
+#include "llm/model.h"
 #include "worker-gpu/backend.h"
 
 typedef struct {

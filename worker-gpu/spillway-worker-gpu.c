@@ -26,7 +26,7 @@
 #include "llm/clock.h"
 #include "llm/generate.h"
 #include "proto/worker_link.h"
-#include "worker-cpu/model.h"
+#include "llm/model.h"
 #include "worker-gpu/backend.h"
 #include "worker-gpu/scheduler.h"
 #ifdef SW_HAVE_CUDA

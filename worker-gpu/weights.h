@@ -14,7 +14,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include "worker-cpu/model.h"
+#include "llm/model.h"
 #include "worker-gpu/fp8.h"
 
 typedef struct {

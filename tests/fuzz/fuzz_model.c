@@ -15,7 +15,7 @@
  * Exits 0 if nothing crashed and no invariant broke, 77 without a seed.
  */
 #include "worker-cpu/forward.h"
-#include "worker-cpu/model.h"
+#include "llm/model.h"
 #include "llm/chat.h"
 #include "llm/tokenizer.h"
 #include "tests/fuzz/driver.h"

@@ -5,7 +5,7 @@
  * consistency with the hyperparameters), with an error that names the tensor
  * or key, so a bad file fails at load and never inside compute.
  */
-#include "worker-cpu/model.h"
+#include "llm/model.h"
 
 #include <math.h>
 #include <stdio.h>

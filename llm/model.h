@@ -1,8 +1,7 @@
 /* A decoder-only transformer read in place from a GGUF file: Llama's graph,
  * and the variants of it that Qwen2, Qwen3, Qwen3-MoE, Phi-3, Gemma 1-3 and
- * Mixtral use.
- * (Owned by the CPU engine work; fields below are the stable part other
- * code relies on.)
+ * Mixtral use. Shared by both workers and the tools: the CPU engine computes
+ * on it, the GPU worker uploads from it.
  *
  * sw_model_load only reads and validates: every tensor the forward pass uses
  * is checked for presence, shape and type, so compute code can trust it. The

@@ -1,0 +1,43 @@
+/* Every limit on a request, defined once.
+ *
+ * The gateway refuses what exceeds them with the OpenAI error shape and the
+ * field's name as `param` (gateway/openai.c); the wire check applies them to
+ * every GenerateRequest that crosses a socket (proto/wire.c); the generator
+ * relies on them (llm/generate.c). So nothing the gateway lets through comes
+ * back from a worker as a 400 it could have given itself.
+ *
+ * Where the OpenAI API is stricter than the engines need (temperature up to
+ * 2), the OpenAI bound is the HTTP API's and the wider one the wire's: the
+ * SDK speaks the wire directly.
+ */
+#ifndef SW_LIMITS_H
+#define SW_LIMITS_H
+
+/* Prompt tokens, and max_tokens. */
+#define SW_MAX_TOKENS_PER_REQUEST (1u << 20)
+/* Chat messages in one request, and a role's length. */
+#define SW_MAX_MESSAGES 4096
+#define SW_MAX_ROLE_LEN 32
+/* Stop strings: how many, and each one's length in bytes. */
+#define SW_MAX_STOPS 16
+#define SW_MAX_STOP_LEN 1024
+/* top_logprobs at most (OpenAI's limit). */
+#define SW_MAX_TOP_LOGPROBS 20
+/* logit_bias: entries, and each bias's magnitude (OpenAI's limits). */
+#define SW_MAX_LOGIT_BIAS 1024
+#define SW_MAX_LOGIT_BIAS_VALUE 100
+/* tools offered, and tool calls carried in one message or chunk. */
+#define SW_MAX_TOOLS 128
+#define SW_MAX_TOOL_CALLS 128
+/* A function's name (OpenAI's limit). */
+#define SW_MAX_TOOL_NAME 64
+/* A JSON schema (response_format, or the one built from the tools), bytes. */
+#define SW_MAX_SCHEMA_LEN 65536
+
+/* Sampling ranges on the wire; the HTTP API narrows temperature to OpenAI's
+ * 0..2 and repetition_penalty to 0..10. */
+#define SW_MAX_TEMPERATURE 100.0f
+#define SW_MAX_REPETITION_PENALTY 100.0f
+#define SW_MAX_PENALTY 2.0f               /* presence_penalty, frequency_penalty: -2..2 */
+
+#endif
