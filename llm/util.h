@@ -22,10 +22,15 @@ static inline uint64_t sw_splitmix64(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* A growing NUL-terminated string. Out of memory sets oom and drops what
- * follows, so a writer checks once at the end. */
+/* The one growable buffer: a NUL-terminated string of n bytes (s is NULL
+ * until the first write). Out of memory sets oom and drops what follows, so
+ * a writer checks once at the end. Zero-initialise to start. */
 typedef struct { char *s; size_t n, cap; bool oom; } sw_sbuf;
+/* Room for `more` bytes after the n held, and the NUL; false once oom. */
+bool sw_sbuf_reserve(sw_sbuf *b, size_t more);
 void sw_sbuf_put_n(sw_sbuf *b, const char *s, size_t n);
 static inline void sw_sbuf_put(sw_sbuf *b, const char *s) { sw_sbuf_put_n(b, s, strlen(s)); }
+/* Frees the bytes and zeroes b, ready for reuse. */
+void sw_sbuf_free(sw_sbuf *b);
 
 #endif
