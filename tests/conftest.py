@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / os.environ.get("SPILLWAY_BUILD", "build")
 BIN = BUILD / "bin"
 SHARED = Path(os.environ.get("SPILLWAY_SHARED", ROOT.parent / "shared")).resolve()
-SANITIZED = BUILD.name == "build-san"
+SANITIZED = BUILD.name.endswith("-san")      # ASan+UBSan (make SANITIZE=1)
+TSAN = BUILD.name.endswith("-tsan")          # ThreadSanitizer (make TSAN=1)
 # The worker's --test-echo mode (placeholder tokens, no model) is refused without this.
 ECHO_ENV = {"SPILLWAY_ALLOW_TEST_MODE": "1"}
 # The pools most gateway tests route between; a test's policy adds its routes.
@@ -99,7 +100,8 @@ def build_sdk_example(name, tmp_path):
     cc = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Werror", str(ROOT / f"sdk/examples/{name}.c"),
                          f"-I{ROOT}", f"-I{BUILD / 'gen'}", f"-L{lib}", "-lsw_sdk", "-lsw_proto",
                          "-lzmq", "-lprotobuf-c", "-o", str(exe)]
-                        + (["-fsanitize=address,undefined"] if BUILD.name == "build-san" else []),
+                        + (["-fsanitize=address,undefined"] if SANITIZED else [])
+                        + (["-fsanitize=thread"] if TSAN else []),
                         capture_output=True, text=True)
     assert cc.returncode == 0, cc.stderr
     return exe
@@ -118,10 +120,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-# What ASan, LSan and UBSan print. A report in a child's log fails the test
+# What ASan, LSan, UBSan and TSan print. A report in a child's log fails the test
 # that started it, even when the child went on serving: a leak is only
 # reported as the process exits, after the test has got its answers.
-SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer")
 _PROCS = []   # every Proc started, checked once it has exited
 
 
