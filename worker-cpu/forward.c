@@ -95,10 +95,9 @@ struct sw_ctx {
 };
 
 /* ---- small vector helpers ----
- * Cloned per ISA by the compiler: softmax, SwiGLU and the norms run over every
- * token of a prefill, and these loops only vectorize with the wider targets
- * enabled. */
-#define SW_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+ * Cloned per ISA (SW_CLONES, kernels.h): softmax, SwiGLU and the norms run
+ * over every token of a prefill, and these loops only vectorize with the
+ * wider targets enabled. */
 
 SW_CLONES static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {

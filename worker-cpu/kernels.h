@@ -8,6 +8,16 @@
 #ifndef SW_KERNELS_H
 #define SW_KERNELS_H
 
+/* Cloned per ISA by the compiler (arch=x86-64-v4, avx2, default): loops that
+ * only vectorize with the wider targets enabled. Not under ThreadSanitizer:
+ * the clones' ifunc resolvers run during relocation, before TSan's runtime
+ * is up, and its instrumentation of them crashes the program at load. */
+#if defined(__SANITIZE_THREAD__)
+#define SW_CLONES
+#else
+#define SW_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 #include "llm/quant.h"

@@ -97,7 +97,7 @@ typedef float v16 __attribute__((vector_size(64)));
 
 /* Sums n floats (n a multiple of 64, p 64-byte aligned) with four independent
  * accumulators, so the add latency never limits the load rate. */
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+SW_CLONES
 static float sum_floats(const float *p, size_t n)
 {
     v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
