@@ -143,7 +143,7 @@ TSAN_TESTS := tests/test_gateway_api.py tests/test_gateway_failures.py tests/tes
               tests/test_sdk.py tests/test_e2e.py tests/test_unit_c.py -k "not fuzz"
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
-	@SPILLWAY_BUILD=$(B) bash tests/run.sh $(if $(filter 1,$(TSAN)),$(TSAN_TESTS))
+	@SPILLWAY_BUILD=$(B) bash tests/run.sh $(if $(filter 1,$(TSAN)),--only $(TSAN_TESTS))
 
 # The kernel, attention, forward-pass and golden-logit tests again with each
 # lower ISA path forced (SPILLWAY_ISA), so a host with AVX-512 keeps the AVX2

@@ -14,7 +14,11 @@ case "$SPILLWAY_BUILD" in *build-san|*-san)
   export OMP_NUM_THREADS=1
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp};;
 esac
-.venv/bin/python -m pytest -q -rs tests "$@"
+# Arguments add to the whole suite (a -k filter then picks across it); after
+# --only, the files named are the suite.
+where=tests
+if [ "${1:-}" = --only ]; then where=; shift; fi
+.venv/bin/python -m pytest -q -rs $where "$@"
 rc=$?
 # pytest exit 5 = no tests collected: that is a failure for us.
 exit $rc
