@@ -11,13 +11,25 @@
  */
 #include "sdk/spillway.h"
 #include "llm/cli.h"
+#include "llm/util.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f) {
+/* Everything the command line says; req points into the arrays. */
+typedef struct {
+    const char *cmd, *endpoint, *system_msg, *tools_path, *schema_path;
+    const char *stops[16];
+    uint32_t bias_ids[64];
+    float bias[64];
+    int quiet;
+    spillway_request req;
+} cli_args;
+
+static void usage(FILE *f)
+{
     fprintf(f,
         "usage: spillway complete -m MODEL [options] PROMPT\n"
         "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high]\n"
@@ -29,7 +41,8 @@ static void usage(FILE *f) {
         "         --logprobs N (each token's, and N alternatives, on stderr)  --logit-bias ID=BIAS (repeatable)\n");
 }
 
-static int parse_num(const char *flag, const char *s, double lo, double hi, double *out) {
+static int parse_num(const char *flag, const char *s, double lo, double hi, double *out)
+{
     if (!sw_parse_double(s, lo, hi, out)) {
         fprintf(stderr, "spillway: %s: '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
         return -1;
@@ -37,7 +50,8 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
     return 0;
 }
 
-static int print_delta(void *user, const char *delta, size_t len) {
+static int print_delta(void *user, const char *delta, size_t len)
+{
     (void)user;
     fwrite(delta, 1, len, stdout);
     fflush(stdout);
@@ -46,7 +60,8 @@ static int print_delta(void *user, const char *delta, size_t len) {
 
 /* A reasoning model's reasoning, as it comes, on stderr between markers
  * (*user: whether the opening one is out). */
-static int print_reasoning(void *user, const char *delta, size_t len) {
+static int print_reasoning(void *user, const char *delta, size_t len)
+{
     bool *open = user;
     if (!*open) fputs("[reasoning]\n", stderr);
     *open = true;
@@ -56,45 +71,107 @@ static int print_reasoning(void *user, const char *delta, size_t len) {
 
 /* A whole file as a string (the --tools or --json-schema JSON), or NULL
  * with a message naming the flag. */
-static char *read_file(const char *flag, const char *path) {
+static char *read_file(const char *flag, const char *path)
+{
     FILE *f = fopen(path, "rb");
-    char *s = NULL;
-    size_t n = 0, cap = 0;
+    sw_sbuf b = {0};
     bool ok = f != NULL;
-    while (ok) {
-        if (n + 4096 + 1 > cap) {
-            char *p = realloc(s, cap ? 2 * cap : 8192);
-            if (!(ok = p != NULL)) break;
-            s = p;
-            cap = cap ? 2 * cap : 8192;
-        }
-        size_t k = fread(s + n, 1, 4096, f);
-        n += k;
+    while (ok && sw_sbuf_reserve(&b, 4096)) {
+        size_t k = fread(b.s + b.n, 1, 4096, f);
+        b.n += k;
         if (k < 4096) { ok = !ferror(f); break; }
     }
     if (f) fclose(f);
-    if (ok) { s[n] = 0; return s; }
+    if (ok && !b.oom) { b.s[b.n] = 0; return b.s; }
     fprintf(stderr, "spillway: %s: cannot read '%s'\n", flag, path);
-    free(s);
+    sw_sbuf_free(&b);
     return NULL;
 }
 
-int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+static int parse_effort(const char *s, spillway_request *req)
+{
+    if (!strcmp(s, "low")) req->reasoning_effort = SPILLWAY_EFFORT_LOW;
+    else if (!strcmp(s, "medium")) req->reasoning_effort = SPILLWAY_EFFORT_MEDIUM;
+    else if (!strcmp(s, "high")) req->reasoning_effort = SPILLWAY_EFFORT_HIGH;
+    else {
+        fprintf(stderr, "spillway: --reasoning-effort: '%s' is not low, medium or high\n", s);
+        return -1;
     }
-    const char *cmd = argv[1];
-    const char *endpoint = getenv("SPILLWAY_ENDPOINT");
-    if (!endpoint || !*endpoint) endpoint = SPILLWAY_DEFAULT_ENDPOINT;
-    const char *system_msg = NULL;
-    const char *stops[16];
-    int quiet = 0;
-    spillway_request req = spillway_request_default(NULL);
-    const char *tools_path = NULL, *schema_path = NULL;
-    uint32_t bias_ids[64];
-    float bias[64];
+    return 0;
+}
 
+/* --logit-bias ID=BIAS, at most 64 of them. */
+static int parse_bias(const char *s, cli_args *a)
+{
+    const char *eq = strchr(s, '=');
+    double id, v;
+    char idtext[32];
+    size_t n = eq ? (size_t)(eq - s) : 0;
+    if (!eq || n == 0 || n >= sizeof idtext || a->req.n_logit_bias >= 64) {
+        fprintf(stderr, "spillway: --logit-bias: '%s' is not TOKEN_ID=BIAS (at most 64)\n", s);
+        return -1;
+    }
+    memcpy(idtext, s, n);
+    idtext[n] = 0;
+    if (parse_num("--logit-bias token id", idtext, 0, 4294967295.0, &id) ||
+        parse_num("--logit-bias bias", eq + 1, -100, 100, &v)) return -1;
+    a->bias_ids[a->req.n_logit_bias] = (uint32_t)id;
+    a->bias[a->req.n_logit_bias++] = (float)v;
+    a->req.logit_bias_ids = a->bias_ids;
+    a->req.logit_bias = a->bias;
+    return 0;
+}
+
+/* The numeric flags: -n, --temp, --top-p, --top-k, --seed, --timeout, --logprobs. */
+static int parse_number_option(int c, const char *s, spillway_request *req)
+{
+    double v;
+    switch (c) {
+    case 'n': if (parse_num("-n", s, 1, 1 << 20, &v)) return -1; req->max_tokens = (uint32_t)v; break;
+    case 't': if (parse_num("--temp", s, 0, 100, &v)) return -1; req->temperature = (float)v; break;
+    case 'p': if (parse_num("--top-p", s, 0, 1, &v)) return -1; req->top_p = (float)v; break;
+    case 'k': if (parse_num("--top-k", s, 0, 1 << 20, &v)) return -1; req->top_k = (uint32_t)v; break;
+    case 's': if (parse_num("--seed", s, 0, 1.8e19, &v)) return -1; req->seed = (uint64_t)v; req->has_seed = true; break;
+    case 'T': if (parse_num("--timeout", s, 1, 86400000, &v)) return -1; req->timeout_ms = (int)v; break;
+    case 'l':
+        if (parse_num("--logprobs", s, 0, 20, &v)) return -1;
+        req->logprobs = true;
+        req->top_logprobs = (uint32_t)v;
+        break;
+    }
+    return 0;
+}
+
+/* One option from getopt_long; -1 on a bad one (its message printed). */
+static int parse_option(int c, const char *arg, cli_args *a)
+{
+    spillway_request *req = &a->req;
+    switch (c) {
+    case 'n': case 't': case 'p': case 'k': case 's': case 'T': case 'l':
+        return parse_number_option(c, arg, req);
+    case 'e': a->endpoint = arg; break;
+    case 'm': req->model = arg; break;
+    case 'S':
+        if (req->n_stop >= 16) { fprintf(stderr, "spillway: at most 16 --stop strings\n"); return -1; }
+        a->stops[req->n_stop++] = arg;
+        req->stop = a->stops;
+        break;
+    case 'y': a->system_msg = arg; break;
+    case 'r': return parse_effort(arg, req);
+    case 'o': a->tools_path = arg; break;
+    case 'c': req->tool_choice = arg; break;
+    case 'j': a->schema_path = arg; break;
+    case 'J': req->json_schema = "{\"type\":\"object\"}"; break;
+    case 'b': return parse_bias(arg, a);
+    case 'q': a->quiet = 1; break;
+    default: usage(stderr); return -1;
+    }
+    return 0;
+}
+
+/* The flags after the command (argv[1]); 0, or -1 on a bad one. */
+static int parse_args(int argc, char **argv, cli_args *a)
+{
     static const struct option opts[] = {
         {"endpoint", required_argument, 0, 'e'}, {"model", required_argument, 0, 'm'},
         {"max-tokens", required_argument, 0, 'n'}, {"temp", required_argument, 0, 't'},
@@ -106,129 +183,119 @@ int main(int argc, char **argv) {
         {"json", no_argument, 0, 'J'}, {"logprobs", required_argument, 0, 'l'},
         {"logit-bias", required_argument, 0, 'b'},
         {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
+    memset(a, 0, sizeof *a);
+    a->cmd = argv[1];
+    a->endpoint = getenv("SPILLWAY_ENDPOINT");
+    if (!a->endpoint || !*a->endpoint) a->endpoint = SPILLWAY_DEFAULT_ENDPOINT;
+    a->req = spillway_request_default(NULL);
     optind = 2;
     int c;
-    double v;
-    while ((c = getopt_long(argc, argv, "e:m:n:q", opts, NULL)) != -1) {
-        switch (c) {
-        case 'e': endpoint = optarg; break;
-        case 'm': req.model = optarg; break;
-        case 'n': if (parse_num("-n", optarg, 1, 1 << 20, &v)) return 2; req.max_tokens = (uint32_t)v; break;
-        case 't': if (parse_num("--temp", optarg, 0, 100, &v)) return 2; req.temperature = (float)v; break;
-        case 'p': if (parse_num("--top-p", optarg, 0, 1, &v)) return 2; req.top_p = (float)v; break;
-        case 'k': if (parse_num("--top-k", optarg, 0, 1 << 20, &v)) return 2; req.top_k = (uint32_t)v; break;
-        case 's': if (parse_num("--seed", optarg, 0, 1.8e19, &v)) return 2; req.seed = (uint64_t)v; req.has_seed = true; break;
-        case 'S':
-            if (req.n_stop >= 16) { fprintf(stderr, "spillway: at most 16 --stop strings\n"); return 2; }
-            stops[req.n_stop++] = optarg; req.stop = stops; break;
-        case 'y': system_msg = optarg; break;
-        case 'T': if (parse_num("--timeout", optarg, 1, 86400000, &v)) return 2; req.timeout_ms = (int)v; break;
-        case 'r':
-            if (!strcmp(optarg, "low")) req.reasoning_effort = SPILLWAY_EFFORT_LOW;
-            else if (!strcmp(optarg, "medium")) req.reasoning_effort = SPILLWAY_EFFORT_MEDIUM;
-            else if (!strcmp(optarg, "high")) req.reasoning_effort = SPILLWAY_EFFORT_HIGH;
-            else {
-                fprintf(stderr, "spillway: --reasoning-effort: '%s' is not low, medium or high\n", optarg);
-                return 2;
-            }
-            break;
-        case 'o': tools_path = optarg; break;
-        case 'c': req.tool_choice = optarg; break;
-        case 'j': schema_path = optarg; break;
-        case 'J': req.json_schema = "{\"type\":\"object\"}"; break;
-        case 'l':
-            if (parse_num("--logprobs", optarg, 0, 20, &v)) return 2;
-            req.logprobs = true;
-            req.top_logprobs = (uint32_t)v;
-            break;
-        case 'b': {   /* ID=BIAS */
-            const char *eq = strchr(optarg, '=');
-            double id;
-            char idtext[32];
-            size_t n = eq ? (size_t)(eq - optarg) : 0;
-            if (!eq || n == 0 || n >= sizeof idtext || req.n_logit_bias >= 64) {
-                fprintf(stderr, "spillway: --logit-bias: '%s' is not TOKEN_ID=BIAS (at most 64)\n", optarg);
-                return 2;
-            }
-            memcpy(idtext, optarg, n);
-            idtext[n] = 0;
-            if (parse_num("--logit-bias token id", idtext, 0, 4294967295.0, &id) ||
-                parse_num("--logit-bias bias", eq + 1, -100, 100, &v)) return 2;
-            bias_ids[req.n_logit_bias] = (uint32_t)id;
-            bias[req.n_logit_bias++] = (float)v;
-            req.logit_bias_ids = bias_ids;
-            req.logit_bias = bias;
-            break;
-        }
-        case 'q': quiet = 1; break;
-        default: usage(stderr); return 2;
-        }
-    }
+    while ((c = getopt_long(argc, argv, "e:m:n:q", opts, NULL)) != -1)
+        if (parse_option(c, optarg, a) != 0) return -1;
+    return 0;
+}
 
-    /* read after the flags, so that a bad flag leaves nothing to free */
-    char *tools = tools_path ? read_file("--tools", tools_path) : NULL;
-    if (tools_path && !tools) return 2;
-    req.tools_json = tools;
-    char *schema = schema_path ? read_file("--json-schema", schema_path) : NULL;
-    if (schema_path && !schema) { free(tools); return 2; }
-    if (schema) req.json_schema = schema;
-
+static int run_status(spillway_client *cl, const cli_args *a)
+{
     char err[512];
-    spillway_client *cl = spillway_connect(endpoint, err, sizeof err);
-    if (!cl) { fprintf(stderr, "%s\n", err); free(tools); free(schema); return 1; }
-    int rc = 0;
-    if (!strcmp(cmd, "status")) {
-        char *json = spillway_status(cl, req.timeout_ms, err, sizeof err);
-        if (json) { printf("%s\n", json); free(json); }
-        else { fprintf(stderr, "%s\n", err); rc = 1; }
-    } else if (!strcmp(cmd, "complete") || !strcmp(cmd, "chat")) {
-        if (!req.model || optind != argc - 1) {
-            fprintf(stderr, "spillway %s: needs -m MODEL and exactly one text argument\n", cmd);
-            spillway_close(cl);
-            free(tools);
-            free(schema);
-            return 2;
-        }
-        spillway_message msgs[2];
-        if (!strcmp(cmd, "chat")) {
-            size_t n = 0;
-            if (system_msg) msgs[n++] = (spillway_message){"system", system_msg};
-            msgs[n++] = (spillway_message){"user", argv[optind]};
-            req.messages = msgs;
-            req.n_messages = n;
-        } else {
-            req.prompt = argv[optind];
-        }
-        spillway_result res;
-        bool reasoning_open = false;
-        if (!quiet) {
-            req.on_reasoning = print_reasoning;
-            req.on_reasoning_user = &reasoning_open;
-        }
-        rc = spillway_complete_stream(cl, &req, print_delta, NULL, &res, err, sizeof err) ? 1 : 0;
-        if (reasoning_open) fputs("\n[/reasoning]\n", stderr);
-        printf("\n");
-        if (rc) fprintf(stderr, "%s\n", err);
-        for (size_t i = 0; i < res.n_tool_calls; i++)
-            printf("[tool_call] %s(%s)\n", res.tool_calls[i].name, res.tool_calls[i].arguments);
-        for (size_t i = 0; i < res.n_logprobs; i++) {   /* "[logprob] TOKEN LOGPROB | ALT LOGPROB ..." */
-            const spillway_logprob *l = &res.logprobs[i];
-            fprintf(stderr, "[logprob] %s %.6f", l->token.bytes, l->token.logprob);
-            for (size_t k = 0; k < l->n_top; k++) fprintf(stderr, " | %s %.6f", l->top[k].bytes, l->top[k].logprob);
-            fputc('\n', stderr);
-        }
-        if (!quiet)
-            fprintf(stderr, "[finish=%s prompt_tokens=%u cached_tokens=%u completion_tokens=%u reasoning_tokens=%u "
-                            "pool=%s worker=%s]\n",
-                    spillway_finish_name(res.finish), res.prompt_tokens, res.cached_tokens, res.completion_tokens,
-                    res.reasoning_tokens, res.pool, res.worker);
-        spillway_result_free(&res);
+    char *json = spillway_status(cl, a->req.timeout_ms, err, sizeof err);
+    if (!json) { fprintf(stderr, "%s\n", err); return 1; }
+    printf("%s\n", json);
+    free(json);
+    return 0;
+}
+
+/* What follows the streamed text: the calls on stdout; the log
+ * probabilities ("[logprob] TOKEN LOGPROB | ALT LOGPROB ...") and, unless
+ * quiet, the summary on stderr. */
+static void print_result(const spillway_result *res, int quiet)
+{
+    for (size_t i = 0; i < res->n_tool_calls; i++)
+        printf("[tool_call] %s(%s)\n", res->tool_calls[i].name, res->tool_calls[i].arguments);
+    for (size_t i = 0; i < res->n_logprobs; i++) {
+        const spillway_logprob *l = &res->logprobs[i];
+        fprintf(stderr, "[logprob] %s %.6f", l->token.bytes, l->token.logprob);
+        for (size_t k = 0; k < l->n_top; k++) fprintf(stderr, " | %s %.6f", l->top[k].bytes, l->top[k].logprob);
+        fputc('\n', stderr);
+    }
+    if (!quiet)
+        fprintf(stderr, "[finish=%s prompt_tokens=%u cached_tokens=%u completion_tokens=%u reasoning_tokens=%u "
+                        "pool=%s worker=%s]\n",
+                spillway_finish_name(res->finish), res->prompt_tokens, res->cached_tokens, res->completion_tokens,
+                res->reasoning_tokens, res->pool, res->worker);
+}
+
+/* complete or chat: `text` is the prompt, or the user's message. */
+static int run_generate(spillway_client *cl, cli_args *a, const char *text)
+{
+    spillway_request *req = &a->req;
+    spillway_message msgs[2];
+    if (!strcmp(a->cmd, "chat")) {
+        size_t n = 0;
+        if (a->system_msg) msgs[n++] = (spillway_message){"system", a->system_msg};
+        msgs[n++] = (spillway_message){"user", text};
+        req->messages = msgs;
+        req->n_messages = n;
     } else {
-        fprintf(stderr, "spillway: unknown command '%s'\n", cmd);
+        req->prompt = text;
+    }
+    spillway_result res;
+    bool reasoning_open = false;
+    if (!a->quiet) {
+        req->on_reasoning = print_reasoning;
+        req->on_reasoning_user = &reasoning_open;
+    }
+    char err[512];
+    int rc = spillway_complete_stream(cl, req, print_delta, NULL, &res, err, sizeof err) ? 1 : 0;
+    if (reasoning_open) fputs("\n[/reasoning]\n", stderr);
+    printf("\n");
+    if (rc) fprintf(stderr, "%s\n", err);
+    print_result(&res, a->quiet);
+    spillway_result_free(&res);
+    return rc;
+}
+
+/* Connects and runs the command; the exit status. */
+static int run(cli_args *a, int argc, char **argv)
+{
+    char err[512];
+    spillway_client *cl = spillway_connect(a->endpoint, err, sizeof err);
+    if (!cl) { fprintf(stderr, "%s\n", err); return 1; }
+    int rc;
+    if (!strcmp(a->cmd, "status")) {
+        rc = run_status(cl, a);
+    } else if (!strcmp(a->cmd, "complete") || !strcmp(a->cmd, "chat")) {
+        if (!a->req.model || optind != argc - 1) {
+            fprintf(stderr, "spillway %s: needs -m MODEL and exactly one text argument\n", a->cmd);
+            rc = 2;
+        } else {
+            rc = run_generate(cl, a, argv[optind]);
+        }
+    } else {
+        fprintf(stderr, "spillway: unknown command '%s'\n", a->cmd);
         usage(stderr);
         rc = 2;
     }
     spillway_close(cl);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    cli_args a;
+    if (parse_args(argc, argv, &a) != 0) return 2;
+    /* read after the flags, so that a bad flag leaves nothing to free */
+    char *tools = a.tools_path ? read_file("--tools", a.tools_path) : NULL;
+    if (a.tools_path && !tools) return 2;
+    a.req.tools_json = tools;
+    char *schema = a.schema_path ? read_file("--json-schema", a.schema_path) : NULL;
+    if (a.schema_path && !schema) { free(tools); return 2; }
+    if (schema) a.req.json_schema = schema;
+    int rc = run(&a, argc, argv);
     free(tools);
     free(schema);
     return rc;
