@@ -237,6 +237,81 @@ static sw_env *recv_env(spillway_client *c, int64_t deadline, char *err, size_t 
     }
 }
 
+/* One request in flight, and where its answer goes. */
+typedef struct {
+    spillway_client *c;
+    const spillway_request *req;
+    spillway_stream_fn fn;
+    void *user;
+    spillway_result *out;
+    char id[64];
+    char *err;
+    size_t errlen;
+} run_ctx;
+
+/* Copies a chunk's text, reasoning, calls and log probabilities into the
+ * result. -1: out of memory. */
+static int keep_chunk(run_ctx *x, const Spillway__TokenChunk *ch) {
+    spillway_result *out = x->out;
+    if (ch->pool && *ch->pool) snprintf(out->pool, sizeof out->pool, "%s", ch->pool);
+    if (ch->worker_id && *ch->worker_id) snprintf(out->worker, sizeof out->worker, "%s", ch->worker_id);
+    size_t n = strlen(ch->text), rn = strlen(ch->reasoning);
+    if (n && append_text(&out->text, &out->len, ch->text, n) != 0) return -1;
+    if (rn && append_text(&out->reasoning, &out->reasoning_len, ch->reasoning, rn) != 0) return -1;
+    for (size_t i = 0; i < ch->n_tool_calls; i++)
+        if (add_tool_call(out, ch->tool_calls[i]) != 0) return -1;
+    for (size_t i = 0; i < ch->n_logprobs; i++)
+        if (add_logprob(out, ch->logprobs[i]) != 0) return -1;
+    return 0;
+}
+
+/* Hands the chunk's reasoning, then its text, to the streaming callbacks;
+ * true when one of them asks to stop. */
+static bool callbacks_stop(const run_ctx *x, const Spillway__TokenChunk *ch) {
+    if (!x->fn) return false;
+    const spillway_request *req = x->req;
+    size_t n = strlen(ch->text), rn = strlen(ch->reasoning);
+    if (rn && req->on_reasoning && req->on_reasoning(req->on_reasoning_user, ch->reasoning, rn) != 0) return true;
+    return n && x->fn(x->user, ch->text, n) != 0;
+}
+
+/* A chunk of this request. Returns 1 when the request is over (*rc: 0, or
+ * -1 with err set), 0 while it goes on. */
+static int on_chunk(run_ctx *x, const Spillway__TokenChunk *ch, int *rc) {
+    spillway_result *out = x->out;
+    if (keep_chunk(x, ch) != 0) {
+        set_err(x->err, x->errlen, "spillway: %s", "out of memory");
+        send_cancel(x->c, x->id);
+        *rc = -1;
+        return 1;
+    }
+    if (callbacks_stop(x, ch)) {
+        send_cancel(x->c, x->id);
+        out->finish = SPILLWAY_FINISH_CANCELLED;
+        return 1;
+    }
+    if (ch->finish_reason == SPILLWAY__FINISH_REASON__FINISH_NONE) return 0;
+    out->finish = (spillway_finish)ch->finish_reason;
+    if (ch->usage) {
+        out->prompt_tokens = ch->usage->prompt_tokens;
+        out->completion_tokens = ch->usage->completion_tokens;
+        out->cached_tokens = ch->usage->cached_tokens;
+        out->reasoning_tokens = ch->usage->reasoning_tokens;
+    }
+    if (out->finish == SPILLWAY_FINISH_ERROR) {
+        set_err(x->err, x->errlen, "spillway: %s", "the worker failed mid-stream");
+        *rc = -1;
+    }
+    return 1;
+}
+
+/* The gateway refused the request (or lost it): always the end. */
+static void on_error(run_ctx *x, const Spillway__Error *e) {
+    x->out->error_code = (int)e->code;
+    x->out->finish = SPILLWAY_FINISH_ERROR;
+    if (x->err && x->errlen) snprintf(x->err, x->errlen, "spillway: gateway error %u: %s", e->code, e->message);
+}
+
 static int run_request(spillway_client *c, const spillway_request *req, spillway_stream_fn fn,
                        void *user, spillway_result *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -244,56 +319,20 @@ static int run_request(spillway_client *c, const spillway_request *req, spillway
         set_err(err, errlen, "spillway: %s", "request needs a model");
         return -1;
     }
-    char id[64];
-    if (send_request(c, req, id, sizeof id) != 0) {
+    run_ctx x = { .c = c, .req = req, .fn = fn, .user = user, .out = out, .err = err, .errlen = errlen };
+    if (send_request(c, req, x.id, sizeof x.id) != 0) {
         set_err(err, errlen, "spillway: send: %s", zmq_strerror(zmq_errno()));
         return -1;
     }
     int64_t deadline = sw_clock_ms() + (req->timeout_ms > 0 ? req->timeout_ms : 600000);
     for (;;) {
         sw_env *e = recv_env(c, deadline, err, errlen);
-        if (!e) { send_cancel(c, id); return -1; }
+        if (!e) { send_cancel(c, x.id); return -1; }
         int done = 0, rc = 0;
-        if (e->body_case == SPILLWAY__ENVELOPE__BODY_CHUNK && strcmp(e->chunk->request_id, id) == 0) {
-            Spillway__TokenChunk *ch = e->chunk;
-            if (ch->pool && *ch->pool) snprintf(out->pool, sizeof out->pool, "%s", ch->pool);
-            if (ch->worker_id && *ch->worker_id) snprintf(out->worker, sizeof out->worker, "%s", ch->worker_id);
-            size_t n = strlen(ch->text), rn = strlen(ch->reasoning);
-            if (n && append_text(&out->text, &out->len, ch->text, n) != 0) { rc = -1; done = 1; }
-            if (rn && append_text(&out->reasoning, &out->reasoning_len, ch->reasoning, rn) != 0) { rc = -1; done = 1; }
-            for (size_t i = 0; i < ch->n_tool_calls && !done; i++)
-                if (add_tool_call(out, ch->tool_calls[i]) != 0) { rc = -1; done = 1; }
-            for (size_t i = 0; i < ch->n_logprobs && !done; i++)
-                if (add_logprob(out, ch->logprobs[i]) != 0) { rc = -1; done = 1; }
-            if (!done && rn && fn && req->on_reasoning &&
-                req->on_reasoning(req->on_reasoning_user, ch->reasoning, rn) != 0) {
-                send_cancel(c, id);
-                out->finish = SPILLWAY_FINISH_CANCELLED;
-                done = 1;
-            }
-            if (!done && n && fn && fn(user, ch->text, n) != 0) {
-                send_cancel(c, id);
-                out->finish = SPILLWAY_FINISH_CANCELLED;
-                done = 1;
-            }
-            if (!done && ch->finish_reason != SPILLWAY__FINISH_REASON__FINISH_NONE) {
-                out->finish = (spillway_finish)ch->finish_reason;
-                if (ch->usage) {
-                    out->prompt_tokens = ch->usage->prompt_tokens;
-                    out->completion_tokens = ch->usage->completion_tokens;
-                    out->cached_tokens = ch->usage->cached_tokens;
-                    out->reasoning_tokens = ch->usage->reasoning_tokens;
-                }
-                if (out->finish == SPILLWAY_FINISH_ERROR) {
-                    set_err(err, errlen, "spillway: %s", "the worker failed mid-stream");
-                    rc = -1;
-                }
-                done = 1;
-            }
-        } else if (e->body_case == SPILLWAY__ENVELOPE__BODY_ERROR && strcmp(e->error->request_id, id) == 0) {
-            out->error_code = (int)e->error->code;
-            out->finish = SPILLWAY_FINISH_ERROR;
-            if (err && errlen) snprintf(err, errlen, "spillway: gateway error %u: %s", e->error->code, e->error->message);
+        if (e->body_case == SPILLWAY__ENVELOPE__BODY_CHUNK && strcmp(e->chunk->request_id, x.id) == 0) {
+            done = on_chunk(&x, e->chunk, &rc);
+        } else if (e->body_case == SPILLWAY__ENVELOPE__BODY_ERROR && strcmp(e->error->request_id, x.id) == 0) {
+            on_error(&x, e->error);
             rc = -1;
             done = 1;
         }
