@@ -4,11 +4,11 @@ The numbers are read from the header itself, so this test follows the one
 place they are defined. For each limit the HTTP API exposes: a request just
 over it gets a 400 in OpenAI's error shape naming the field in `param`, and
 a request exactly at it is served (200), end to end through a worker. The
-real engine (stories260K, or a scripted chatml model for tools) serves the
-cases a worker checks itself (stop strings, logprobs, bias values, schemas,
-tool names); the echo worker serves those the engine would turn away for
-reasons of its own (4096 messages overflow a small model's context; 1024
-distinct bias ids exceed stories260K's 512-token vocabulary).
+real engine (stories260K, or a scripted chatml model that renders tools and
+calls) serves every case it can; the echo worker serves the two the engine
+would turn away for reasons of its own: 4096 messages overflow a small
+model's context, and 1024 distinct bias ids exceed either model's vocabulary
+(which the worker checks).
 """
 import json
 import re
@@ -54,7 +54,7 @@ def gw(tmp_path_factory):
         c.start_echo("cpu-pool", 5000, ["--parallel", "4"], model_name="echo")
         c.start_worker("cpu-pool", "stories", stories, ["--threads", "1", "--parallel", "2"], name="stories")
         tools = scripted_model(tmp / "tools.gguf", "chatml", ["\u010a", "The", "\u0120answer", "<|im_end|>"])
-        c.start_worker("cpu-pool", "tools", tools, ["--threads", "1", "--parallel", "2", "--ctx", "4096"],
+        c.start_worker("cpu-pool", "tools", tools, ["--threads", "1", "--parallel", "2", "--ctx", "16384"],
                        name="tools")
         for m in ("echo", "stories", "tools"):
             c.wait_model(m, timeout=60)
@@ -225,7 +225,7 @@ def test_tools_count_over(gw):
 
 
 def test_tools_count_at(gw):
-    served(gw, **chat("echo", tools=[tool(f"f{i}") for i in range(L["SW_MAX_TOOLS"])]))
+    served(gw, **chat("tools", tools=[tool(f"f{i}") for i in range(L["SW_MAX_TOOLS"])]))
 
 
 def test_tool_name_over(gw):
@@ -249,7 +249,7 @@ def test_tool_calls_over(gw):
 def test_tool_calls_at(gw):
     msgs = ASK + [{"role": "assistant", "content": None, "tool_calls": calls(L["SW_MAX_TOOL_CALLS"])},
                   {"role": "user", "content": "and?"}]
-    served(gw, **chat("echo", messages=msgs))
+    served(gw, **chat("tools", messages=msgs))
 
 
 # ---- response_format ---------------------------------------------------------
