@@ -34,7 +34,12 @@ int main(int argc, char **argv) {
     r.seed = 1;
     r.logprobs = true;
     spillway_result res;
-    if (spillway_complete(c, &r, &res, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); return 1; }
+    if (spillway_complete(c, &r, &res, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        spillway_result_free(&res);   /* a failed request still owes its result and the client their memory */
+        spillway_close(c);
+        return 1;
+    }
     printf("%s\n", res.text);
     double sum = 0;
     for (size_t i = 0; i < res.n_logprobs; i++) sum += res.logprobs[i].token.logprob;
