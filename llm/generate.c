@@ -1,14 +1,11 @@
 /* Per-sequence generation: prompt building, sampling, streaming text with
  * stop strings, finish conditions. See generate.h. */
-#include "llm/generate.h"
+#include "llm/gen_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/random.h>
 #include "llm/json.h"
 #include "llm/text.h"
 #include "llm/util.h"
@@ -644,8 +641,8 @@ void sw_gen_prompt_logprob(sw_gen *g, int p, const float *row, int32_t n_logits)
     if (!sw_gen_wants_prompt_row(g, p) || p + 1 != g->n_plp) return;
     int32_t n = n_logits < g->n_vocab ? n_logits : g->n_vocab;
     sw_logprob *e = &g->plp[p + 1];
-    int32_t ids[SW_GEN_MAX_TOP];
-    float lps[SW_GEN_MAX_TOP];
+    int32_t ids[SW_MAX_TOP_LOGPROBS];
+    float lps[SW_MAX_TOP_LOGPROBS];
     float lp = sw_logprobs(row, n, g->prompt[p + 1], g->lp_k, ids, lps);
     e->chosen.logprob = lp <= 0.0f ? lp : -9999.0f;   /* NaN, from a broken model, as vLLM writes -inf */
     plp_put_bytes(g, &e->chosen, g->prompt[p + 1], p + 2 == g->n_prompt);
@@ -667,15 +664,22 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
     g->max_tokens = p->max_tokens;
     sw_sampler_init(&g->sampler, &p->sampling);
     if (n_ctx < 1) { sw_errf(err, errlen, "context length %d", n_ctx); return 400; }
-    if (p->n_stop > SW_GEN_MAX_STOPS) {
-        sw_errf(err, errlen, "%zu stop strings (at most %d)", p->n_stop, SW_GEN_MAX_STOPS);
+    for (int32_t i = 0; i < p->sampling.n_bias; i++) {
+        if (p->sampling.bias_ids[i] < 0 || p->sampling.bias_ids[i] >= g->n_vocab) {
+            sw_errf(err, errlen, "logit_bias: token %u is not in the vocabulary (%d tokens)",
+                    (unsigned)p->sampling.bias_ids[i], g->n_vocab);
+            return 400;
+        }
+    }
+    if (p->n_stop > SW_MAX_STOPS) {
+        sw_errf(err, errlen, "%zu stop strings (at most %d)", p->n_stop, SW_MAX_STOPS);
         return 400;
     }
     for (size_t i = 0; i < p->n_stop; i++) {
         const char *s = p->stop[i];
         if (!s || !*s) continue;   /* an empty stop string would match everywhere: ignore it */
-        if (strlen(s) > SW_GEN_MAX_STOP_LEN) {
-            sw_errf(err, errlen, "stop string %zu longer than %d bytes", i, SW_GEN_MAX_STOP_LEN);
+        if (strlen(s) > SW_MAX_STOP_LEN) {
+            sw_errf(err, errlen, "stop string %zu longer than %d bytes", i, SW_MAX_STOP_LEN);
             return 400;
         }
         if (!(g->stop[g->n_stop++] = strdup(s))) { sw_errf(err, errlen, "out of memory"); return 400; }
@@ -688,8 +692,8 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
         sw_errf(err, errlen, "this model's vocabulary has no [TOOL_CALLS] token: Mistral's tool format is v3's and later");
         return 400;
     }
-    if (p->top_logprobs < 0 || p->top_logprobs > SW_GEN_MAX_TOP) {
-        sw_errf(err, errlen, "top_logprobs %d (0 to %d)", p->top_logprobs, SW_GEN_MAX_TOP);
+    if (p->top_logprobs < 0 || p->top_logprobs > SW_MAX_TOP_LOGPROBS) {
+        sw_errf(err, errlen, "top_logprobs %d (0 to %d)", p->top_logprobs, SW_MAX_TOP_LOGPROBS);
         return 400;
     }
     g->lp_on = p->logprobs || p->top_logprobs > 0;
@@ -734,121 +738,61 @@ int sw_gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
     return rc;
 }
 
-static uint64_t random_seed(void)
+sw_gen *sw_gen_new(const sw_tokenizer *tok, sw_chat_template chat, const sw_gen_params *p, int n_ctx,
+                   char *err, size_t errlen)
 {
-    uint64_t s = 0;
-    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        s = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
-    }
-    return s;
+    sw_gen *g = malloc(sizeof *g);
+    if (!g) { sw_errf(err, errlen, "out of memory"); return NULL; }
+    if (sw_gen_init(g, tok, chat, p, n_ctx, err, errlen)) { free(g); return NULL; }
+    return g;
 }
 
-int sw_gen_init_request(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
-                        const Spillway__GenerateRequest *req, int n_ctx, char *err, size_t errlen)
+void sw_gen_delete(sw_gen *g)
 {
-    sw_gen_params p = {0};
-    int32_t *ids = NULL;
-    sw_chat_msg *msgs = NULL;
-    sw_tool_call *calls = NULL;
-    cJSON *tools = NULL, *schema = NULL;
-    int32_t *bias_ids = NULL;
-    float *bias = NULL;
-    int rc = 400;
-    memset(g, 0, sizeof *g);
+    if (!g) return;
+    sw_gen_free(g);
+    free(g);
+}
 
-    if (req->tools_json && *req->tools_json) {
-        tools = cJSON_Parse(req->tools_json);
-        if (!cJSON_IsArray(tools)) { sw_errf(err, errlen, "tools_json is not a JSON array"); goto out; }
-        p.tools = tools;
-    }
-    if (req->json_schema && *req->json_schema) {
-        if (!(schema = cJSON_Parse(req->json_schema))) { sw_errf(err, errlen, "json_schema is not JSON"); goto out; }
-        p.json_schema = schema;
-    }
-    if (req->n_messages > 0) {
-        size_t n_calls = 0;
-        for (size_t i = 0; i < req->n_messages; i++) n_calls += req->messages[i]->n_tool_calls;
-        msgs = calloc(req->n_messages, sizeof *msgs);
-        calls = calloc(n_calls + 1, sizeof *calls);
-        if (!msgs || !calls) { sw_errf(err, errlen, "out of memory"); goto out; }
-        for (size_t i = 0, k = 0; i < req->n_messages; i++) {
-            const Spillway__ChatMessage *cm = req->messages[i];
-            msgs[i].role = cm && cm->role ? cm->role : "";
-            msgs[i].content = cm && cm->content ? cm->content : "";
-            msgs[i].tool_calls = calls + k;
-            msgs[i].n_tool_calls = cm->n_tool_calls;
-            for (size_t c = 0; c < cm->n_tool_calls; c++, k++)
-                calls[k] = (sw_tool_call){ cm->tool_calls[c]->name, cm->tool_calls[c]->arguments };
-        }
-        p.messages = msgs;
-        p.n_messages = req->n_messages;
-    } else if (req->n_prompt_tokens > 0) {
-        if (req->n_prompt_tokens > (size_t)(n_ctx > 0 ? n_ctx : 0)) {
-            sw_errf(err, errlen, "prompt of %zu tokens exceeds the context length %d", req->n_prompt_tokens, n_ctx);
-            goto out;
-        }
-        ids = malloc(req->n_prompt_tokens * sizeof *ids);
-        if (!ids) { sw_errf(err, errlen, "out of memory"); goto out; }
-        for (size_t i = 0; i < req->n_prompt_tokens; i++)
-            ids[i] = req->prompt_tokens[i] > INT32_MAX ? -1 : (int32_t)req->prompt_tokens[i];
-        p.prompt_ids = ids;
-        p.n_prompt_ids = req->n_prompt_tokens;
-    } else {
-        p.prompt = req->prompt ? req->prompt : "";
-    }
-    if (req->sampling) {
-        const Spillway__SamplingParams *s = req->sampling;
-        p.sampling.temperature = s->temperature;
-        p.sampling.top_p = s->top_p;
-        p.sampling.top_k = s->top_k > INT32_MAX ? 0 : (int32_t)s->top_k;
-        p.sampling.min_p = s->min_p;
-        p.sampling.repetition_penalty = s->repetition_penalty;
-        p.sampling.presence_penalty = s->presence_penalty;
-        p.sampling.frequency_penalty = s->frequency_penalty;
-        if (s->n_logit_bias) {   /* the wire layer bounded the count and the values */
-            bias_ids = malloc(s->n_logit_bias * sizeof *bias_ids);
-            bias = malloc(s->n_logit_bias * sizeof *bias);
-            if (!bias_ids || !bias) { sw_errf(err, errlen, "out of memory"); goto out; }
-            int32_t nv = sw_tok_n_vocab(tok);
-            for (size_t i = 0; i < s->n_logit_bias; i++) {
-                if (s->logit_bias[i]->token_id >= (uint32_t)nv) {
-                    sw_errf(err, errlen, "logit_bias: token %u is not in the vocabulary (%d tokens)",
-                            s->logit_bias[i]->token_id, nv);
-                    goto out;
-                }
-                bias_ids[i] = (int32_t)s->logit_bias[i]->token_id;
-                bias[i] = s->logit_bias[i]->bias;
-            }
-            p.sampling.bias_ids = bias_ids;
-            p.sampling.bias = bias;
-            p.sampling.n_bias = (int32_t)s->n_logit_bias;
-        }
-        p.sampling.seed = s->has_seed ? s->seed : random_seed();
-    } else {
-        p.sampling.seed = random_seed();
-    }
-    p.max_tokens = req->max_tokens;
-    p.effort = (sw_reasoning_effort)req->reasoning_effort;   /* the wire layer checked its range */
-    p.logprobs = req->logprobs;
-    p.tool_choice = req->tool_choice;
-    p.prompt_logprobs = req->prompt_logprobs;
-    p.echo = req->echo_prompt;
-    p.one_call = req->one_call;
-    p.top_logprobs = req->top_logprobs > SW_GEN_MAX_TOP ? SW_GEN_MAX_TOP + 1 : (int)req->top_logprobs;
-    p.stop = (const char *const *)req->stop;
-    p.n_stop = req->n_stop;
-    rc = sw_gen_init(g, tok, chat, &p, n_ctx, err, errlen);
-out:
-    free(ids);
-    free(msgs);
-    free(calls);
-    free(bias_ids);
-    free(bias);
-    cJSON_Delete(tools);
-    cJSON_Delete(schema);
-    return rc;
+const int32_t *sw_gen_prompt(const sw_gen *g, int *n)
+{
+    *n = g->n_prompt;
+    return g->prompt;
+}
+
+int sw_gen_n_prompt(const sw_gen *g) { return g->n_prompt; }
+uint32_t sw_gen_n_generated(const sw_gen *g) { return g->n_generated; }
+uint32_t sw_gen_n_reasoning_tokens(const sw_gen *g) { return g->n_reasoning_tokens; }
+int sw_gen_next_pos(const sw_gen *g) { return g->n_prompt + (int)g->n_generated - 1; }
+const sw_sampling_params *sw_gen_sampling(const sw_gen *g) { return &g->sampler.p; }
+const char *sw_gen_error(const sw_gen *g) { return g->error ? g->error : SW_GEN_NAN_ERROR; }
+const sw_logprob *sw_gen_logprob(const sw_gen *g) { return g->lp_valid ? &g->lp : NULL; }
+
+/* A forced call and a schema mask the row; log probabilities read it raw. */
+bool sw_gen_sampling_is_plain(const sw_gen *g, int32_t device_vocab)
+{
+    return sw_sampler_is_plain(&g->sampler.p) && g->n_vocab == device_vocab && !g->lp_on && !g->js && !g->forced;
+}
+
+bool sw_gen_scores_prompt(const sw_gen *g) { return g->plp != NULL; }
+bool sw_gen_wants_prompt_row(const sw_gen *g, int p) { return g->plp && p < g->n_prompt - 1; }
+
+const sw_logprob *sw_gen_prompt_logprobs(const sw_gen *g, size_t *n)
+{
+    *n = g->plp ? (size_t)g->n_plp : 0;
+    return g->plp;
+}
+
+const char *sw_gen_reasoning(const sw_gen *g, size_t *len)
+{
+    if (len) *len = g->n_reasoning;
+    return g->reasoning ? g->reasoning : "";
+}
+
+const sw_tool_call *sw_gen_tool_calls(const sw_gen *g, size_t *n)
+{
+    *n = g->calls.n;
+    return g->calls.v;
 }
 
 void sw_gen_free(sw_gen *g)
@@ -995,8 +939,8 @@ int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits)
         return -1;
     }
     if (!g->lp_on) return tok;
-    int32_t ids[SW_GEN_MAX_TOP];
-    float lps[SW_GEN_MAX_TOP];
+    int32_t ids[SW_MAX_TOP_LOGPROBS];
+    float lps[SW_MAX_TOP_LOGPROBS];
     g->lp.chosen.logprob = sw_logprobs(g->lp_row, n, tok, g->lp_k, ids, lps);
     token_bytes(g, tok, &g->lp.chosen);
     g->lp.n_top = g->lp_k < n ? g->lp_k : n;

@@ -37,6 +37,18 @@ static uint64_t next_u64(sw_sampler *s) {
 /* Uniform in [0, 1). */
 static double next_unit(sw_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
 
+#if defined(__x86_64__) || defined(__aarch64__)
+/* A new sampling field changes this size: decide in sw_sampler_is_plain
+ * whether a device sampler may ignore it, then update the number. */
+_Static_assert(sizeof(sw_sampling_params) == 64, "sw_sampling_params changed: see sw_sampler_is_plain");
+#endif
+
+bool sw_sampler_is_plain(const sw_sampling_params *p) {
+    /* repeat_last_n only sizes the repetition penalty's window */
+    return (p->repetition_penalty == 0.0f || p->repetition_penalty == 1.0f) && p->min_p <= 0.0f &&
+           p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f && p->n_bias == 0;
+}
+
 void sw_sampler_init(sw_sampler *s, const sw_sampling_params *p) {
     memset(s, 0, sizeof *s);
     if (p) s->p = *p;

@@ -40,6 +40,13 @@ typedef struct {
 } sw_sampler;
 
 void sw_sampler_init(sw_sampler *s, const sw_sampling_params *p);
+/* Whether p asks only for what a device sampler implements (temperature,
+ * top-k, top-p, and a draw from the seed): true when every other field is
+ * off (repetition, presence and frequency penalties, min-p, logit_bias).
+ * This is the one place that knows which fields a device may skip: a new
+ * field of sw_sampling_params is decided here (sampler.c checks the
+ * struct's size so that it cannot be forgotten). */
+bool sw_sampler_is_plain(const sw_sampling_params *p);
 void sw_sampler_free(sw_sampler *s);
 /* Records a token (prompt or generated) for the repetition penalty. */
 void sw_sampler_accept(sw_sampler *s, int32_t token);

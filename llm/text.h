@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "llm/limits.h"
 
 /* Length of the UTF-8 sequence lead byte b starts: 1 (ASCII), 2..4, or 0 if
  * b cannot start one (a continuation byte, C0/C1, F5..FF). */
@@ -88,8 +89,8 @@ static inline bool sw_id_valid(const char *s, size_t maxlen)
 }
 
 /* Whether s is a function name a model may call: OpenAI's rule, 1 to 64 of
- * a-z, A-Z, 0-9, underscore and dash (and dots, which namespaced tools use). */
-#define SW_MAX_TOOL_NAME 64
+ * a-z, A-Z, 0-9, underscore and dash (and dots, which namespaced tools use);
+ * SW_MAX_TOOL_NAME is in llm/limits.h. */
 static inline bool sw_tool_name_valid(const char *s)
 {
     size_t n = 0;

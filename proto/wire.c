@@ -16,16 +16,13 @@
 #include <zmq.h>
 #include "llm/text.h"
 
-/* Bounds that no legitimate peer comes near; they keep a hostile frame from
- * making the receiver do absurd amounts of work. */
+/* Bounds on what a worker registers and sends back, that no legitimate
+ * peer comes near; they keep a hostile frame from making the receiver do
+ * absurd amounts of work. A request's limits are llm/limits.h's, the same
+ * the gateway enforces. */
 #define MAX_MODELS 64
 #define MAX_SLOTS 65536
-#define MAX_MESSAGES 4096
-#define MAX_ROLE_LEN 32
-#define MAX_STOPS 16
-#define MAX_STOP_LEN 1024
 #define MAX_QUANT_LEN 32
-#define MAX_TOOL_CALLS 128
 #define MAX_TOKEN_BYTES 1024
 
 static bool fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -59,7 +56,7 @@ static bool check_text(const char *what, const char *s, char *err, size_t errlen
 /* A function call: a valid name, arguments as UTF-8 text (JSON the model
  * wrote; whether it parses is the client's business, as with OpenAI). */
 static bool check_tool_calls(const char *what, Spillway__ToolCall *const *c, size_t n, char *err, size_t errlen) {
-    if (n > MAX_TOOL_CALLS) return fail(err, errlen, "%s: %zu tool calls (max %d)", what, n, MAX_TOOL_CALLS);
+    if (n > SW_MAX_TOOL_CALLS) return fail(err, errlen, "%s: %zu tool calls (max %d)", what, n, SW_MAX_TOOL_CALLS);
     for (size_t i = 0; i < n; i++) {
         if (!c[i]->name || !sw_tool_name_valid(c[i]->name))
             return fail(err, errlen, "%s: tool call %zu has no valid function name", what, i);
@@ -120,25 +117,27 @@ static bool check_heartbeat(const Spillway__Heartbeat *h, char *err, size_t errl
     return check_range("heartbeat: kv_utilization", h->kv_utilization, 0.0f, 1.0f, err, errlen);
 }
 
-/* At most SW_MAX_LOGIT_BIAS entries of -100..100 (OpenAI's limits); the
+/* At most SW_MAX_LOGIT_BIAS entries of +-SW_MAX_LOGIT_BIAS_VALUE; the
  * ids are the worker's to check against its vocabulary. */
 static bool check_logit_bias(const Spillway__SamplingParams *s, char *err, size_t errlen) {
     if (s->n_logit_bias > SW_MAX_LOGIT_BIAS)
         return fail(err, errlen, "generate: %zu logit_bias entries (max %d)", s->n_logit_bias, SW_MAX_LOGIT_BIAS);
     for (size_t i = 0; i < s->n_logit_bias; i++)
-        if (!check_range("generate: logit_bias", s->logit_bias[i]->bias, -100.0f, 100.0f, err, errlen)) return false;
+        if (!check_range("generate: logit_bias", s->logit_bias[i]->bias, -SW_MAX_LOGIT_BIAS_VALUE,
+                         SW_MAX_LOGIT_BIAS_VALUE, err, errlen)) return false;
     return true;
 }
 
 static bool check_sampling(const Spillway__SamplingParams *s, char *err, size_t errlen) {
     if (!s) return true; /* absent = defaults (greedy) */
-    return check_range("generate: temperature", s->temperature, 0.0f, 100.0f, err, errlen) &&
+    return check_range("generate: temperature", s->temperature, 0.0f, SW_MAX_TEMPERATURE, err, errlen) &&
            check_range("generate: top_p", s->top_p, 0.0f, 1.0f, err, errlen) &&
            check_range("generate: min_p", s->min_p, 0.0f, 1.0f, err, errlen) &&
-           check_range("generate: repetition_penalty", s->repetition_penalty, 0.0f, 100.0f, err,
+           check_range("generate: repetition_penalty", s->repetition_penalty, 0.0f, SW_MAX_REPETITION_PENALTY,
+                       err, errlen) &&
+           check_range("generate: presence_penalty", s->presence_penalty, -SW_MAX_PENALTY, SW_MAX_PENALTY, err, errlen) &&
+           check_range("generate: frequency_penalty", s->frequency_penalty, -SW_MAX_PENALTY, SW_MAX_PENALTY, err,
                        errlen) &&
-           check_range("generate: presence_penalty", s->presence_penalty, -2.0f, 2.0f, err, errlen) &&
-           check_range("generate: frequency_penalty", s->frequency_penalty, -2.0f, 2.0f, err, errlen) &&
            check_logit_bias(s, err, errlen);
 }
 
@@ -154,12 +153,12 @@ static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t
     if (g->n_prompt_tokens > SW_MAX_TOKENS_PER_REQUEST)
         return fail(err, errlen, "generate: %zu prompt tokens (max %u)", g->n_prompt_tokens,
                     SW_MAX_TOKENS_PER_REQUEST);
-    if (g->n_messages > MAX_MESSAGES)
-        return fail(err, errlen, "generate: %zu messages (max %d)", g->n_messages, MAX_MESSAGES);
+    if (g->n_messages > SW_MAX_MESSAGES)
+        return fail(err, errlen, "generate: %zu messages (max %d)", g->n_messages, SW_MAX_MESSAGES);
     for (size_t i = 0; i < g->n_messages; i++) {
         const Spillway__ChatMessage *m = g->messages[i];
         snprintf(what, sizeof what, "generate: messages[%zu].role", i);
-        if (!check_id(what, m->role, MAX_ROLE_LEN, err, errlen)) return false;
+        if (!check_id(what, m->role, SW_MAX_ROLE_LEN, err, errlen)) return false;
         snprintf(what, sizeof what, "generate: messages[%zu].content", i);
         if (!check_text(what, m->content, err, errlen)) return false;
         snprintf(what, sizeof what, "generate: messages[%zu]", i);
@@ -168,19 +167,22 @@ static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t
     if (g->max_tokens > SW_MAX_TOKENS_PER_REQUEST)
         return fail(err, errlen, "generate: max_tokens %u exceeds %u", g->max_tokens,
                     SW_MAX_TOKENS_PER_REQUEST);
-    if (g->n_stop > MAX_STOPS)
-        return fail(err, errlen, "generate: %zu stop strings (max %d)", g->n_stop, MAX_STOPS);
+    if (g->n_stop > SW_MAX_STOPS)
+        return fail(err, errlen, "generate: %zu stop strings (max %d)", g->n_stop, SW_MAX_STOPS);
     for (size_t i = 0; i < g->n_stop; i++) {
         size_t n = strlen(g->stop[i]);
         if (n == 0) return fail(err, errlen, "generate: stop[%zu] is empty", i);
-        if (n > MAX_STOP_LEN)
+        if (n > SW_MAX_STOP_LEN)
             return fail(err, errlen, "generate: stop[%zu] is too long (%zu bytes, max %d)", i, n,
-                        MAX_STOP_LEN);
+                        SW_MAX_STOP_LEN);
         snprintf(what, sizeof what, "generate: stop[%zu]", i);
         if (!check_text(what, g->stop[i], err, errlen)) return false;
     }
     if (!check_text("generate: tools_json", g->tools_json, err, errlen)) return false;
     if (!check_text("generate: json_schema", g->json_schema, err, errlen)) return false;
+    if (g->json_schema && strlen(g->json_schema) > SW_MAX_SCHEMA_LEN)
+        return fail(err, errlen, "generate: json_schema of %zu bytes (max %d)", strlen(g->json_schema),
+                    SW_MAX_SCHEMA_LEN);
     if (!check_text("generate: tool_choice", g->tool_choice, err, errlen)) return false;
     if (g->top_logprobs > SW_MAX_TOP_LOGPROBS)
         return fail(err, errlen, "generate: top_logprobs %u (max %d)", g->top_logprobs, SW_MAX_TOP_LOGPROBS);

@@ -11,14 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "spillway.pb-c.h"
+#include "llm/limits.h"   /* every limit on a request: the wire check applies them */
 
 #define SW_PROTOCOL_VERSION 1
 #define SW_MAX_FRAME (16u << 20)     /* no legitimate message comes near this */
 #define SW_MAX_ID_LEN 128
-#define SW_MAX_TOKENS_PER_REQUEST (1u << 20)
-#define SW_MAX_TOP_LOGPROBS 20          /* OpenAI's limit on top_logprobs */
 #define SW_MAX_PROMPT_LOGPROBS_CHUNK 256   /* prompt log probabilities in one chunk */
-#define SW_MAX_LOGIT_BIAS 1024          /* logit_bias entries in a request */
 
 /* Heartbeats (Paranoid Pirate): send after HEARTBEAT_MS of silence; the peer
  * is dead after HEARTBEAT_LIVENESS intervals without hearing anything. */

@@ -560,13 +560,13 @@ static void send_prompt_logprobs(compute *C, const char *id, const sw_logprob *l
     enum { K = SW_MAX_PROMPT_LOGPROBS_CHUNK };
     Spillway__Logprob *w = calloc(K, sizeof *w);
     Spillway__Logprob **wp = calloc(K, sizeof *wp);
-    Spillway__TopLogprob *top = calloc((size_t)K * SW_GEN_MAX_TOP, sizeof *top);
-    Spillway__TopLogprob **tp = calloc((size_t)K * SW_GEN_MAX_TOP, sizeof *tp);
+    Spillway__TopLogprob *top = calloc((size_t)K * SW_MAX_TOP_LOGPROBS, sizeof *top);
+    Spillway__TopLogprob **tp = calloc((size_t)K * SW_MAX_TOP_LOGPROBS, sizeof *tp);
     for (size_t at = 0; w && wp && top && tp && at < n; at += K) {
         size_t k = n - at < K ? n - at : K;
         for (size_t i = 0; i < k; i++) {
             spillway__logprob__init(&w[i]);
-            wire_logprob(&w[i], top + i * SW_GEN_MAX_TOP, tp + i * SW_GEN_MAX_TOP, &l[at + i]);
+            wire_logprob(&w[i], top + i * SW_MAX_TOP_LOGPROBS, tp + i * SW_MAX_TOP_LOGPROBS, &l[at + i]);
             wp[i] = &w[i];
         }
         Spillway__TokenChunk c = SPILLWAY__TOKEN_CHUNK__INIT;
@@ -604,7 +604,7 @@ static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32
     }
     c.tool_calls = call_ptrs;
     Spillway__Logprob lp = SPILLWAY__LOGPROB__INIT, *lp_ptr = &lp;
-    Spillway__TopLogprob top[SW_GEN_MAX_TOP], *top_ptrs[SW_GEN_MAX_TOP];
+    Spillway__TopLogprob top[SW_MAX_TOP_LOGPROBS], *top_ptrs[SW_MAX_TOP_LOGPROBS];
     if (o && o->n_prompt_logprobs) send_prompt_logprobs(C, id, o->prompt_logprobs, o->n_prompt_logprobs);
     if (o && o->logprob) {   /* one token a step: one entry */
         wire_logprob(&lp, top, top_ptrs, o->logprob);

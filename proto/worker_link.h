@@ -31,7 +31,7 @@
 #include <stdbool.h>
 #include "wire.h"
 #include "llm/chat.h"
-#include "llm/generate.h"
+#include "proto/worker_request.h"
 
 typedef struct {
     uint32_t active, queued, slots, batch_size;
@@ -66,7 +66,8 @@ typedef void (*sw_emit_fn)(void *emit_ctx, const char *request_id, const sw_out 
 typedef void (*sw_fail_fn)(void *emit_ctx, const char *request_id, uint32_t code, const char *msg);
 
 typedef struct {
-    /* Accepts a request (copy what you need: req is freed after the call).
+    /* Accepts a request (copy what you need: req is freed after the call;
+     * sw_gen_from_wire, proto/worker_request.h, makes its generator).
      * Returns 0, or an HTTP-like error code (400, 404, 503) with err filled. */
     int (*submit)(void *eng, const Spillway__GenerateRequest *req, char *err, size_t errlen);
     /* Stops a request and frees its slot; emits nothing. Unknown ids are ignored. */

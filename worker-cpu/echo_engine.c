@@ -207,7 +207,7 @@ static int echo_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx) {
             snprintf(text, sizeof text, " tok%u", id);
             int last = s->emitted == s->max_tokens;
             emit(ctx, s->id, &(sw_out){ .text = text }, &id, 1,
-                 last ? SPILLWAY__FINISH_REASON__FINISH_LENGTH : SPILLWAY__FINISH_REASON__FINISH_NONE,
+                 last ? SW_FINISH_LENGTH : SW_FINISH_NONE,
                  &(sw_usage){ .prompt_tokens = s->prompt_tokens, .completion_tokens = s->emitted });
             e->tokens_generated++;
             s->next_due += e->interval;

@@ -24,6 +24,7 @@
 #include "worker-cpu/forward.h"
 #include "llm/generate.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,7 @@ typedef struct {
     bool decoding;            /* prompt done; next_tok is the token to evaluate */
     int n_cached;             /* prompt tokens taken from the prefix cache */
     char id[SW_MAX_ID_LEN + 1];
-    sw_gen gen;
+    sw_gen *gen;
     int n_prefilled;          /* prompt tokens already in the KV cache */
     int32_t next_tok;
     uint64_t deadline_ms;
@@ -62,7 +63,7 @@ typedef struct {
 
 typedef struct queued {
     char id[SW_MAX_ID_LEN + 1];
-    sw_gen gen;
+    sw_gen *gen;
     uint64_t deadline_ms;
     struct queued *next;
 } queued;
@@ -86,6 +87,11 @@ struct sw_cpu_engine {
     bool logits_grown;
     uint32_t last_batch;
     uint64_t tokens_generated;
+    /* load() runs on the link thread: it reads only this snapshot, which
+     * the compute thread publishes at the end of every submit, cancel and
+     * step (publish_load). */
+    pthread_mutex_t load_mu;
+    sw_load snapshot;
 };
 
 sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n_ctx, char *err, size_t errlen)
@@ -100,6 +106,8 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n
     if (n_ctx <= 0) n_ctx = (int)(m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     sw_cpu_engine *e = calloc(1, sizeof *e);
     if (!e) { sw_errf(err, errlen, "out of memory"); return NULL; }
+    pthread_mutex_init(&e->load_mu, NULL);
+    e->snapshot.slots = (uint32_t)n_parallel;
     e->m = m;
     e->n_slots = n_slots;
     e->n_parallel = n_parallel;
@@ -131,7 +139,7 @@ void sw_cpu_engine_set_prefix_cache(sw_cpu_engine *e, bool on) { e->prefix_cache
 static void slot_release(slot *s)
 {
     if (!s->used) return;
-    sw_gen_free(&s->gen);
+    sw_gen_delete(s->gen);
     memset(s, 0, sizeof *s);
 }
 
@@ -141,9 +149,10 @@ void sw_cpu_engine_free(sw_cpu_engine *e)
     if (e->slots) for (int i = 0; i < e->n_slots; i++) slot_release(&e->slots[i]);
     for (queued *q = e->qhead, *n; q; q = n) {
         n = q->next;
-        sw_gen_free(&q->gen);
+        sw_gen_delete(q->gen);
         free(q);
     }
+    pthread_mutex_destroy(&e->load_mu);
     sw_ctx_free(e->ctx);
     if (e->hist) for (int i = 0; i < e->n_slots; i++) free(e->hist[i].toks);
     free(e->hist);
@@ -165,6 +174,30 @@ static bool id_in_use(const sw_cpu_engine *e, const char *id)
     return false;
 }
 
+/* The figures load() reports, from the compute thread's state. */
+static void publish_load(sw_cpu_engine *e)
+{
+    uint64_t used_pos = 0;
+    uint32_t active = 0;
+    for (int i = 0; i < e->n_slots; i++) {
+        const slot *s = &e->slots[i];
+        if (!s->used) continue;
+        active++;
+        used_pos += s->decoding ? (uint64_t)sw_gen_next_pos(s->gen) + 1 : (uint64_t)s->n_prefilled;
+    }
+    sw_load l = {
+        .active = active,
+        .queued = (uint32_t)e->n_queued,
+        .slots = (uint32_t)e->n_parallel,
+        .batch_size = e->last_batch,
+        .kv_utilization = (float)((double)used_pos / ((double)e->n_parallel * e->n_ctx)),
+        .tokens_generated = e->tokens_generated,
+    };
+    pthread_mutex_lock(&e->load_mu);
+    e->snapshot = l;
+    pthread_mutex_unlock(&e->load_mu);
+}
+
 static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *err, size_t errlen)
 {
     sw_cpu_engine *e = eng;
@@ -184,11 +217,10 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
     if (!q) { sw_errf(err, errlen, "out of memory"); return 503; }
     /* Tokenize and validate now, so a bad request fails at once, not when a
      * slot frees up. */
-    int rc = sw_gen_init_request(&q->gen, e->m->tok, e->m->chat, req, e->n_ctx, err, errlen);
-    if (rc) { free(q); return rc; }
-    if (q->gen.plp && !e->logits_grown) {   /* rows for the prompt's positions */
+    if (!(q->gen = sw_gen_from_wire(e->m->tok, e->m->chat, req, e->n_ctx, err, errlen))) { free(q); return 400; }
+    if (sw_gen_scores_prompt(q->gen) && !e->logits_grown) {   /* rows for the prompt's positions */
         float *l = realloc(e->logits, (size_t)(e->n_parallel + PROMPT_LP_CHUNK) * e->m->hp.n_vocab * sizeof *l);
-        if (!l) { sw_gen_free(&q->gen); free(q); sw_errf(err, errlen, "out of memory"); return 503; }
+        if (!l) { sw_gen_delete(q->gen); free(q); sw_errf(err, errlen, "out of memory"); return 503; }
         e->logits = l;
         e->logits_grown = true;
     }
@@ -197,6 +229,7 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
     if (e->qtail) e->qtail->next = q; else e->qhead = q;
     e->qtail = q;
     e->n_queued++;
+    publish_load(e);
     return 0;
 }
 
@@ -206,6 +239,7 @@ static void engine_cancel(void *eng, const char *request_id)
     for (int i = 0; i < e->n_slots; i++) {
         if (e->slots[i].used && !strcmp(e->slots[i].id, request_id)) {
             slot_release(&e->slots[i]);
+            publish_load(e);
             return;
         }
     }
@@ -218,10 +252,11 @@ static void engine_cancel(void *eng, const char *request_id)
             for (queued *t = e->qhead; t; t = t->next) e->qtail = t;
         }
         e->n_queued--;
-        sw_gen_free(&q->gen);
+        sw_gen_delete(q->gen);
         free(q);
-        return;
+        break;
     }
+    publish_load(e);
 }
 
 static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb)
@@ -257,8 +292,8 @@ static void admit(sw_cpu_engine *e)
     int active = 0;
     for (int i = 0; i < e->n_slots; i++) active += e->slots[i].used;
     for (; e->qhead && active < e->n_parallel; active++) {
-        const int32_t *prompt = e->qhead->gen.prompt;
-        const int n_prompt = e->qhead->gen.n_prompt;
+        int n_prompt;
+        const int32_t *prompt = sw_gen_prompt(e->qhead->gen, &n_prompt);
         for (int j = 0; j < e->n_slots; j++)
             e->lcp[j] = e->prefix_cache ? common_prefix(e->hist[j].toks, e->hist[j].n, prompt, n_prompt) : 0;
         int i = pick_slot(e);
@@ -270,7 +305,7 @@ static void admit(sw_cpu_engine *e)
         for (int j = 0; j < e->n_slots; j++)
             if (e->lcp[j] > reuse) { src = j; reuse = e->lcp[j]; }
         if (reuse > n_prompt - 1) reuse = n_prompt - 1;
-        if (e->qhead->gen.plp) reuse = 0;   /* every prompt position is scored, so computed */
+        if (sw_gen_scores_prompt(e->qhead->gen)) reuse = 0;   /* every prompt position is scored, so computed */
         if (own > reuse) own = reuse;
         /* A sliding-window layer keeps only recent positions: a cache that
          * has moved past the window before `reuse` cannot resume there. */
@@ -291,7 +326,7 @@ static void admit(sw_cpu_engine *e)
         memset(s, 0, sizeof *s);
         s->used = true;
         memcpy(s->id, q->id, sizeof s->id);
-        s->gen = q->gen;          /* the generator owns only heap pointers: moving it is fine */
+        s->gen = q->gen;          /* the slot takes the generator over */
         s->deadline_ms = q->deadline_ms;
         s->admitted = e->n_admitted++;
         s->n_cached = s->n_prefilled = reuse;
@@ -321,7 +356,7 @@ static void expire(sw_cpu_engine *e, sw_fail_fn fail, void *ctx)
                 fail(ctx, q->id, 504, "deadline exceeded while queued");
                 *pp = q->next;
                 e->n_queued--;
-                sw_gen_free(&q->gen);
+                sw_gen_delete(q->gen);
                 free(q);
                 continue;
             }
@@ -330,6 +365,50 @@ static void expire(sw_cpu_engine *e, sw_fail_fn fail, void *ctx)
     }
     e->qtail = NULL;
     for (queued *t = e->qhead; t; t = t->next) e->qtail = t;
+}
+
+/* The oldest sequence still in prefill, or -1. */
+static int oldest_prefill(const sw_cpu_engine *e)
+{
+    int best = -1;
+    for (int i = 0; i < e->n_slots; i++) {
+        const slot *s = &e->slots[i];
+        if (s->used && !s->decoding && s->n_prefilled < sw_gen_n_prompt(s->gen) &&
+            (best < 0 || s->admitted < e->slots[best].admitted))
+            best = i;
+    }
+    return best;
+}
+
+/* Adds up to *budget prompt tokens of slot i to the batch (at most *lp_rows
+ * of them when its prompt positions are scored, each giving a row). false
+ * when the slot's prompt is not done: the step has no room for more. */
+static bool add_prefill(sw_cpu_engine *e, int i, int *n, int *rows, int *budget, int *lp_rows)
+{
+    slot *s = &e->slots[i];
+    int n_prompt;
+    const int32_t *prompt = sw_gen_prompt(s->gen, &n_prompt);
+    int chunk = n_prompt - s->n_prefilled;
+    if (chunk > *budget) chunk = *budget;
+    if (sw_gen_scores_prompt(s->gen)) {
+        if (chunk > *lp_rows) chunk = *lp_rows;
+        if (chunk == 0) return false;
+        *lp_rows -= chunk;
+    }
+    for (int k = 0; k < chunk; k++) {
+        int p = s->n_prefilled + k;
+        bool last = p == n_prompt - 1, scored = sw_gen_wants_prompt_row(s->gen, p);
+        e->batch[(*n)++] = (sw_tok_in){ .token = prompt[p], .pos = p, .seq = i, .logits = last || scored };
+        if (last || scored) {
+            e->row_pos[*rows] = last ? -1 : p;
+            e->row_slot[(*rows)++] = i;
+        }
+        e->hist[i].toks[p] = prompt[p];
+    }
+    s->n_prefilled += chunk;
+    e->hist[i].n = s->n_prefilled;
+    *budget -= chunk;
+    return s->n_prefilled == n_prompt;
 }
 
 /* Fills the batch: decode tokens first, then prompt chunks. Returns its size;
@@ -341,7 +420,7 @@ static int build_batch(sw_cpu_engine *e, int *n_rows, uint32_t *n_decode)
     for (int i = 0; i < e->n_slots; i++) {
         slot *s = &e->slots[i];
         if (!s->used || !s->decoding) continue;
-        int pos = sw_gen_next_pos(&s->gen);
+        int pos = sw_gen_next_pos(s->gen);
         e->batch[n++] = (sw_tok_in){ .token = s->next_tok, .pos = pos, .seq = i, .logits = true };
         e->row_pos[rows] = -1;
         e->row_slot[rows++] = i;
@@ -350,43 +429,72 @@ static int build_batch(sw_cpu_engine *e, int *n_rows, uint32_t *n_decode)
         (*n_decode)++;
     }
     int budget = PREFILL_BUDGET, lp_rows = PROMPT_LP_CHUNK;   /* the extra logits rows, shared */
-    while (budget > 0) {
-        /* the oldest sequence still in prefill */
-        int best = -1;
-        for (int i = 0; i < e->n_slots; i++) {
-            slot *s = &e->slots[i];
-            if (s->used && !s->decoding && s->n_prefilled < s->gen.n_prompt &&
-                (best < 0 || s->admitted < e->slots[best].admitted))
-                best = i;
-        }
-        if (best < 0) break;
-        slot *s = &e->slots[best];
-        int chunk = s->gen.n_prompt - s->n_prefilled;
-        if (chunk > budget) chunk = budget;
-        if (s->gen.plp) {
-            if (chunk > lp_rows) chunk = lp_rows;
-            if (chunk == 0) break;
-            lp_rows -= chunk;
-        }
-        for (int k = 0; k < chunk; k++) {
-            int p = s->n_prefilled + k;
-            bool last = p == s->gen.n_prompt - 1, scored = sw_gen_wants_prompt_row(&s->gen, p);
-            e->batch[n++] = (sw_tok_in){ .token = s->gen.prompt[p], .pos = p, .seq = best, .logits = last || scored };
-            if (last || scored) {
-                e->row_pos[rows] = last ? -1 : p;
-                e->row_slot[rows++] = best;
-            }
-            e->hist[best].toks[p] = s->gen.prompt[p];
-        }
-        s->n_prefilled += chunk;
-        e->hist[best].n = s->n_prefilled;
-        budget -= chunk;
-        /* A slot whose prompt is not complete stays in prefill; it is no
-         * longer "oldest unfinished" only when done, so the loop moves on. */
-        if (s->n_prefilled < s->gen.n_prompt) break;
-    }
+    /* A slot whose prompt is not complete stays in prefill; it is no longer
+     * "oldest unfinished" only when done, so the loop moves on. */
+    for (int best; budget > 0 && (best = oldest_prefill(e)) >= 0;)
+        if (!add_prefill(e, best, &n, &rows, &budget, &lp_rows)) break;
     *n_rows = rows;
     return n;
+}
+
+/* Samples slot s's next token from its row and emits it. */
+static void sample_row(sw_cpu_engine *e, int si, float *row, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
+{
+    slot *s = &e->slots[si];
+    int32_t tok = sw_gen_sample(s->gen, row, (int32_t)e->m->hp.n_vocab);
+    if (tok < 0) {
+        fail(ectx, s->id, 500, sw_gen_error(s->gen));
+        e->hist[si].n = 0;   /* never reuse a cache that made NaN */
+        slot_release(s);
+        return;
+    }
+    sw_out o = { 0 };
+    size_t dlen;
+    int fin = sw_gen_accept(s->gen, tok, &o.text, &dlen);
+    o.reasoning = sw_gen_reasoning(s->gen, NULL);
+    o.calls = sw_gen_tool_calls(s->gen, &o.n_calls);
+    o.logprob = sw_gen_logprob(s->gen);
+    if (sw_gen_n_generated(s->gen) == 1)   /* the prompt's, ahead of the first token */
+        o.prompt_logprobs = sw_gen_prompt_logprobs(s->gen, &o.n_prompt_logprobs);
+    e->tokens_generated++;
+    uint32_t id = (uint32_t)tok;
+    emit(ectx, s->id, &o, &id, 1, fin,
+         &(sw_usage){ .prompt_tokens = (uint32_t)sw_gen_n_prompt(s->gen),
+                      .completion_tokens = sw_gen_n_generated(s->gen), .cached_tokens = (uint32_t)s->n_cached,
+                      .reasoning_tokens = sw_gen_n_reasoning_tokens(s->gen) });
+    if (fin) {
+        slot_release(s);
+    } else {
+        s->next_tok = tok;
+        s->decoding = true;
+    }
+}
+
+/* Runs the batch; then each row scores a prompt position or gives a token. */
+static void run_batch(sw_cpu_engine *e, int n, int n_rows, uint32_t n_decode, sw_emit_fn emit, sw_fail_fn fail,
+                      void *ectx)
+{
+    char err[256];
+    if (sw_forward(e->ctx, e->batch, n, e->logits, err, sizeof err)) {
+        /* Cannot happen for validated requests; fail what was in the batch. */
+        for (int i = 0; i < e->n_slots; i++) {
+            e->hist[i].n = 0;    /* what the caches hold is unknown now */
+            if (!e->slots[i].used) continue;
+            fail(ectx, e->slots[i].id, 500, err);
+            slot_release(&e->slots[i]);
+        }
+        return;
+    }
+    e->last_batch = n_decode;
+    const uint32_t V = e->m->hp.n_vocab;
+    for (int r = 0; r < n_rows; r++) {
+        slot *s = &e->slots[e->row_slot[r]];
+        if (!s->used) continue;   /* failed at an earlier row of this step */
+        if (e->row_pos[r] >= 0)
+            sw_gen_prompt_logprob(s->gen, e->row_pos[r], e->logits + (size_t)r * V, (int32_t)V);
+        else
+            sample_row(e, e->row_slot[r], e->logits + (size_t)r * V, emit, fail, ectx);
+    }
 }
 
 static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
@@ -399,84 +507,23 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
     uint32_t n_decode;
     int n = build_batch(e, &n_rows, &n_decode);
     if (n == 0) e->last_batch = 0;
-    if (n > 0) {
-        char err[256];
-        if (sw_forward(e->ctx, e->batch, n, e->logits, err, sizeof err)) {
-            /* Cannot happen for validated requests; fail what was in the batch. */
-            for (int i = 0; i < e->n_slots; i++) {
-                e->hist[i].n = 0;    /* what the caches hold is unknown now */
-                if (!e->slots[i].used) continue;
-                fail(ectx, e->slots[i].id, 500, err);
-                slot_release(&e->slots[i]);
-            }
-        } else {
-            e->last_batch = n_decode;
-            const uint32_t V = e->m->hp.n_vocab;
-            for (int r = 0; r < n_rows; r++) {
-                slot *s = &e->slots[e->row_slot[r]];
-                if (!s->used) continue;   /* failed at an earlier row of this step */
-                if (e->row_pos[r] >= 0) {
-                    sw_gen_prompt_logprob(&s->gen, e->row_pos[r], e->logits + (size_t)r * V, (int32_t)V);
-                    continue;
-                }
-                int32_t tok = sw_gen_sample(&s->gen, e->logits + (size_t)r * V, (int32_t)V);
-                if (tok < 0) {
-                    fail(ectx, s->id, 500, sw_gen_error(&s->gen));
-                    e->hist[e->row_slot[r]].n = 0;   /* never reuse a cache that made NaN */
-                    slot_release(s);
-                    continue;
-                }
-                sw_out o = { 0 };
-                size_t dlen;
-                int fin = sw_gen_accept(&s->gen, tok, &o.text, &dlen);
-                o.reasoning = sw_gen_reasoning(&s->gen, NULL);
-                o.calls = sw_gen_tool_calls(&s->gen, &o.n_calls);
-                o.logprob = sw_gen_logprob(&s->gen);
-                if (s->gen.plp && s->gen.n_generated == 1) {   /* the prompt's, ahead of the first token */
-                    o.prompt_logprobs = s->gen.plp;
-                    o.n_prompt_logprobs = (size_t)s->gen.n_plp;
-                }
-                e->tokens_generated++;
-                uint32_t id = (uint32_t)tok;
-                emit(ectx, s->id, &o, &id, 1, fin,
-                     &(sw_usage){ .prompt_tokens = (uint32_t)s->gen.n_prompt, .completion_tokens = s->gen.n_generated,
-                                  .cached_tokens = (uint32_t)s->n_cached,
-                                  .reasoning_tokens = s->gen.n_reasoning_tokens });
-                if (fin) {
-                    slot_release(s);
-                } else {
-                    s->next_tok = tok;
-                    s->decoding = true;
-                }
-            }
-        }
-    }
+    if (n > 0) run_batch(e, n, n_rows, n_decode, emit, fail, ectx);
     /* Admit now too, so load() right after a finishing step is accurate and
      * the next step starts with full slots. */
     admit(e);
+    publish_load(e);
     int active = 0;
     for (int i = 0; i < e->n_slots; i++) active += e->slots[i].used;
     return active + e->n_queued;
 }
 
+/* Link thread: the snapshot only (see sw_engine_ops). */
 static void engine_load(void *eng, sw_load *out)
 {
     sw_cpu_engine *e = eng;
-    uint64_t used_pos = 0;
-    uint32_t active = 0;
-    for (int i = 0; i < e->n_slots; i++) {
-        const slot *s = &e->slots[i];
-        if (!s->used) continue;
-        active++;
-        used_pos += s->decoding ? (uint64_t)sw_gen_next_pos(&s->gen) + 1 : (uint64_t)s->n_prefilled;
-    }
-    memset(out, 0, sizeof *out);
-    out->active = active;
-    out->queued = (uint32_t)e->n_queued;
-    out->slots = (uint32_t)e->n_parallel;
-    out->batch_size = e->last_batch;
-    out->kv_utilization = (float)((double)used_pos / ((double)e->n_parallel * e->n_ctx));
-    out->tokens_generated = e->tokens_generated;
+    pthread_mutex_lock(&e->load_mu);
+    *out = e->snapshot;
+    pthread_mutex_unlock(&e->load_mu);
 }
 
 const sw_engine_ops sw_cpu_engine_ops = {

@@ -13,7 +13,7 @@
 
 typedef struct {
     char id[SW_MAX_ID_LEN + 1];
-    sw_gen gen;
+    sw_gen *gen;
     int32_t *toks;            /* prompt, then generated tokens */
     int n_toks, cap_toks;
     int n_computed;           /* tokens whose K/V are in the cache */
@@ -184,7 +184,7 @@ static void release_blocks(sw_gpu_engine *e, seq *s)
 static void seq_free(sw_gpu_engine *e, seq *s)
 {
     release_blocks(e, s);
-    sw_gen_free(&s->gen);
+    sw_gen_delete(s->gen);
     free(s->toks);
     free(s->blocks);
     free(s);
@@ -239,6 +239,38 @@ static seq *preempt_newest(sw_gpu_engine *e)
 
 /* ---- ops ---- */
 
+static void publish_load(sw_gpu_engine *e, int batch_seqs, int sampled);
+
+/* A sequence for the request, with its generator; NULL with err filled. */
+static seq *seq_new(sw_gpu_engine *e, const Spillway__GenerateRequest *req, char *err, size_t errlen)
+{
+    seq *s = calloc(1, sizeof *s);
+    if (!s) { snprintf(err, errlen, "out of memory"); return NULL; }
+    if (!(s->gen = sw_gen_from_wire(e->m->tok, e->m->chat, req, e->n_ctx, err, errlen))) { free(s); return NULL; }
+    int n_prompt;
+    const int32_t *prompt = sw_gen_prompt(s->gen, &n_prompt);
+    s->cap_toks = e->n_ctx + 1;
+    s->toks = malloc((size_t)s->cap_toks * sizeof(int32_t));
+    s->blocks = malloc((size_t)e->max_blocks * sizeof(int32_t));
+    if (!s->toks || !s->blocks || n_prompt > e->n_ctx - 1) {
+        if (s->toks && s->blocks)
+            snprintf(err, errlen, "prompt of %d tokens leaves no room to generate in the context of %d",
+                     n_prompt, e->n_ctx);
+        else
+            snprintf(err, errlen, "out of memory");
+        sw_gen_delete(s->gen);
+        free(s->toks); free(s->blocks); free(s);
+        return NULL;
+    }
+    snprintf(s->id, sizeof s->id, "%s", req->request_id);
+    memcpy(s->toks, prompt, (size_t)n_prompt * sizeof(int32_t));
+    s->n_toks = n_prompt;
+    s->deadline_ms = req->deadline_unix_ms;
+    s->rng = sw_gen_sampling(s->gen)->seed ^ 0x5DEECE66Dull;
+    s->dev_sample_ok = sw_gen_sampling_is_plain(s->gen, (int32_t)e->be->hp.n_vocab);
+    return s;
+}
+
 static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *err, size_t errlen)
 {
     sw_gpu_engine *e = eng;
@@ -258,73 +290,50 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
         snprintf(err, errlen, "the GPU worker does not compute the prompt's log probabilities (echo with logprobs)");
         return 400;
     }
-    seq *s = calloc(1, sizeof *s);
-    if (!s) { snprintf(err, errlen, "out of memory"); return 503; }
-    int rc = sw_gen_init_request(&s->gen, e->m->tok, e->m->chat, req, e->n_ctx, err, errlen);
-    if (rc) { free(s); return rc; }
-    snprintf(s->id, sizeof s->id, "%s", req->request_id);
-    s->cap_toks = e->n_ctx + 1;
-    s->toks = malloc((size_t)s->cap_toks * sizeof(int32_t));
-    s->blocks = malloc((size_t)e->max_blocks * sizeof(int32_t));
-    if (!s->toks || !s->blocks || s->gen.n_prompt > e->n_ctx - 1) {
-        if (s->toks && s->blocks)
-            snprintf(err, errlen, "prompt of %d tokens leaves no room to generate in the context of %d",
-                     s->gen.n_prompt, e->n_ctx);
-        else
-            snprintf(err, errlen, "out of memory");
-        sw_gen_free(&s->gen);
-        free(s->toks); free(s->blocks); free(s);
-        return 400;
-    }
-    memcpy(s->toks, s->gen.prompt, (size_t)s->gen.n_prompt * sizeof(int32_t));
-    s->n_toks = s->gen.n_prompt;
+    seq *s = seq_new(e, req, err, errlen);
+    if (!s) return 400;
     s->arrival = e->next_arrival++;
-    s->deadline_ms = req->deadline_unix_ms;
-    s->rng = s->gen.sampler.p.seed ^ 0x5DEECE66Dull;
-    const sw_sampling_params *sp = &s->gen.sampler.p;
-    /* log probabilities, the presence/frequency penalties, logit_bias and
-     * structured output need the host's sampler */
-    s->dev_sample_ok = (sp->repetition_penalty == 0.0f || sp->repetition_penalty == 1.0f) &&
-                       sp->min_p <= 0.0f && s->gen.n_vocab == (int32_t)e->be->hp.n_vocab && !s->gen.lp_on &&
-                       sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f && sp->n_bias == 0 &&
-                       !s->gen.js;
     waiting_insert(e, s);
+    publish_load(e, -1, 0);
     return 0;
 }
 
 static void engine_cancel(void *eng, const char *request_id)
 {
     sw_gpu_engine *e = eng;
-    for (int i = 0; i < e->n_running; i++)
+    seq *s = NULL;
+    for (int i = 0; !s && i < e->n_running; i++)
         if (!strcmp(e->running[i]->id, request_id)) {
-            seq *s = e->running[i];
+            s = e->running[i];
             running_remove_at(e, i);
-            seq_free(e, s);
-            return;
         }
-    for (int i = 0; i < e->n_waiting; i++)
+    for (int i = 0; !s && i < e->n_waiting; i++)
         if (!strcmp(e->waiting[i]->id, request_id)) {
-            seq *s = e->waiting[i];
+            s = e->waiting[i];
             memmove(&e->waiting[i], &e->waiting[i + 1], (size_t)(e->n_waiting - i - 1) * sizeof(seq *));
             e->n_waiting--;
-            seq_free(e, s);
-            return;
         }
+    if (!s) return;
+    seq_free(e, s);
+    publish_load(e, -1, 0);
 }
 
-static void update_load(sw_gpu_engine *e, int batch_seqs, int sampled)
+/* The figures load() reports, at the end of every submit, cancel and step
+ * (compute thread). batch_seqs: the step's batch, -1 for no step. */
+static void publish_load(sw_gpu_engine *e, int batch_seqs, int sampled)
 {
     pthread_mutex_lock(&e->mu);
     e->load.active = (uint32_t)e->n_running;
     e->load.queued = (uint32_t)e->n_waiting;
     e->load.slots = (uint32_t)e->cfg.max_batch;
     e->load.kv_utilization = 1.0f - (float)e->n_free / (float)e->be->n_kv_blocks;
-    e->load.batch_size = (uint32_t)batch_seqs;
-    if ((uint32_t)batch_seqs > e->batch_max_since_read) e->batch_max_since_read = (uint32_t)batch_seqs;
+    if (batch_seqs >= 0) e->load.batch_size = (uint32_t)batch_seqs;
+    if (batch_seqs > 0 && (uint32_t)batch_seqs > e->batch_max_since_read) e->batch_max_since_read = (uint32_t)batch_seqs;
     e->load.tokens_generated += (uint64_t)sampled;
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Link thread: the snapshot only (see sw_engine_ops). */
 static void engine_load(void *eng, sw_load *out)
 {
     sw_gpu_engine *e = eng;
@@ -370,7 +379,8 @@ static void admit(sw_gpu_engine *e)
         e->n_waiting--;
         take_cached_prefix(e, s);
         if (!s->admitted_once) {   /* usage counts the first admission, not a recompute */
-            s->n_cached = s->n_computed < s->gen.n_prompt ? s->n_computed : s->gen.n_prompt;
+            int n_prompt = sw_gen_n_prompt(s->gen);
+            s->n_cached = s->n_computed < n_prompt ? s->n_computed : n_prompt;
             s->admitted_once = true;
         }
         /* keep running sorted by arrival (a recomputed request is older than newcomers) */
@@ -440,30 +450,17 @@ static void log_line(sw_gpu_engine *e, int n_seqs, int n_tok)
     e->log_steps_n = 0;
 }
 
-static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
+/* Puts every scheduled chunk into the batch; returns its token count, with
+ * *n_seqs and *n_logits. *dev_sample stays true only if every sampled
+ * sequence may be sampled on the device. */
+static int assemble(sw_gpu_engine *e, int *n_seqs, int *n_logits, bool *dev_sample)
 {
-    sw_gpu_engine *e = eng;
-    expire(e, fail, ctx);
-    admit(e);
-    int n_tok = plan(e);
-    /* Every running sequence holding blocks but none free, and nothing could
-     * be scheduled: free the newest until the oldest can move. */
-    while (n_tok == 0 && e->n_running > 1) {
-        preempt_newest(e);
-        n_tok = plan(e);
-    }
-    if (n_tok == 0) {
-        update_load(e, 0, 0);
-        return e->n_running + e->n_waiting;
-    }
-
-    /* assemble the batch */
-    int n = 0, n_seqs = 0, n_logits = 0;
-    bool dev_sample = e->be->ops->forward_sample != NULL;
+    int n = 0;
+    *n_seqs = *n_logits = 0;
     for (int i = 0; i < e->n_running; i++) {
         seq *s = e->running[i];
         if (!s->chunk) continue;
-        int si = n_seqs++;
+        int si = (*n_seqs)++;
         e->b_seqs[si] = s;
         int32_t *row = e->b_table + (size_t)si * e->max_blocks;
         memcpy(row, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
@@ -475,65 +472,108 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
             e->b_seq[n] = si;
             n++;
         }
-        if (s->n_computed + s->chunk == s->n_toks) {
-            const sw_sampling_params *sp = &s->gen.sampler.p;
-            e->b_sample[n_logits] = (sw_dev_sample){
-                .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k,
-                .uniform = (float)((sw_splitmix64(&s->rng) >> 40) * 0x1p-24),
-            };
-            e->b_logits_idx[n_logits++] = n - 1;
-            if (!s->dev_sample_ok) dev_sample = false;
-        }
+        if (s->n_computed + s->chunk != s->n_toks) continue;
+        const sw_sampling_params *sp = sw_gen_sampling(s->gen);
+        e->b_sample[*n_logits] = (sw_dev_sample){
+            .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k,
+            .uniform = (float)((sw_splitmix64(&s->rng) >> 40) * 0x1p-24),
+        };
+        e->b_logits_idx[(*n_logits)++] = n - 1;
+        if (!s->dev_sample_ok) *dev_sample = false;
     }
-    sw_batch b = {
-        .n_tokens = n, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq,
-        .n_seqs = n_seqs, .max_blocks = e->max_blocks, .block_table = e->b_table,
-        .n_logits = n_logits, .logits_idx = e->b_logits_idx,
-    };
-    char err[256] = "";
-    int rc = dev_sample && n_logits
-        ? e->be->ops->forward_sample(e->be->impl, &b, e->b_sample, e->b_sampled, err, sizeof err)
-        : e->be->ops->forward(e->be->impl, &b, e->logits, err, sizeof err);
-    if (rc) {
-        fprintf(stderr, "sched: forward failed: %s\n", err);
-        for (int i = 0; i < n_seqs; i++) {
-            fail(ctx, e->b_seqs[i]->id, 500, err);
-            remove_running(e, e->b_seqs[i]);
-        }
-        update_load(e, 0, 0);
-        return e->n_running + e->n_waiting;
-    }
+    return n;
+}
 
-    /* sample, stream, retire */
-    int li = 0, sampled = 0;
+/* Streams the token of sequence s (sampled on the device, or here from
+ * row); false when s is done (finished or failed) and removed. */
+static bool stream_token(sw_gpu_engine *e, seq *s, int32_t tok, const float *row, sw_emit_fn emit, sw_fail_fn fail,
+                         void *ctx)
+{
+    if (tok < 0) {
+        fail(ctx, s->id, 500, sw_gen_error(s->gen));
+        remove_running(e, s);
+        return false;
+    }
+    sw_out o = { 0 };
+    size_t len = 0;
+    int fin = sw_gen_accept(s->gen, tok, &o.text, &len);
+    o.reasoning = sw_gen_reasoning(s->gen, NULL);
+    o.calls = sw_gen_tool_calls(s->gen, &o.n_calls);
+    o.logprob = row ? sw_gen_logprob(s->gen) : NULL;
+    if (s->n_toks < s->cap_toks) s->toks[s->n_toks++] = tok;
+    uint32_t id = (uint32_t)tok;
+    emit(ctx, s->id, &o, &id, 1, fin,
+         &(sw_usage){ .prompt_tokens = (uint32_t)sw_gen_n_prompt(s->gen),
+                      .completion_tokens = sw_gen_n_generated(s->gen), .cached_tokens = (uint32_t)s->n_cached,
+                      .reasoning_tokens = sw_gen_n_reasoning_tokens(s->gen) });
+    if (fin == SW_FINISH_NONE) return true;
+    remove_running(e, s);
+    return false;
+}
+
+/* After the forward pass: sample, stream, retire. Returns tokens sampled. */
+static int retire(sw_gpu_engine *e, int n_seqs, bool dev_sample, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
+{
+    int li = 0;
     const int32_t V = (int32_t)e->be->hp.n_vocab;
     for (int i = 0; i < n_seqs; i++) {
         seq *s = e->b_seqs[i];
         s->n_computed += s->chunk;
         cache_full_blocks(e, s);
         if (s->n_computed != s->n_toks) continue;
-        int32_t tok = dev_sample ? e->b_sampled[li] : sw_gen_sample(&s->gen, e->logits + (size_t)li * V, V);
+        float *row = dev_sample ? NULL : e->logits + (size_t)li * V;
+        int32_t tok = dev_sample ? e->b_sampled[li] : sw_gen_sample(s->gen, row, V);
         li++;
-        sampled++;
-        if (tok < 0) {
-            fail(ctx, s->id, 500, sw_gen_error(&s->gen));
-            remove_running(e, s);
-            continue;
-        }
-        sw_out o = { 0 };
-        size_t len = 0;
-        int fin = sw_gen_accept(&s->gen, tok, &o.text, &len);
-        o.reasoning = sw_gen_reasoning(&s->gen, NULL);
-        o.calls = sw_gen_tool_calls(&s->gen, &o.n_calls);
-        o.logprob = dev_sample ? NULL : sw_gen_logprob(&s->gen);
-        if (s->n_toks < s->cap_toks) s->toks[s->n_toks++] = tok;
-        uint32_t id = (uint32_t)tok;
-        emit(ctx, s->id, &o, &id, 1, fin,
-             &(sw_usage){ .prompt_tokens = (uint32_t)s->gen.n_prompt, .completion_tokens = s->gen.n_generated,
-                          .cached_tokens = (uint32_t)s->n_cached, .reasoning_tokens = s->gen.n_reasoning_tokens });
-        if (fin != SW_FINISH_NONE) remove_running(e, s);
+        stream_token(e, s, tok, row, emit, fail, ctx);
     }
-    update_load(e, n_seqs, sampled);
+    return li;
+}
+
+/* Schedules this step's chunks; 0 when nothing can run. */
+static int schedule(sw_gpu_engine *e)
+{
+    int n_tok = plan(e);
+    /* Every running sequence holding blocks but none free, and nothing could
+     * be scheduled: free the newest until the oldest can move. */
+    while (n_tok == 0 && e->n_running > 1) {
+        preempt_newest(e);
+        n_tok = plan(e);
+    }
+    return n_tok;
+}
+
+static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
+{
+    sw_gpu_engine *e = eng;
+    expire(e, fail, ctx);
+    admit(e);
+    if (schedule(e) == 0) {
+        publish_load(e, 0, 0);
+        return e->n_running + e->n_waiting;
+    }
+    int n_seqs, n_logits;
+    bool dev_sample = e->be->ops->forward_sample != NULL;
+    int n = assemble(e, &n_seqs, &n_logits, &dev_sample);
+    sw_batch b = {
+        .n_tokens = n, .tokens = e->b_tok, .pos = e->b_pos, .seq = e->b_seq,
+        .n_seqs = n_seqs, .max_blocks = e->max_blocks, .block_table = e->b_table,
+        .n_logits = n_logits, .logits_idx = e->b_logits_idx,
+    };
+    char err[256] = "";
+    dev_sample = dev_sample && n_logits;
+    int rc = dev_sample ? e->be->ops->forward_sample(e->be->impl, &b, e->b_sample, e->b_sampled, err, sizeof err)
+                        : e->be->ops->forward(e->be->impl, &b, e->logits, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "sched: forward failed: %s\n", err);
+        for (int i = 0; i < n_seqs; i++) {
+            fail(ctx, e->b_seqs[i]->id, 500, err);
+            remove_running(e, e->b_seqs[i]);
+        }
+        publish_load(e, 0, 0);
+        return e->n_running + e->n_waiting;
+    }
+    int sampled = retire(e, n_seqs, dev_sample, emit, fail, ctx);
+    publish_load(e, n_seqs, sampled);
     if (n_seqs > e->log_peak) e->log_peak = n_seqs;
     e->log_steps_n++;
     if (e->cfg.log_steps && (sw_clock_s() - e->last_log >= 1.0 || e->n_running + e->n_waiting == 0))
@@ -553,6 +593,7 @@ sw_gpu_engine *sw_gpu_engine_new(const sw_model *m, sw_backend *be, const sw_sch
 {
     sw_gpu_engine *e = calloc(1, sizeof *e);
     if (!e) { snprintf(err, errlen, "out of memory"); return NULL; }
+    pthread_mutex_init(&e->mu, NULL);
     e->m = m;
     e->be = be;
     e->cfg = *cfg;
@@ -566,6 +607,7 @@ sw_gpu_engine *sw_gpu_engine_new(const sw_model *m, sw_backend *be, const sw_sch
     if (ctx > (int64_t)be->n_kv_blocks * SW_KV_BLOCK) ctx = (int64_t)be->n_kv_blocks * SW_KV_BLOCK;
     if (ctx < 2) {
         snprintf(err, errlen, "KV pool of %u blocks is too small", be->n_kv_blocks);
+        pthread_mutex_destroy(&e->mu);
         free(e);
         return NULL;
     }
@@ -602,7 +644,6 @@ sw_gpu_engine *sw_gpu_engine_new(const sw_model *m, sw_backend *be, const sw_sch
     /* lowest block ids handed out first */
     e->fhead = e->ftail = -1;
     for (uint32_t i = 0; i < nb; i++) free_push(e, (int32_t)i);
-    pthread_mutex_init(&e->mu, NULL);
     e->load.slots = (uint32_t)e->cfg.max_batch;
     return e;
 }

@@ -4,7 +4,7 @@
 #include "tests/unit/check.h"
 #include "worker-cpu/engine.h"
 #include "worker-cpu/forward.h"
-#include "llm/generate.h"
+#include "llm/gen_impl.h"   /* generators kept by value */
 #include "llm/util.h"
 
 #include <stdio.h>

@@ -5,7 +5,8 @@
  * the reasoning apart from the answer. */
 #include "tests/unit/check.h"
 #include "tests/unit/testutil.h"
-#include "llm/generate.h"
+#include "llm/gen_impl.h"
+#include "proto/worker_request.h"
 
 #include <math.h>
 #include <string.h>
@@ -499,9 +500,9 @@ int main(void)
     CHECK(sw_gen_init(&g, tok, SW_CHAT_PLAIN, &p, 512, err, sizeof err) == 400);
     ids[1] = 407;
     CHECK(sw_gen_init(&g, tok, SW_CHAT_PLAIN, &p, 2, err, sizeof err) == 400 && strstr(err, "context"), "%s", err);
-    const char *many[SW_GEN_MAX_STOPS + 1];
-    for (int i = 0; i <= SW_GEN_MAX_STOPS; i++) many[i] = "x";
-    sw_gen_params ps = { .prompt = "Hi", .stop = many, .n_stop = SW_GEN_MAX_STOPS + 1 };
+    const char *many[SW_MAX_STOPS + 1];
+    for (int i = 0; i <= SW_MAX_STOPS; i++) many[i] = "x";
+    sw_gen_params ps = { .prompt = "Hi", .stop = many, .n_stop = SW_MAX_STOPS + 1 };
     CHECK(sw_gen_init(&g, tok, SW_CHAT_PLAIN, &ps, 512, err, sizeof err) == 400 && strstr(err, "stop"), "%s", err);
 
     /* Chat messages go through the template; special-token text is parsed. */
@@ -520,9 +521,23 @@ int main(void)
     r.n_prompt_tokens = 2;
     r.sampling = &sp;
     r.max_tokens = 7;
-    CHECK(sw_gen_init_request(&g, tok, SW_CHAT_PLAIN, &r, 512, err, sizeof err) == 0, "%s", err);
+    sw_request rq;
+    CHECK(sw_request_from_wire(&rq, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(sw_gen_init(&g, tok, SW_CHAT_PLAIN, &rq.gen, 512, err, sizeof err) == 0, "%s", err);
+    sw_request_free(&rq);
     CHECK(g.n_prompt == 2 && g.max_tokens == 7);
     sw_gen_free(&g);
+    sw_gen *gw = sw_gen_from_wire(tok, SW_CHAT_PLAIN, &r, 512, err, sizeof err);
+    CHECK(gw && sw_gen_n_prompt(gw) == 2, "%s", err);
+    sw_gen_delete(gw);
+    /* logit_bias ids are the generator's to check, against its vocabulary */
+    Spillway__LogitBias lb = SPILLWAY__LOGIT_BIAS__INIT, *lbs[1] = { &lb };
+    lb.token_id = 512;
+    lb.bias = 5;
+    sp.logit_bias = lbs;
+    sp.n_logit_bias = 1;
+    CHECK(!(gw = sw_gen_from_wire(tok, SW_CHAT_PLAIN, &r, 512, err, sizeof err)) && strstr(err, "logit_bias"), "%s", err);
+    sp.n_logit_bias = 0;
 
     test_structured();
     test_mask_equivalence(tok, "stories260K");

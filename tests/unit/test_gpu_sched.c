@@ -5,7 +5,7 @@
 #include <string.h>
 #include "tests/unit/check.h"
 #include "worker-gpu/scheduler.h"
-#include "llm/generate.h"
+#include "llm/gen_impl.h"   /* generators kept by value */
 
 #define NREQ 4
 #define NSINK 10   /* ids are "r0".."r9" */
