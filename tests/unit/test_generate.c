@@ -301,6 +301,80 @@ static void init(sw_gen *g, const char *prompt, uint32_t max_tokens, const char 
     CHECK(rc == 0, "init: %s", err);
 }
 
+/* Feeds ids[0..n) to g (up to a finish); the deltas go to out. Returns
+ * the finish reason. */
+static int feed_ids(sw_gen *g, const int32_t *ids, int n, sw_sbuf *out)
+{
+    int fin = 0;
+    for (int i = 0; i < n && !fin; i++) {
+        const char *d;
+        size_t dl;
+        fin = sw_gen_accept(g, ids[i], &d, &dl);
+        CHECK(strlen(d) == dl);
+        sw_sbuf_put_n(out, d, dl);
+    }
+    return fin;
+}
+
+/* Stop strings as long as the gateway allows (SW_MAX_STOP_LEN): a stop of
+ * ~1000 bytes, spanning hundreds of tokens, is held back whole and never
+ * emitted; one that differs in its last byte releases every byte. */
+static void test_long_stop(void)
+{
+    char text[2048] = "";
+    for (int day = 1; strlen(text) < 1400; day++) {
+        size_t at = strlen(text);
+        snprintf(text + at, sizeof text - at, " On day %d, Lily saw %d birds in the park.", day, 3 * day + 1);
+    }
+    int32_t ids[2048];
+    int n = sw_tok_encode(tok, text, strlen(text), false, false, ids, 2048);
+    CHECK(n > 300, "%d tokens", n);
+    char err[256];
+    /* The text as the generator decodes it, without a stop string. */
+    sw_gen g;
+    sw_gen_params p = { .prompt = "Once upon a time" };
+    CHECK(sw_gen_init(&g, tok, SW_CHAT_PLAIN, &p, 4096, err, sizeof err) == 0, "%s", err);
+    sw_sbuf all = { 0 };
+    CHECK(feed_ids(&g, ids, n, &all) == SW_FINISH_NONE);
+    const char *d;
+    size_t dl;
+    CHECK(sw_gen_accept(&g, sw_tok_eos(tok), &d, &dl) == SW_FINISH_STOP);
+    sw_gen_free(&g);
+    CHECK(all.s && all.n > 1200, "decoded %zu bytes", all.n);
+    if (!all.s || all.n <= 1200) return;
+
+    char stop[SW_MAX_STOP_LEN + 1];
+    memcpy(stop, all.s + 150, 1000);
+    stop[1000] = 0;
+    const char *stops[1] = { stop };
+    p.stop = stops;
+    p.n_stop = 1;
+    CHECK(sw_gen_init(&g, tok, SW_CHAT_PLAIN, &p, 4096, err, sizeof err) == 0, "%s", err);
+    sw_sbuf out = { 0 };
+    CHECK(feed_ids(&g, ids, n, &out) == SW_FINISH_STOP, "the 1000-byte stop string ends generation");
+    CHECK(out.n == 150 && !memcmp(out.s, all.s, 150), "%zu bytes before the stop: '%.*s'", out.n, (int)out.n, out.s);
+    sw_gen_free(&g);
+    sw_sbuf_free(&out);
+
+    stop[999] = '#';   /* never in the text: everything is released by the end */
+    CHECK(sw_gen_init(&g, tok, SW_CHAT_PLAIN, &p, 4096, err, sizeof err) == 0, "%s", err);
+    CHECK(feed_ids(&g, ids, n, &out) == SW_FINISH_NONE);
+    CHECK(out.n + 999 >= all.n && out.n < all.n, "held back %zu bytes", all.n - out.n);
+    CHECK(sw_gen_accept(&g, sw_tok_eos(tok), &d, &dl) == SW_FINISH_STOP);
+    sw_sbuf_put_n(&out, d, dl);
+    CHECK(out.n == all.n && !memcmp(out.s, all.s, all.n), "all %zu bytes released", all.n);
+    sw_gen_free(&g);
+    sw_sbuf_free(&out);
+
+    /* One byte longer than the limit is refused. */
+    char over[SW_MAX_STOP_LEN + 2];
+    memset(over, 'a', SW_MAX_STOP_LEN + 1);
+    over[SW_MAX_STOP_LEN + 1] = 0;
+    stops[0] = over;
+    CHECK(sw_gen_init(&g, tok, SW_CHAT_PLAIN, &p, 4096, err, sizeof err) == 400 && strstr(err, "stop"), "%s", err);
+    sw_sbuf_free(&all);
+}
+
 /* Structured output on the stories260K vocabulary: from random logits (one
  * row favouring a word that is not JSON), sampled and greedy, the output
  * is JSON fitting the schema, and generation ends where the JSON ends. */
@@ -539,6 +613,7 @@ int main(void)
     CHECK(!(gw = sw_gen_from_wire(tok, SW_CHAT_PLAIN, &r, 512, err, sizeof err)) && strstr(err, "logit_bias"), "%s", err);
     sp.n_logit_bias = 0;
 
+    test_long_stop();
     test_structured();
     test_mask_equivalence(tok, "stories260K");
     shared_path(path, sizeof path, "vocab/ggml-vocab-gpt-2.gguf");

@@ -408,7 +408,31 @@ static void test_field_errors(void) {
     gen.max_tokens = 252;
     char *empty_stop[1] = {""};
     gen.stop = empty_stop; gen.n_stop = 1; reject_generate("empty stop", "stop[0] is empty");
+    /* llm/limits.h's bounds, the gateway's too: a stop string of
+     * SW_MAX_STOP_LEN bytes passes, one byte more does not; and so for the
+     * count and the schema's length */
+    static char long_stop[SW_MAX_STOP_LEN + 2];
+    memset(long_stop, 'x', SW_MAX_STOP_LEN);
+    char *long_stops[SW_MAX_STOPS + 1];
+    for (int i = 0; i <= SW_MAX_STOPS; i++) long_stops[i] = long_stop;
+    gen.stop = long_stops; gen.n_stop = 1;
+    {
+        uint8_t *f;
+        size_t n;
+        env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE; env.generate = &gen;
+        sw_env *d = roundtrip(&env, &f, &n);
+        CHECK(d != NULL, "a stop string of SW_MAX_STOP_LEN bytes is accepted");
+        sw_wire_free(d);
+        free(f);
+    }
+    long_stop[SW_MAX_STOP_LEN] = 'x'; reject_generate("stop one byte too long", "too long");
+    long_stop[SW_MAX_STOP_LEN] = 0;
+    gen.n_stop = SW_MAX_STOPS + 1; reject_generate("too many stops", "stop strings");
     gen.stop = stops; gen.n_stop = 2;
+    static char big_schema[SW_MAX_SCHEMA_LEN + 2];
+    memset(big_schema, ' ', SW_MAX_SCHEMA_LEN + 1);
+    gen.json_schema = big_schema; reject_generate("json_schema too long", "json_schema");
+    gen.json_schema = "";
     sp.temperature = NAN; reject_generate("NaN temperature", "temperature");
     sp.temperature = INFINITY; reject_generate("inf temperature", "temperature");
     sp.temperature = -1; reject_generate("negative temperature", "temperature");
