@@ -52,7 +52,8 @@ def gw(tmp_path_factory):
     try:
         c.start_gateway(POLICY)
         c.start_echo("cpu-pool", 5000, ["--parallel", "4"], model_name="echo")
-        c.start_worker("cpu-pool", "stories", stories, ["--threads", "1", "--parallel", "2"], name="stories")
+        c.start_worker("cpu-pool", "stories", stories, ["--threads", "1", "--parallel", "2", "--ctx", "128"],
+                       name="stories")   # a short context: max_tokens at its bound ends there
         tools = scripted_model(tmp / "tools.gguf", "chatml", ["\u010a", "The", "\u0120answer", "<|im_end|>"])
         c.start_worker("cpu-pool", "tools", tools, ["--threads", "1", "--parallel", "2", "--ctx", "16384"],
                        name="tools")
