@@ -20,10 +20,8 @@ struct sw_gen {
     uint32_t max_tokens;
     char *stop[SW_MAX_STOPS];
     size_t n_stop;
-    char *held;                   /* decoded text not emitted yet (could start a stop string) */
-    size_t n_held, cap_held;
-    char *out;                    /* the delta returned by sw_gen_accept */
-    size_t cap_out;
+    sw_sbuf held;                 /* decoded text not emitted yet (could start a stop string) */
+    sw_sbuf out;                  /* the delta returned by sw_gen_accept */
     uint32_t n_generated;         /* tokens accepted (completion_tokens) */
     int finish;                   /* SW_FINISH_*, sticky */
     /* Reasoning models (generate.c, "reasoning"): think chats (DeepSeek R1,
@@ -34,8 +32,7 @@ struct sw_gen {
     char h_role[64], h_chan[96];  /* a harmony header: after <|start|>, after <|channel|> */
     size_t h_n_role, h_n_chan;
     char h_to[SW_MAX_TOOL_NAME + 1];  /* the function a commentary message calls */
-    char *reasoning;              /* the reasoning delta of the last sw_gen_accept */
-    size_t n_reasoning, cap_reasoning;
+    sw_sbuf reasoning;            /* the reasoning delta of the last sw_gen_accept */
     uint32_t n_reasoning_tokens;  /* accepted tokens that were reasoning or its markers */
     /* Tool calls (generate.c, "tool calls"): <tool_call> JSON </tool_call>
      * spans of the answer, parsed into calls instead of shown. */

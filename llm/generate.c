@@ -10,19 +10,6 @@
 #include "llm/text.h"
 #include "llm/util.h"
 
-/* Grows *buf to hold at least need bytes. */
-static bool reserve(char **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap) return true;
-    size_t n = *cap ? *cap : 256;
-    while (n < need) n *= 2;
-    char *p = realloc(*buf, n);
-    if (!p) return false;
-    *buf = p;
-    *cap = n;
-    return true;
-}
-
 /* Encodes text into a malloc'd token list. */
 static int encode_alloc(const sw_tokenizer *tok, const char *text, bool add_bos, bool special,
                         int32_t **out, char *err, size_t errlen)
@@ -720,13 +707,13 @@ static int gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
      * with SentencePiece's dummy-prefix space; a continuation keeps it. */
     bool only_bos = g->n_prompt == 1 && g->prompt[0] == sw_tok_bos(tok);
     sw_detok_init(&g->detok, tok, only_bos);
-    if (!reserve(&g->out, &g->cap_out, 256) || !reserve(&g->held, &g->cap_held, 256) ||
-        !reserve(&g->reasoning, &g->cap_reasoning, 256)) {
+    /* the deltas are never NULL, even empty */
+    if (!sw_sbuf_reserve(&g->out, 0) || !sw_sbuf_reserve(&g->held, 0) || !sw_sbuf_reserve(&g->reasoning, 0)) {
         sw_errf(err, errlen, "out of memory");
         return 400;
     }
-    g->out[0] = 0;
-    g->reasoning[0] = 0;
+    g->out.s[0] = 0;
+    g->reasoning.s[0] = 0;
     return 0;
 }
 
@@ -785,8 +772,8 @@ const sw_logprob *sw_gen_prompt_logprobs(const sw_gen *g, size_t *n)
 
 const char *sw_gen_reasoning(const sw_gen *g, size_t *len)
 {
-    if (len) *len = g->n_reasoning;
-    return g->reasoning ? g->reasoning : "";
+    if (len) *len = g->reasoning.n;
+    return g->reasoning.s ? g->reasoning.s : "";
 }
 
 const sw_tool_call *sw_gen_tool_calls(const sw_gen *g, size_t *n)
@@ -800,9 +787,9 @@ void sw_gen_free(sw_gen *g)
     sw_sampler_free(&g->sampler);
     free(g->prompt);
     for (size_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
-    free(g->held);
-    free(g->out);
-    free(g->reasoning);
+    sw_sbuf_free(&g->held);
+    sw_sbuf_free(&g->out);
+    sw_sbuf_free(&g->reasoning);
     sw_tool_calls_free(&g->calls);
     free(g->call_text.s);
     free(g->lp_row);
@@ -952,28 +939,34 @@ int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits)
     return tok;
 }
 
-/* Moves the first n held bytes to the output. */
-static bool release(sw_gen *g, size_t n, size_t *n_out)
+/* Moves the first n held bytes to the output (out of memory: the output's
+ * oom flag, which fails the request). */
+static void release(sw_gen *g, size_t n)
 {
-    if (!reserve(&g->out, &g->cap_out, *n_out + n + 1)) return false;
-    memcpy(g->out + *n_out, g->held, n);
-    *n_out += n;
-    g->out[*n_out] = 0;
-    memmove(g->held, g->held + n, g->n_held - n);
-    g->n_held -= n;
-    return true;
+    sw_sbuf_put_n(&g->out, g->held.s, n);
+    memmove(g->held.s, g->held.s + n, g->held.n - n);
+    g->held.n -= n;
+    g->held.s[g->held.n] = 0;
 }
 
 /* Length of the longest suffix of held text that is a proper prefix of some
- * stop string: that much must wait for more text before it can be emitted. */
+ * stop string: that much must wait for more text before it can be emitted.
+ * (At most SW_MAX_STOP_LEN - 1 bytes a stop string, so the held text stays
+ * that short between tokens.) */
 static size_t stop_prefix_len(const sw_gen *g)
 {
     size_t best = 0;
+    const char *held = g->held.s;
+    size_t n_held = g->held.n;
     for (size_t s = 0; s < g->n_stop; s++) {
         size_t sl = strlen(g->stop[s]);
-        size_t maxk = sl - 1 < g->n_held ? sl - 1 : g->n_held;
+        size_t maxk = sl - 1 < n_held ? sl - 1 : n_held;
         for (size_t k = maxk; k > best; k--) {
-            if (memcmp(g->held + g->n_held - k, g->stop[s], k) == 0) { best = k; break; }
+            /* the first byte rules out most k before a whole compare */
+            if (held[n_held - k] == g->stop[s][0] && memcmp(held + n_held - k, g->stop[s], k) == 0) {
+                best = k;
+                break;
+            }
         }
     }
     return best;
@@ -984,8 +977,8 @@ static bool find_stop(const sw_gen *g, size_t *at)
 {
     bool found = false;
     for (size_t s = 0; s < g->n_stop; s++) {
-        const char *p = memmem(g->held, g->n_held, g->stop[s], strlen(g->stop[s]));
-        if (p && (!found || (size_t)(p - g->held) < *at)) { *at = (size_t)(p - g->held); found = true; }
+        const char *p = memmem(g->held.s, g->held.n, g->stop[s], strlen(g->stop[s]));
+        if (p && (!found || (size_t)(p - g->held.s) < *at)) { *at = (size_t)(p - g->held.s); found = true; }
     }
     return found;
 }
@@ -995,105 +988,132 @@ static bool find_stop(const sw_gen *g, size_t *at)
 static bool add_text(sw_gen *g, text_dest to, const char *s, size_t n)
 {
     if ((to != TO_ANSWER && to != TO_REASONING) || n == 0) return true;
-    char **buf = to == TO_ANSWER ? &g->held : &g->reasoning;
-    size_t *len = to == TO_ANSWER ? &g->n_held : &g->n_reasoning;
-    size_t *cap = to == TO_ANSWER ? &g->cap_held : &g->cap_reasoning;
-    if (!reserve(buf, cap, *len + n + 1)) return false;
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = 0;
+    sw_sbuf *b = to == TO_ANSWER ? &g->held : &g->reasoning;
+    sw_sbuf_put_n(b, s, n);
+    return !b->oom;
+}
+
+/* A structured answer's token: its bytes, which sw_gen_sample checked, go
+ * through the schema (a caller that sampled without it, a device sampler,
+ * is refused rather than trusted). Returns false when they do not fit;
+ * *done when the answer is whole. */
+static bool js_accept(sw_gen *g, int32_t token, bool *done)
+{
+    size_t n;
+    const char *piece = sw_tok_piece_ref(g->tok, token, &n);
+    if (!sw_js_feed(g->js, &g->js_st, piece, n)) return false;
+    *done = sw_js_final(g->js, &g->js_st);
+    if (*done && g->forced == FC_BODY && g->call_close >= 0) g->forced = FC_CLOSE, *done = false;
     return true;
+}
+
+/* The structure this token advances: the answer's JSON, or a forced call's
+ * markers. false when the token breaks it; *done when the answer is whole. */
+static bool track_structure(sw_gen *g, int32_t token, bool eog, bool *done)
+{
+    *done = false;
+    if (js_active(g) && !eog && !(g->r_mode == R_THINK && g->r_state == T_START && token == g->think_open))
+        return js_accept(g, token, done);
+    if (g->forced == FC_OPEN && token == g->call_open) {
+        g->forced = FC_BODY;
+    } else if (g->forced == FC_CLOSE && token == g->call_close) {
+        g->forced = FC_NONE;
+        *done = true;
+        if (g->r_mode == R_HARMONY && g->r_state == H_CALL) harmony_call_done(g);   /* <|call|> */
+    }
+    return true;
+}
+
+/* Decodes this token's text onto the held answer, the reasoning or a call
+ * (EOG tokens have none). false when out of memory. */
+static bool take_text(sw_gen *g, int32_t token)
+{
+    char piece[512];
+    const char *p = piece;
+    size_t n = sw_detok_push(&g->detok, token, piece, sizeof piece);
+    text_dest to = route(g, token, &p, &n);
+    g->n_reasoning_tokens += to == TO_REASONING;
+    if (to == TO_CALL) sw_sbuf_put_n(&g->call_text, p, n);
+    return to == TO_ANSWER ? answer_text(g, token, p, n) : to == TO_CALL ? !g->call_text.oom : add_text(g, to, p, n);
+}
+
+/* Nothing more will come: held text is output, and so are bytes of an
+ * unfinished code point (as U+FFFD). */
+static void finish_text(sw_gen *g, bool eog)
+{
+    char tail[32];
+    size_t n = sw_detok_flush(&g->detok, tail, sizeof tail);
+    text_dest to = current_dest(g);
+    if ((g->in_call && to == TO_ANSWER) || to == TO_CALL) sw_sbuf_put_n(&g->call_text, tail, n);
+    else add_text(g, to, tail, n);
+    unfinished_call(g);
+    /* a harmony call ends with <|call|>, which ends the turn; one cut off
+     * (max_tokens) is not a call */
+    if (g->r_mode == R_HARMONY && g->r_state == H_CALL && eog) harmony_call_done(g);
+    release(g, g->held.n);
+}
+
+/* After this token's text: a stop string, or another end, or the text that
+ * can no longer start a stop string goes out. */
+static void settle(sw_gen *g, bool eog, bool js_done)
+{
+    size_t at = 0;
+    if (g->n_stop && find_stop(g, &at)) {
+        /* Emit what precedes the stop string; drop it and everything after. */
+        release(g, at);
+        g->held.n = 0;
+        g->finish = SW_FINISH_STOP;
+        return;
+    }
+    if (eog || js_done || (g->one_call && g->n_calls_total > 0)) g->finish = SW_FINISH_STOP;
+    else if (g->max_tokens && g->n_generated >= g->max_tokens) g->finish = SW_FINISH_LENGTH;
+    /* The next token would be evaluated at position n_prompt + n_generated - 1 + 1. */
+    else if (g->n_prompt + (int64_t)g->n_generated >= g->n_ctx) g->finish = SW_FINISH_LENGTH;
+    if (g->finish) {
+        finish_text(g, eog);
+        return;
+    }
+    size_t keep = g->n_stop ? stop_prefix_len(g) : 0;
+    /* Never split a UTF-8 sequence: back up to a code point start. */
+    size_t cut = g->held.n - keep;
+    while (cut > 0 && cut < g->held.n && ((unsigned char)g->held.s[cut] & 0xC0) == 0x80) cut--;
+    release(g, cut);
+}
+
+/* echo: the first delta carries the prompt ahead of the output. */
+static void put_echo(sw_gen *g)
+{
+    if (sw_sbuf_reserve(&g->out, g->echo.n)) {
+        memmove(g->out.s + g->echo.n, g->out.s, g->out.n + 1);
+        memcpy(g->out.s, g->echo.s, g->echo.n);
+        g->out.n += g->echo.n;
+    }
+    sw_sbuf_free(&g->echo);
+}
+
+static int accept_token(sw_gen *g, int32_t token)
+{
+    g->n_generated++;
+    sw_sampler_accept(&g->sampler, token);
+    if (!sw_sampler_generated(&g->sampler, token, g->n_vocab)) return SW_FINISH_ERROR;
+    bool eog = sw_tok_is_eog(g->tok, token), js_done;
+    if (!track_structure(g, token, eog, &js_done)) return SW_FINISH_ERROR;
+    if (!eog && !take_text(g, token)) return SW_FINISH_ERROR;
+    settle(g, eog, js_done);
+    if (g->echo.s) put_echo(g);
+    /* a buffer that could not grow lost text: fail rather than stream less */
+    return g->out.oom || g->held.oom || g->reasoning.oom ? SW_FINISH_ERROR : g->finish;
 }
 
 int sw_gen_accept(sw_gen *g, int32_t token, const char **delta, size_t *delta_len)
 {
-    size_t n_out = 0;
-    g->out[0] = 0;
-    g->reasoning[0] = 0;
-    g->n_reasoning = 0;
+    g->out.n = 0;
+    g->out.s[0] = 0;
+    g->reasoning.n = 0;
+    g->reasoning.s[0] = 0;
     sw_tool_calls_clear(&g->calls);
-    *delta = g->out;
-    *delta_len = 0;
-    if (g->finish) return g->finish;
-
-    g->n_generated++;
-    sw_sampler_accept(&g->sampler, token);
-    if (!sw_sampler_generated(&g->sampler, token, g->n_vocab)) { g->finish = SW_FINISH_ERROR; return g->finish; }
-    bool eog = sw_tok_is_eog(g->tok, token);
-    bool js_done = false;   /* the constrained answer is whole */
-    if (js_active(g) && !eog && !(g->r_mode == R_THINK && g->r_state == T_START && token == g->think_open)) {
-        /* the bytes sw_gen_sample checked; a caller that sampled without
-         * it (a device sampler) is refused rather than trusted */
-        size_t n;
-        const char *piece = sw_tok_piece_ref(g->tok, token, &n);
-        if (!sw_js_feed(g->js, &g->js_st, piece, n)) { g->finish = SW_FINISH_ERROR; return g->finish; }
-        js_done = sw_js_final(g->js, &g->js_st);
-        if (js_done && g->forced == FC_BODY && g->call_close >= 0) g->forced = FC_CLOSE, js_done = false;
-    } else if (g->forced == FC_OPEN && token == g->call_open) {
-        g->forced = FC_BODY;
-    } else if (g->forced == FC_CLOSE && token == g->call_close) {
-        g->forced = FC_NONE;
-        js_done = true;
-        if (g->r_mode == R_HARMONY && g->r_state == H_CALL) harmony_call_done(g);   /* <|call|> */
-    }
-
-    /* Decode this token's text onto the held buffer or the reasoning (EOG
-     * tokens have none). */
-    if (!eog) {
-        char piece[512];
-        const char *p = piece;
-        size_t n = sw_detok_push(&g->detok, token, piece, sizeof piece);
-        text_dest to = route(g, token, &p, &n);
-        g->n_reasoning_tokens += to == TO_REASONING;
-        if (to == TO_CALL) sw_sbuf_put_n(&g->call_text, p, n);
-        bool ok = to == TO_ANSWER ? answer_text(g, token, p, n) : to == TO_CALL ? !g->call_text.oom
-                                                                   : add_text(g, to, p, n);
-        if (!ok) { g->finish = SW_FINISH_ERROR; return g->finish; }
-    }
-
-    size_t at = 0;
-    if (g->n_stop && find_stop(g, &at)) {
-        /* Emit what precedes the stop string; drop it and everything after. */
-        release(g, at, &n_out);
-        g->n_held = 0;
-        g->finish = SW_FINISH_STOP;
-    } else {
-        if (eog || js_done || (g->one_call && g->n_calls_total > 0)) g->finish = SW_FINISH_STOP;
-        else if (g->max_tokens && g->n_generated >= g->max_tokens) g->finish = SW_FINISH_LENGTH;
-        /* The next token would be evaluated at position n_prompt + n_generated - 1 + 1. */
-        else if (g->n_prompt + (int64_t)g->n_generated >= g->n_ctx) g->finish = SW_FINISH_LENGTH;
-
-        if (g->finish) {
-            /* Nothing more will come: held text is output, and so are bytes
-             * of an unfinished code point (as U+FFFD). */
-            char tail[32];
-            size_t n = sw_detok_flush(&g->detok, tail, sizeof tail);
-            text_dest to = current_dest(g);
-            if ((g->in_call && to == TO_ANSWER) || to == TO_CALL) sw_sbuf_put_n(&g->call_text, tail, n);
-            else add_text(g, to, tail, n);
-            unfinished_call(g);
-            /* a harmony call ends with <|call|>, which ends the turn; one
-             * cut off (max_tokens) is not a call */
-            if (g->r_mode == R_HARMONY && g->r_state == H_CALL && eog) harmony_call_done(g);
-            release(g, g->n_held, &n_out);
-        } else {
-            size_t keep = g->n_stop ? stop_prefix_len(g) : 0;
-            /* Never split a UTF-8 sequence: back up to a code point start. */
-            size_t cut = g->n_held - keep;
-            while (cut > 0 && cut < g->n_held && ((unsigned char)g->held[cut] & 0xC0) == 0x80) cut--;
-            release(g, cut, &n_out);
-        }
-    }
-    if (g->echo.s) {   /* the first delta carries the prompt ahead of the output */
-        if (reserve(&g->out, &g->cap_out, g->echo.n + n_out + 1)) {
-            memmove(g->out + g->echo.n, g->out, n_out + 1);
-            memcpy(g->out, g->echo.s, g->echo.n);
-            n_out += g->echo.n;
-        }
-        free(g->echo.s);
-        g->echo = (sw_sbuf){ 0 };
-    }
-    *delta = g->out;
-    *delta_len = n_out;
+    if (!g->finish) g->finish = accept_token(g, token);
+    *delta = g->out.s;
+    *delta_len = g->out.n;
     return g->finish;
 }
