@@ -242,6 +242,13 @@ typedef struct sw_req {
     struct sw_req *qnext;               /* wait queue */
 } sw_req;
 
+/* Per-request directives (the X-Spillway-* headers, or the body's
+ * `spillway` object). max_queue_ms: 0 (the policy's) up to one day. */
+#define SW_MAX_QUEUE_MS 86400000
+/* "interactive" or "batch", in any case: SW_CLASS_INTERACTIVE or
+ * SW_CLASS_BATCH; -1 for anything else. */
+int sw_priority_parse(const char *s);
+
 sw_req *sw_req_new(void);
 sw_req *sw_req_ref(sw_req *r);
 void sw_req_unref(sw_req *r);

@@ -375,9 +375,8 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     if (auth && strncasecmp(auth, "Bearer ", 7) == 0) r->api_key = strdup(auth + 7);
     const char *pc = header(c, "X-Spillway-Priority");
     if (pc) {
-        if (!strcasecmp(pc, "interactive")) r->klass = SW_CLASS_INTERACTIVE;
-        else if (!strcasecmp(pc, "batch")) r->klass = SW_CLASS_BATCH;
-        else {
+        r->klass = sw_priority_parse(pc);
+        if (r->klass < 0) {
             sw_req_unref(r);
             return respond_error(c, 400, "X-Spillway-Priority must be interactive or batch", NULL,
                                  "X-Spillway-Priority", "invalid_header");
@@ -387,7 +386,7 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     if (mq) {
         char *end;
         long v = strtol(mq, &end, 10);
-        if (*end || v < 0 || v > 86400000) {
+        if (end == mq || *end || v < 0 || v > SW_MAX_QUEUE_MS) {
             sw_req_unref(r);
             return respond_error(c, 400, "X-Spillway-Max-Queue-Ms must be an integer of milliseconds",
                                  NULL, "X-Spillway-Max-Queue-Ms", "invalid_header");

@@ -3,6 +3,7 @@
  * Parsing happens on the HTTP thread: the body becomes an encoded
  * Envelope{GenerateRequest} right away, so the broker only forwards bytes.
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -11,11 +12,9 @@
 #include <cjson/cJSON.h>
 #include "gateway/gw.h"
 #include "llm/json_schema.h"
+#include "llm/limits.h"   /* every request limit: the gateway refuses what the wire and workers would */
 #include "llm/text.h"
 
-#define MAX_STOP 4
-#define MAX_STOP_LEN 1024        /* the wire protocol's limit */
-#define MAX_MESSAGES 4096
 #define DEFAULT_MAX_TOKENS_COMPLETION 16
 #define DEFAULT_MAX_TOKENS_CHAT 256
 
@@ -62,6 +61,17 @@ typedef struct { char *msg; size_t msglen; const char **param; } perr;
 static int bad(perr *e, const char *param, const char *fmt)
 {
     snprintf(e->msg, e->msglen, fmt, param);
+    *e->param = param;
+    return 400;
+}
+
+/* As bad(), with the message formatted from its arguments (the limits). */
+__attribute__((format(printf, 3, 4))) static int badf(perr *e, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, e->msglen, fmt, ap);
+    va_end(ap);
     *e->param = param;
     return 400;
 }
@@ -150,14 +160,16 @@ static void free_gen(Spillway__GenerateRequest *g)
     if (g->sampling) free(g->sampling->logit_bias);
 }
 
-/* OpenAI's logit_bias: {"token id": bias, ...}, biases -100..100, added to
+/* OpenAI's logit_bias: {"token id": bias, ...}, biases within
+ * +-SW_MAX_LOGIT_BIAS_VALUE, added to
  * the logits before sampling (the worker checks the ids). */
 static int request_logit_bias(cJSON *o, Spillway__SamplingParams *sp, perr *e)
 {
     cJSON *lb = cJSON_GetObjectItemCaseSensitive(o, "logit_bias");
     if (!lb || cJSON_IsNull(lb)) return 0;
     if (!cJSON_IsObject(lb) || cJSON_GetArraySize(lb) > SW_MAX_LOGIT_BIAS)
-        return bad(e, "logit_bias", "'%s' must be an object of up to 1024 token ids and biases");
+        return badf(e, "logit_bias", "'logit_bias' must be an object of up to %d token ids and biases",
+                    SW_MAX_LOGIT_BIAS);
     int n = cJSON_GetArraySize(lb);
     if (n == 0) return 0;
     sp->logit_bias = calloc((size_t)n, sizeof *sp->logit_bias);
@@ -168,8 +180,9 @@ static int request_logit_bias(cJSON *o, Spillway__SamplingParams *sp, perr *e)
         unsigned long id = strtoul(it->string ? it->string : "", &end, 10);
         if (!it->string || !*it->string || *end || it->string[0] == '-' || id > UINT32_MAX)
             return bad(e, "logit_bias", "the keys of '%s' must be token ids");
-        if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100))
-            return bad(e, "logit_bias", "the values of '%s' must be numbers from -100 to 100");
+        if (!cJSON_IsNumber(it) || !(fabs(it->valuedouble) <= SW_MAX_LOGIT_BIAS_VALUE))
+            return badf(e, "logit_bias", "the values of 'logit_bias' must be numbers from -%d to %d",
+                        SW_MAX_LOGIT_BIAS_VALUE, SW_MAX_LOGIT_BIAS_VALUE);
         Spillway__LogitBias *b = malloc(sizeof *b);
         if (!b) return bad(e, "logit_bias", "'%s': out of memory");
         spillway__logit_bias__init(b);
@@ -182,9 +195,6 @@ static int request_logit_bias(cJSON *o, Spillway__SamplingParams *sp, perr *e)
 
 /* ---- tools ---- */
 
-#define MAX_TOOLS 128
-#define MAX_SCHEMA_LEN 65536
-
 /* An assistant message's tool_calls (OpenAI's form: {id, type, function:
  * {name, arguments}}, arguments a JSON string) onto the wire message. A
  * tool message's tool_call_id is not needed: results answer the calls
@@ -193,8 +203,9 @@ static int message_tools(cJSON *it, Spillway__ChatMessage *cm, perr *e)
 {
     cJSON *tc = cJSON_GetObjectItemCaseSensitive(it, "tool_calls");
     if (!tc || cJSON_IsNull(tc)) return 0;
-    if (!cJSON_IsArray(tc) || cJSON_GetArraySize(tc) > MAX_TOOLS)
-        return bad(e, "messages", "a message's 'tool_calls' in '%s' must be an array of up to 128 calls");
+    if (!cJSON_IsArray(tc) || cJSON_GetArraySize(tc) > SW_MAX_TOOL_CALLS)
+        return badf(e, "messages", "a message's 'tool_calls' in 'messages' must be an array of up to %d calls",
+                    SW_MAX_TOOL_CALLS);
     cm->tool_calls = calloc((size_t)cJSON_GetArraySize(tc) + 1, sizeof *cm->tool_calls);
     cJSON *c;
     cJSON_ArrayForEach(c, tc) {
@@ -202,7 +213,8 @@ static int message_tools(cJSON *it, Spillway__ChatMessage *cm, perr *e)
         cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
         cJSON *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
         if (!cJSON_IsString(name) || !sw_tool_name_valid(name->valuestring))
-            return bad(e, "messages", "each tool call in '%s' needs a function 'name' of 1-64 letters, digits, _, - or .");
+            return badf(e, "messages", "each tool call in 'messages' needs a function 'name' of 1-%d letters, "
+                        "digits, _, - or .", SW_MAX_TOOL_NAME);
         if (args && !cJSON_IsNull(args) && !cJSON_IsString(args) && !cJSON_IsObject(args))
             return bad(e, "messages", "a tool call's 'arguments' in '%s' must be a JSON string");
         Spillway__ToolCall *w = malloc(sizeof *w);
@@ -227,8 +239,8 @@ static int request_tools(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     if (!tools || cJSON_IsNull(tools) || cJSON_GetArraySize(tools) == 0)
         if (says_call) return bad(e, "tool_choice", "'%s' forces a call, but no tools were given");
     if (!tools || cJSON_IsNull(tools)) return 0;
-    if (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > MAX_TOOLS)
-        return bad(e, "tools", "'%s' must be an array of up to 128 tools");
+    if (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > SW_MAX_TOOLS)
+        return badf(e, "tools", "'tools' must be an array of up to %d tools", SW_MAX_TOOLS);
     cJSON *t;
     cJSON_ArrayForEach(t, tools) {
         cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
@@ -238,7 +250,8 @@ static int request_tools(cJSON *o, Spillway__GenerateRequest *g, perr *e)
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(f))
             return bad(e, "tools", "each entry of '%s' must be {\"type\": \"function\", \"function\": {...}}");
         if (!cJSON_IsString(name) || !sw_tool_name_valid(name->valuestring))
-            return bad(e, "tools", "each function in '%s' needs a 'name' of 1-64 letters, digits, _, - or .");
+            return badf(e, "tools", "each function in 'tools' needs a 'name' of 1-%d letters, digits, _, - or .",
+                        SW_MAX_TOOL_NAME);
         if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
             return bad(e, "tools", "a function's 'parameters' in '%s' must be a JSON Schema object");
     }
@@ -299,7 +312,8 @@ static int request_format(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
     cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
     if (name && (!cJSON_IsString(name) || !sw_tool_name_valid(name->valuestring)))
-        return bad(e, "response_format", "'%s'.json_schema.name must be 1-64 letters, digits, _, - or .");
+        return badf(e, "response_format", "'response_format'.json_schema.name must be 1-%d letters, digits, "
+                    "_, - or .", SW_MAX_TOOL_NAME);
     if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
         return bad(e, "response_format", "'%s'.json_schema.strict must be a boolean");
     if (schema && !cJSON_IsObject(schema) && !cJSON_IsTrue(schema))
@@ -318,8 +332,9 @@ static int request_format(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     g->json_schema = cJSON_PrintUnformatted(use);
     cJSON_Delete(any);
     if (!g->json_schema) return bad(e, "response_format", "'%s' could not be encoded");
-    if (strlen(g->json_schema) > MAX_SCHEMA_LEN)
-        return bad(e, "response_format", "'%s'.json_schema.schema is longer than 65536 bytes");
+    if (strlen(g->json_schema) > SW_MAX_SCHEMA_LEN)
+        return badf(e, "response_format", "'response_format'.json_schema.schema is longer than %d bytes",
+                    SW_MAX_SCHEMA_LEN);
     return 0;
 }
 
@@ -366,7 +381,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     g.sampling = &sp;
     uint32_t *toks = NULL;
     Spillway__ChatMessage **msgs = NULL;
-    char *stops[MAX_STOP];
+    char *stops[SW_MAX_STOPS];
     size_t n_stop = 0;
 
     if (!cJSON_IsObject(o)) {
@@ -384,7 +399,8 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     if ((rc = get_string(o, "model", &model, &e))) goto out;
     if (!model || !*model) { rc = bad(&e, "model", "'%s' is required"); goto out; }
     if (!sw_id_valid(model, SW_MAX_ID_LEN))
-        { rc = bad(&e, "model", "'%s' must be at most 128 printable ASCII characters without spaces"); goto out; }
+        { rc = badf(&e, "model", "'model' must be at most %d printable ASCII characters without spaces",
+                    SW_MAX_ID_LEN); goto out; }
     r->model_asked = strdup(model);
     r->model = strdup(sw_policy_resolve(p, model));
 
@@ -394,7 +410,8 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
         if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
             { rc = bad(&e, "messages", "'%s' must be a non-empty array"); goto out; }
         int n = cJSON_GetArraySize(m);
-        if (n > MAX_MESSAGES) { rc = bad(&e, "messages", "'%s' has too many entries"); goto out; }
+        if (n > SW_MAX_MESSAGES)
+            { rc = badf(&e, "messages", "'messages' has more than %d entries", SW_MAX_MESSAGES); goto out; }
         msgs = calloc(n, sizeof *msgs);
         g.messages = msgs;   /* so the error paths free what was built */
         cJSON *it;
@@ -403,8 +420,9 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
             cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
             if (!cJSON_IsObject(it) || !cJSON_IsString(role))
                 { rc = bad(&e, "messages", "each entry of '%s' needs a string 'role'"); goto out; }
-            if (!sw_id_valid(role->valuestring, 32))
-                { rc = bad(&e, "messages", "a 'role' in '%s' must be a short word like \"user\""); goto out; }
+            if (!sw_id_valid(role->valuestring, SW_MAX_ROLE_LEN))
+                { rc = badf(&e, "messages", "a 'role' in 'messages' must be a word of up to %d characters like "
+                            "\"user\"", SW_MAX_ROLE_LEN); goto out; }
             char *text = content && !cJSON_IsNull(content) ? content_text(content) : strdup("");
             if (!text) { rc = bad(&e, "messages", "message 'content' in '%s' must be a string or text parts"); goto out; }
             Spillway__ChatMessage *cm = malloc(sizeof *cm);
@@ -456,8 +474,8 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     if ((rc = get_number(o, "min_p", 0, 1, &min_p, &e))) goto out;
     if ((rc = get_number(o, "repetition_penalty", 0, 10, &rep, &e))) goto out;
     double presence = 0, frequency = 0;
-    if ((rc = get_number(o, "presence_penalty", -2, 2, &presence, &e))) goto out;
-    if ((rc = get_number(o, "frequency_penalty", -2, 2, &frequency, &e))) goto out;
+    if ((rc = get_number(o, "presence_penalty", -SW_MAX_PENALTY, SW_MAX_PENALTY, &presence, &e))) goto out;
+    if ((rc = get_number(o, "frequency_penalty", -SW_MAX_PENALTY, SW_MAX_PENALTY, &frequency, &e))) goto out;
     sp.presence_penalty = (float)presence;
     sp.frequency_penalty = (float)frequency;
     if ((rc = request_logit_bias(o, &sp, &e))) goto out;
@@ -481,17 +499,19 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
     if (stop && !cJSON_IsNull(stop)) {
         if (cJSON_IsString(stop)) {
-            if (strlen(stop->valuestring) > MAX_STOP_LEN) { rc = bad(&e, "stop", "'%s' is too long (max 1024 bytes)"); goto out; }
+            if (strlen(stop->valuestring) > SW_MAX_STOP_LEN)
+                { rc = badf(&e, "stop", "'stop' is too long (max %d bytes)", SW_MAX_STOP_LEN); goto out; }
             if (*stop->valuestring) stops[n_stop++] = stop->valuestring;
-        } else if (cJSON_IsArray(stop) && cJSON_GetArraySize(stop) <= MAX_STOP) {
+        } else if (cJSON_IsArray(stop) && cJSON_GetArraySize(stop) <= SW_MAX_STOPS) {
             cJSON *it;
             cJSON_ArrayForEach(it, stop) {
                 if (!cJSON_IsString(it)) { rc = bad(&e, "stop", "'%s' entries must be strings"); goto out; }
-                if (strlen(it->valuestring) > MAX_STOP_LEN) { rc = bad(&e, "stop", "'%s' entries are too long (max 1024 bytes)"); goto out; }
+                if (strlen(it->valuestring) > SW_MAX_STOP_LEN)
+                    { rc = badf(&e, "stop", "'stop' entries are too long (max %d bytes)", SW_MAX_STOP_LEN); goto out; }
                 if (*it->valuestring) stops[n_stop++] = it->valuestring;
             }
         } else {
-            rc = bad(&e, "stop", "'%s' must be a string or an array of up to 4 strings");
+            rc = badf(&e, "stop", "'stop' must be a string or an array of up to %d strings", SW_MAX_STOPS);
             goto out;
         }
     }
@@ -536,14 +556,11 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
         if ((rc = get_string(d, "target", &t, &e))) goto out;
         if ((rc = get_string(d, "quantization", &q, &e))) goto out;
         if ((rc = get_string(d, "priority", &pc, &e))) goto out;
-        if ((rc = get_int(d, "max_queue_ms", 0, 86400000, &mq, &e))) goto out;
+        if ((rc = get_int(d, "max_queue_ms", 0, SW_MAX_QUEUE_MS, &mq, &e))) goto out;
         if (t) { free(r->want_target); r->want_target = strdup(t); }
         if (q) { free(r->want_quant); r->want_quant = strdup(q); }
-        if (pc) {
-            if (!strcmp(pc, "interactive")) r->klass = SW_CLASS_INTERACTIVE;
-            else if (!strcmp(pc, "batch")) r->klass = SW_CLASS_BATCH;
-            else { rc = bad(&e, "spillway.priority", "'%s' must be \"interactive\" or \"batch\""); goto out; }
-        }
+        if (pc && (r->klass = sw_priority_parse(pc)) < 0)
+            { rc = bad(&e, "spillway.priority", "'%s' must be \"interactive\" or \"batch\""); goto out; }
         if (mq >= 0) r->max_queue_ms = (int64_t)mq;
     }
 

@@ -1,6 +1,7 @@
 /* Small shared helpers: clocks, a growable buffer, request lifetime. */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include "gateway/gw.h"
 #include "llm/clock.h"
@@ -30,6 +31,13 @@ void sw_buf_free(sw_buf *b)
 {
     free(b->data);
     memset(b, 0, sizeof *b);
+}
+
+int sw_priority_parse(const char *s)
+{
+    if (!strcasecmp(s, "interactive")) return SW_CLASS_INTERACTIVE;
+    if (!strcasecmp(s, "batch")) return SW_CLASS_BATCH;
+    return -1;
 }
 
 sw_req *sw_req_new(void)
