@@ -1,6 +1,8 @@
-/* The generator's state: internal to llm/generate.c and its parts (and the
- * unit tests that look inside). Everyone else holds an sw_gen * and goes
- * through llm/generate.h. */
+/* The generator's state and the functions its parts share: internal to
+ * llm/generate.c (the core: init, sample, accept, stop strings),
+ * llm/gen_reasoning.c (think spans, harmony channels) and llm/gen_tools.c
+ * (tool calls, forced calls), and to the unit tests that look inside.
+ * Everyone else holds an sw_gen * and goes through llm/generate.h. */
 #ifndef SW_GEN_IMPL_H
 #define SW_GEN_IMPL_H
 
@@ -69,5 +71,46 @@ struct sw_gen {
     int forced;                   /* a forced call's progress (FC_*), 0: none */
     const char *error;            /* why sw_gen_sample returned -1 */
 };
+
+/* Reasoning modes and states (gen_reasoning.c). */
+enum { R_OFF, R_THINK, R_HARMONY };
+enum { T_START, T_IN, T_LEAD, T_ANSWER };                          /* think chats */
+enum { H_HEADER, H_CHANNEL, H_ANSWER, H_REASON, H_CALL, H_NONE };  /* harmony chats */
+/* Where a token's text goes. */
+typedef enum { TO_ANSWER, TO_REASONING, TO_CALL, TO_NONE } text_dest;
+/* A forced call's progress (gen_tools.c): its open marker, its JSON, its close. */
+enum { FC_NONE, FC_OPEN, FC_BODY, FC_CLOSE };
+
+/* generate.c */
+/* text as tokens into *out (malloc'd); their count, or -1 with err. */
+int gen_encode(const sw_tokenizer *tok, const char *text, bool add_bos, bool special, int32_t **out, char *err,
+               size_t errlen);
+/* Appends text to the held answer (TO_ANSWER) or this step's reasoning
+ * (TO_REASONING); other destinations take nothing. false when out of memory. */
+bool gen_add_text(sw_gen *g, text_dest to, const char *s, size_t n);
+
+/* gen_reasoning.c */
+/* Sets the reasoning mode from the chat and the vocabulary (plain
+ * completions: off). */
+void gen_reasoning_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p);
+/* Where this token's text (*piece, *n bytes; both may be trimmed) goes;
+ * advances the reasoning state. */
+text_dest gen_route(sw_gen *g, int32_t token, const char **piece, size_t *n);
+/* Where text goes now, without a token: the detokenizer's last bytes. */
+text_dest gen_current_dest(const sw_gen *g);
+
+/* gen_tools.c */
+/* Sets the call format from the chat's family (tools offered to a chat). */
+void gen_calls_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p);
+/* tool_choice: sets up a forced call. 0, or 400 with err. */
+int gen_forced_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p, char *err, size_t errlen);
+/* A harmony commentary message ended: its text is the call's arguments. */
+void gen_harmony_call_done(sw_gen *g);
+/* The answer's side of a token (after routing): markers and a call's JSON
+ * are kept from the answer. false when out of memory. */
+bool gen_answer_text(sw_gen *g, int32_t token, const char *s, size_t n);
+/* When generation ends: a held answer becomes calls if it parses as such;
+ * a call left open is text, as written. */
+void gen_unfinished_call(sw_gen *g);
 
 #endif
