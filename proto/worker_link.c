@@ -767,6 +767,33 @@ static void make_worker_id(char *out, size_t n) {
     snprintf(out, n, "%s-%d-%04x", host, (int)getpid(), rnd & 0xffff);
 }
 
+/* The compute thread's loop until a signal (0) or a broken pipe (1):
+ * between steps it drains requests and cancels, and scans deadlines; it
+ * waits on the pipe while idle, or as long as idle_ms() says. */
+static int compute_loop(compute *C, _Atomic size_t *inflight) {
+    const sw_engine_ops *ops = C->ops;
+    int busy = 0;
+    int64_t last_scan = 0;
+    while (!g_stop) {
+        long timeout = IDLE_WAIT_MS;
+        if (busy) {
+            int idle = ops->idle_ms ? ops->idle_ms(C->eng) : 0;
+            timeout = idle < IDLE_WAIT_MS ? idle : IDLE_WAIT_MS;
+        }
+        zmq_pollitem_t item = {C->pipe, 0, ZMQ_POLLIN, 0};
+        if (timeout > 0 || !busy) zmq_poll(&item, 1, timeout);
+        int handled = drain_pipe(C);
+        if (handled < 0) return 1;
+        if (C->reqs.n_deadlines && sw_clock_ms() - last_scan >= DEADLINE_SCAN_MS) {
+            last_scan = sw_clock_ms();
+            expire_deadlines(C);
+        }
+        if (busy || handled > 0) busy = ops->step(C->eng, on_emit, on_fail, C) > 0;
+        atomic_store_explicit(inflight, C->reqs.n, memory_order_relaxed);
+    }
+    return 0;
+}
+
 int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *eng) {
     if (!cfg || !cfg->gateway || !cfg->pool || !cfg->n_models || !ops || !ops->submit ||
         !ops->cancel || !ops->step || !ops->load) {
@@ -811,28 +838,7 @@ int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *e
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 
-    int fatal = 0, busy = 0;
-    int64_t last_scan = 0;
-    while (!g_stop) {
-        long timeout = IDLE_WAIT_MS;
-        if (busy) {
-            int idle = ops->idle_ms ? ops->idle_ms(eng) : 0;
-            timeout = idle < IDLE_WAIT_MS ? idle : IDLE_WAIT_MS;
-        }
-        zmq_pollitem_t item = {C.pipe, 0, ZMQ_POLLIN, 0};
-        if (timeout > 0 || !busy) zmq_poll(&item, 1, timeout);
-        int handled = drain_pipe(&C);
-        if (handled < 0) {
-            fatal = 1;
-            break;
-        }
-        if (C.reqs.n_deadlines && sw_clock_ms() - last_scan >= DEADLINE_SCAN_MS) {
-            last_scan = sw_clock_ms();
-            expire_deadlines(&C);
-        }
-        if (busy || handled > 0) busy = ops->step(eng, on_emit, on_fail, &C) > 0;
-        atomic_store_explicit(&la.inflight, C.reqs.n, memory_order_relaxed);
-    }
+    int fatal = compute_loop(&C, &la.inflight);
     if (fatal) {
         sw_worker_log("link to the gateway failed; stopping");
         drop_all(&C, 0, NULL);
