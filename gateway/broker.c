@@ -16,7 +16,12 @@
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
-#include "gateway/gw.h"
+#include "gateway/broker.h"
+#include "gateway/front.h"
+#include "gateway/metrics.h"
+#include "gateway/registry.h"
+#include "gateway/router.h"
+#include "gateway/util.h"
 
 #define NBUCKETS 4096
 #define MAX_MSGS_PER_ROUND 512   /* then look at the inbox again: fairness */
@@ -36,6 +41,15 @@ typedef struct {
 } broker;
 
 static broker B;
+
+/* The inbox's entries (gateway.h): posted by HTTP threads, drained here. */
+typedef struct sw_cmd { sw_cmd_kind kind; sw_req *req; struct sw_cmd *next; } sw_cmd;
+
+/* Tells r's client side there is news (r->mu held). */
+static void wake(sw_req *r)
+{
+    if (r->wake) r->wake(r);
+}
 
 /* ---- request table -------------------------------------------------------- */
 static unsigned hash_id(const char *s)
@@ -228,7 +242,7 @@ static void fail(sw_req *r, int status, const char *type, const char *code, cons
         r->err_status = status;
     }
     r->decided = true;
-    sw_req_wake(r);
+    wake(r);
     pthread_mutex_unlock(&r->mu);
     finish(r, st);
 }
@@ -284,7 +298,7 @@ static bool dispatch(sw_req *r, sw_decision *d)
     snprintf(r->worker, sizeof r->worker, "%s", w->id);
     r->decided = true;
     r->last_write_ms = now;
-    sw_req_wake(r);
+    wake(r);
     pthread_mutex_unlock(&r->mu);
     sw_metrics_inflight(r->pool, +1);
     return true;
@@ -382,7 +396,7 @@ static void on_cancel(sw_req *r)
     if (r->phase == SW_PH_RUNNING && r->w) send_cancel(r->w, r->id);
     pthread_mutex_lock(&r->mu);
     r->client_gone = true;
-    sw_req_wake(r);
+    wake(r);
     pthread_mutex_unlock(&r->mu);
     finish(r, SW_ST_CANCELLED);
 }
@@ -533,7 +547,7 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
             snprintf(r->err_msg, sizeof r->err_msg, "the worker reported an error");
         if (!r->text_rx_ns) r->text_rx_ns = t0;
     }
-    if (r->stream || final) sw_req_wake(r);
+    if (r->stream || final) wake(r);
     pthread_mutex_unlock(&r->mu);
     if (final)
         finish(r, c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_ERROR ? SW_ST_ERROR
@@ -653,12 +667,7 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
 {
     static uint64_t counter;
     sw_policy *p = sw_gw_policy(B.g);
-    const char *model = sw_policy_resolve(p, g->model);
-    int64_t now = sw_now_ms();
-    bool known = sw_policy_has_model(p, model);
-    for (sw_worker *w = B.g->reg.head; w && !known; w = w->next)
-        known = sw_worker_alive(w, now) && sw_worker_serves(w, model, NULL);
-    if (!known) {
+    if (!sw_front_model_exists(&B.g->reg, p, sw_policy_resolve(p, g->model))) {
         char msg[300];
         snprintf(msg, sizeof msg, "The model '%.200s' does not exist", g->model);
         sdk_send_error(ident, idlen, g->request_id, 404, msg);
@@ -675,31 +684,11 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
     snprintf(r->id, sizeof r->id, "sdk-%llx-%llx", (unsigned long long)(sw_now_ns() & 0xffffffffffull),
              (unsigned long long)++counter);
     r->chat = g->n_messages > 0;
-    r->model_asked = strdup(g->model);
-    r->model = strdup(model);
     r->created_s = time(NULL);
-    r->prompt_tokens_est = g->n_prompt_tokens ? (uint32_t)g->n_prompt_tokens
-                                              : (uint32_t)(g->prompt ? strlen(g->prompt) / 4 + 1 : 0);
-    r->prefix_key = sw_prefix_key(g);
-    for (size_t i = 0; i < g->n_messages; i++)
-        r->prompt_tokens_est += (uint32_t)(strlen(g->messages[i]->content) / 4 + 4);
-    /* Re-encode under our id and resolved model; the decoded message owns
-     * its strings, so put them back before it is freed. */
-    char *cid = g->request_id, *cmodel = g->model;
-    g->request_id = r->id;
-    g->model = r->model;
-    uint64_t dl = g->deadline_unix_ms;
-    if (!dl) g->deadline_unix_ms = (uint64_t)time(NULL) * 1000 + p->defaults.request_timeout_ms;
-    sw_env env = SPILLWAY__ENVELOPE__INIT;
-    env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE;
-    env.generate = g;
-    r->gen_len = sw_wire_encode(&env, &r->gen);
-    g->request_id = cid;
-    g->model = cmodel;
-    g->deadline_unix_ms = dl;
+    int rc = sw_front_prepare(r, p, g);
     r->policy = p;
     r->t_submit_ns = sw_now_ns();
-    if (!r->gen_len) {
+    if (rc != 0) {
         sdk_send_error(ident, idlen, r->client_id, 500, "could not encode the request");
         sw_req_unref(r);
         return;
@@ -727,7 +716,7 @@ static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, 
             }
         break;
     case SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST: {
-        char *json = sw_status_json(B.g);
+        char *json = sw_gw_status_json(B.g);
         Spillway__StatusReply sr = SPILLWAY__STATUS_REPLY__INIT;
         sr.request_id = env->status_request->request_id;
         sr.json = json ? json : (char *)"{}";
@@ -859,7 +848,7 @@ static void check_requests(int64_t now)
             who[n++] = r;
             if (r->stream && r->headers_sent && now - r->last_write_ms >= SW_KEEPALIVE_MS) {
                 r->keepalive_due = true;
-                sw_req_wake(r);
+                wake(r);
                 n--;   /* resumed: not ours to poll any more */
             }
         }

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "gateway/gw.h"
+#include "gateway/gateway.h"
+#include "gateway/metrics.h"
+#include "gateway/util.h"
 
 sw_gateway *sw_gw;
 
@@ -24,6 +26,14 @@ static int64_t file_mtime_ns(const char *path)
     struct stat st;
     if (stat(path, &st) != 0) return -1;
     return (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+char *sw_gw_status_json(sw_gateway *g)
+{
+    sw_policy *p = sw_gw_policy(g);
+    char *s = sw_status_json(&g->reg, p, g->started_ms);
+    sw_policy_unref(p);
+    return s;
 }
 
 int sw_gw_reload(sw_gateway *g, char *err, size_t errlen)

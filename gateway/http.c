@@ -15,9 +15,19 @@
 #include <sys/random.h>
 #include <time.h>
 #include <cjson/cJSON.h>
-#include "gateway/gw.h"
+#include <microhttpd.h>
+#include "gateway/broker.h"
+#include "gateway/front.h"
+#include "gateway/http.h"
+#include "gateway/metrics.h"
+#include "gateway/openai.h"
+#include "gateway/registry.h"
+#include "gateway/req.h"
+#include "gateway/util.h"
 
 #define HTTP_THREADS 4
+#define SW_MAX_BODY (1u << 20)       /* larger request bodies get 413 */
+#define SW_MAX_DISCARD (64ull << 20) /* up to this, an oversized body is read before the 413 */
 
 enum { EP_NONE, EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_WORKERS,
        EP_POLICY, EP_RELOAD, EP_STATUS };
@@ -165,6 +175,16 @@ static enum MHD_Result do_models(sw_gateway *g, struct MHD_Connection *c)
     return respond_json(c, 200, s);
 }
 
+static enum MHD_Result do_metrics(sw_gateway *g, struct MHD_Connection *c)
+{
+    sw_metrics_worker *snap = NULL;
+    uint64_t deaths = 0;
+    int n = sw_registry_snapshot(&g->reg, &snap, &deaths);
+    char *text = sw_metrics_render(snap, n, deaths);
+    free(snap);
+    return respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, 0);
+}
+
 static enum MHD_Result do_policy(sw_gateway *g, struct MHD_Connection *c)
 {
     sw_policy *p = sw_gw_policy(g);
@@ -198,7 +218,8 @@ static enum MHD_Result do_reload(sw_gateway *g, struct MHD_Connection *c)
 }
 
 /* ---- generate requests ---------------------------------------------------- */
-void sw_req_wake(sw_req *r)
+/* r->wake of an HTTP request (r->mu held). */
+static void wake_locked(sw_req *r)
 {
     if (r->suspended) {
         r->suspended = false;
@@ -364,6 +385,7 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     make_id(r->id, sizeof r->id, r->chat ? "chatcmpl-" : "cmpl-");
     r->created_s = time(NULL);
     r->conn = c;
+    r->wake = wake_locked;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->fd = ci ? ci->connect_fd : -1;
 
@@ -399,21 +421,12 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     const char *param = NULL;
     int st = sw_openai_parse(r, ctx->body.data ? ctx->body.data : "", ctx->body.len, r->chat, p,
                              msg, sizeof msg, &param);
-    if (st == 0 && !sw_policy_has_model(p, r->model)) {
-        /* Not in the policy: known only if some worker registered it. */
-        int64_t now = sw_now_ms();
-        bool known = false;
-        pthread_mutex_lock(&g->reg.mu);
-        for (sw_worker *w = g->reg.head; w && !known; w = w->next)
-            known = sw_worker_alive(w, now) && sw_worker_serves(w, r->model, NULL);
-        pthread_mutex_unlock(&g->reg.mu);
-        if (!known) {
-            snprintf(msg, sizeof msg, "The model '%s' does not exist", r->model_asked);
-            sw_policy_unref(p);
-            sw_req_unref(r);
-            sw_metrics_request(NULL, SW_ST_REJECTED);
-            return respond_error(c, 404, msg, "invalid_request_error", "model", "model_not_found");
-        }
+    if (st == 0 && !sw_front_model_exists(&g->reg, p, r->model)) {
+        snprintf(msg, sizeof msg, "The model '%s' does not exist", r->model_asked);
+        sw_policy_unref(p);
+        sw_req_unref(r);
+        sw_metrics_request(NULL, SW_ST_REJECTED);
+        return respond_error(c, 404, msg, "invalid_request_error", "model", "model_not_found");
     }
     r->policy = p;   /* the request keeps the policy it was parsed with */
     if (st != 0) {
@@ -501,8 +514,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case EP_CHAT: return start_generate(g, c, ctx);
     case EP_MODELS: return do_models(g, c);
     case EP_HEALTH: return do_health(g, c);
-    case EP_METRICS:
-        return respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", sw_metrics_render(&g->reg), 0);
+    case EP_METRICS: return do_metrics(g, c);
     case EP_WORKERS: {
         char *arr = sw_registry_json(&g->reg);
         char *s;
@@ -511,7 +523,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return respond_json(c, 200, s);
     }
     case EP_POLICY: return do_policy(g, c);
-    case EP_STATUS: return respond_json(c, 200, sw_status_json(g));
+    case EP_STATUS: return respond_json(c, 200, sw_gw_status_json(g));
     case EP_RELOAD: return do_reload(g, c);
     }
     return MHD_NO;

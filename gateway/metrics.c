@@ -14,11 +14,13 @@
  *     handing the SSE bytes to libmicrohttpd (for a non-streaming request:
  *     from the final chunk to the response being queued).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <stddef.h>
 #include <string.h>
 #include <stdio.h>
-#include "gateway/gw.h"
+#include "gateway/metrics.h"
+#include "gateway/util.h"
 
 #define MAX_POOLS 64
 #define MAX_OVERFLOW 256
@@ -171,22 +173,10 @@ static void put_pool_series(sw_buf *b, const char *name, const char *type, const
     }
 }
 
-char *sw_metrics_render(sw_registry *reg)
+char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deaths)
 {
     sw_buf b = {0};
     char line[512];
-    struct wsnap { char pool[64]; int st; } *snap = NULL;
-    int n_snap = 0;
-    int64_t now = sw_now_ms();
-    pthread_mutex_lock(&reg->mu);
-    snap = calloc(reg->n + 1, sizeof *snap);
-    for (sw_worker *w = reg->head; w && snap && n_snap < reg->n; w = w->next) {
-        snprintf(snap[n_snap].pool, sizeof snap[n_snap].pool, "%s", w->pool);
-        snap[n_snap].st = !sw_worker_alive(w, now) ? 2 : (w->slots && w->inflight >= w->slots) ? 1 : 0;
-        n_snap++;
-    }
-    uint64_t deaths = reg->deaths;
-    pthread_mutex_unlock(&reg->mu);
     pthread_mutex_lock(&M.mu);
     /* Every known pool gets its series, even at zero, so rate() works from the start. */
     for (int i = 0; i < M.n_known; i++) pool_get(M.known[i]);
@@ -251,15 +241,13 @@ char *sw_metrics_render(sw_registry *reg)
 
     /* Workers per pool and state: ready (has a free slot), busy (all slots in
      * use), stale (missed heartbeats, about to be declared dead). The
-     * registry was snapshotted before taking M.mu (lock order: never both). */
-    enum { READY, BUSY, STALE };
+     * caller snapshotted the registry (lock order: never both locks). */
     uint64_t counts[MAX_POOLS][3];
     memset(counts, 0, sizeof counts);
     for (int k = 0; k < n_snap; k++) {
         pool_m *pm = pool_get(snap[k].pool);
-        counts[pm - M.pools][snap[k].st]++;
+        counts[pm - M.pools][snap[k].state]++;
     }
-    free(snap);
     sw_buf_puts(&b, "# HELP spillway_workers Registered workers by pool and state.\n"
                     "# TYPE spillway_workers gauge\n");
     static const char *wst[3] = {"ready", "busy", "stale"};

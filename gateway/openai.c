@@ -10,7 +10,8 @@
 #include <math.h>
 #include <time.h>
 #include <cjson/cJSON.h>
-#include "gateway/gw.h"
+#include "gateway/front.h"
+#include "gateway/openai.h"
 #include "llm/json_schema.h"
 #include "llm/limits.h"   /* every request limit: the gateway refuses what the wire and workers would */
 #include "llm/text.h"
@@ -365,217 +366,269 @@ static int request_logprobs(cJSON *o, bool chat, bool echo, bool stream, Spillwa
     return 0;
 }
 
+/* The model asked for, as a valid id; alias resolution is the front door's. */
+static int request_model(cJSON *o, Spillway__GenerateRequest *g, perr *e)
+{
+    const char *model = NULL;
+    int rc = get_string(o, "model", &model, e);
+    if (rc) return rc;
+    if (!model || !*model) return bad(e, "model", "'%s' is required");
+    if (!sw_id_valid(model, SW_MAX_ID_LEN))
+        return badf(e, "model", "'model' must be at most %d printable ASCII characters without spaces",
+                    SW_MAX_ID_LEN);
+    g->model = (char *)model;   /* the JSON tree's: not freed with g */
+    return 0;
+}
+
+/* One chat message onto the wire: role, content (text or text parts) and
+ * an assistant's tool calls. */
+static int request_message(cJSON *it, Spillway__GenerateRequest *g, perr *e)
+{
+    cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
+    cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+    if (!cJSON_IsObject(it) || !cJSON_IsString(role))
+        return bad(e, "messages", "each entry of '%s' needs a string 'role'");
+    if (!sw_id_valid(role->valuestring, SW_MAX_ROLE_LEN))
+        return badf(e, "messages", "a 'role' in 'messages' must be a word of up to %d characters like \"user\"",
+                    SW_MAX_ROLE_LEN);
+    char *text = content && !cJSON_IsNull(content) ? content_text(content) : strdup("");
+    if (!text) return bad(e, "messages", "message 'content' in '%s' must be a string or text parts");
+    Spillway__ChatMessage *cm = malloc(sizeof *cm);
+    char *rname = strdup(role->valuestring);
+    if (!cm || !rname) {
+        free(cm);
+        free(rname);
+        free(text);
+        return bad(e, "messages", "'%s': out of memory");
+    }
+    spillway__chat_message__init(cm);
+    cm->role = rname;
+    cm->content = text;
+    g->messages[g->n_messages++] = cm;   /* now g's to free, whatever follows */
+    return message_tools(it, cm, e);
+}
+
+/* Chat: messages, a non-empty array of at most SW_MAX_MESSAGES. */
+static int request_messages(cJSON *o, Spillway__GenerateRequest *g, perr *e)
+{
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
+    if (!m) return bad(e, "messages", "'%s' is required");
+    if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0) return bad(e, "messages", "'%s' must be a non-empty array");
+    int n = cJSON_GetArraySize(m);
+    if (n > SW_MAX_MESSAGES) return badf(e, "messages", "'messages' has more than %d entries", SW_MAX_MESSAGES);
+    if (!(g->messages = calloc((size_t)n, sizeof *g->messages))) return bad(e, "messages", "'%s': out of memory");
+    cJSON *it;
+    cJSON_ArrayForEach(it, m) {
+        int rc = request_message(it, g, e);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Completions: prompt, a string, an array of one string, or token ids. */
+static int request_prompt(cJSON *o, Spillway__GenerateRequest *g, perr *e)
+{
+    cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (!pr) return bad(e, "prompt", "'%s' is required");
+    if (cJSON_IsString(pr)) {
+        if (!*pr->valuestring) return bad(e, "prompt", "'%s' must not be empty");
+        g->prompt = pr->valuestring;   /* the JSON tree's */
+        return 0;
+    }
+    if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 && cJSON_IsString(cJSON_GetArrayItem(pr, 0)) &&
+        *cJSON_GetArrayItem(pr, 0)->valuestring) {
+        g->prompt = cJSON_GetArrayItem(pr, 0)->valuestring;
+        return 0;
+    }
+    if (!cJSON_IsArray(pr) || cJSON_GetArraySize(pr) == 0)
+        return bad(e, "prompt", "'%s' must be a string or a non-empty array of token ids");
+    int n = cJSON_GetArraySize(pr);
+    if ((unsigned)n > SW_MAX_TOKENS_PER_REQUEST) return bad(e, "prompt", "'%s' is too long");
+    if (!(g->prompt_tokens = malloc((size_t)n * sizeof *g->prompt_tokens)))
+        return bad(e, "prompt", "'%s': out of memory");
+    cJSON *it;
+    cJSON_ArrayForEach(it, pr) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 4294967295.0 ||
+            it->valuedouble != floor(it->valuedouble))
+            return bad(e, "prompt", "'%s' must be a string or an array of token ids (one prompt: n=1)");
+        g->prompt_tokens[g->n_prompt_tokens++] = (uint32_t)it->valuedouble;
+    }
+    return 0;
+}
+
+/* Any 64-bit seed, signed or not (JSON numbers are doubles: exact up to
+ * 2^53; 2^64-1 arrives as 2^64 and is taken as 2^64-1). Negative seeds
+ * wrap as int64 (-1 is 2^64-1); seeds past 2^63 convert directly: through
+ * int64 they would overflow (undefined). */
+static int request_seed(cJSON *o, Spillway__SamplingParams *sp, perr *e)
+{
+    double seed = -1;
+    int rc = get_int(o, "seed", -0x1p63, 0x1p64, &seed, e);
+    if (rc) return rc;
+    if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "seed"))) {
+        sp->has_seed = true;
+        sp->seed = seed < 0 ? (uint64_t)(int64_t)seed : seed >= 0x1p64 ? UINT64_MAX : (uint64_t)seed;
+    }
+    return 0;
+}
+
+/* max_tokens and the sampling parameters. The HTTP ranges are OpenAI's
+ * (temperature 0..2), within the wire's of llm/limits.h. */
+static int request_sampling(cJSON *o, bool chat, Spillway__GenerateRequest *g, perr *e)
+{
+    Spillway__SamplingParams *sp = g->sampling;
+    double max_tokens = chat ? DEFAULT_MAX_TOKENS_CHAT : DEFAULT_MAX_TOKENS_COMPLETION;
+    double temp = 1.0, top_p = 1.0, top_k = 0, min_p = 0, rep = 1.0, n = 1, presence = 0, frequency = 0;
+    int rc;
+    if ((rc = get_int(o, "max_tokens", 1, SW_MAX_TOKENS_PER_REQUEST, &max_tokens, e))) return rc;
+    if (chat && (rc = get_int(o, "max_completion_tokens", 1, SW_MAX_TOKENS_PER_REQUEST, &max_tokens, e))) return rc;
+    if ((rc = get_number(o, "temperature", 0, 2, &temp, e))) return rc;
+    if ((rc = get_number(o, "top_p", 0, 1, &top_p, e))) return rc;
+    if ((rc = get_int(o, "top_k", 0, 1 << 20, &top_k, e))) return rc;
+    if ((rc = get_number(o, "min_p", 0, 1, &min_p, e))) return rc;
+    if ((rc = get_number(o, "repetition_penalty", 0, 10, &rep, e))) return rc;
+    if ((rc = get_number(o, "presence_penalty", -SW_MAX_PENALTY, SW_MAX_PENALTY, &presence, e))) return rc;
+    if ((rc = get_number(o, "frequency_penalty", -SW_MAX_PENALTY, SW_MAX_PENALTY, &frequency, e))) return rc;
+    if ((rc = request_logit_bias(o, sp, e))) return rc;
+    if ((rc = get_int(o, "n", 1, 1, &n, e))) return rc;
+    if ((rc = request_seed(o, sp, e))) return rc;
+    g->max_tokens = (uint32_t)max_tokens;
+    sp->temperature = (float)temp;
+    sp->top_p = (float)top_p;
+    sp->top_k = (uint32_t)top_k;
+    sp->min_p = (float)min_p;
+    sp->repetition_penalty = (float)rep;
+    sp->presence_penalty = (float)presence;
+    sp->frequency_penalty = (float)frequency;
+    return 0;
+}
+
+/* One stop string: at most SW_MAX_STOP_LEN bytes; an empty one stops nothing
+ * and is left out. */
+static int add_stop(const char *s, Spillway__GenerateRequest *g, perr *e)
+{
+    if (strlen(s) > SW_MAX_STOP_LEN)
+        return badf(e, "stop", "'stop' strings must be at most %d bytes", SW_MAX_STOP_LEN);
+    if (*s) g->stop[g->n_stop++] = (char *)s;   /* the JSON tree's */
+    return 0;
+}
+
+/* stop: a string, or an array of up to SW_MAX_STOPS strings. */
+static int request_stop(cJSON *o, Spillway__GenerateRequest *g, perr *e)
+{
+    cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    if (!stop || cJSON_IsNull(stop)) return 0;
+    if (!cJSON_IsString(stop) && !(cJSON_IsArray(stop) && cJSON_GetArraySize(stop) <= SW_MAX_STOPS))
+        return badf(e, "stop", "'stop' must be a string or an array of up to %d strings", SW_MAX_STOPS);
+    if (!(g->stop = calloc(SW_MAX_STOPS, sizeof *g->stop))) return bad(e, "stop", "'%s': out of memory");
+    if (cJSON_IsString(stop)) return add_stop(stop->valuestring, g, e);
+    cJSON *it;
+    cJSON_ArrayForEach(it, stop) {
+        if (!cJSON_IsString(it)) return bad(e, "stop", "'%s' entries must be strings");
+        int rc = add_stop(it->valuestring, g, e);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* OpenAI's reasoning_effort: how long a reasoning model thinks (gpt-oss
+ * takes it into its system message; other models ignore it). */
+static int request_effort(cJSON *o, Spillway__GenerateRequest *g, perr *e)
+{
+    const char *effort = NULL;
+    int rc = get_string(o, "reasoning_effort", &effort, e);
+    if (rc || !effort) return rc;
+    if (!strcmp(effort, "low")) g->reasoning_effort = SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_LOW;
+    else if (!strcmp(effort, "medium")) g->reasoning_effort = SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_MEDIUM;
+    else if (!strcmp(effort, "high")) g->reasoning_effort = SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_HIGH;
+    else return bad(e, "reasoning_effort", "'%s' must be \"low\", \"medium\" or \"high\"");
+    return 0;
+}
+
+/* How the answer comes back: stream, stream_options, echo, logprobs. */
+static int request_output(cJSON *o, bool chat, Spillway__GenerateRequest *g, sw_req *r, perr *e)
+{
+    bool stream = false, echo = false, usage = false;
+    int rc;
+    if ((rc = get_bool(o, "stream", &stream, e))) return rc;
+    if (!chat && (rc = get_bool(o, "echo", &echo, e))) return rc;
+    if ((rc = request_logprobs(o, chat, echo, stream, g, r, e))) return rc;
+    cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so)) return bad(e, "stream_options", "'%s' must be an object");
+        if ((rc = get_bool(so, "include_usage", &usage, e))) return rc;
+    }
+    r->stream = stream;
+    r->include_usage = stream && usage;
+    g->echo_prompt = echo;
+    return 0;
+}
+
+/* Per-request directives: the `spillway` object (headers were applied by
+ * the caller already; the body wins when both are given). */
+static int request_directives(cJSON *o, sw_req *r, perr *e)
+{
+    cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "spillway");
+    if (!d || cJSON_IsNull(d)) return 0;
+    if (!cJSON_IsObject(d)) return bad(e, "spillway", "'%s' must be an object");
+    const char *t = NULL, *q = NULL, *pc = NULL;
+    double mq = -1;
+    int rc;
+    if ((rc = get_string(d, "target", &t, e))) return rc;
+    if ((rc = get_string(d, "quantization", &q, e))) return rc;
+    if ((rc = get_string(d, "priority", &pc, e))) return rc;
+    if ((rc = get_int(d, "max_queue_ms", 0, SW_MAX_QUEUE_MS, &mq, e))) return rc;
+    if (pc && (r->klass = sw_priority_parse(pc)) < 0)
+        return bad(e, "spillway.priority", "'%s' must be \"interactive\" or \"batch\"");
+    if (t) { free(r->want_target); r->want_target = strdup(t); }
+    if (q) { free(r->want_quant); r->want_quant = strdup(q); }
+    if (mq >= 0) r->max_queue_ms = (int64_t)mq;
+    return 0;
+}
+
+/* The body as a JSON object whose text is all UTF-8, or NULL with msg set. */
+static cJSON *parse_body(const char *body, size_t len, perr *e)
+{
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    const char *why = !o ? "request body is not valid JSON"
+                      : !cJSON_IsObject(o) ? "request body must be a JSON object"
+                      : !json_utf8_ok(o->child) ? "request body contains text that is not valid UTF-8" : NULL;
+    if (!why) return o;
+    snprintf(e->msg, e->msglen, "%s", why);
+    cJSON_Delete(o);
+    return NULL;
+}
+
+/* Every part of the body onto g, in the order the errors are reported. */
+static int request_fields(cJSON *o, bool chat, Spillway__GenerateRequest *g, sw_req *r, perr *e)
+{
+    int rc;
+    if ((rc = request_model(o, g, e))) return rc;
+    if ((rc = chat ? request_messages(o, g, e) : request_prompt(o, g, e))) return rc;
+    if ((rc = request_sampling(o, chat, g, e))) return rc;
+    if ((rc = request_stop(o, g, e))) return rc;
+    if (chat && (rc = request_tools(o, g, e))) return rc;
+    if ((rc = request_format(o, g, e))) return rc;
+    if (chat && (rc = request_effort(o, g, e))) return rc;
+    if ((rc = request_output(o, chat, g, r, e))) return rc;
+    return request_directives(o, r, e);
+}
+
 int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw_policy *p,
                     char *msg, size_t msglen, const char **param)
 {
     perr e = {msg, msglen, param};
     *param = NULL;
-    cJSON *o = cJSON_ParseWithLength(body, len);
-    if (!o) {
-        snprintf(msg, msglen, "request body is not valid JSON");
-        return 400;
-    }
-    int rc = 0;
+    cJSON *o = parse_body(body, len, &e);
+    if (!o) return 400;
     Spillway__GenerateRequest g = SPILLWAY__GENERATE_REQUEST__INIT;
     Spillway__SamplingParams sp = SPILLWAY__SAMPLING_PARAMS__INIT;
     g.sampling = &sp;
-    uint32_t *toks = NULL;
-    Spillway__ChatMessage **msgs = NULL;
-    char *stops[SW_MAX_STOPS];
-    size_t n_stop = 0;
-
-    if (!cJSON_IsObject(o)) {
-        snprintf(msg, msglen, "request body must be a JSON object");
-        rc = 400;
-        goto out;
+    int rc = request_fields(o, chat, &g, r, &e);
+    if (rc == 0 && sw_front_prepare(r, p, &g) != 0) {
+        snprintf(msg, msglen, "could not encode the request");
+        rc = 500;
     }
-    if (!json_utf8_ok(o->child)) {
-        snprintf(msg, msglen, "request body contains text that is not valid UTF-8");
-        rc = 400;
-        goto out;
-    }
-
-    const char *model = NULL;
-    if ((rc = get_string(o, "model", &model, &e))) goto out;
-    if (!model || !*model) { rc = bad(&e, "model", "'%s' is required"); goto out; }
-    if (!sw_id_valid(model, SW_MAX_ID_LEN))
-        { rc = badf(&e, "model", "'model' must be at most %d printable ASCII characters without spaces",
-                    SW_MAX_ID_LEN); goto out; }
-    r->model_asked = strdup(model);
-    r->model = strdup(sw_policy_resolve(p, model));
-
-    if (chat) {
-        cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
-        if (!m) { rc = bad(&e, "messages", "'%s' is required"); goto out; }
-        if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
-            { rc = bad(&e, "messages", "'%s' must be a non-empty array"); goto out; }
-        int n = cJSON_GetArraySize(m);
-        if (n > SW_MAX_MESSAGES)
-            { rc = badf(&e, "messages", "'messages' has more than %d entries", SW_MAX_MESSAGES); goto out; }
-        msgs = calloc(n, sizeof *msgs);
-        g.messages = msgs;   /* so the error paths free what was built */
-        cJSON *it;
-        cJSON_ArrayForEach(it, m) {
-            cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
-            cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
-            if (!cJSON_IsObject(it) || !cJSON_IsString(role))
-                { rc = bad(&e, "messages", "each entry of '%s' needs a string 'role'"); goto out; }
-            if (!sw_id_valid(role->valuestring, SW_MAX_ROLE_LEN))
-                { rc = badf(&e, "messages", "a 'role' in 'messages' must be a word of up to %d characters like "
-                            "\"user\"", SW_MAX_ROLE_LEN); goto out; }
-            char *text = content && !cJSON_IsNull(content) ? content_text(content) : strdup("");
-            if (!text) { rc = bad(&e, "messages", "message 'content' in '%s' must be a string or text parts"); goto out; }
-            Spillway__ChatMessage *cm = malloc(sizeof *cm);
-            spillway__chat_message__init(cm);
-            cm->role = strdup(role->valuestring);
-            cm->content = text;
-            msgs[g.n_messages++] = cm;
-            if ((rc = message_tools(it, cm, &e))) goto out;
-        }
-        r->prompt_tokens_est = 0;
-        for (size_t i = 0; i < g.n_messages; i++) r->prompt_tokens_est += strlen(msgs[i]->content) / 4 + 4;
-    } else {
-        cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-        if (!pr) { rc = bad(&e, "prompt", "'%s' is required"); goto out; }
-        if (cJSON_IsString(pr)) {
-            if (!*pr->valuestring) { rc = bad(&e, "prompt", "'%s' must not be empty"); goto out; }
-            g.prompt = pr->valuestring;
-        } else if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 &&
-                   cJSON_IsString(cJSON_GetArrayItem(pr, 0)) && *cJSON_GetArrayItem(pr, 0)->valuestring) {
-            g.prompt = cJSON_GetArrayItem(pr, 0)->valuestring;
-        } else if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) > 0) {
-            int n = cJSON_GetArraySize(pr);
-            if ((unsigned)n > SW_MAX_TOKENS_PER_REQUEST) { rc = bad(&e, "prompt", "'%s' is too long"); goto out; }
-            toks = malloc(n * sizeof *toks);
-            g.prompt_tokens = toks;   /* so the error paths free it */
-            cJSON *it;
-            cJSON_ArrayForEach(it, pr) {
-                if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 4294967295.0 ||
-                    it->valuedouble != floor(it->valuedouble))
-                    { rc = bad(&e, "prompt", "'%s' must be a string or an array of token ids (one prompt: n=1)"); goto out; }
-                toks[g.n_prompt_tokens++] = (uint32_t)it->valuedouble;
-            }
-        } else {
-            rc = bad(&e, "prompt", "'%s' must be a string or a non-empty array of token ids");
-            goto out;
-        }
-        r->prompt_tokens_est = g.prompt ? strlen(g.prompt) / 4 + 1 : g.n_prompt_tokens;
-    }
-
-    double max_tokens = chat ? DEFAULT_MAX_TOKENS_CHAT : DEFAULT_MAX_TOKENS_COMPLETION;
-    if ((rc = get_int(o, "max_tokens", 1, SW_MAX_TOKENS_PER_REQUEST, &max_tokens, &e))) goto out;
-    if (chat && (rc = get_int(o, "max_completion_tokens", 1, SW_MAX_TOKENS_PER_REQUEST, &max_tokens, &e))) goto out;
-    g.max_tokens = (uint32_t)max_tokens;
-
-    double temp = 1.0, top_p = 1.0, top_k = 0, min_p = 0, rep = 1.0, n = 1, seed = -1;
-    if ((rc = get_number(o, "temperature", 0, 2, &temp, &e))) goto out;
-    if ((rc = get_number(o, "top_p", 0, 1, &top_p, &e))) goto out;
-    if ((rc = get_int(o, "top_k", 0, 1 << 20, &top_k, &e))) goto out;
-    if ((rc = get_number(o, "min_p", 0, 1, &min_p, &e))) goto out;
-    if ((rc = get_number(o, "repetition_penalty", 0, 10, &rep, &e))) goto out;
-    double presence = 0, frequency = 0;
-    if ((rc = get_number(o, "presence_penalty", -SW_MAX_PENALTY, SW_MAX_PENALTY, &presence, &e))) goto out;
-    if ((rc = get_number(o, "frequency_penalty", -SW_MAX_PENALTY, SW_MAX_PENALTY, &frequency, &e))) goto out;
-    sp.presence_penalty = (float)presence;
-    sp.frequency_penalty = (float)frequency;
-    if ((rc = request_logit_bias(o, &sp, &e))) goto out;
-    if ((rc = get_int(o, "n", 1, 1, &n, &e))) goto out;
-    /* any 64-bit seed, signed or not (JSON numbers are doubles: exact up to
-     * 2^53; 2^64-1 arrives as 2^64 and is taken as 2^64-1) */
-    if ((rc = get_int(o, "seed", -0x1p63, 0x1p64, &seed, &e))) goto out;
-    sp.temperature = (float)temp;
-    sp.top_p = (float)top_p;
-    sp.top_k = (uint32_t)top_k;
-    sp.min_p = (float)min_p;
-    sp.repetition_penalty = (float)rep;
-    cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "seed");
-    /* negative seeds wrap as int64 (-1 is 2^64-1); seeds past 2^63 convert
-     * directly: through int64 they would overflow (undefined) */
-    if (cJSON_IsNumber(sv)) {
-        sp.has_seed = true;
-        sp.seed = seed < 0 ? (uint64_t)(int64_t)seed : seed >= 0x1p64 ? UINT64_MAX : (uint64_t)seed;
-    }
-
-    cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
-    if (stop && !cJSON_IsNull(stop)) {
-        if (cJSON_IsString(stop)) {
-            if (strlen(stop->valuestring) > SW_MAX_STOP_LEN)
-                { rc = badf(&e, "stop", "'stop' is too long (max %d bytes)", SW_MAX_STOP_LEN); goto out; }
-            if (*stop->valuestring) stops[n_stop++] = stop->valuestring;
-        } else if (cJSON_IsArray(stop) && cJSON_GetArraySize(stop) <= SW_MAX_STOPS) {
-            cJSON *it;
-            cJSON_ArrayForEach(it, stop) {
-                if (!cJSON_IsString(it)) { rc = bad(&e, "stop", "'%s' entries must be strings"); goto out; }
-                if (strlen(it->valuestring) > SW_MAX_STOP_LEN)
-                    { rc = badf(&e, "stop", "'stop' entries are too long (max %d bytes)", SW_MAX_STOP_LEN); goto out; }
-                if (*it->valuestring) stops[n_stop++] = it->valuestring;
-            }
-        } else {
-            rc = badf(&e, "stop", "'stop' must be a string or an array of up to %d strings", SW_MAX_STOPS);
-            goto out;
-        }
-    }
-    g.stop = n_stop ? malloc(n_stop * sizeof(char *)) : NULL;
-    for (size_t i = 0; i < n_stop; i++) g.stop[i] = stops[i];
-    g.n_stop = n_stop;
-
-    if (chat && (rc = request_tools(o, &g, &e))) goto out;
-    if ((rc = request_format(o, &g, &e))) goto out;
-
-    /* OpenAI's reasoning_effort: how long a reasoning model thinks (gpt-oss
-     * takes it into its system message; other models ignore it) */
-    const char *effort = NULL;
-    if (chat && (rc = get_string(o, "reasoning_effort", &effort, &e))) goto out;
-    if (effort) {
-        if (!strcmp(effort, "low")) g.reasoning_effort = SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_LOW;
-        else if (!strcmp(effort, "medium")) g.reasoning_effort = SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_MEDIUM;
-        else if (!strcmp(effort, "high")) g.reasoning_effort = SPILLWAY__REASONING_EFFORT__REASONING_EFFORT_HIGH;
-        else { rc = bad(&e, "reasoning_effort", "'%s' must be \"low\", \"medium\" or \"high\""); goto out; }
-    }
-
-    bool stream = false, echo = false, usage = false;
-    if ((rc = get_bool(o, "stream", &stream, &e))) goto out;
-    if (!chat && (rc = get_bool(o, "echo", &echo, &e))) goto out;
-    if ((rc = request_logprobs(o, chat, echo, stream, &g, r, &e))) goto out;
-    cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
-    if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) { rc = bad(&e, "stream_options", "'%s' must be an object"); goto out; }
-        if ((rc = get_bool(so, "include_usage", &usage, &e))) goto out;
-    }
-    r->stream = stream;
-    r->include_usage = stream && usage;
-    g.echo_prompt = echo;
-
-    /* Per-request directives: the `spillway` object (headers were applied by
-     * the caller already; the body wins when both are given). */
-    cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "spillway");
-    if (d && !cJSON_IsNull(d)) {
-        if (!cJSON_IsObject(d)) { rc = bad(&e, "spillway", "'%s' must be an object"); goto out; }
-        const char *t = NULL, *q = NULL, *pc = NULL;
-        double mq = -1;
-        if ((rc = get_string(d, "target", &t, &e))) goto out;
-        if ((rc = get_string(d, "quantization", &q, &e))) goto out;
-        if ((rc = get_string(d, "priority", &pc, &e))) goto out;
-        if ((rc = get_int(d, "max_queue_ms", 0, SW_MAX_QUEUE_MS, &mq, &e))) goto out;
-        if (t) { free(r->want_target); r->want_target = strdup(t); }
-        if (q) { free(r->want_quant); r->want_quant = strdup(q); }
-        if (pc && (r->klass = sw_priority_parse(pc)) < 0)
-            { rc = bad(&e, "spillway.priority", "'%s' must be \"interactive\" or \"batch\""); goto out; }
-        if (mq >= 0) r->max_queue_ms = (int64_t)mq;
-    }
-
-    g.request_id = r->id;
-    g.model = r->model;
-    r->prefix_key = sw_prefix_key(&g);
-    g.deadline_unix_ms = (uint64_t)time(NULL) * 1000 + p->defaults.request_timeout_ms;
-    Spillway__Envelope env = SPILLWAY__ENVELOPE__INIT;
-    env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE;
-    env.generate = &g;
-    size_t n_enc = sw_wire_encode(&env, &r->gen);
-    if (!n_enc || !r->gen) { snprintf(msg, msglen, "could not encode the request"); rc = 500; goto out; }
-    r->gen_len = n_enc;
-out:
-    g.prompt = NULL;
     free_gen(&g);
     cJSON_Delete(o);
     return rc;

@@ -5,7 +5,8 @@
 #include <string.h>
 #include <strings.h>
 #include <cjson/cJSON.h>
-#include "gateway/gw.h"
+#include "gateway/registry.h"
+#include "gateway/util.h"
 #include "llm/util.h"
 
 void sw_registry_init(sw_registry *r)
@@ -242,16 +243,33 @@ char *sw_registry_json(sw_registry *r)
     return s;
 }
 
-char *sw_status_json(struct sw_gateway *g)
+int sw_registry_snapshot(sw_registry *r, sw_metrics_worker **out, uint64_t *deaths)
 {
-    sw_policy *p = sw_gw_policy(g);
+    int64_t now = sw_now_ms();
+    int n = 0;
+    pthread_mutex_lock(&r->mu);
+    sw_metrics_worker *snap = calloc((size_t)r->n + 1, sizeof *snap);
+    for (sw_worker *w = r->head; w && snap && n < r->n; w = w->next) {
+        snprintf(snap[n].pool, sizeof snap[n].pool, "%s", w->pool);
+        snap[n].state = !sw_worker_alive(w, now) ? SW_WS_STALE
+                        : (w->slots && w->inflight >= w->slots) ? SW_WS_BUSY : SW_WS_READY;
+        n++;
+    }
+    *deaths = r->deaths;
+    pthread_mutex_unlock(&r->mu);
+    *out = snap;
+    return n;
+}
+
+char *sw_status_json(sw_registry *reg, const sw_policy *p, int64_t started_ms)
+{
     int64_t now = sw_now_ms();
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "policy_version", (double)p->version);
-    cJSON_AddNumberToObject(o, "uptime_s", (double)(now - g->started_ms) / 1000.0);
+    cJSON_AddNumberToObject(o, "uptime_s", (double)(now - started_ms) / 1000.0);
     cJSON *pools = cJSON_AddArrayToObject(o, "pools");
     /* Pools: the policy's, plus any a worker registered that the policy lacks. */
-    pthread_mutex_lock(&g->reg.mu);
+    pthread_mutex_lock(&reg->mu);
     for (int pass = 0; pass < 2; pass++) {
         size_t n = pass == 0 ? p->n_pools : 0;
         const char *names[256];
@@ -264,7 +282,7 @@ char *sw_status_json(struct sw_gateway *g)
                 if (!dup) names[n_names++] = p->routes[i].target;
             }
         } else {
-            for (sw_worker *w = g->reg.head; w && n_names < 256; w = w->next) {
+            for (sw_worker *w = reg->head; w && n_names < 256; w = w->next) {
                 bool dup = false;
                 cJSON *it;
                 cJSON_ArrayForEach(it, pools)
@@ -281,7 +299,7 @@ char *sw_status_json(struct sw_gateway *g)
                                     : pd->kind == SW_POOL_CPU ? "cpu" : "any");
             cJSON_AddBoolToObject(po, "in_policy", pass == 0);
             uint32_t workers = 0, slots = 0, inflight = 0, active = 0, queued = 0;
-            for (sw_worker *w = g->reg.head; w; w = w->next) {
+            for (sw_worker *w = reg->head; w; w = w->next) {
                 if (strcmp(w->pool, names[i]) != 0 || !sw_worker_alive(w, now)) continue;
                 workers++;
                 slots += w->slots;
@@ -297,9 +315,8 @@ char *sw_status_json(struct sw_gateway *g)
             cJSON_AddItemToArray(pools, po);
         }
     }
-    pthread_mutex_unlock(&g->reg.mu);
-    sw_policy_unref(p);
-    char *wj = sw_registry_json(&g->reg);
+    pthread_mutex_unlock(&reg->mu);
+    char *wj = sw_registry_json(reg);
     cJSON *wa = wj ? cJSON_Parse(wj) : NULL;
     free(wj);
     cJSON_AddItemToObject(o, "workers", wa ? wa : cJSON_CreateArray());

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <stdio.h>
-#include "gateway/gw.h"
+#include "gateway/router.h"
 
 #define ERR_MIN_SAMPLES 10      /* don't call a route degraded on a handful of requests */
 #define ERR_EWMA_ALPHA 0.1f

@@ -25,7 +25,11 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
-#include "gateway/gw.h"
+#include "gateway/broker.h"
+#include "gateway/gateway.h"
+#include "gateway/http.h"
+#include "gateway/metrics.h"
+#include "gateway/util.h"
 #include "llm/cli.h"
 
 static sw_gateway G;

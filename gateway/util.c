@@ -3,7 +3,8 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include "gateway/gw.h"
+#include "gateway/req.h"
+#include "gateway/util.h"
 #include "llm/clock.h"
 
 int64_t sw_now_ns(void) { return sw_clock_ns(); }

@@ -15,7 +15,8 @@
  *     carries both.
  *   fuzz_openai                      (loop settings: tests/fuzz/driver.h)
  */
-#include "gateway/gw.h"
+#include "gateway/openai.h"
+#include "gateway/req.h"
 #include "proto/wire.h"
 
 #include <cjson/cJSON.h>

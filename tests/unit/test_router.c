@@ -10,7 +10,7 @@
  * The wait queue's length (defaults.queue_length, a pool's max_queue) is the
  * broker's to enforce, after a QUEUE decision: not covered here.
  */
-#include "gateway/gw.h"
+#include "gateway/router.h"
 #include "tests/unit/check.h"
 
 #define NOW 1000000   /* ms; workers' last_seen is NOW - age_ms */

@@ -1,0 +1,27 @@
+/* The broker thread (broker.c): the only thread that touches ZeroMQ. It
+ * routes submitted requests (router.c), relays chunks to each request's
+ * sink, runs the wait queue and the timeouts, and serves SDK clients.
+ *
+ * Layer: below the HTTP front door, which posts to it; above the router,
+ * the registry and metrics. It calls back up only through a request's sink.
+ */
+#ifndef SW_GW_BROKER_H
+#define SW_GW_BROKER_H
+
+#include <stddef.h>
+#include "gateway/gateway.h"
+#include "gateway/req.h"
+
+#define SW_KEEPALIVE_MS 200          /* SSE comment while a stream waits */
+#define SW_TICK_MS 50                /* broker housekeeping period */
+
+typedef enum { SW_CMD_SUBMIT, SW_CMD_CANCEL } sw_cmd_kind;
+
+int sw_broker_start(sw_gateway *g, char *err, size_t errlen);
+/* Stops the thread after failing every request it still holds. */
+void sw_broker_stop(sw_gateway *g);
+/* From any thread: submit a request, or cancel one (its client is gone).
+ * Takes a reference. */
+void sw_broker_post(sw_gateway *g, sw_cmd_kind kind, sw_req *req);
+
+#endif

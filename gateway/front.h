@@ -1,0 +1,33 @@
+/* The front door: what every generate request passes on its way in, from
+ * either kind of client.
+ *
+ * HTTP (http.c, after sw_openai_parse built the GenerateRequest) and SDK
+ * clients (sdk.c, with a decoded GenerateRequest) both hand it here; the
+ * broker then sees one kind of sw_req. The decisions made here are made
+ * nowhere else: alias resolution, whether the model exists, the
+ * prompt-size estimate routes match on, the prefix key, and the default
+ * deadline the worker enforces.
+ *
+ * Layer: above the registry and the policy; below http.c and sdk.c.
+ */
+#ifndef SW_FRONT_H
+#define SW_FRONT_H
+
+#include <stdbool.h>
+#include "proto/wire.h"
+#include "gateway/policy.h"
+#include "gateway/registry.h"
+#include "gateway/req.h"
+
+/* Fills r from g and encodes it for the workers: r->model_asked (g->model)
+ * and r->model (its alias resolved by p), r->prompt_tokens_est, r->prefix_key,
+ * and r->gen: g under r->id and the resolved model, with the policy's
+ * request timeout as its deadline when g names none. g is left as it came.
+ * Pure (no registry): the fuzzers run it. Returns 0, or -1 out of memory. */
+int sw_front_prepare(sw_req *r, const sw_policy *p, Spillway__GenerateRequest *g);
+
+/* Whether the model (alias resolved) exists: a route of the policy names it,
+ * or a live worker registered it. Takes reg->mu. */
+bool sw_front_model_exists(sw_registry *reg, const sw_policy *p, const char *model);
+
+#endif

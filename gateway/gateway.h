@@ -1,0 +1,71 @@
+/* The gateway as a whole: its configuration, the running policy (hot
+ * reload, control.c), the registry, and the handles its threads share.
+ *
+ * Threads:
+ *   - libmicrohttpd's pool threads run http.c: they parse and validate a
+ *     request, pass it through the front door (front.c) and hand the sw_req
+ *     to the broker through the inbox (mutex + eventfd), then suspend the
+ *     connection.
+ *   - the broker thread (broker.c) owns every ZeroMQ socket, the worker
+ *     registry's mutations, the route counters and the wait queue. It hands
+ *     each request's chunks to the request's sink (HTTP or SDK client).
+ * HTTP threads only read the registry (under reg.mu) for /healthz,
+ * /v1/models, /metrics and /admin/workers.
+ *
+ * The files form layers, each including only those below it:
+ *   spillway-gateway.c
+ *   http.c (HTTP front door), sdk side of broker.c    -> front.c, openai.c
+ *   broker.c                                          -> router.c, registry.c
+ *   control.c (policy, reload)                        -> registry.c, metrics.c
+ *   router.c -> registry.c -> metrics.c -> util.c
+ * Headers: gateway.h, broker.h, http.h, front.h, openai.h, req.h, router.h,
+ * registry.h, metrics.h, policy.h, util.h (one per module).
+ */
+#ifndef SW_GW_GATEWAY_H
+#define SW_GW_GATEWAY_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "gateway/policy.h"
+#include "gateway/registry.h"
+
+#define SW_RETRY_AFTER_S 1           /* Retry-After of a 429 or 503 */
+
+struct sw_cmd;
+struct MHD_Daemon;
+
+typedef struct sw_gateway {
+    const char *config_path;
+    const char *workers_ep;
+    const char *sdk_ep;          /* NULL = no SDK endpoint */
+    bool sdk_ep_optional;        /* the default: failing to bind it is only a warning */
+    pthread_mutex_t policy_mu;
+    sw_policy *policy;           /* current; swap under policy_mu */
+    pthread_mutex_t reload_mu;   /* serializes reloads */
+    int64_t policy_mtime_ns;
+    char last_reload_error[4096];
+
+    sw_registry reg;
+    int64_t started_ms;
+
+    /* inbox: HTTP threads -> broker (broker.c) */
+    pthread_mutex_t inbox_mu;
+    struct sw_cmd *inbox_head, *inbox_tail;
+    int inbox_fd;                /* eventfd */
+    int stop;                    /* atomic */
+    int reload_requested;        /* atomic; set on SIGHUP */
+    pthread_t broker;
+    void *zctx;
+    struct MHD_Daemon *mhd;
+} sw_gateway;
+
+extern sw_gateway *sw_gw;
+
+sw_policy *sw_gw_policy(sw_gateway *g);      /* returns a reference */
+/* Reloads the config file; on error keeps the old policy and fills err. */
+int sw_gw_reload(sw_gateway *g, char *err, size_t errlen);
+/* sw_status_json for the running policy. Caller frees. */
+char *sw_gw_status_json(sw_gateway *g);
+
+#endif

@@ -1,0 +1,39 @@
+/* The OpenAI API's JSON: request bodies in (validated against llm/limits.h,
+ * built into a GenerateRequest and passed through the front door), and
+ * response bodies and SSE events out.
+ *
+ * Runs on HTTP threads, on a request the caller holds (r->mu where said).
+ * Layer: below http.c; uses the front door and req.h.
+ */
+#ifndef SW_GW_OPENAI_H
+#define SW_GW_OPENAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "gateway/policy.h"
+#include "gateway/req.h"
+#include "gateway/util.h"
+
+/* Parses and validates a completions/chat body into r: the GenerateRequest
+ * it builds goes through the front door (sw_front_prepare), which fills r's
+ * model, estimate, prefix key and encoded request. Whether the model exists
+ * is the caller's to ask (sw_front_model_exists). Returns 0, or an HTTP
+ * status with msg (and param, for a field) set. */
+int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat,
+                    const sw_policy *p, char *msg, size_t msglen, const char **param);
+char *sw_openai_error_json(const char *message, const char *type, const char *param,
+                           const char *code);
+const char *sw_finish_name(int finish);
+/* Non-streaming response body (r->mu held). */
+char *sw_openai_response(sw_req *r);
+/* Streaming: one SSE event for a text delta / the final chunk / usage. */
+void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, const char *reasoning, size_t rn,
+                         bool role);
+/* One delta event with the calls not relayed yet (n_calls_sent on). */
+void sw_openai_sse_calls(sw_req *r, sw_buf *out);
+/* A delta event for a request that asked for log probabilities: its text
+ * and the entries not relayed yet (n_lps_sent on). */
+void sw_openai_sse_delta_logprobs(sw_req *r, sw_buf *out, bool role);
+void sw_openai_sse_final(sw_req *r, sw_buf *out);
+
+#endif

@@ -1,0 +1,79 @@
+/* The worker registry: who is connected, what they serve, how loaded they
+ * are, and the choice of a worker within a pool.
+ *
+ * The broker thread is its only writer (under mu); HTTP threads read it
+ * under mu for /healthz, /v1/models, /metrics and the /admin endpoints.
+ *
+ * Layer: below the router and the broker; uses metrics.h (its snapshot type)
+ * and proto/.
+ */
+#ifndef SW_GW_REGISTRY_H
+#define SW_GW_REGISTRY_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "proto/wire.h"
+#include "gateway/metrics.h"
+#include "gateway/policy.h"
+
+typedef struct { char *name, *quant; uint32_t ctx; } sw_wmodel;
+
+typedef struct sw_worker {
+    uint8_t ident[256]; size_t ident_len;   /* ZeroMQ routing id */
+    char id[SW_MAX_ID_LEN + 1];
+    char *pool;
+    int kind;                               /* Spillway__WorkerKind */
+    sw_wmodel *models; size_t n_models;
+    uint32_t slots;
+    /* from heartbeats */
+    uint32_t hb_active, hb_queued, hb_batch;
+    float hb_kv;
+    uint64_t hb_tokens;
+    uint32_t inflight;                      /* requests we dispatched, not finished */
+    uint64_t dispatched;                    /* requests we ever sent it (retries included) */
+    int64_t last_seen_ms, last_sent_ms, registered_ms;
+    struct sw_worker *next;
+} sw_worker;
+
+typedef struct {
+    pthread_mutex_t mu;      /* broker writes under it; HTTP threads read under it */
+    sw_worker *head;
+    int n;
+    uint64_t deaths;
+} sw_registry;
+
+void sw_registry_init(sw_registry *r);
+sw_worker *sw_registry_find(sw_registry *r, const void *ident, size_t len);
+sw_worker *sw_registry_find_id(sw_registry *r, const char *id);
+/* Adds or updates from a Register message. Caller holds r->mu. */
+sw_worker *sw_registry_upsert(sw_registry *r, const void *ident, size_t len,
+                              const Spillway__Register *reg, int64_t now);
+void sw_registry_remove(sw_registry *r, sw_worker *w);   /* caller holds mu; frees w */
+bool sw_worker_serves(const sw_worker *w, const char *model, const char *quant);
+bool sw_worker_alive(const sw_worker *w, int64_t now);
+/* A worker among the live ones of `pool` (NULL = any) serving model/quant,
+ * or NULL if none. prefix_key (sw_prefix_key; 0 = none) names the request's
+ * prompt prefix: the worker that key hashes to is taken while it has a free
+ * slot, so requests that share a prefix meet the worker's prefix cache.
+ * Otherwise, and when that worker is full, power-of-two choices. */
+sw_worker *sw_registry_pick(sw_registry *r, const char *pool, const char *model,
+                            const char *quant, int64_t now, uint64_t prefix_key);
+/* The routing key of a request's prompt prefix. Chat: the messages up to
+ * and including the first user message (at most 1 KiB of them), which every
+ * later turn of the conversation repeats. A prompt: its first 256 bytes (or
+ * 64 token ids), typically its fixed preamble. Never 0. */
+uint64_t sw_prefix_key(const Spillway__GenerateRequest *g);
+int sw_registry_count(sw_registry *r, const char *pool, const char *model,
+                      const char *quant, int64_t now);
+/* JSON array of workers (caller frees); takes r->mu. */
+char *sw_registry_json(sw_registry *r);
+/* The status document (policy version, pools with load, workers) served by
+ * GET /admin/status and to SDK clients; takes r->mu. Caller frees. */
+char *sw_status_json(sw_registry *r, const sw_policy *p, int64_t started_ms);
+/* Each worker's pool and state for /metrics, and the deaths so far; takes
+ * r->mu. *out is the caller's to free (NULL and 0 when out of memory). */
+int sw_registry_snapshot(sw_registry *r, sw_metrics_worker **out, uint64_t *deaths);
+
+#endif

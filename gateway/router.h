@@ -1,0 +1,61 @@
+/* Route selection: given the policy, the live workers and one request,
+ * where it goes (dispatch, wait, or reject with a reason). Pure apart from
+ * the route counters it keeps; the broker thread calls it under reg.mu.
+ *
+ * Layer: below the broker and the front door; uses the registry and the
+ * policy.
+ */
+#ifndef SW_GW_ROUTER_H
+#define SW_GW_ROUTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "gateway/policy.h"
+#include "gateway/registry.h"
+
+/* In-flight count and recent error rate of one route, keyed by its identity
+ * (model, quantization, target) so the numbers survive a policy reload.
+ * Owned by the broker thread. */
+typedef struct sw_route_stats {
+    char *key;
+    uint32_t inflight;
+    float err_ewma;          /* exponentially weighted error rate */
+    uint32_t samples;
+    float service_ms;        /* EWMA of dispatch-to-finish time, for predicted waits */
+    struct sw_route_stats *next;
+} sw_route_stats;
+
+typedef struct {
+    const char *model;           /* after alias resolution */
+    int klass;                   /* sw_request_class */
+    uint32_t prompt_tokens;      /* estimate */
+    const char *api_key, *tenant;
+    const char *want_target, *want_quant;   /* per-request directives, NULL = any */
+    const char *exclude_worker;  /* retry: avoid this worker id */
+    uint64_t prefix_key;         /* sw_prefix_key of the prompt; 0 = none */
+    int64_t budget_ms;           /* max_queue_ms directive: 0 = none */
+} sw_route_request;
+
+typedef enum { SW_DECIDE_DISPATCH, SW_DECIDE_QUEUE, SW_DECIDE_REJECT } sw_decide_kind;
+
+typedef struct {
+    sw_decide_kind kind;
+    int http_status;             /* REJECT: 404, 503, ... */
+    char message[256];
+    const char *err_type, *err_code;
+    sw_worker *worker;           /* DISPATCH */
+    const char *pool;            /* DISPATCH: target pool; QUEUE: pool it waits for */
+    sw_route_stats *stats;       /* DISPATCH: route counter (NULL: implicit route) */
+    bool spilled;
+    const char *spill_from, *spill_reason;
+} sw_decision;
+
+sw_route_stats *sw_route_stats_get(sw_route_stats **head, const sw_route *r);
+void sw_route_stats_outcome(sw_route_stats *s, bool error);
+void sw_route_stats_service(sw_route_stats *s, int64_t ms);
+void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
+                     const sw_route_request *rq, int64_t now, sw_decision *out);
+/* True if the policy routes the model (after alias resolution). */
+bool sw_policy_has_model(const sw_policy *p, const char *model);
+
+#endif
