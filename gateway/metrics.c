@@ -173,6 +173,63 @@ static void put_pool_series(sw_buf *b, const char *name, const char *type, const
     }
 }
 
+/* The added-latency histograms. Called with M.mu held. */
+static void put_latency(sw_buf *bp)
+{
+    char line[512];
+    sw_buf_puts(bp, "# HELP spillway_gateway_added_latency_seconds Time spent in the gateway itself "
+                    "(dispatch: body received to request sent; relay: chunk received to bytes handed to HTTP).\n"
+                    "# TYPE spillway_gateway_added_latency_seconds histogram\n");
+    for (int s = 0; s < SW_LAT__N; s++) {
+        uint64_t cum = 0;
+        for (size_t i = 0; i <= NB; i++) {
+            cum += M.lat[s].b[i];
+            if (i < NB)
+                snprintf(line, sizeof line,
+                         "spillway_gateway_added_latency_seconds_bucket{stage=\"%s\",le=\"%g\"} %llu\n",
+                         stage_names[s], lat_bounds[i], (unsigned long long)cum);
+            else
+                snprintf(line, sizeof line,
+                         "spillway_gateway_added_latency_seconds_bucket{stage=\"%s\",le=\"+Inf\"} %llu\n",
+                         stage_names[s], (unsigned long long)cum);
+            sw_buf_puts(bp, line);
+        }
+        snprintf(line, sizeof line,
+                 "spillway_gateway_added_latency_seconds_sum{stage=\"%s\"} %.9f\n"
+                 "spillway_gateway_added_latency_seconds_count{stage=\"%s\"} %llu\n",
+                 stage_names[s], M.lat[s].sum, stage_names[s], (unsigned long long)M.lat[s].count);
+        sw_buf_puts(bp, line);
+    }
+}
+
+/* Workers per pool and state, and deaths. Called with M.mu held. */
+static void put_workers(sw_buf *bp, const sw_metrics_worker *snap, int n_snap, uint64_t deaths)
+{
+    char line[512];
+    /* Workers per pool and state: ready (has a free slot), busy (all slots in
+     * use), stale (missed heartbeats, about to be declared dead). The
+     * caller snapshotted the registry (lock order: never both locks). */
+    uint64_t counts[MAX_POOLS][3];
+    memset(counts, 0, sizeof counts);
+    for (int k = 0; k < n_snap; k++) {
+        pool_m *pm = pool_get(snap[k].pool);
+        counts[pm - M.pools][snap[k].state]++;
+    }
+    sw_buf_puts(bp, "# HELP spillway_workers Registered workers by pool and state.\n"
+                    "# TYPE spillway_workers gauge\n");
+    static const char *wst[3] = {"ready", "busy", "stale"};
+    for (int i = 0; i < M.n_pools; i++)
+        for (int s = 0; s < 3; s++) {
+            snprintf(line, sizeof line, "spillway_workers{pool=\"%s\",state=\"%s\"} %llu\n",
+                     M.pools[i].name, wst[s], (unsigned long long)counts[i][s]);
+            sw_buf_puts(bp, line);
+        }
+    snprintf(line, sizeof line, "# HELP spillway_worker_deaths_total Workers declared dead.\n"
+             "# TYPE spillway_worker_deaths_total counter\nspillway_worker_deaths_total %llu\n",
+             (unsigned long long)deaths);
+    sw_buf_puts(bp, line);
+}
+
 char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deaths)
 {
     sw_buf b = {0};
@@ -208,29 +265,7 @@ char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deat
                  M.ov[i].from, M.ov[i].to, M.ov[i].reason, (unsigned long long)M.ov[i].n);
         sw_buf_puts(&b, line);
     }
-    sw_buf_puts(&b, "# HELP spillway_gateway_added_latency_seconds Time spent in the gateway itself "
-                    "(dispatch: body received to request sent; relay: chunk received to bytes handed to HTTP).\n"
-                    "# TYPE spillway_gateway_added_latency_seconds histogram\n");
-    for (int s = 0; s < SW_LAT__N; s++) {
-        uint64_t cum = 0;
-        for (size_t i = 0; i <= NB; i++) {
-            cum += M.lat[s].b[i];
-            if (i < NB)
-                snprintf(line, sizeof line,
-                         "spillway_gateway_added_latency_seconds_bucket{stage=\"%s\",le=\"%g\"} %llu\n",
-                         stage_names[s], lat_bounds[i], (unsigned long long)cum);
-            else
-                snprintf(line, sizeof line,
-                         "spillway_gateway_added_latency_seconds_bucket{stage=\"%s\",le=\"+Inf\"} %llu\n",
-                         stage_names[s], (unsigned long long)cum);
-            sw_buf_puts(&b, line);
-        }
-        snprintf(line, sizeof line,
-                 "spillway_gateway_added_latency_seconds_sum{stage=\"%s\"} %.9f\n"
-                 "spillway_gateway_added_latency_seconds_count{stage=\"%s\"} %llu\n",
-                 stage_names[s], M.lat[s].sum, stage_names[s], (unsigned long long)M.lat[s].count);
-        sw_buf_puts(&b, line);
-    }
+    put_latency(&b);
     snprintf(line, sizeof line,
              "# HELP spillway_policy_reloads_total Policy reload attempts.\n"
              "# TYPE spillway_policy_reloads_total counter\n"
@@ -239,28 +274,7 @@ char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deat
              (unsigned long long)M.reload_ok, (unsigned long long)M.reload_fail);
     sw_buf_puts(&b, line);
 
-    /* Workers per pool and state: ready (has a free slot), busy (all slots in
-     * use), stale (missed heartbeats, about to be declared dead). The
-     * caller snapshotted the registry (lock order: never both locks). */
-    uint64_t counts[MAX_POOLS][3];
-    memset(counts, 0, sizeof counts);
-    for (int k = 0; k < n_snap; k++) {
-        pool_m *pm = pool_get(snap[k].pool);
-        counts[pm - M.pools][snap[k].state]++;
-    }
-    sw_buf_puts(&b, "# HELP spillway_workers Registered workers by pool and state.\n"
-                    "# TYPE spillway_workers gauge\n");
-    static const char *wst[3] = {"ready", "busy", "stale"};
-    for (int i = 0; i < M.n_pools; i++)
-        for (int s = 0; s < 3; s++) {
-            snprintf(line, sizeof line, "spillway_workers{pool=\"%s\",state=\"%s\"} %llu\n",
-                     M.pools[i].name, wst[s], (unsigned long long)counts[i][s]);
-            sw_buf_puts(&b, line);
-        }
-    snprintf(line, sizeof line, "# HELP spillway_worker_deaths_total Workers declared dead.\n"
-             "# TYPE spillway_worker_deaths_total counter\nspillway_worker_deaths_total %llu\n",
-             (unsigned long long)deaths);
-    sw_buf_puts(&b, line);
+    put_workers(&b, snap, n_snap, deaths);
     pthread_mutex_unlock(&M.mu);
     return b.data;
 }

@@ -47,61 +47,57 @@ static void usage(FILE *f)
                "Signals: SIGHUP reloads the policy; SIGINT/SIGTERM stop.\n");
 }
 
-int main(int argc, char **argv)
+typedef struct {
+    const char *config, *http, *workers, *sdk;
+    bool sdk_given, check;
+} args;
+
+/* Fills a from argv: -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, args *a)
 {
-    const char *config = NULL, *http = "0.0.0.0:8080", *workers = "tcp://*:5555";
-    const char *sdk = "tcp://127.0.0.1:5556";
-    bool sdk_given = false;
-    bool check = false;
+    *a = (args){.http = "0.0.0.0:8080", .workers = "tcp://*:5555", .sdk = "tcp://127.0.0.1:5556"};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--config") && i + 1 < argc) config = argv[++i];
-        else if (!strcmp(a, "--http") && i + 1 < argc) http = argv[++i];
-        else if (!strcmp(a, "--workers") && i + 1 < argc) workers = argv[++i];
-        else if (!strcmp(a, "--sdk") && i + 1 < argc) { sdk = argv[++i]; sdk_given = true; }
-        else if (!strcmp(a, "--check")) check = true;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        const char *s = argv[i];
+        if (!strcmp(s, "--config") && i + 1 < argc) a->config = argv[++i];
+        else if (!strcmp(s, "--http") && i + 1 < argc) a->http = argv[++i];
+        else if (!strcmp(s, "--workers") && i + 1 < argc) a->workers = argv[++i];
+        else if (!strcmp(s, "--sdk") && i + 1 < argc) { a->sdk = argv[++i]; a->sdk_given = true; }
+        else if (!strcmp(s, "--check")) a->check = true;
+        else if (!strcmp(s, "-h") || !strcmp(s, "--help")) { usage(stdout); return 0; }
         else {
-            fprintf(stderr, "spillway-gateway: unknown or incomplete argument '%s'\n", a);
+            fprintf(stderr, "spillway-gateway: unknown or incomplete argument '%s'\n", s);
             usage(stderr);
             return 2;
         }
     }
-    if (!config) {
+    if (!a->config) {
         fprintf(stderr, "spillway-gateway: --config FILE is required\n");
         usage(stderr);
         return 2;
     }
+    return -1;
+}
 
+/* The policy, or NULL with its errors printed (to stdout for --check). */
+static sw_policy *load_policy(const args *a)
+{
     static char err[16384];
-    sw_policy *p = sw_policy_load(config, err, sizeof err);
-    if (check) {
-        if (!p) {
-            fprintf(stdout, "%s%s", err, err[0] && err[strlen(err) - 1] == '\n' ? "" : "\n");
-            return 1;
-        }
-        printf("OK\n");
-        sw_policy_unref(p);
-        return 0;
-    }
+    sw_policy *p = sw_policy_load(a->config, err, sizeof err);
     if (!p) {
-        fprintf(stderr, "%s%s", err, err[0] && err[strlen(err) - 1] == '\n' ? "" : "\n");
-        fprintf(stderr, "spillway-gateway: the policy in %s is invalid; not starting\n", config);
-        return 1;
+        FILE *f = a->check ? stdout : stderr;
+        fprintf(f, "%s%s", err, err[0] && err[strlen(err) - 1] == '\n' ? "" : "\n");
+        if (!a->check) fprintf(stderr, "spillway-gateway: the policy in %s is invalid; not starting\n", a->config);
     }
-    char host[256];
-    int port;
-    if (!sw_parse_hostport(http, host, sizeof host, &port)) {
-        fprintf(stderr, "spillway-gateway: --http wants HOST:PORT, got '%s'\n", http);
-        sw_policy_unref(p);
-        return 2;
-    }
+    return p;
+}
 
+static void init_gateway(const args *a, sw_policy *p)
+{
     sw_gw = &G;
-    G.config_path = config;
-    G.workers_ep = workers;
-    G.sdk_ep = strcmp(sdk, "none") == 0 ? NULL : sdk;
-    G.sdk_ep_optional = !sdk_given;   /* a busy default port is not worth refusing to start */
+    G.config_path = a->config;
+    G.workers_ep = a->workers;
+    G.sdk_ep = strcmp(a->sdk, "none") == 0 ? NULL : a->sdk;
+    G.sdk_ep_optional = !a->sdk_given;   /* a busy default port is not worth refusing to start */
     G.started_ms = sw_now_ms();
     pthread_mutex_init(&G.policy_mu, NULL);
     pthread_mutex_init(&G.reload_mu, NULL);
@@ -112,22 +108,60 @@ int main(int argc, char **argv)
     sw_metrics_set_pools(p);
     /* The mtime the running policy came from, for change detection. */
     struct stat st;
-    if (stat(config, &st) == 0)
+    if (stat(a->config, &st) == 0)
         G.policy_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     srand((unsigned)(sw_now_ns() ^ getpid()));
+}
 
-    /* Signals are taken synchronously by the main thread (sigwait): blocked
-     * here, before any thread starts, so every thread inherits the mask. */
+/* Signals are taken synchronously by the main thread (sigwait): blocked
+ * here, before any thread starts, so every thread inherits the mask. */
+static void block_signals(sigset_t *sigs)
+{
     signal(SIGPIPE, SIG_IGN);
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
+}
 
+/* Until SIGINT or SIGTERM; SIGHUP asks the broker to reload. */
+static void wait_for_stop(sigset_t *sigs)
+{
+    for (;;) {
+        int sig = 0;
+        if (sigwait(sigs, &sig) != 0) continue;
+        if (sig != SIGHUP) return;
+        __atomic_store_n(&G.reload_requested, 1, __ATOMIC_RELEASE);   /* broker reloads at its next tick */
+    }
+}
+
+int main(int argc, char **argv)
+{
+    args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
+    sw_policy *p = load_policy(&a);
+    if (a.check) {
+        if (!p) return 1;
+        printf("OK\n");
+        sw_policy_unref(p);
+        return 0;
+    }
+    if (!p) return 1;
+    char host[256];
+    int port;
+    if (!sw_parse_hostport(a.http, host, sizeof host, &port)) {
+        fprintf(stderr, "spillway-gateway: --http wants HOST:PORT, got '%s'\n", a.http);
+        sw_policy_unref(p);
+        return 2;
+    }
+    init_gateway(&a, p);
+    sigset_t sigs;
+    block_signals(&sigs);
     /* From here on a reload may free p: keep what the banner needs. */
     unsigned long long version = (unsigned long long)p->version;
+    char err[4096];
     if (sw_broker_start(&G, err, sizeof err) != 0) {
         fprintf(stderr, "spillway-gateway: %s\n", err);
         return 1;
@@ -138,19 +172,8 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(stderr, "spillway-gateway: serving http://%s:%d (policy %s, version %llu), workers on %s, "
-            "SDK on %s\n", host, port, config, version, workers,
-            G.sdk_ep ? G.sdk_ep : "(none)");
-
-    for (;;) {
-        int sig = 0;
-        if (sigwait(&sigs, &sig) != 0) continue;
-        if (sig == SIGHUP) {
-            __atomic_store_n(&G.reload_requested, 1, __ATOMIC_RELEASE);   /* broker reloads at its next tick */
-            continue;
-        }
-        break;
-    }
-
+            "SDK on %s\n", host, port, a.config, version, a.workers, G.sdk_ep ? G.sdk_ep : "(none)");
+    wait_for_stop(&sigs);
     fprintf(stderr, "spillway-gateway: stopping\n");
     sw_broker_stop(&G);          /* answers every waiting request first */
     usleep(100 * 1000);          /* let resumed connections send their answers */
