@@ -48,7 +48,7 @@ typedef struct sw_cmd { sw_cmd_kind kind; sw_req *req; struct sw_cmd *next; } sw
 /* Tells r's client side there is news (r->mu held). */
 static void wake(sw_req *r)
 {
-    if (r->wake) r->wake(r);
+    if (r->sink && r->sink->wake) r->sink->wake(r);
 }
 
 /* ---- request table -------------------------------------------------------- */
@@ -185,6 +185,25 @@ static void sdk_chunk(sw_req *r, const Spillway__TokenChunk *c, int finish, cons
     r->sdk_sent = true;
 }
 
+/* The SDK sink: chunks go to the client at once, under its own id. */
+static bool sdk_sink_chunk(sw_req *r, const Spillway__TokenChunk *c, int64_t rx_ns)
+{
+    (void)rx_ns;
+    sdk_chunk(r, c, c->finish_reason, c->text);
+    return !r->sdk_gone;
+}
+
+/* Before any chunk: an Error; after: a chunk finishing with an error. */
+static void sdk_sink_fail(sw_req *r, int status, const char *type, const char *code, const char *msg)
+{
+    (void)type;
+    (void)code;
+    if (r->sdk_sent) sdk_chunk(r, NULL, SPILLWAY__FINISH_REASON__FINISH_ERROR, "");
+    else sdk_send_error(r->sdk_ident, r->sdk_ident_len, r->client_id, (uint32_t)status, msg);
+}
+
+static const sw_sink sdk_sink = { sdk_sink_chunk, sdk_sink_fail, NULL };
+
 /* ---- request lifecycle ---------------------------------------------------- */
 
 /* Releases what a running request holds on its worker and route. */
@@ -222,28 +241,12 @@ static void finish(sw_req *r, sw_status_label st)
     sw_req_unref(r);
 }
 
-/* Fails a request. Before its HTTP status went out: a real error status.
- * After (a stream already running): an in-band error chunk. */
+/* Fails a request: its sink tells the client (a status, or in-band once
+ * answering began), then the broker lets go of it. */
 static void fail(sw_req *r, int status, const char *type, const char *code, const char *msg,
                  sw_status_label st)
 {
-    if (r->sdk) {
-        if (r->sdk_sent) sdk_chunk(r, NULL, SPILLWAY__FINISH_REASON__FINISH_ERROR, "");
-        else sdk_send_error(r->sdk_ident, r->sdk_ident_len, r->client_id, (uint32_t)status, msg);
-    }
-    pthread_mutex_lock(&r->mu);
-    snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
-    r->err_type = type;
-    r->err_code = code;
-    if (r->headers_sent) {
-        r->finished = true;
-        r->finish = SPILLWAY__FINISH_REASON__FINISH_ERROR;
-    } else {
-        r->err_status = status;
-    }
-    r->decided = true;
-    wake(r);
-    pthread_mutex_unlock(&r->mu);
+    r->sink->fail(r, status, type, code, msg);
     finish(r, st);
 }
 
@@ -475,64 +478,18 @@ static void on_register(const uint8_t *id, size_t idlen, const Spillway__Registe
     B.capacity_changed = true;
 }
 
-/* A token's log probability entry, kept for the response. */
-static void lp_token(struct sw_lp_token *t, ProtobufCBinaryData token, float logprob)
-{
-    t->bytes = malloc(token.len + 1);
-    if (!t->bytes) abort();   /* out of memory: as sw_buf_append */
-    if (token.len) memcpy(t->bytes, token.data, token.len);   /* a control token has none (data NULL) */
-    t->bytes[token.len] = 0;
-    t->n = token.len;
-    t->logprob = logprob;
-}
-
-static void add_logprob(sw_req *r, const Spillway__Logprob *l)
-{
-    if (r->n_lps == r->cap_lps) {
-        size_t cap = r->cap_lps ? 2 * r->cap_lps : 64;
-        struct sw_lp_entry *p = realloc(r->lps, cap * sizeof *p);
-        if (!p) abort();
-        r->lps = p;
-        r->cap_lps = cap;
-    }
-    struct sw_lp_entry *e = &r->lps[r->n_lps++];
-    lp_token(&e->tok, l->token, l->logprob);
-    e->n_top = l->n_top;
-    e->top = l->n_top ? calloc(l->n_top, sizeof *e->top) : NULL;
-    if (l->n_top && !e->top) abort();
-    for (size_t k = 0; k < l->n_top; k++) lp_token(&e->top[k], l->top[k]->token, l->top[k]->logprob);
-}
-
 static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
 {
     int64_t t0 = sw_now_ns();
     sw_req *r = table_find(c->request_id);
     if (!r || r->w != w) return;   /* finished, cancelled, or moved to another worker */
     bool final = c->finish_reason != SPILLWAY__FINISH_REASON__FINISH_NONE;
-    if (r->sdk) {
-        sdk_chunk(r, c, c->finish_reason, c->text);
-        if (r->sdk_gone && !final) {
-            send_cancel(w, r->id);
-            finish(r, SW_ST_CANCELLED);
-            return;
-        }
+    if (!r->sink->chunk(r, c, t0) && !final) {
+        send_cancel(w, r->id);
+        finish(r, SW_ST_CANCELLED);
+        return;
     }
     pthread_mutex_lock(&r->mu);
-    if (c->text && *c->text && !r->sdk) {
-        if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = t0;
-        sw_buf_append(&r->text, c->text, strlen(c->text));
-    }
-    if (c->reasoning && *c->reasoning && !r->sdk && r->chat) {
-        if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = t0;
-        sw_buf_append(&r->reasoning, c->reasoning, strlen(c->reasoning));
-    }
-    for (size_t i = 0; i < c->n_prompt_logprobs && !r->sdk && r->logprobs && r->n_lps == r->n_prompt_lps; i++) {
-        add_logprob(r, c->prompt_logprobs[i]);   /* ahead of the generated tokens' */
-        r->n_prompt_lps++;
-    }
-    for (size_t i = 0; i < c->n_logprobs && !r->sdk && r->logprobs; i++) add_logprob(r, c->logprobs[i]);
-    for (size_t i = 0; i < c->n_tool_calls && !r->sdk && r->chat; i++)   /* kept for the response */
-        if (!sw_tool_calls_add(&r->calls, c->tool_calls[i]->name, c->tool_calls[i]->arguments)) abort();
     r->got_token = true;
     if (final) {
         r->finished = true;
@@ -677,6 +634,7 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
     }
     sw_req *r = sw_req_new();
     r->sdk = true;
+    r->sink = &sdk_sink;
     memcpy(r->sdk_ident, ident, idlen);
     r->sdk_ident_len = idlen;
     snprintf(r->client_id, sizeof r->client_id, "%s", g->request_id);

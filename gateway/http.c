@@ -227,6 +227,79 @@ static void wake_locked(sw_req *r)
     }
 }
 
+/* A token's log probability entry, kept for the response. */
+static void lp_token(struct sw_lp_token *t, ProtobufCBinaryData token, float logprob)
+{
+    t->bytes = malloc(token.len + 1);
+    if (!t->bytes) abort();   /* out of memory: as sw_buf_append */
+    if (token.len) memcpy(t->bytes, token.data, token.len);   /* a control token has none (data NULL) */
+    t->bytes[token.len] = 0;
+    t->n = token.len;
+    t->logprob = logprob;
+}
+
+static void add_logprob(sw_req *r, const Spillway__Logprob *l)
+{
+    if (r->n_lps == r->cap_lps) {
+        size_t cap = r->cap_lps ? 2 * r->cap_lps : 64;
+        struct sw_lp_entry *p = realloc(r->lps, cap * sizeof *p);
+        if (!p) abort();
+        r->lps = p;
+        r->cap_lps = cap;
+    }
+    struct sw_lp_entry *e = &r->lps[r->n_lps++];
+    lp_token(&e->tok, l->token, l->logprob);
+    e->n_top = l->n_top;
+    e->top = l->n_top ? calloc(l->n_top, sizeof *e->top) : NULL;
+    if (l->n_top && !e->top) abort();
+    for (size_t k = 0; k < l->n_top; k++) lp_token(&e->top[k], l->top[k]->token, l->top[k]->logprob);
+}
+
+/* The HTTP sink: a chunk's text, reasoning, log probabilities and calls
+ * wait in r for the connection's reader (sse_reader or answer_generate). */
+static bool http_chunk(sw_req *r, const Spillway__TokenChunk *c, int64_t rx_ns)
+{
+    pthread_mutex_lock(&r->mu);
+    if (c->text && *c->text) {
+        if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = rx_ns;
+        sw_buf_append(&r->text, c->text, strlen(c->text));
+    }
+    if (c->reasoning && *c->reasoning && r->chat) {
+        if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = rx_ns;
+        sw_buf_append(&r->reasoning, c->reasoning, strlen(c->reasoning));
+    }
+    for (size_t i = 0; i < c->n_prompt_logprobs && r->logprobs && r->n_lps == r->n_prompt_lps; i++) {
+        add_logprob(r, c->prompt_logprobs[i]);   /* ahead of the generated tokens' */
+        r->n_prompt_lps++;
+    }
+    for (size_t i = 0; i < c->n_logprobs && r->logprobs; i++) add_logprob(r, c->logprobs[i]);
+    for (size_t i = 0; i < c->n_tool_calls && r->chat; i++)   /* kept for the response */
+        if (!sw_tool_calls_add(&r->calls, c->tool_calls[i]->name, c->tool_calls[i]->arguments)) abort();
+    pthread_mutex_unlock(&r->mu);
+    return true;   /* a vanished client is seen by the broker's poll, or the connection's end */
+}
+
+/* Before the HTTP status went out: a real error status. After (a stream
+ * already running): finish_reason "error", in-band. */
+static void http_fail(sw_req *r, int status, const char *type, const char *code, const char *msg)
+{
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
+    r->err_type = type;
+    r->err_code = code;
+    if (r->headers_sent) {
+        r->finished = true;
+        r->finish = SPILLWAY__FINISH_REASON__FINISH_ERROR;
+    } else {
+        r->err_status = status;
+    }
+    r->decided = true;
+    wake_locked(r);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static const sw_sink http_sink = { http_chunk, http_fail, wake_locked };
+
 static void suspend_locked(sw_req *r)
 {
     r->suspended = true;
@@ -385,7 +458,7 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     make_id(r->id, sizeof r->id, r->chat ? "chatcmpl-" : "cmpl-");
     r->created_s = time(NULL);
     r->conn = c;
-    r->wake = wake_locked;
+    r->sink = &http_sink;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->fd = ci ? ci->connect_fd : -1;
 

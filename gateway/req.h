@@ -23,6 +23,23 @@
 struct MHD_Connection;
 struct sw_worker;
 struct sw_route_stats;
+struct sw_req;
+
+/* How a request's results reach its client: the one interface between the
+ * broker and the two kinds of client, HTTP (http.c) and SDK (the SDK side
+ * of broker.c). So the broker never calls into http.c, nor asks which kind
+ * of client it serves. Called on the broker thread. */
+typedef struct sw_sink {
+    /* A worker's chunk (r->mu not held), before the broker records what
+     * every request records (a token came, the finish, the usage). Returns
+     * false when the client is gone: the broker cancels the request. */
+    bool (*chunk)(struct sw_req *r, const Spillway__TokenChunk *c, int64_t rx_ns);
+    /* The request failed (r->mu not held); the broker lets go of it next. */
+    void (*fail)(struct sw_req *r, int status, const char *type, const char *code, const char *msg);
+    /* Whatever waits on r may look again: dispatched, finished, cancelled,
+     * a keep-alive due (r->mu held). NULL when nothing waits. */
+    void (*wake)(struct sw_req *r);
+} sw_sink;
 
 typedef enum { SW_PH_NEW, SW_PH_QUEUED, SW_PH_RUNNING, SW_PH_DONE } sw_phase;
 
@@ -45,10 +62,7 @@ typedef struct sw_req {
     int64_t t_submit_ns;
     struct MHD_Connection *conn;
     int fd;
-    /* The client side's: resume whatever waits on r (an HTTP connection);
-     * called with r->mu held, NULL for SDK clients. The broker calls it, so
-     * it never calls into http.c itself. */
-    void (*wake)(struct sw_req *r);
+    const sw_sink *sink;          /* the client's side (set before submitting) */
 
     /* shared, under mu */
     sw_phase phase;
