@@ -791,6 +791,107 @@ static bool key_byte(const node *n, sw_js_frame *f, unsigned char c)
     return (keep & ~f->seen) != 0 || n->extra >= 0;
 }
 
+/* A string's byte c, its frame f on top of stack t. */
+static bool step_string(const node *n, sw_js_stack *t, sw_js_frame *f, unsigned char c)
+{
+    if (f->phase == S_OPEN) {
+        f->phase = S_IN;
+        return c == '"';
+    }
+    int r = string_byte(f, c);
+    if (r == 0) return false;
+    if (n->max >= 0 && f->count > (uint32_t)n->max) return false;
+    if (r == 2) {
+        if (f->count < (uint32_t)n->min) return false;
+        t->depth--;
+    }
+    return true;
+}
+
+/* An array's byte c (ws: c is white space), its frame f on top of stack
+ * i of st; an item's first byte starts its value. */
+static bool step_array(const sw_js *js, sw_js_state *st, int i, const node *n, sw_js_frame *f, bool ws,
+                       unsigned char c)
+{
+    sw_js_stack *t = &st->s[i];
+    switch (f->phase) {
+    case A_OPEN:
+        f->phase = A_FIRST;
+        return c == '[';
+    case A_FIRST:
+        if (ws) return take_ws(f, t->depth, c);
+        if (c == ']') {
+            if (n->min > 0) return false;
+            t->depth--;
+            return true;
+        }
+        /* fall through */
+    case A_NEXT:
+        if (ws) return take_ws(f, t->depth, c);
+        if (n->max >= 0 && f->count >= (uint32_t)n->max) return false;
+        f->phase = A_AFTER;
+        uint32_t k = f->count++;
+        return start_value(js, st, i, k < n->n_prefix ? n->prefix[k] : n->child, c);
+    case A_AFTER:
+        if (ws) return take_ws(f, t->depth, c);
+        if (c == ',') {
+            f->phase = A_NEXT;
+            return n->max < 0 || f->count < (uint32_t)n->max;
+        }
+        if (c != ']' || f->count < (uint32_t)n->min) return false;
+        t->depth--;
+        return true;
+    }
+    return false;
+}
+
+/* An object's byte c (ws: c is white space), its frame f on top of stack
+ * i of st; a member's first byte after the colon starts its value. */
+static bool step_object(const sw_js *js, sw_js_state *st, int i, const node *n, sw_js_frame *f, bool ws,
+                        unsigned char c)
+{
+    sw_js_stack *t = &st->s[i];
+    switch (f->phase) {
+    case O_OPEN:
+        f->phase = O_FIRST;
+        return c == '{';
+    case O_FIRST:
+    case O_AFTER:
+        if (ws) return take_ws(f, t->depth, c);
+        if (c == '}') {
+            if ((f->seen & n->required) != n->required) return false;
+            t->depth--;
+            return true;
+        }
+        if (f->phase == O_AFTER) {
+            if (c != ',') return false;
+            f->phase = O_NEXT;
+            return open_keys(n, f) != 0 || n->extra >= 0;
+        }
+        /* fall through */
+    case O_NEXT:
+        if (ws) return take_ws(f, t->depth, c);
+        if (c != '"') return false;
+        f->cand = n->extra >= 0 ? open_keys(n, f) | f->seen : open_keys(n, f);
+        if (f->cand == 0 && n->extra < 0) return false;
+        f->phase = O_KEY;
+        f->count = 0;
+        f->esc = f->utf8 = 0;
+        return true;
+    case O_KEY:
+        return key_byte(n, f, c);
+    case O_COLON:
+        if (ws) return take_ws(f, t->depth, c);
+        f->phase = O_VALUE;
+        return c == ':';
+    case O_VALUE:
+        if (ws) return take_ws(f, t->depth, c);
+        f->phase = O_AFTER;
+        return start_value(js, st, i, f->value, c);
+    }
+    return false;
+}
+
 /* Steps stack i of st with byte c. False: the stack dies. A value that
  * starts at a union forks copies onto the end of st. */
 static bool step(const sw_js *js, sw_js_state *st, int i, unsigned char c)
@@ -819,90 +920,12 @@ static bool step(const sw_js *js, sw_js_state *st, int i, unsigned char c)
             t->depth--;   /* the number ended; its parent takes the byte */
             continue;
         }
-        case K_STRING: {
-            if (f->phase == S_OPEN) {
-                f->phase = S_IN;
-                return c == '"';
-            }
-            int r = string_byte(f, c);
-            if (r == 0) return false;
-            if (n->max >= 0 && f->count > (uint32_t)n->max) return false;
-            if (r == 2) {
-                if (f->count < (uint32_t)n->min) return false;
-                t->depth--;
-            }
-            return true;
-        }
+        case K_STRING:
+            return step_string(n, t, f, c);
         case K_ARRAY:
-            switch (f->phase) {
-            case A_OPEN:
-                f->phase = A_FIRST;
-                return c == '[';
-            case A_FIRST:
-                if (ws) return take_ws(f, t->depth, c);
-                if (c == ']') {
-                    if (n->min > 0) return false;
-                    t->depth--;
-                    return true;
-                }
-                /* fall through */
-            case A_NEXT:
-                if (ws) return take_ws(f, t->depth, c);
-                if (n->max >= 0 && f->count >= (uint32_t)n->max) return false;
-                f->phase = A_AFTER;
-                uint32_t k = f->count++;
-                return start_value(js, st, i, k < n->n_prefix ? n->prefix[k] : n->child, c);
-            case A_AFTER:
-                if (ws) return take_ws(f, t->depth, c);
-                if (c == ',') {
-                    f->phase = A_NEXT;
-                    return n->max < 0 || f->count < (uint32_t)n->max;
-                }
-                if (c != ']' || f->count < (uint32_t)n->min) return false;
-                t->depth--;
-                return true;
-            }
-            return false;
+            return step_array(js, st, i, n, f, ws, c);
         case K_OBJECT:
-            switch (f->phase) {
-            case O_OPEN:
-                f->phase = O_FIRST;
-                return c == '{';
-            case O_FIRST:
-            case O_AFTER:
-                if (ws) return take_ws(f, t->depth, c);
-                if (c == '}') {
-                    if ((f->seen & n->required) != n->required) return false;
-                    t->depth--;
-                    return true;
-                }
-                if (f->phase == O_AFTER) {
-                    if (c != ',') return false;
-                    f->phase = O_NEXT;
-                    return open_keys(n, f) != 0 || n->extra >= 0;
-                }
-                /* fall through */
-            case O_NEXT:
-                if (ws) return take_ws(f, t->depth, c);
-                if (c != '"') return false;
-                f->cand = n->extra >= 0 ? open_keys(n, f) | f->seen : open_keys(n, f);
-                if (f->cand == 0 && n->extra < 0) return false;
-                f->phase = O_KEY;
-                f->count = 0;
-                f->esc = f->utf8 = 0;
-                return true;
-            case O_KEY:
-                return key_byte(n, f, c);
-            case O_COLON:
-                if (ws) return take_ws(f, t->depth, c);
-                f->phase = O_VALUE;
-                return c == ':';
-            case O_VALUE:
-                if (ws) return take_ws(f, t->depth, c);
-                f->phase = O_AFTER;
-                return start_value(js, st, i, f->value, c);
-            }
-            return false;
+            return step_object(js, st, i, n, f, ws, c);
         case K_UNION:
             return false;   /* never on a stack: start_value expands it */
         }
