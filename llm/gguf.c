@@ -881,6 +881,61 @@ static bool write_pad(FILE *fp, uint64_t pos, uint64_t a) {
     return true;
 }
 
+/* The header, keys and tensor infos into h, setting each tensor's offset
+ * (aligned to a); h->oom says whether it all fit. */
+static void w_header(gguf_writer *w, uint64_t a, bytes *h) {
+    b_put(h, GGUF_MAGIC, 4);
+    b_le(h, 3, 4);
+    b_le(h, w->n_t, 8);
+    b_le(h, w->n_kv, 8);
+    for (size_t i = 0; i < w->n_kv; i++) {
+        b_str(h, w->kv[i].key, strlen(w->kv[i].key));
+        b_put(h, w->kv[i].val.p, w->kv[i].val.len);
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < w->n_t; i++) {
+        wtensor *t = &w->t[i];
+        t->offset = off;
+        b_str(h, t->name, strlen(t->name));
+        b_le(h, t->n_dims, 4);
+        for (uint32_t j = 0; j < t->n_dims; j++) b_le(h, t->ne[j], 8);
+        b_le(h, t->type, 4);
+        b_le(h, t->offset, 8);
+        off += (t->nbytes + a - 1) / a * a;
+    }
+}
+
+/* Tensor t's data (filled now if it has a fill function) and its padding
+ * to a; false with the reason in msg. */
+static bool w_tensor_data(FILE *fp, const wtensor *t, uint64_t a, const char *path, char *msg, size_t msglen) {
+    const void *data = t->data;
+    void *scratch = NULL;
+    if (t->fill) {
+        scratch = malloc(t->nbytes ? t->nbytes : 1);
+        if (!scratch) {
+            snprintf(msg, msglen, "gguf writer: tensor '%s': out of memory for %llu bytes",
+                     t->name, (ull)t->nbytes);
+            return false;
+        }
+        if (!t->fill(t->ctx, scratch, t->nbytes, msg, msglen)) {
+            if (!msg[0]) snprintf(msg, msglen, "gguf writer: tensor '%s': fill failed", t->name);
+            free(scratch);
+            return false;
+        }
+        data = scratch;
+    }
+    bool ok = true;
+    if (!data) {
+        snprintf(msg, msglen, "gguf writer: tensor '%s' has no data", t->name);
+        ok = false;
+    } else if (!write_all(fp, data, (size_t)t->nbytes) || !write_pad(fp, t->nbytes, a)) {
+        snprintf(msg, msglen, "gguf writer: %s: write failed: %s", path, strerror(errno));
+        ok = false;
+    }
+    free(scratch);
+    return ok;
+}
+
 bool gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen) {
     uint64_t a = w_alignment(w);
     for (size_t i = 0; i < w->n_kv && !w->err[0]; i++)
@@ -889,25 +944,7 @@ bool gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errle
 
     /* Metadata first, in memory: it is small next to the tensor data. */
     bytes h = { 0 };
-    b_put(&h, GGUF_MAGIC, 4);
-    b_le(&h, 3, 4);
-    b_le(&h, w->n_t, 8);
-    b_le(&h, w->n_kv, 8);
-    for (size_t i = 0; i < w->n_kv; i++) {
-        b_str(&h, w->kv[i].key, strlen(w->kv[i].key));
-        b_put(&h, w->kv[i].val.p, w->kv[i].val.len);
-    }
-    uint64_t off = 0;
-    for (size_t i = 0; i < w->n_t; i++) {
-        wtensor *t = &w->t[i];
-        t->offset = off;
-        b_str(&h, t->name, strlen(t->name));
-        b_le(&h, t->n_dims, 4);
-        for (uint32_t j = 0; j < t->n_dims; j++) b_le(&h, t->ne[j], 8);
-        b_le(&h, t->type, 4);
-        b_le(&h, t->offset, 8);
-        off += (t->nbytes + a - 1) / a * a;
-    }
+    w_header(w, a, &h);
     if (h.oom) {
         free(h.p);
         if (err && errlen) snprintf(err, errlen, "gguf writer: out of memory");
@@ -929,35 +966,7 @@ bool gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errle
     char msg[256] = "";
     bool ok = write_all(fp, h.p, h.len) && write_pad(fp, h.len, a);
     if (!ok) snprintf(msg, sizeof msg, "gguf writer: %s: write failed: %s", path, strerror(errno));
-    for (size_t i = 0; ok && i < w->n_t; i++) {
-        wtensor *t = &w->t[i];
-        const void *data = t->data;
-        void *scratch = NULL;
-        if (t->fill) {
-            scratch = malloc(t->nbytes ? t->nbytes : 1);
-            if (!scratch) {
-                snprintf(msg, sizeof msg, "gguf writer: tensor '%s': out of memory for %llu bytes",
-                         t->name, (ull)t->nbytes);
-                ok = false;
-                break;
-            }
-            if (!t->fill(t->ctx, scratch, t->nbytes, msg, sizeof msg)) {
-                if (!msg[0]) snprintf(msg, sizeof msg, "gguf writer: tensor '%s': fill failed", t->name);
-                free(scratch);
-                ok = false;
-                break;
-            }
-            data = scratch;
-        }
-        if (!data) {
-            snprintf(msg, sizeof msg, "gguf writer: tensor '%s' has no data", t->name);
-            ok = false;
-        } else if (!write_all(fp, data, (size_t)t->nbytes) || !write_pad(fp, t->nbytes, a)) {
-            snprintf(msg, sizeof msg, "gguf writer: %s: write failed: %s", path, strerror(errno));
-            ok = false;
-        }
-        free(scratch);
-    }
+    for (size_t i = 0; ok && i < w->n_t; i++) ok = w_tensor_data(fp, &w->t[i], a, path, msg, sizeof msg);
     if (fclose(fp) != 0 && ok) {
         snprintf(msg, sizeof msg, "gguf writer: %s: close failed: %s", path, strerror(errno));
         ok = false;
