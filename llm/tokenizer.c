@@ -332,36 +332,42 @@ static bool build_pieces(sw_tokenizer *t) {
     return true;
 }
 
-sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
+/* The vocabulary arrays of f, checked: tokens (required), scores and
+ * token types (optional, NULL when absent, as long as tokens). */
+typedef struct {
+    const gguf_kv *tokens, *scores, *types;
+    uint64_t n;
+} vocab_arrays;
+
+/* The tokenizer kind and vocabulary arrays of f; false with the reason in err. */
+static bool check_vocab(const gguf_file *f, sw_tok_kind *kind, vocab_arrays *va, char *err, size_t errlen) {
     gguf_str model;
-    if (!f) { set_err(err, errlen, "%s", "no file"); return NULL; }
     if (!gguf_get_str(f, "tokenizer.ggml.model", &model)) {
         set_err(err, errlen, "%s", "tokenizer.ggml.model: missing (the file has no tokenizer)");
-        return NULL;
+        return false;
     }
-    sw_tok_kind kind;
-    if (gguf_str_eq(model, "llama")) kind = SW_TOK_SPM;
-    else if (gguf_str_eq(model, "gpt2")) kind = SW_TOK_BPE;
+    if (gguf_str_eq(model, "llama")) *kind = SW_TOK_SPM;
+    else if (gguf_str_eq(model, "gpt2")) *kind = SW_TOK_BPE;
     else {
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(model.len < 60 ? model.len : 60), model.ptr);
         set_err(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%s' (want llama or gpt2)", name);
-        return NULL;
+        return false;
     }
     const gguf_kv *tokens = gguf_find(f, "tokenizer.ggml.tokens");
     if (!tokens || tokens->type != GGUF_VT_ARRAY || tokens->v.arr.type != GGUF_VT_STRING) {
         set_err(err, errlen, "%s", "tokenizer.ggml.tokens: missing or not a string array");
-        return NULL;
+        return false;
     }
     uint64_t n = tokens->v.arr.n;
     if (n == 0 || n > MAX_VOCAB) {
         set_err(err, errlen, "%s", "tokenizer.ggml.tokens: vocabulary size out of range");
-        return NULL;
+        return false;
     }
     const gguf_kv *scores = gguf_find(f, "tokenizer.ggml.scores");
     if (scores && (scores->type != GGUF_VT_ARRAY || scores->v.arr.type != GGUF_VT_FLOAT32 || scores->v.arr.n != n)) {
         set_err(err, errlen, "%s", "tokenizer.ggml.scores: not a float32 array as long as tokenizer.ggml.tokens");
-        return NULL;
+        return false;
     }
     const gguf_kv *types = gguf_find(f, "tokenizer.ggml.token_type");
     if (types) {
@@ -370,29 +376,30 @@ sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
                        types->v.arr.type != GGUF_VT_BOOL;
         if (!int_arr || types->v.arr.n != n) {
             set_err(err, errlen, "%s", "tokenizer.ggml.token_type: not an integer array as long as tokenizer.ggml.tokens");
-            return NULL;
+            return false;
         }
     }
+    *va = (vocab_arrays){ tokens, scores, types, n };
+    return true;
+}
 
-    sw_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) { set_err(err, errlen, "%s", "out of memory"); return NULL; }
-    t->kind = kind;
-    t->n_vocab = (int32_t)n;
-    t->score = calloc(n, sizeof *t->score);
-    t->type = malloc(n);
-    if (!t->score || !t->type) { set_err(err, errlen, "%s", "out of memory"); goto fail; }
-    if (!load_tokens(t, tokens, err, errlen)) goto fail;
-    for (uint64_t i = 0; i < n; i++) {
-        if (scores) t->score[i] = gguf_arr_f32(scores, i);
+/* Each token's score and type, from the arrays or their defaults. */
+static void load_scores_types(sw_tokenizer *t, const vocab_arrays *va) {
+    for (uint64_t i = 0; i < va->n; i++) {
+        if (va->scores) t->score[i] = gguf_arr_f32(va->scores, i);
         if (isnan(t->score[i])) t->score[i] = -INFINITY;   /* keeps the heap order total */
-        int64_t ty = types ? gguf_arr_int(types, i) : TT_NORMAL;
+        int64_t ty = va->types ? gguf_arr_int(va->types, i) : TT_NORMAL;
         t->type[i] = (uint8_t)(ty >= 0 && ty <= TT_BYTE ? ty : TT_UNDEFINED);
         /* Without a type array, SPM byte tokens are known by their text. */
-        if (!types && kind == SW_TOK_SPM && byte_token_value(t->arena + t->off[i], t->len[i]) >= 0)
+        if (!va->types && t->kind == SW_TOK_SPM && byte_token_value(t->arena + t->off[i], t->len[i]) >= 0)
             t->type[i] = TT_BYTE;
     }
-    if (kind == SW_TOK_BPE && !load_merges(t, f, err, errlen)) goto fail;
+}
 
+/* The special ids, the space-prefix and BOS rules and (BPE) the
+ * pre-tokenizer; has_types: f gave token types. False with err set. */
+static bool load_specials(sw_tokenizer *t, const gguf_file *f, bool has_types, char *err, size_t errlen) {
+    const sw_tok_kind kind = t->kind;
     int32_t nv = t->n_vocab;
     t->bos = meta_id(f, "tokenizer.ggml.bos_token_id", kind == SW_TOK_SPM ? 1 : -1, nv);
     t->eos = meta_id(f, "tokenizer.ggml.eos_token_id", kind == SW_TOK_SPM ? 2 : -1, nv);
@@ -411,18 +418,38 @@ sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
             fprintf(stderr, "tokenizer: %s, using gpt2's split\n", why);
             t->pretok = sw_pretok_new(NULL, 0, why, sizeof why);
         }
-        if (!t->pretok) { set_err(err, errlen, "tokenizer: %s", why); goto fail; }
+        if (!t->pretok) { set_err(err, errlen, "tokenizer: %s", why); return false; }
     }
     /* Without the key, BOS goes first for SentencePiece and for the BPE
      * families trained with it first (Llama 3's <|begin_of_text|>, Tekken's
      * <s>), as llama.cpp also defaults. */
     if (!gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos))
         t->add_bos = kind == SW_TOK_SPM || sw_pretok_default_bos(t->pretok);
-    if (!types) {   /* ... and BOS/EOS/UNK by their ids */
+    if (!has_types) {   /* ... and BOS/EOS/UNK by their ids */
         if (t->bos >= 0) t->type[t->bos] = TT_CONTROL;
         if (t->eos >= 0) t->type[t->eos] = TT_CONTROL;
         if (t->unk >= 0) t->type[t->unk] = TT_UNKNOWN;
     }
+    return true;
+}
+
+sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
+    if (!f) { set_err(err, errlen, "%s", "no file"); return NULL; }
+    sw_tok_kind kind;
+    vocab_arrays va;
+    if (!check_vocab(f, &kind, &va, err, errlen)) return NULL;
+
+    sw_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) { set_err(err, errlen, "%s", "out of memory"); return NULL; }
+    t->kind = kind;
+    t->n_vocab = (int32_t)va.n;
+    t->score = calloc(va.n, sizeof *t->score);
+    t->type = malloc(va.n);
+    if (!t->score || !t->type) { set_err(err, errlen, "%s", "out of memory"); goto fail; }
+    if (!load_tokens(t, va.tokens, err, errlen)) goto fail;
+    load_scores_types(t, &va);
+    if (kind == SW_TOK_BPE && !load_merges(t, f, err, errlen)) goto fail;
+    if (!load_specials(t, f, va.types != NULL, err, errlen)) goto fail;
     if (!finish_load(t, f, err, errlen)) goto fail;
     if (!build_pieces(t)) { set_err(err, errlen, "%s", "tokenizer: out of memory"); goto fail; }
     return t;
