@@ -275,11 +275,15 @@ static void usage(FILE *fp) {
             "Defaults: --type f32, --seed 42.\n");
 }
 
-int main(int argc, char **argv) {
-    const shape *sh = NULL;
-    sw_ftype ft = SW_FTYPE_ALL_F32;
-    uint64_t seed = 42;
-    const char *out = NULL;
+typedef struct {
+    const shape *sh;
+    sw_ftype ft;
+    uint64_t seed;
+    const char *out;
+} options;
+
+/* Reads the command line into o: -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, options *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
@@ -287,43 +291,41 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--shape") && has_val) {
             const char *s = argv[++i];
             for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++)
-                if (!strcmp(s, SHAPES[k].name)) sh = &SHAPES[k];
-            if (!sh) { fprintf(stderr, "spillway-synth: unknown shape '%s' (tiny, 125m, 1b, 8b, tiny-moe, moe)\n", s); return 2; }
+                if (!strcmp(s, SHAPES[k].name)) o->sh = &SHAPES[k];
+            if (!o->sh) { fprintf(stderr, "spillway-synth: unknown shape '%s' (tiny, 125m, 1b, 8b, tiny-moe, moe)\n", s); return 2; }
         } else if (!strcmp(a, "--type") && has_val) {
             const char *s = argv[++i];
-            if (!sw_ftype_parse(s, &ft)) {
+            if (!sw_ftype_parse(s, &o->ft)) {
                 fprintf(stderr, "spillway-synth: unknown type '%s' (f32, f16, q8_0, q4_k_m)\n", s);
                 return 2;
             }
         } else if (!strcmp(a, "--seed") && has_val) {
             char *end;
-            seed = strtoull(argv[++i], &end, 0);
+            o->seed = strtoull(argv[++i], &end, 0);
             if (*end || !*argv[i]) { fprintf(stderr, "spillway-synth: bad seed '%s'\n", argv[i]); return 2; }
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "spillway-synth: unknown or incomplete option '%s'\n", a);
             usage(stderr);
             return 2;
-        } else if (!out) {
-            out = a;
+        } else if (!o->out) {
+            o->out = a;
         } else {
-            fprintf(stderr, "spillway-synth: more than one output path ('%s', '%s')\n", out, a);
+            fprintf(stderr, "spillway-synth: more than one output path ('%s', '%s')\n", o->out, a);
             return 2;
         }
     }
-    if (!sh || !out) {
-        fprintf(stderr, "spillway-synth: %s is required\n", !sh ? "--shape" : "OUT.gguf");
+    if (!o->sh || !o->out) {
+        fprintf(stderr, "spillway-synth: %s is required\n", !o->sh ? "--shape" : "OUT.gguf");
         usage(stderr);
         return 2;
     }
+    return -1;
+}
 
-    vocab v;
-    if (!build_vocab(&v, sh->vocab)) {
-        fprintf(stderr, "spillway-synth: could not build a %u-token vocabulary (got %u)\n", sh->vocab, v.n);
-        free_vocab(&v);
-        return 1;
-    }
-
-    gguf_writer *w = gguf_writer_new();
+/* The general.*, spillway.* and llama.* keys of the shape (the vocabulary
+ * goes after them). */
+static void write_metadata(gguf_writer *w, const options *o) {
+    const shape *sh = o->sh;
     char text[512];
     gguf_w_str(w, "general.architecture", "llama");
     snprintf(text, sizeof text, "spillway-synth-%s", sh->name);
@@ -331,12 +333,12 @@ int main(int argc, char **argv) {
     snprintf(text, sizeof text,
              "RANDOM WEIGHTS: synthetic Llama-architecture model written by spillway-synth "
              "(shape %s, seed %llu). It was never trained and produces gibberish; use it only "
-             "for demos, tests and benchmarks.", sh->name, (unsigned long long)seed);
+             "for demos, tests and benchmarks.", sh->name, (unsigned long long)o->seed);
     gguf_w_str(w, "general.description", text);
     gguf_w_bool(w, "spillway.synthetic", true);
     gguf_w_str(w, "spillway.synth.shape", sh->name);
-    gguf_w_u64(w, "spillway.synth.seed", seed);
-    gguf_w_u32(w, "general.file_type", ft);
+    gguf_w_u64(w, "spillway.synth.seed", o->seed);
+    gguf_w_u32(w, "general.file_type", o->ft);
     gguf_w_u32(w, "general.quantization_version", 2);
     gguf_w_u32(w, "general.alignment", GGUF_DEFAULT_ALIGNMENT);
     gguf_w_u32(w, "llama.context_length", sh->ctx);
@@ -353,14 +355,18 @@ int main(int argc, char **argv) {
         gguf_w_u32(w, "llama.expert_count", sh->experts);
         gguf_w_u32(w, "llama.expert_used_count", sh->experts_used);
     }
-    write_vocab(w, &v);
+}
 
-    uint32_t n_t = 3 + (sh->experts ? 10 : 9) * sh->layers, k = 0;
-    synth_tensor *ts = calloc(n_t, sizeof *ts);
+/* Adds the shape's n_t tensors, described in ts (which must outlive the
+ * write: fill_tensor reads it). */
+static void add_tensors(gguf_writer *w, synth_tensor *ts, uint32_t n_t, const options *o, bool verbose) {
+    const shape *sh = o->sh;
+    const sw_ftype ft = o->ft;
+    const uint64_t seed = o->seed;
+    uint32_t k = 0;
     uint32_t kv_dim = sh->dim / sh->heads * sh->kv_heads;
     float in_std = 1.0f / sqrtf((float)sh->dim), ffn_std = 1.0f / sqrtf((float)sh->ffn);
     float resid = 1.0f / sqrtf(2.0f * (float)sh->layers);
-    bool verbose = strncmp(sh->name, "tiny", 4) != 0;
 #define T(NAME, ND, NE0, NE1, STD) do { synth_tensor *t = &ts[k]; \
         snprintf(t->name, sizeof t->name, "%s", NAME); t->n_dims = ND; t->ne[0] = NE0; t->ne[1] = NE1; \
         t->ne[2] = (ND) > 2 ? sh->experts : 1; \
@@ -392,11 +398,34 @@ int main(int argc, char **argv) {
 #undef L
     }
 #undef T
+}
+
+int main(int argc, char **argv) {
+    options o = { .ft = SW_FTYPE_ALL_F32, .seed = 42 };
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) return rc;
+    const shape *sh = o.sh;
+
+    vocab v;
+    if (!build_vocab(&v, sh->vocab)) {
+        fprintf(stderr, "spillway-synth: could not build a %u-token vocabulary (got %u)\n", sh->vocab, v.n);
+        free_vocab(&v);
+        return 1;
+    }
+
+    gguf_writer *w = gguf_writer_new();
+    write_metadata(w, &o);
+    write_vocab(w, &v);
+
+    uint32_t n_t = 3 + (sh->experts ? 10 : 9) * sh->layers;
+    synth_tensor *ts = calloc(n_t, sizeof *ts);
+    bool verbose = strncmp(sh->name, "tiny", 4) != 0;
+    add_tensors(w, ts, n_t, &o, verbose);
     if (verbose)
         fprintf(stderr, "spillway-synth: writing %s (%s, %s, %u tensors, RANDOM WEIGHTS)\n",
-                out, sh->name, sw_ftype_name(ft), n_t);
+                o.out, sh->name, sw_ftype_name(o.ft), n_t);
     char err[512];
-    bool ok = gguf_writer_write(w, out, err, sizeof err);
+    bool ok = gguf_writer_write(w, o.out, err, sizeof err);
     gguf_writer_free(w);
     free(ts);
     free_vocab(&v);
@@ -405,8 +434,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     struct stat st;
-    double mib = stat(out, &st) == 0 ? st.st_size / 1048576.0 : 0;
+    double mib = stat(o.out, &st) == 0 ? st.st_size / 1048576.0 : 0;
     fprintf(stderr, "spillway-synth: wrote %s: %s shape, %s, seed %llu, %.1f MiB (random weights)\n",
-            out, sh->name, sw_ftype_name(ft), (unsigned long long)seed, mib);
+            o.out, sh->name, sw_ftype_name(o.ft), (unsigned long long)o.seed, mib);
     return 0;
 }
