@@ -195,6 +195,38 @@ static int prefill(sw_ctx *ctx, const sw_model *m, const int32_t *ids, int n, FI
     return 0;
 }
 
+/* Samples up to n_predict tokens from `last` (the prompt's last logits),
+ * printing each one's text and writing its logits to lf; *generated counts
+ * them. Returns the exit code: 0, or 1 after an error it printed. */
+static int generate(sw_ctx *ctx, sw_gen *g, uint32_t n_vocab, long n_predict, FILE *lf, float *last,
+                    long *generated)
+{
+    char err[1024];
+    while (*generated < n_predict) {
+        int32_t tok = sw_gen_sample(g, last, (int32_t)n_vocab);
+        if (tok < 0) {
+            fprintf(stderr, "\nspillway-run: %s\n", sw_gen_error(g));
+            return 1;
+        }
+        const char *delta;
+        size_t dlen;
+        int fin = sw_gen_accept(g, tok, &delta, &dlen);
+        (*generated)++;
+        if (dlen) { fwrite(delta, 1, dlen, stdout); fflush(stdout); }
+        if (fin) break;
+        sw_tok_in in = { .token = tok, .pos = sw_gen_next_pos(g), .seq = 0, .logits = true };
+        if (sw_forward(ctx, &in, 1, last, err, sizeof err)) {
+            fprintf(stderr, "spillway-run: %s\n", err);
+            return 1;
+        }
+        if (lf && !write_rows(lf, last, 1, n_vocab)) {
+            fprintf(stderr, "spillway-run: writing logits failed\n");
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Evaluates the prompt, then generates; everything it allocates is freed on
  * every path (the sanitizer build checks for leaks). Returns the exit code. */
 static int run_model(const options *o, sw_model *m)
@@ -257,33 +289,8 @@ static int run_model(const options *o, sw_model *m)
     if (prefill(ctx, m, g.prompt, g.n_prompt, lf, logits, max_batch, last)) goto out;
     double t1 = sw_clock_s();
 
-    rc = 0;
     long generated = 0;
-    while (generated < n_predict) {
-        int32_t tok = sw_gen_sample(&g, last, (int32_t)hp->n_vocab);
-        if (tok < 0) {
-            fprintf(stderr, "\nspillway-run: %s\n", sw_gen_error(&g));
-            rc = 1;
-            break;
-        }
-        const char *delta;
-        size_t dlen;
-        int fin = sw_gen_accept(&g, tok, &delta, &dlen);
-        generated++;
-        if (dlen) { fwrite(delta, 1, dlen, stdout); fflush(stdout); }
-        if (fin) break;
-        sw_tok_in in = { .token = tok, .pos = sw_gen_next_pos(&g), .seq = 0, .logits = true };
-        if (sw_forward(ctx, &in, 1, last, err, sizeof err)) {
-            fprintf(stderr, "spillway-run: %s\n", err);
-            rc = 1;
-            break;
-        }
-        if (lf && !write_rows(lf, last, 1, hp->n_vocab)) {
-            fprintf(stderr, "spillway-run: writing logits failed\n");
-            rc = 1;
-            break;
-        }
-    }
+    rc = generate(ctx, &g, hp->n_vocab, n_predict, lf, last, &generated);
     double t2 = sw_clock_s();
     if (o->prompt || generated) { fputs("\n", stdout); fflush(stdout); }
     fprintf(stderr, "spillway-run: prompt %d tokens in %.3f s (%.1f tok/s), generated %ld tokens in %.3f s (%.1f tok/s)\n",
