@@ -92,6 +92,87 @@ static int valid_endpoint(const char *ep) {
 }
 
 /* Returns 0 to run, 1 after --help, or 2 (a usage error, already reported). */
+/* Option a (known, with its value v) into o: 0, or usage_error's code. */
+static int set_option(options *o, const char *a, const char *v, int *have_model) {
+    if (!strcmp(a, "--gateway")) {
+        if (!valid_endpoint(v))
+            return usage_error("--gateway: '%s' is not a valid tcp:// or ipc:// endpoint", v);
+        o->gateway = v;
+    } else if (!strcmp(a, "--pool")) {
+        if (!sw_id_valid(v, SW_MAX_ID_LEN))
+            return usage_error("--pool: '%s' must be 1-128 printable characters, no spaces", v);
+        o->pool = v;
+    } else if (!strcmp(a, "--model")) {
+        const char *eq = strchr(v, '=');
+        if (*have_model) return usage_error("--model given twice ('%s'); a worker serves one", v);
+        if (!eq || eq == v || !eq[1]) return usage_error("--model: '%s' is not NAME=PATH", v);
+        size_t n = (size_t)(eq - v);
+        if (n > SW_MAX_ID_LEN) return usage_error("--model: name in '%s' is too long", v);
+        memcpy(o->model_name, v, n);
+        o->model_name[n] = 0;
+        if (!sw_id_valid(o->model_name, SW_MAX_ID_LEN))
+            return usage_error("--model: name in '%s' must be printable, without spaces", v);
+        o->model_path = eq + 1;
+        *have_model = 1;
+    } else if (!strcmp(a, "--threads")) {
+        if (parse_int(v, 1, MAX_THREADS, &o->threads))
+            return usage_error("--threads: '%s' is not a whole number in 1..1024", v);
+    } else if (!strcmp(a, "--parallel")) {
+        if (parse_int(v, 1, MAX_PARALLEL, &o->parallel))
+            return usage_error("--parallel: '%s' is not a whole number in 1..4096", v);
+    } else if (!strcmp(a, "--ctx")) {
+        if (parse_int(v, 0, MAX_CTX, &o->ctx))
+            return usage_error("--ctx: '%s' is not a whole number in 0..1048576", v);
+    } else if (!strcmp(a, "--worker-id")) {
+        if (!sw_id_valid(v, SW_MAX_ID_LEN))
+            return usage_error("--worker-id: '%s' must be 1-128 printable characters, no spaces",
+                               v);
+        o->worker_id = v;
+    } else if (!strcmp(a, "--quantization")) {
+        if (!sw_id_valid(v, 32))
+            return usage_error("--quantization: '%s' must be 1-32 printable characters", v);
+        o->quantization = v;
+    } else if (!strcmp(a, "--test-echo")) {
+        double r;
+        if (!sw_parse_double(v, 0, 1e6, &r) || r == 0)
+            return usage_error("--test-echo: '%s' is not a rate in (0, 1000000] tokens/s", v);
+        o->echo_rate = r;
+    } else if (!strcmp(a, "--cache-slots")) {
+        if (parse_int(v, 1, 4096, &o->cache_slots))
+            return usage_error("--cache-slots: '%s' is not a whole number in 1..4096", v);
+    } else if (!strcmp(a, "--prefix-cache")) {
+        bool on;
+        if (!sw_parse_on_off(v, &on)) return usage_error("--prefix-cache: '%s' is not on or off", v);
+        o->no_prefix_cache = !on;
+    } else if (!strcmp(a, "--test-fail-rate")) {
+        if (!sw_parse_double(v, 0, 1, &o->fail_rate))
+            return usage_error("--test-fail-rate: '%s' is not a fraction in [0, 1]", v);
+    }
+    return 0;
+}
+
+/* The rules across options, once all are read, and the defaults that
+ * depend on them: 0, or the exit code. */
+static int check_options(options *o, int have_model) {
+    if (!o->gateway) return usage_error("%s is required", "--gateway");
+    if (!o->pool) return usage_error("%s is required", "--pool");
+    if (!have_model) return usage_error("%s is required", "--model NAME=PATH");
+    if (o->fail_rate > 0 && o->echo_rate == 0)
+        return usage_error("%s", "--test-fail-rate only works with --test-echo");
+    if (o->echo_rate > 0) {
+        const char *allow = getenv("SPILLWAY_ALLOW_TEST_MODE");
+        if (!allow || strcmp(allow, "1") != 0) {
+            fprintf(stderr,
+                    "spillway-worker-cpu: --test-echo is a test mode (placeholder output, no "
+                    "model) and is refused unless SPILLWAY_ALLOW_TEST_MODE=1 is set in the "
+                    "environment\n");
+            return 2;
+        }
+    }
+    if (o->parallel < 0) o->parallel = o->echo_rate > 0 ? DEFAULT_PARALLEL_ECHO : DEFAULT_PARALLEL_CPU;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->parallel = -1;
@@ -111,78 +192,10 @@ static int parse_args(int argc, char **argv, options *o) {
         if (!is_known) return usage_error("unknown option '%s'", a);
         if (i + 1 >= argc) return usage_error("%s needs a value", a);
         const char *v = argv[++i];
-        if (!strcmp(a, "--gateway")) {
-            if (!valid_endpoint(v))
-                return usage_error("--gateway: '%s' is not a valid tcp:// or ipc:// endpoint", v);
-            o->gateway = v;
-        } else if (!strcmp(a, "--pool")) {
-            if (!sw_id_valid(v, SW_MAX_ID_LEN))
-                return usage_error("--pool: '%s' must be 1-128 printable characters, no spaces", v);
-            o->pool = v;
-        } else if (!strcmp(a, "--model")) {
-            const char *eq = strchr(v, '=');
-            if (have_model) return usage_error("--model given twice ('%s'); a worker serves one", v);
-            if (!eq || eq == v || !eq[1]) return usage_error("--model: '%s' is not NAME=PATH", v);
-            size_t n = (size_t)(eq - v);
-            if (n > SW_MAX_ID_LEN) return usage_error("--model: name in '%s' is too long", v);
-            memcpy(o->model_name, v, n);
-            o->model_name[n] = 0;
-            if (!sw_id_valid(o->model_name, SW_MAX_ID_LEN))
-                return usage_error("--model: name in '%s' must be printable, without spaces", v);
-            o->model_path = eq + 1;
-            have_model = 1;
-        } else if (!strcmp(a, "--threads")) {
-            if (parse_int(v, 1, MAX_THREADS, &o->threads))
-                return usage_error("--threads: '%s' is not a whole number in 1..1024", v);
-        } else if (!strcmp(a, "--parallel")) {
-            if (parse_int(v, 1, MAX_PARALLEL, &o->parallel))
-                return usage_error("--parallel: '%s' is not a whole number in 1..4096", v);
-        } else if (!strcmp(a, "--ctx")) {
-            if (parse_int(v, 0, MAX_CTX, &o->ctx))
-                return usage_error("--ctx: '%s' is not a whole number in 0..1048576", v);
-        } else if (!strcmp(a, "--worker-id")) {
-            if (!sw_id_valid(v, SW_MAX_ID_LEN))
-                return usage_error("--worker-id: '%s' must be 1-128 printable characters, no spaces",
-                                   v);
-            o->worker_id = v;
-        } else if (!strcmp(a, "--quantization")) {
-            if (!sw_id_valid(v, 32))
-                return usage_error("--quantization: '%s' must be 1-32 printable characters", v);
-            o->quantization = v;
-        } else if (!strcmp(a, "--test-echo")) {
-            double r;
-            if (!sw_parse_double(v, 0, 1e6, &r) || r == 0)
-                return usage_error("--test-echo: '%s' is not a rate in (0, 1000000] tokens/s", v);
-            o->echo_rate = r;
-        } else if (!strcmp(a, "--cache-slots")) {
-            if (parse_int(v, 1, 4096, &o->cache_slots))
-                return usage_error("--cache-slots: '%s' is not a whole number in 1..4096", v);
-        } else if (!strcmp(a, "--prefix-cache")) {
-            bool on;
-            if (!sw_parse_on_off(v, &on)) return usage_error("--prefix-cache: '%s' is not on or off", v);
-            o->no_prefix_cache = !on;
-        } else if (!strcmp(a, "--test-fail-rate")) {
-            if (!sw_parse_double(v, 0, 1, &o->fail_rate))
-                return usage_error("--test-fail-rate: '%s' is not a fraction in [0, 1]", v);
-        }
+        int rc = set_option(o, a, v, &have_model);
+        if (rc) return rc;
     }
-    if (!o->gateway) return usage_error("%s is required", "--gateway");
-    if (!o->pool) return usage_error("%s is required", "--pool");
-    if (!have_model) return usage_error("%s is required", "--model NAME=PATH");
-    if (o->fail_rate > 0 && o->echo_rate == 0)
-        return usage_error("%s", "--test-fail-rate only works with --test-echo");
-    if (o->echo_rate > 0) {
-        const char *allow = getenv("SPILLWAY_ALLOW_TEST_MODE");
-        if (!allow || strcmp(allow, "1") != 0) {
-            fprintf(stderr,
-                    "spillway-worker-cpu: --test-echo is a test mode (placeholder output, no "
-                    "model) and is refused unless SPILLWAY_ALLOW_TEST_MODE=1 is set in the "
-                    "environment\n");
-            return 2;
-        }
-    }
-    if (o->parallel < 0) o->parallel = o->echo_rate > 0 ? DEFAULT_PARALLEL_ECHO : DEFAULT_PARALLEL_CPU;
-    return 0;
+    return check_options(o, have_model);
 }
 
 static int run_echo(const options *o) {
