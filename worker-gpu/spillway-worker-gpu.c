@@ -221,33 +221,94 @@ static sw_model *load_model(const char *path, sw_fp8_weights **w, int quiet)
     return m;
 }
 
-/* ---- --tokens: every position's logits ---- */
-static int run_tokens(const opts *o)
+/* The weights --tokens runs: random ones of the 8b shape (--bench-shape:
+ * for comparing backends, no file needed) or the model's (*m, to free
+ * after). NULL after printing why. */
+static sw_fp8_weights *tokens_weights(const opts *o, sw_model **m)
 {
-    int n;
-    int32_t *ids = sw_cli_ids(PROG, "--tokens", o->tokens, INT32_MAX, &n);
     sw_fp8_weights *w;
-    sw_model *m = NULL;
     if (o->bench_shape) {
-        /* random weights of a large shape: for comparing backends, no file needed */
         char err[256];
         sw_hparams shp;
         sw_hparams_8b(&shp, (uint32_t)o->bench_layers);
         if (!(w = sw_fp8_weights_random(&shp, 1234, err, sizeof err))) {
             fprintf(stderr, PROG ": %s\n", err);
-            free(ids);
+            return NULL;
+        }
+    } else if (!(*m = load_model(o->model_path, &w, o->quiet))) {
+        return NULL;
+    }
+    return w;
+}
+
+/* Whether every one of the n ids is below n_vocab; prints the first that is not. */
+static bool ids_in_vocab(const int32_t *ids, int n, uint32_t n_vocab)
+{
+    for (int i = 0; i < n; i++)
+        if ((uint32_t)ids[i] >= n_vocab) {
+            fprintf(stderr, PROG ": --tokens: id %d out of range (vocabulary %u)\n", ids[i], n_vocab);
+            return false;
+        }
+    return true;
+}
+
+/* --ref-logits: the reference file and what the rows so far agree on. */
+typedef struct {
+    FILE *rf;
+    float *ref;              /* one reference row */
+    double min_cos, sum_cos;
+    int top1;                /* rows whose argmax matches */
+} ref_compare;
+
+/* Compares nb rows of logits (V wide) with the next rows of the reference
+ * (n rows in all); 1 when the reference ran short, else 0. */
+static int compare_rows(const opts *o, ref_compare *cmp, const float *logits, int nb, uint32_t V, int n)
+{
+    const float *ref = cmp->ref;
+    for (int i = 0; i < nb; i++) {
+        if (fread(cmp->ref, sizeof(float), V, cmp->rf) != V) {
+            fprintf(stderr, PROG ": %s: shorter than %d rows of %u floats\n", o->ref_logits, n, V);
             return 1;
         }
-    } else if (!(m = load_model(o->model_path, &w, o->quiet))) {
+        const float *g = logits + (size_t)i * V;
+        double ab = 0, aa = 0, bb = 0;
+        int ga = 0, ra = 0;
+        for (uint32_t v = 0; v < V; v++) {
+            ab += (double)g[v] * ref[v]; aa += (double)g[v] * g[v]; bb += (double)ref[v] * ref[v];
+            if (g[v] > g[ga]) ga = (int)v;
+            if (ref[v] > ref[ra]) ra = (int)v;
+        }
+        double c = ab / (sqrt(aa * bb) + 1e-30);
+        if (c < cmp->min_cos) cmp->min_cos = c;
+        cmp->sum_cos += c;
+        cmp->top1 += ga == ra;
+    }
+    return 0;
+}
+
+/* No output file: the argmax of the last position's row. */
+static void print_argmax(const float *row, uint32_t V)
+{
+    int best = 0;
+    for (uint32_t v = 1; v < V; v++) if (row[v] > row[best]) best = (int)v;
+    printf("%d\n", best);
+}
+
+/* ---- --tokens: every position's logits ---- */
+static int run_tokens(const opts *o)
+{
+    int n;
+    int32_t *ids = sw_cli_ids(PROG, "--tokens", o->tokens, INT32_MAX, &n);
+    sw_model *m = NULL;
+    sw_fp8_weights *w = tokens_weights(o, &m);
+    if (!w) {
         free(ids);
         return 1;
     }
-    for (int i = 0; i < n; i++)
-        if ((uint32_t)ids[i] >= w->hp.n_vocab) {
-            fprintf(stderr, PROG ": --tokens: id %d out of range (vocabulary %u)\n", ids[i], w->hp.n_vocab);
-            free(ids); sw_fp8_weights_free(w); sw_model_free(m);
-            return 2;
-        }
+    if (!ids_in_vocab(ids, n, w->hp.n_vocab)) {
+        free(ids); sw_fp8_weights_free(w); sw_model_free(m);
+        return 2;
+    }
     int max_tok = o->max_tokens_per_step;
     uint32_t blocks = o->kv_blocks ? (uint32_t)o->kv_blocks : (uint32_t)((n + SW_KV_BLOCK - 1) / SW_KV_BLOCK);
     if ((long)blocks * SW_KV_BLOCK < n) {
@@ -268,14 +329,12 @@ static int run_tokens(const opts *o)
             *seqs = calloc((size_t)max_tok, sizeof(int32_t)), *lidx = malloc((size_t)max_tok * sizeof(int32_t));
     float *logits = malloc((size_t)max_tok * V * sizeof(float));
     int rc = 0;
+    ref_compare cmp = { .min_cos = 2.0 };
     FILE *rf = NULL;
-    float *ref = NULL;
-    double min_cos = 2.0, sum_cos = 0.0;
-    int top1 = 0;
     if (o->ref_logits) {
-        rf = fopen(o->ref_logits, "rb");
-        ref = malloc((size_t)V * sizeof(float));
-        if (!rf || !ref) { fprintf(stderr, PROG ": %s: %s\n", o->ref_logits, rf ? "out of memory" : strerror(errno)); rc = 1; }
+        rf = cmp.rf = fopen(o->ref_logits, "rb");
+        cmp.ref = malloc((size_t)V * sizeof(float));
+        if (!rf || !cmp.ref) { fprintf(stderr, PROG ": %s: %s\n", o->ref_logits, rf ? "out of memory" : strerror(errno)); rc = 1; }
     }
     if (!table || !pos || !seqs || !lidx || !logits) { fprintf(stderr, PROG ": out of memory\n"); rc = 1; }
     for (uint32_t i = 0; table && i < blocks; i++) table[i] = (int32_t)i;
@@ -294,39 +353,16 @@ static int run_tokens(const opts *o)
             fprintf(stderr, PROG ": %s: write failed\n", o->logits_out);
             rc = 1;
         }
-        for (int i = 0; rf && !rc && i < nb; i++) {
-            if (fread(ref, sizeof(float), V, rf) != V) {
-                fprintf(stderr, PROG ": %s: shorter than %d rows of %u floats\n", o->ref_logits, n, V);
-                rc = 1;
-                break;
-            }
-            const float *g = logits + (size_t)i * V;
-            double ab = 0, aa = 0, bb = 0;
-            int ga = 0, ra = 0;
-            for (uint32_t v = 0; v < V; v++) {
-                ab += (double)g[v] * ref[v]; aa += (double)g[v] * g[v]; bb += (double)ref[v] * ref[v];
-                if (g[v] > g[ga]) ga = (int)v;
-                if (ref[v] > ref[ra]) ra = (int)v;
-            }
-            double c = ab / (sqrt(aa * bb) + 1e-30);
-            if (c < min_cos) min_cos = c;
-            sum_cos += c;
-            top1 += ga == ra;
-        }
-        if (!lf && !rf && start + nb == n) {
-            /* no file: print the argmax of the last position */
-            int best = 0;
-            for (uint32_t v = 1; v < V; v++) if (logits[(size_t)(nb - 1) * V + v] > logits[(size_t)(nb - 1) * V + best]) best = (int)v;
-            printf("%d\n", best);
-        }
+        if (rf && !rc) rc = compare_rows(o, &cmp, logits, nb, V, n);
+        if (!lf && !rf && start + nb == n) print_argmax(logits + (size_t)(nb - 1) * V, V);
     }
     if (lf && fclose(lf)) { fprintf(stderr, PROG ": %s: %s\n", o->logits_out, strerror(errno)); rc = 1; }
     if (rf) {
-        if (!rc) printf("compare: rows %d min_cosine %.5f mean_cosine %.5f top1 %.4f\n", n, min_cos, sum_cos / n,
-                        (double)top1 / n);
+        if (!rc) printf("compare: rows %d min_cosine %.5f mean_cosine %.5f top1 %.4f\n", n, cmp.min_cos,
+                        cmp.sum_cos / n, (double)cmp.top1 / n);
         fclose(rf);
     }
-    free(ref);
+    free(cmp.ref);
     free(table); free(pos); free(seqs); free(lidx); free(logits); free(ids);
     sw_backend_free(be);
     sw_model_free(m);
@@ -428,6 +464,59 @@ static int run_prompt(const opts *o)
     return rc;
 }
 
+/* The weights --bench-decode runs: random ones of the 8b shape
+ * (--bench-shape) or the model's (*m, to free after). NULL after printing why. */
+static sw_fp8_weights *bench_weights(const opts *o, sw_model **m)
+{
+    sw_fp8_weights *w;
+    char err[512];
+    if (o->bench_shape) {
+        sw_hparams hp;
+        sw_hparams_8b(&hp, (uint32_t)o->bench_layers);
+        double t0 = sw_clock_s();
+        w = sw_fp8_weights_random(&hp, 1234, err, sizeof err);
+        if (!w) { fprintf(stderr, PROG ": %s\n", err); return NULL; }
+        fprintf(stderr, PROG ": random FP8 weights, 8b shape with %u layers: %.2f GB, made in %.1f s\n",
+                hp.n_layer, w->fp8_bytes / 1e9, sw_clock_s() - t0);
+    } else if (!(*m = load_model(o->model_path, &w, o->quiet))) {
+        return NULL;
+    }
+    return w;
+}
+
+/* The step buffers of --bench-decode, for the largest batch. */
+typedef struct {
+    int32_t *tok, *pos, *seq, *lidx, *out, *table;
+    sw_dev_sample *sp;
+    float *logits;       /* NULL when the backend samples on the device */
+    int per_seq;         /* KV blocks a sequence may use */
+} bench_bufs;
+
+/* Seconds per decode step of B sequences at position ctx onwards: 3
+ * warm-up steps, then `steps` timed. -1 after printing a failure. */
+static double time_decode(sw_backend *be, const bench_bufs *bb, int B, int ctx, int steps, uint32_t n_vocab)
+{
+    char err[512];
+    int warm = 3;
+    double t0 = 0;
+    for (int s = 0; s < warm + steps; s++) {
+        if (s == warm) t0 = sw_clock_s();
+        for (int i = 0; i < B; i++) {
+            bb->tok[i] = (i * 7919 + s * 31) % (int)n_vocab;
+            bb->pos[i] = ctx + s;
+            bb->seq[i] = i;
+            bb->lidx[i] = i;
+            bb->sp[i] = (sw_dev_sample){ .temperature = 0 };
+        }
+        sw_batch b = { .n_tokens = B, .tokens = bb->tok, .pos = bb->pos, .seq = bb->seq, .n_seqs = B,
+                       .max_blocks = bb->per_seq, .block_table = bb->table, .n_logits = B, .logits_idx = bb->lidx };
+        int r = be->ops->forward_sample ? be->ops->forward_sample(be->impl, &b, bb->sp, bb->out, err, sizeof err)
+                                        : be->ops->forward(be->impl, &b, bb->logits, err, sizeof err);
+        if (r) { fprintf(stderr, PROG ": batch %d: %s\n", B, err); return -1; }
+    }
+    return (sw_clock_s() - t0) / steps;
+}
+
 /* ---- --bench-decode ---- */
 static int run_bench(const opts *o)
 {
@@ -438,20 +527,9 @@ static int run_bench(const opts *o)
         if (batches[i] < 1) sw_cli_die(PROG, "--bench-decode: batch sizes must be >= 1");
         if (batches[i] > maxb) maxb = batches[i];
     }
-    sw_fp8_weights *w;
     sw_model *m = NULL;
-    char err[512];
-    if (o->bench_shape) {
-        sw_hparams hp;
-        sw_hparams_8b(&hp, (uint32_t)o->bench_layers);
-        double t0 = sw_clock_s();
-        w = sw_fp8_weights_random(&hp, 1234, err, sizeof err);
-        if (!w) { fprintf(stderr, PROG ": %s\n", err); return 1; }
-        fprintf(stderr, PROG ": random FP8 weights, 8b shape with %u layers: %.2f GB, made in %.1f s\n",
-                hp.n_layer, w->fp8_bytes / 1e9, sw_clock_s() - t0);
-    } else if (!(m = load_model(o->model_path, &w, o->quiet))) {
-        return 1;
-    }
+    sw_fp8_weights *w = bench_weights(o, &m);
+    if (!w) return 1;
     const sw_hparams hp = w->hp;
     uint64_t weight_bytes = w->fp8_bytes - (uint64_t)hp.n_vocab * hp.n_embd * 2;  /* embedding rows are gathered, not streamed */
     uint32_t kv_dim = w->kv_dim;
@@ -463,6 +541,7 @@ static int run_bench(const opts *o)
 
     double copy_gbs = -1;
 #ifdef SW_HAVE_CUDA
+    char err[512];
     if (!strcmp(o->backend, "cuda")) copy_gbs = sw_cuda_copy_bandwidth((size_t)2 << 30, 10, err, sizeof err);
     if (copy_gbs < 0 && !strcmp(o->backend, "cuda")) fprintf(stderr, PROG ": copy bandwidth: %s\n", err);
 #endif
@@ -483,27 +562,12 @@ static int run_bench(const opts *o)
                       "\"weight_bytes\":%llu,\"ctx\":%d,\"copy_gb_s\":%.1f,\"results\":[",
                       be->ops->name, hp.n_layer, hp.n_embd, (unsigned long long)weight_bytes, ctx, copy_gbs);
     int rc = 0;
+    const bench_bufs bb = { tok, pos, seq, lidx, out, table, sp, logits, per_seq };
     for (int bi = 0; bi < n_b && !rc; bi++) {
         int B = batches[bi];
-        int warm = 3, steps = o->bench_steps;
-        double t0 = 0;
-        for (int s = 0; s < warm + steps; s++) {
-            if (s == warm) t0 = sw_clock_s();
-            for (int i = 0; i < B; i++) {
-                tok[i] = (i * 7919 + s * 31) % (int)hp.n_vocab;
-                pos[i] = ctx + s;
-                seq[i] = i;
-                lidx[i] = i;
-                sp[i] = (sw_dev_sample){ .temperature = 0 };
-            }
-            sw_batch b = { .n_tokens = B, .tokens = tok, .pos = pos, .seq = seq, .n_seqs = B,
-                           .max_blocks = per_seq, .block_table = table, .n_logits = B, .logits_idx = lidx };
-            int r = be->ops->forward_sample ? be->ops->forward_sample(be->impl, &b, sp, out, err, sizeof err)
-                                            : be->ops->forward(be->impl, &b, logits, err, sizeof err);
-            if (r) { fprintf(stderr, PROG ": batch %d: %s\n", B, err); rc = 1; break; }
-        }
-        if (rc) break;
-        double dt = (sw_clock_s() - t0) / steps;
+        int steps = o->bench_steps;
+        double dt = time_decode(be, &bb, B, ctx, steps, hp.n_vocab);
+        if (dt < 0) { rc = 1; break; }
         /* bytes a step must move: every weight once, plus each sequence's K and V */
         double kv_bytes = (double)B * (ctx + steps / 2.0) * kv_dim * 2 * hp.n_layer * (o->kv == SW_KV_FP8 ? 1 : 2);
         double gbs = (weight_bytes + kv_bytes) / dt / 1e9;
