@@ -167,6 +167,75 @@ static bool nope_layers(const sw_model *m)
     return false;
 }
 
+/* What m uses that the GPU worker has no kernels for yet (Gemma 2 and 3's
+ * additions, Granite's and SmolLM3's, mixtures of experts), or NULL. */
+static const char *missing_feature(const sw_model *m)
+{
+    return m->hp.n_expert             ? "a mixture of experts"
+           : m->hp.rope_yarn            ? "YaRN RoPE scaling"
+           : m->rope_long               ? "LongRoPE scaling"
+           : m->hp.rope_mscale != 1.0f  ? "a RoPE attention factor"
+           : m->graph->post_norms       ? "post-attention and post-FFN norms"
+           : m->hp.attn_softcap > 0.0f  ? "attention soft-capping"
+           : m->hp.final_softcap > 0.0f ? "logit soft-capping"
+           : m->hp.n_swa                ? "sliding-window attention"
+           : granite_scales(&m->hp)     ? "residual, attention or logit scales (Granite)"
+           : nope_layers(m)             ? "layers without RoPE (SmolLM3)"
+           : m->layers[0].bo            ? "an attention output bias"
+           : m->layers[0].sinks         ? "attention sinks"
+                                        : NULL;
+}
+
+/* The embedding rows as BF16, dequantized a row at a time across threads. */
+static bool convert_embedding(const sw_model *m, sw_fp8_weights *w, char *err, size_t errlen)
+{
+    const uint32_t E = m->hp.n_embd;
+    const gguf_tensor *t = tensor(m, err, errlen, "token_embd.weight");
+    if (!t) return false;
+    size_t rs = sw_row_size(t->type, E);
+    int bad = 0;
+#pragma omp parallel
+    {
+        float *buf = malloc(E * sizeof(float));
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < (int64_t)m->hp.n_vocab; r++) {
+            if (!buf || !sw_dequantize_row(t->type, (const uint8_t *)t->data + r * rs, buf, E)) {
+                bad = 1;
+                continue;
+            }
+            for (uint32_t c = 0; c < E; c++) w->tok_embd[(size_t)r * E + c] = sw_f32_to_bf16(buf[c]);
+        }
+        free(buf);
+    }
+    if (bad) { sw_errf(err, errlen, "token_embd.weight: cannot dequantize"); return false; }
+    return true;
+}
+
+/* Layer l's matrices (q, k and v into one, gate and up into one), norms
+ * and extras. */
+static bool convert_layer(const sw_model *m, sw_fp8_weights *w, uint32_t l, char *err, size_t errlen)
+{
+    const uint32_t E = m->hp.n_embd;
+    sw_fp8_layer *L = &w->layers[l];
+    /* the model's own bindings, so fused files (attn_qkv) load too */
+    const sw_layer *ML = &m->layers[l];
+    const gguf_tensor *q = ML->wq, *k = ML->wk, *v = ML->wv, *o = ML->wo, *g = ML->w_gate, *u = ML->w_up,
+                      *d = ML->w_down, *an = ML->attn_norm, *fn = ML->ffn_norm;
+    if (!convert_rows(q, &L->wqkv, 0, err, errlen) ||
+        !convert_rows(k, &L->wqkv, w->q_dim, err, errlen) ||
+        !convert_rows(v, &L->wqkv, w->q_dim + w->kv_dim, err, errlen) ||
+        !convert_rows(o, &L->wo, 0, err, errlen) ||
+        !convert_rows(g, &L->wgu, 0, err, errlen) ||
+        !convert_rows(u, &L->wgu, m->hp.n_ff, err, errlen) ||
+        !convert_rows(d, &L->wdown, 0, err, errlen))
+        return false;
+    free(L->attn_norm);
+    free(L->ffn_norm);
+    L->attn_norm = L->ffn_norm = NULL;
+    return (L->attn_norm = vector_f32(an, E, err, errlen)) && (L->ffn_norm = vector_f32(fn, E, err, errlen)) &&
+           layer_extras(m, ML, L, w, err, errlen);
+}
+
 sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t errlen)
 {
     /* The kernels pair NEOX dims (i, i + head_dim/2): rotary over all of each head. */
@@ -175,21 +244,7 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
                 "does not implement: serve it with spillway-worker-cpu", m->arch, m->hp.n_rot, m->hp.head_dim);
         return NULL;
     }
-    /* Gemma 2 and 3's additions, Granite's and SmolLM3's, and mixtures of
-     * experts have no kernels here yet. */
-    const char *missing = m->hp.n_expert             ? "a mixture of experts"
-                          : m->hp.rope_yarn            ? "YaRN RoPE scaling"
-                          : m->rope_long               ? "LongRoPE scaling"
-                          : m->hp.rope_mscale != 1.0f  ? "a RoPE attention factor"
-                          : m->graph->post_norms       ? "post-attention and post-FFN norms"
-                          : m->hp.attn_softcap > 0.0f  ? "attention soft-capping"
-                          : m->hp.final_softcap > 0.0f ? "logit soft-capping"
-                          : m->hp.n_swa                ? "sliding-window attention"
-                          : granite_scales(&m->hp)     ? "residual, attention or logit scales (Granite)"
-                          : nope_layers(m)             ? "layers without RoPE (SmolLM3)"
-                          : m->layers[0].bo            ? "an attention output bias"
-                          : m->layers[0].sinks         ? "attention sinks"
-                                                       : NULL;
+    const char *missing = missing_feature(m);
     if (missing) {
         sw_errf(err, errlen, "architecture '%s' uses %s, which the GPU worker does not implement: serve it with "
                 "spillway-worker-cpu", m->arch, missing);
@@ -201,25 +256,7 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
     uint32_t E = hp->n_embd;
     const gguf_tensor *t;
 
-    if (!(t = tensor(m, err, errlen, "token_embd.weight"))) goto fail;
-    {
-        size_t rs = sw_row_size(t->type, E);
-        int bad = 0;
-#pragma omp parallel
-        {
-            float *buf = malloc(E * sizeof(float));
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < (int64_t)hp->n_vocab; r++) {
-                if (!buf || !sw_dequantize_row(t->type, (const uint8_t *)t->data + r * rs, buf, E)) {
-                    bad = 1;
-                    continue;
-                }
-                for (uint32_t c = 0; c < E; c++) w->tok_embd[(size_t)r * E + c] = sw_f32_to_bf16(buf[c]);
-            }
-            free(buf);
-        }
-        if (bad) { sw_errf(err, errlen, "token_embd.weight: cannot dequantize"); goto fail; }
-    }
+    if (!convert_embedding(m, w, err, errlen)) goto fail;
     /* output.weight, or the embedding when the output is tied to it */
     if (!convert_rows(m->output, &w->output, 0, err, errlen)) goto fail;
     w->gelu = m->graph->gelu;
@@ -229,27 +266,8 @@ sw_fp8_weights *sw_fp8_weights_from_model(const sw_model *m, char *err, size_t e
     free(w->output_norm);
     if (!(w->output_norm = vector_f32(t, E, err, errlen))) goto fail;
 
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        sw_fp8_layer *L = &w->layers[l];
-        /* the model's own bindings, so fused files (attn_qkv) load too */
-        const sw_layer *ML = &m->layers[l];
-        const gguf_tensor *q = ML->wq, *k = ML->wk, *v = ML->wv, *o = ML->wo, *g = ML->w_gate, *u = ML->w_up,
-                          *d = ML->w_down, *an = ML->attn_norm, *fn = ML->ffn_norm;
-        if (!convert_rows(q, &L->wqkv, 0, err, errlen) ||
-            !convert_rows(k, &L->wqkv, w->q_dim, err, errlen) ||
-            !convert_rows(v, &L->wqkv, w->q_dim + w->kv_dim, err, errlen) ||
-            !convert_rows(o, &L->wo, 0, err, errlen) ||
-            !convert_rows(g, &L->wgu, 0, err, errlen) ||
-            !convert_rows(u, &L->wgu, hp->n_ff, err, errlen) ||
-            !convert_rows(d, &L->wdown, 0, err, errlen))
-            goto fail;
-        free(L->attn_norm);
-        free(L->ffn_norm);
-        L->attn_norm = L->ffn_norm = NULL;
-        if (!(L->attn_norm = vector_f32(an, E, err, errlen)) ||
-            !(L->ffn_norm = vector_f32(fn, E, err, errlen)) || !layer_extras(m, ML, L, w, err, errlen))
-            goto fail;
-    }
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        if (!convert_layer(m, w, l, err, errlen)) goto fail;
     rope_table(w, m);
     return w;
 fail:
