@@ -178,6 +178,94 @@ static bool printable_name(const char *s) {
     return sw_id_valid(s, SW_MAX_ID_LEN) && !strpbrk(s, "\"\\");
 }
 
+/* Which of the flags whose rules span others were given. */
+typedef struct {
+    bool mode, req, dur, workers, wait;
+} seen_flags;
+
+/* Flag a (known, with its value v) into o: 0, or flag_error's code. */
+static int set_option(options *o, const char *a, const char *v, seen_flags *seen) {
+    long ll;
+    if (!strcmp(a, "--http") || !strcmp(a, "--direct")) {
+        if (seen->mode) return flag_error("give exactly one of --http and --direct");
+        seen->mode = true;
+        o->mode = !strcmp(a, "--http") ? MODE_HTTP : MODE_DIRECT;
+        o->target = v;
+    } else if (!strcmp(a, "--model")) {
+        o->model = v;
+    } else if (!strcmp(a, "--concurrency")) {
+        if (!sw_parse_long(v, 1, MAX_CONCURRENCY, &ll))
+            return flag_error("--concurrency: '%s' is not a whole number in 1..%d", v,
+                              MAX_CONCURRENCY);
+        o->concurrency = (int)ll;
+    } else if (!strcmp(a, "--requests")) {
+        if (!sw_parse_long(v, 1, MAX_REQUESTS, &ll))
+            return flag_error("--requests: '%s' is not a whole number in 1..%lld", v,
+                              MAX_REQUESTS);
+        o->requests = ll;
+        seen->req = true;
+    } else if (!strcmp(a, "--duration")) {
+        if (!sw_parse_double(v, 0.1, MAX_DURATION_S, &o->duration_s))
+            return flag_error("--duration: '%s' is not a number of seconds in 0.1..%g", v,
+                              MAX_DURATION_S);
+        seen->dur = true;
+    } else if (!strcmp(a, "--max-tokens")) {
+        if (!sw_parse_long(v, 1, MAX_MAX_TOKENS, &ll))
+            return flag_error("--max-tokens: '%s' is not a whole number in 1..%d", v,
+                              MAX_MAX_TOKENS);
+        o->max_tokens = (int)ll;
+    } else if (!strcmp(a, "--prompt")) {
+        o->prompt = v;
+    } else if (!strcmp(a, "--timeout")) {
+        if (!sw_parse_double(v, 0.01, MAX_TIMEOUT_S, &o->timeout_s))
+            return flag_error("--timeout: '%s' is not a number of seconds in 0.01..%g", v,
+                              MAX_TIMEOUT_S);
+    } else if (!strcmp(a, "--samples")) {
+        if (!*v) return flag_error("--samples needs a file name");
+        o->samples_path = v;
+    } else if (!strcmp(a, "--ramp")) {
+        if (!sw_parse_double(v, 0, MAX_DURATION_S, &o->ramp_s))
+            return flag_error("--ramp: '%s' is not a number of seconds in 0..%g", v,
+                              MAX_DURATION_S);
+    } else if (!strcmp(a, "--workers")) {
+        if (!sw_parse_long(v, 1, MAX_WORKERS, &ll))
+            return flag_error("--workers: '%s' is not a whole number in 1..%d", v, MAX_WORKERS);
+        o->workers = (int)ll;
+        seen->workers = true;
+    } else if (!strcmp(a, "--wait")) {
+        if (!sw_parse_double(v, 0.1, MAX_TIMEOUT_S, &o->wait_s))
+            return flag_error("--wait: '%s' is not a number of seconds in 0.1..%g", v,
+                              MAX_TIMEOUT_S);
+        seen->wait = true;
+    }
+    return 0;
+}
+
+/* The rules across flags, once all are read: 0, or flag_error's code. */
+static int check_options(options *o, const seen_flags *seen) {
+    if (!seen->mode) return flag_error("give one of --http HOST:PORT and --direct ENDPOINT");
+    if (!o->model) return flag_error("--model is required");
+    if (!printable_name(o->model))
+        return flag_error("--model: '%s' must be 1..%d printable characters without spaces or "
+                          "quotes", o->model, SW_MAX_ID_LEN);
+    if (!o->concurrency) return flag_error("--concurrency is required");
+    if (seen->req == seen->dur) return flag_error("give exactly one of --requests and --duration");
+    if (!o->prompt[0] || strlen(o->prompt) > MAX_PROMPT)
+        return flag_error("--prompt must be 1..%d bytes", MAX_PROMPT);
+    if (o->mode == MODE_HTTP) {
+        if (seen->workers || seen->wait) return flag_error("--workers and --wait go with --direct");
+        if (!parse_http_target(o))
+            return flag_error("--http: '%s' is not a loopback HOST:PORT (127.x.x.x, localhost, "
+                              "[::1])", o->target);
+    } else {
+        if (!loopback_endpoint(o->target))
+            return flag_error("--direct: '%s' is not a loopback endpoint (tcp://127.x.x.x:PORT, "
+                              "tcp://[::1]:PORT, ipc://PATH)", o->target);
+        o->stream = true; /* workers always stream chunks */
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->prompt = "hello";
@@ -185,8 +273,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->timeout_s = 30;
     o->workers = 1;
     o->wait_s = 15;
-    bool have_mode = false, have_req = false, have_dur = false, have_workers = false;
-    bool have_wait = false;
+    seen_flags seen = { 0 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -206,81 +293,10 @@ static int parse_args(int argc, char **argv, options *o) {
         if (!known) return flag_error("unknown argument '%s'", a);
         if (i + 1 >= argc) return flag_error("%s needs a value", a);
         const char *v = argv[++i];
-        long ll;
-        if (!strcmp(a, "--http") || !strcmp(a, "--direct")) {
-            if (have_mode) return flag_error("give exactly one of --http and --direct");
-            have_mode = true;
-            o->mode = !strcmp(a, "--http") ? MODE_HTTP : MODE_DIRECT;
-            o->target = v;
-        } else if (!strcmp(a, "--model")) {
-            o->model = v;
-        } else if (!strcmp(a, "--concurrency")) {
-            if (!sw_parse_long(v, 1, MAX_CONCURRENCY, &ll))
-                return flag_error("--concurrency: '%s' is not a whole number in 1..%d", v,
-                                  MAX_CONCURRENCY);
-            o->concurrency = (int)ll;
-        } else if (!strcmp(a, "--requests")) {
-            if (!sw_parse_long(v, 1, MAX_REQUESTS, &ll))
-                return flag_error("--requests: '%s' is not a whole number in 1..%lld", v,
-                                  MAX_REQUESTS);
-            o->requests = ll;
-            have_req = true;
-        } else if (!strcmp(a, "--duration")) {
-            if (!sw_parse_double(v, 0.1, MAX_DURATION_S, &o->duration_s))
-                return flag_error("--duration: '%s' is not a number of seconds in 0.1..%g", v,
-                                  MAX_DURATION_S);
-            have_dur = true;
-        } else if (!strcmp(a, "--max-tokens")) {
-            if (!sw_parse_long(v, 1, MAX_MAX_TOKENS, &ll))
-                return flag_error("--max-tokens: '%s' is not a whole number in 1..%d", v,
-                                  MAX_MAX_TOKENS);
-            o->max_tokens = (int)ll;
-        } else if (!strcmp(a, "--prompt")) {
-            o->prompt = v;
-        } else if (!strcmp(a, "--timeout")) {
-            if (!sw_parse_double(v, 0.01, MAX_TIMEOUT_S, &o->timeout_s))
-                return flag_error("--timeout: '%s' is not a number of seconds in 0.01..%g", v,
-                                  MAX_TIMEOUT_S);
-        } else if (!strcmp(a, "--samples")) {
-            if (!*v) return flag_error("--samples needs a file name");
-            o->samples_path = v;
-        } else if (!strcmp(a, "--ramp")) {
-            if (!sw_parse_double(v, 0, MAX_DURATION_S, &o->ramp_s))
-                return flag_error("--ramp: '%s' is not a number of seconds in 0..%g", v,
-                                  MAX_DURATION_S);
-        } else if (!strcmp(a, "--workers")) {
-            if (!sw_parse_long(v, 1, MAX_WORKERS, &ll))
-                return flag_error("--workers: '%s' is not a whole number in 1..%d", v, MAX_WORKERS);
-            o->workers = (int)ll;
-            have_workers = true;
-        } else if (!strcmp(a, "--wait")) {
-            if (!sw_parse_double(v, 0.1, MAX_TIMEOUT_S, &o->wait_s))
-                return flag_error("--wait: '%s' is not a number of seconds in 0.1..%g", v,
-                                  MAX_TIMEOUT_S);
-            have_wait = true;
-        }
+        int rc = set_option(o, a, v, &seen);
+        if (rc) return rc;
     }
-    if (!have_mode) return flag_error("give one of --http HOST:PORT and --direct ENDPOINT");
-    if (!o->model) return flag_error("--model is required");
-    if (!printable_name(o->model))
-        return flag_error("--model: '%s' must be 1..%d printable characters without spaces or "
-                          "quotes", o->model, SW_MAX_ID_LEN);
-    if (!o->concurrency) return flag_error("--concurrency is required");
-    if (have_req == have_dur) return flag_error("give exactly one of --requests and --duration");
-    if (!o->prompt[0] || strlen(o->prompt) > MAX_PROMPT)
-        return flag_error("--prompt must be 1..%d bytes", MAX_PROMPT);
-    if (o->mode == MODE_HTTP) {
-        if (have_workers || have_wait) return flag_error("--workers and --wait go with --direct");
-        if (!parse_http_target(o))
-            return flag_error("--http: '%s' is not a loopback HOST:PORT (127.x.x.x, localhost, "
-                              "[::1])", o->target);
-    } else {
-        if (!loopback_endpoint(o->target))
-            return flag_error("--direct: '%s' is not a loopback endpoint (tcp://127.x.x.x:PORT, "
-                              "tcp://[::1]:PORT, ipc://PATH)", o->target);
-        o->stream = true; /* workers always stream chunks */
-    }
-    return 0;
+    return check_options(o, &seen);
 }
 
 /* ------------------------------------------------------------------------
@@ -814,6 +830,65 @@ static void finish_response(http_run *h, conn *c, int64_t now) {
     next_request(h, c, now);
 }
 
+/* What one parser step did: go on with the next state, wait for more
+ * bytes, or give up on a malformed response. */
+enum { STEP_ON = 0, STEP_WAIT = 2, STEP_FAIL = -1 };
+
+/* P_HEAD: the status line and headers, if all of them are in p. */
+static int step_head(conn *c, const char *p, size_t avail, size_t *off) {
+    const char *he = find_head_end(p, avail);
+    if (!he) return avail > MAX_HEADER_BYTES ? STEP_FAIL : STEP_WAIT;
+    if (!parse_head(c, p, (size_t)(he - p))) return STEP_FAIL;
+    *off += (size_t)(he - p) + 4;
+    if (c->status >= 100 && c->status < 200) { /* 100 Continue: the real one follows */
+        c->status = 0;
+        c->content_length = -1;
+        c->chunked = false;
+        return STEP_ON;
+    }
+    if (c->status == 204 || c->status == 304) c->ps = P_COMPLETE;
+    else if (c->chunked) c->ps = P_CHUNK_SIZE;
+    else if (c->content_length >= 0) c->ps = c->content_length ? P_BODY_LEN : P_COMPLETE;
+    else {
+        c->ps = P_BODY_EOF;
+        c->conn_close = true;
+    }
+    return STEP_ON;
+}
+
+/* P_CHUNK_SIZE: a chunk's hex size line, if all of it is in p. */
+static int step_chunk_size(conn *c, const char *p, size_t avail, size_t *off) {
+    const char *le = find_crlf(p, avail);
+    if (!le) return avail > MAX_CHUNK_LINE ? STEP_FAIL : STEP_WAIT;
+    long long size = 0;
+    const char *q = p;
+    if (q == le || !isxdigit((unsigned char)*q)) return STEP_FAIL;
+    for (; q < le && isxdigit((unsigned char)*q); q++) {
+        size = size * 16 + (isdigit((unsigned char)*q) ? *q - '0' : (tolower(*q) - 'a' + 10));
+        if (size > MAX_BODY_BYTES) return STEP_FAIL;
+    }
+    while (q < le && (*q == ' ' || *q == '\t')) q++;
+    if (q < le && *q != ';') return STEP_FAIL; /* only chunk extensions may follow the size */
+    *off += (size_t)(le - p) + 2;
+    c->chunk_left = size;
+    c->ps = size ? P_CHUNK_DATA : P_TRAILERS;
+    return STEP_ON;
+}
+
+/* P_BODY_LEN and P_CHUNK_DATA: up to *left body bytes of p, then state
+ * `next` once none are left. A body that body_bytes refuses still counts
+ * as consumed. */
+static int step_body(http_run *h, conn *c, const char *p, size_t avail, size_t *off, long long *left, parse_state next,
+                     int64_t now) {
+    size_t take = avail < (size_t)*left ? avail : (size_t)*left;
+    if (!take) return STEP_WAIT;
+    int r = body_bytes(h, c, p, take, now) ? STEP_ON : STEP_FAIL;
+    *off += take;
+    *left -= (long long)take;
+    if (!*left) c->ps = next;
+    return r;
+}
+
 /* Consumes c->rd as far as it goes. Returns -1 if malformed, 1 when a
  * response completed (the caller moves on), 0 when more bytes are needed. */
 static int parse_some(http_run *h, conn *c, bool eof, int64_t now) {
@@ -822,111 +897,51 @@ static int parse_some(http_run *h, conn *c, bool eof, int64_t now) {
     while (rc == 0) {
         const char *p = c->rd + off;
         size_t avail = c->rd_len - off;
+        int r = STEP_ON;
         switch (c->ps) {
-        case P_HEAD: {
-            const char *he = find_head_end(p, avail);
-            if (!he) {
-                if (avail > MAX_HEADER_BYTES) rc = -1;
-                goto out;
-            }
-            if (!parse_head(c, p, (size_t)(he - p))) {
-                rc = -1;
-                goto out;
-            }
-            off += (size_t)(he - p) + 4;
-            if (c->status >= 100 && c->status < 200) { /* 100 Continue: the real one follows */
-                c->status = 0;
-                c->content_length = -1;
-                c->chunked = false;
-                break;
-            }
-            if (c->status == 204 || c->status == 304) c->ps = P_COMPLETE;
-            else if (c->chunked) c->ps = P_CHUNK_SIZE;
-            else if (c->content_length >= 0) c->ps = c->content_length ? P_BODY_LEN : P_COMPLETE;
-            else {
-                c->ps = P_BODY_EOF;
-                c->conn_close = true;
-            }
+        case P_HEAD:
+            r = step_head(c, p, avail, &off);
             break;
-        }
-        case P_BODY_LEN: {
-            size_t take = avail < (size_t)c->content_length ? avail : (size_t)c->content_length;
-            if (!take) goto out;
-            if (!body_bytes(h, c, p, take, now)) rc = -1;
-            off += take;
-            c->content_length -= (long long)take;
-            if (!c->content_length) c->ps = P_COMPLETE;
+        case P_BODY_LEN:
+            r = step_body(h, c, p, avail, &off, &c->content_length, P_COMPLETE, now);
             break;
-        }
         case P_BODY_EOF:
-            if (avail && !body_bytes(h, c, p, avail, now)) rc = -1;
+            if (avail && !body_bytes(h, c, p, avail, now)) r = STEP_FAIL;
             off += avail;
             if (eof) c->ps = P_COMPLETE;
-            else goto out;
+            else if (r == STEP_ON) r = STEP_WAIT;
             break;
-        case P_CHUNK_SIZE: {
-            const char *le = find_crlf(p, avail);
-            if (!le) {
-                if (avail > MAX_CHUNK_LINE) rc = -1;
-                goto out;
-            }
-            long long size = 0;
-            const char *q = p;
-            if (q == le || !isxdigit((unsigned char)*q)) {
-                rc = -1;
-                goto out;
-            }
-            for (; q < le && isxdigit((unsigned char)*q); q++) {
-                size = size * 16 + (isdigit((unsigned char)*q) ? *q - '0' : (tolower(*q) - 'a' + 10));
-                if (size > MAX_BODY_BYTES) {
-                    rc = -1;
-                    goto out;
-                }
-            }
-            while (q < le && (*q == ' ' || *q == '\t')) q++;
-            if (q < le && *q != ';') { /* only chunk extensions may follow the size */
-                rc = -1;
-                goto out;
-            }
-            off += (size_t)(le - p) + 2;
-            c->chunk_left = size;
-            c->ps = size ? P_CHUNK_DATA : P_TRAILERS;
+        case P_CHUNK_SIZE:
+            r = step_chunk_size(c, p, avail, &off);
             break;
-        }
-        case P_CHUNK_DATA: {
-            size_t take = avail < (size_t)c->chunk_left ? avail : (size_t)c->chunk_left;
-            if (!take) goto out;
-            if (!body_bytes(h, c, p, take, now)) rc = -1;
-            off += take;
-            c->chunk_left -= (long long)take;
-            if (!c->chunk_left) c->ps = P_CHUNK_CRLF;
+        case P_CHUNK_DATA:
+            r = step_body(h, c, p, avail, &off, &c->chunk_left, P_CHUNK_CRLF, now);
             break;
-        }
         case P_CHUNK_CRLF:
-            if (avail < 2) goto out;
-            if (p[0] != '\r' || p[1] != '\n') {
-                rc = -1;
-                goto out;
+            if (avail < 2) r = STEP_WAIT;
+            else if (p[0] != '\r' || p[1] != '\n') r = STEP_FAIL;
+            else {
+                off += 2;
+                c->ps = P_CHUNK_SIZE;
             }
-            off += 2;
-            c->ps = P_CHUNK_SIZE;
             break;
         case P_TRAILERS: {
             const char *le = find_crlf(p, avail);
             if (!le) {
-                if (avail > MAX_HEADER_BYTES) rc = -1;
-                goto out;
+                r = avail > MAX_HEADER_BYTES ? STEP_FAIL : STEP_WAIT;
+                break;
             }
             off += (size_t)(le - p) + 2;
             if (le == p) c->ps = P_COMPLETE; /* the empty line ends the message */
             break;
         }
         case P_COMPLETE:
-            rc = 1;
+            r = 1;
             break;
         }
+        if (r == STEP_WAIT) break;
+        rc = r;
     }
-out:
     if (off) {
         memmove(c->rd, c->rd + off, c->rd_len - off);
         c->rd_len -= off;
@@ -1366,6 +1381,57 @@ static int wait_for_workers(direct_run *d) {
     return g_interrupted ? -1 : 0;
 }
 
+/* Times out the requests past their deadline (or the run's hard stop). */
+static void expire_slots(direct_run *d, int64_t now) {
+    for (int s = 0; s < d->r.o->concurrency; s++) {
+        dslot *sl = &d->slots[s];
+        if (!sl->busy || (now < sl->deadline && now < d->r.hard_stop_ns)) continue;
+        d->r.st.err_timeout++;
+        cancel_slot(d, sl, s);
+        slot_done(d, sl);
+    }
+}
+
+/* Keeps C requests in flight until all are issued and answered, every
+ * worker is gone, or the run is interrupted. */
+static void direct_loop(direct_run *d) {
+    const options *o = d->r.o;
+    int64_t t0 = sw_clock_ns();
+    d->r.end_issue_ns = t0 + (int64_t)(o->duration_s * 1e9);
+    d->r.hard_stop_ns = t0 + run_budget_ns(o);
+    int64_t last_scan = t0;
+    for (int s = 0; s < o->concurrency; s++)
+        d->slots[s].not_before = t0 + (int64_t)(o->ramp_s * 1e9 * s / o->concurrency);
+    for (;;) {
+        int64_t now = sw_clock_ns();
+        for (int s = 0; s < o->concurrency && more_to_issue(d, now); s++)
+            if (!d->slots[s].busy && now >= d->slots[s].not_before) issue(d, s, now);
+        if (d->in_flight == 0 && !more_to_issue(d, now) ) break;
+        if (d->n_alive == 0) {
+            fprintf(stderr, "spillway-loadgen: every worker is gone\n");
+            for (int s = 0; s < o->concurrency; s++)
+                if (d->slots[s].busy) {
+                    d->r.st.err_io++;
+                    slot_done(d, &d->slots[s]);
+                }
+            break;
+        }
+        zmq_pollitem_t it = {d->router, 0, ZMQ_POLLIN, 0};
+        int n = zmq_poll(&it, 1, TIMER_SCAN_MS);
+        if (n > 0) {
+            /* Drain everything that is there before issuing again. */
+            while (zmq_poll(&it, 1, 0) > 0) on_router_message(d, sw_clock_ns());
+        }
+        now = sw_clock_ns();
+        send_heartbeats(d, now);
+        if (now - last_scan >= (int64_t)TIMER_SCAN_MS * 1000000) {
+            last_scan = now;
+            expire_slots(d, now);
+        }
+        if (g_interrupted) break;
+    }
+}
+
 static int run_direct(const options *o) {
     direct_run d;
     memset(&d, 0, sizeof d);
@@ -1393,47 +1459,7 @@ static int run_direct(const options *o) {
     if (wait_for_workers(&d) != 0) goto out;
     fprintf(stderr, "spillway-loadgen: %d worker(s) registered, starting\n", d.n_alive);
 
-    int64_t t0 = sw_clock_ns();
-    d.r.end_issue_ns = t0 + (int64_t)(o->duration_s * 1e9);
-    d.r.hard_stop_ns = t0 + run_budget_ns(o);
-    int64_t last_scan = t0;
-    for (int s = 0; s < o->concurrency; s++)
-        d.slots[s].not_before = t0 + (int64_t)(o->ramp_s * 1e9 * s / o->concurrency);
-    for (;;) {
-        int64_t now = sw_clock_ns();
-        /* Keep C requests in flight. */
-        for (int s = 0; s < o->concurrency && more_to_issue(&d, now); s++)
-            if (!d.slots[s].busy && now >= d.slots[s].not_before) issue(&d, s, now);
-        if (d.in_flight == 0 && !more_to_issue(&d, now) ) break;
-        if (d.n_alive == 0) {
-            fprintf(stderr, "spillway-loadgen: every worker is gone\n");
-            for (int s = 0; s < o->concurrency; s++)
-                if (d.slots[s].busy) {
-                    d.r.st.err_io++;
-                    slot_done(&d, &d.slots[s]);
-                }
-            break;
-        }
-        zmq_pollitem_t it = {d.router, 0, ZMQ_POLLIN, 0};
-        int n = zmq_poll(&it, 1, TIMER_SCAN_MS);
-        if (n > 0) {
-            /* Drain everything that is there before issuing again. */
-            while (zmq_poll(&it, 1, 0) > 0) on_router_message(&d, sw_clock_ns());
-        }
-        now = sw_clock_ns();
-        send_heartbeats(&d, now);
-        if (now - last_scan >= (int64_t)TIMER_SCAN_MS * 1000000) {
-            last_scan = now;
-            for (int s = 0; s < o->concurrency; s++) {
-                dslot *sl = &d.slots[s];
-                if (!sl->busy || (now < sl->deadline && now < d.r.hard_stop_ns)) continue;
-                d.r.st.err_timeout++;
-                cancel_slot(&d, sl, s);
-                slot_done(&d, sl);
-            }
-        }
-        if (g_interrupted) break;
-    }
+    direct_loop(&d);
     d.r.st.t_end = sw_clock_ns();
     int wrote = o->samples_path ? write_samples(o->samples_path, &d.r.st) : 0;
     report(o, &d.r.st);
