@@ -272,72 +272,41 @@ static sw_packed **make_packs(sw_type type, int64_t rows, int64_t cols, int n_ma
     return pk;
 }
 
-static int bench_kernels(const options *o, int threads)
+static const sw_type KERNEL_TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q8_0, SW_TYPE_Q5_0,
+                                     SW_TYPE_Q4_0, SW_TYPE_MXFP4};
+enum { N_TYPES = sizeof KERNEL_TYPES / sizeof KERNEL_TYPES[0] };
+/* 128 tokens (in cache only): a prefill's products, on the int8 form
+ * where it applies (sw_i8_min_tokens) */
+static const int KERNEL_TOKENS[] = {1, 8, 128};
+enum { N_TOK = sizeof KERNEL_TOKENS / sizeof KERNEL_TOKENS[0], MAX_TOK = 128 };
+
+/* Times the n_mat packed rows x cols matrices pk (in cache when !where,
+ * else streamed) at each token count, adding a result each to res. */
+static void time_packs(sw_packed **pk, int n_mat, sw_type type, int where, int64_t rows, int64_t cols,
+                       const float *x, float *y, kernel_result *res, int *nres)
 {
-    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q8_0, SW_TYPE_Q5_0, SW_TYPE_Q4_0,
-                                    SW_TYPE_MXFP4};
-    enum { N_TYPES = sizeof TYPES / sizeof TYPES[0] };
-    /* 128 tokens (in cache only): a prefill's products, on the int8 form
-     * where it applies (sw_i8_min_tokens) */
-    static const int TOKENS[] = {1, 8, 128};
-    enum { N_TOK = sizeof TOKENS / sizeof TOKENS[0], MAX_TOK = 128 };
-    const int64_t cols = 4096;
-    kernel_result res[N_TYPES * 2 * N_TOK];
-    int nres = 0;
-    const char *unpacked[N_TYPES];   /* types this isa has no packed kernel for */
-    int nunpacked = 0;
-    float *x = malloc(sizeof(float) * (size_t)cols * MAX_TOK);
-    /* the cache matrices have at most 2 x 512 rows a thread (the 32-weight types' rows are smaller) */
-    size_t y_rows = (size_t)1024 * threads > 4096 ? (size_t)1024 * threads : 4096;
-    float *y = malloc(sizeof(float) * MAX_TOK * y_rows);
-    if (!x || !y) { fprintf(stderr, "spillway-bench: out of memory\n"); return 1; }
-    for (int i = 0; i < cols * MAX_TOK; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
-    read_meter rm;
-    if (meter_init(&rm, (size_t)o->mem_mib << 20)) { fprintf(stderr, "spillway-bench: out of memory\n"); return 1; }
-    for (int ti = 0; ti < N_TYPES; ti++)
-        for (int where = 0; where < 2; where++) {
-            /* cache: one matrix of about 1.2 MB a thread (512 rows of Q4_K),
-             * inside its L2; stream: 4096 x 4096 ones adding up to MIB/4 */
-            size_t row_bytes = sw_row_size(TYPES[ti], (uint64_t)cols);
-            int64_t rows = where ? 4096 : (int64_t)((512 * sw_row_size(SW_TYPE_Q4_K, (uint64_t)cols)) / row_bytes / 16 * 16) * threads;
-            size_t one = row_bytes * (size_t)rows;
-            int n_mat = where ? (int)(((size_t)o->mem_mib << 18) / one) : 1;
-            if (n_mat < 1) n_mat = 1;
-            gguf_tensor t;
-            uint8_t *data = NULL;
-            sw_packed **pk = make_packs(TYPES[ti], rows, cols, n_mat, &t, &data);
-            if (!pk) {
-                if (!where) {
-                    fprintf(stderr, "spillway-bench: no packed %s here (no packed kernel on isa %s, or memory): skipped\n",
-                            sw_type_info(TYPES[ti])->name, sw_isa_name(sw_isa_active()));
-                    unpacked[nunpacked++] = sw_type_info(TYPES[ti])->name;
-                }
-                continue;
-            }
-            for (int k = 0; k < N_TOK; k++) {
-                int ntok = TOKENS[k];
-                if (where && ntok > 8) continue;   /* many tokens are compute-bound wherever the weights are */
-                const bool i8 = sw_i8_min_tokens() && ntok >= sw_i8_min_tokens() &&
-                                (TYPES[ti] == SW_TYPE_Q4_K || TYPES[ti] == SW_TYPE_Q5_K || TYPES[ti] == SW_TYPE_Q6_K);
-                int reps = where ? 2 : (int)(200000000 / ((double)rows * cols * ntok) + 1);
-                for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);   /* warm-up */
-                double t0 = sw_clock_s();
-                for (int it = 0; it < reps; it++)
-                    for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);
-                double dt = sw_clock_s() - t0;
-                double bytes = (double)sw_packed_bytes(pk[0]) * n_mat * reps;
-                res[nres++] = (kernel_result){ sw_type_info(TYPES[ti])->name, where ? "stream" : "cache",
-                                               i8 ? "int8" : "packed", ntok,
-                                               bytes / dt / 1e9, (double)rows * cols * ntok * n_mat * reps / dt / 1e9 };
-            }
-            for (int m = 0; m < n_mat; m++) sw_packed_free(pk[m]);
-            free(pk);
-            free(data);
-        }
-    if (!nres) { fprintf(stderr, "spillway-bench: no packed kernels to time\n"); return 1; }
-    double bw = 0;
-    for (int i = 0; i < 3; i++) bw += meter_pass(&rm) / 3;
-    double peak = sw_int8_peak_gmac_s(0.25);
+    for (int k = 0; k < N_TOK; k++) {
+        int ntok = KERNEL_TOKENS[k];
+        if (where && ntok > 8) continue;   /* many tokens are compute-bound wherever the weights are */
+        const bool i8 = sw_i8_min_tokens() && ntok >= sw_i8_min_tokens() &&
+                        (type == SW_TYPE_Q4_K || type == SW_TYPE_Q5_K || type == SW_TYPE_Q6_K);
+        int reps = where ? 2 : (int)(200000000 / ((double)rows * cols * ntok) + 1);
+        for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);   /* warm-up */
+        double t0 = sw_clock_s();
+        for (int it = 0; it < reps; it++)
+            for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);
+        double dt = sw_clock_s() - t0;
+        double bytes = (double)sw_packed_bytes(pk[0]) * n_mat * reps;
+        res[(*nres)++] = (kernel_result){ sw_type_info(type)->name, where ? "stream" : "cache",
+                                          i8 ? "int8" : "packed", ntok,
+                                          bytes / dt / 1e9, (double)rows * cols * ntok * n_mat * reps / dt / 1e9 };
+    }
+}
+
+/* The --kernels table, then its JSON line. */
+static void print_kernels(int threads, double bw, double peak, const kernel_result *res, int nres,
+                          const char *const *unpacked, int nunpacked)
+{
     printf("packed matmul kernels, %d threads, isa %s; streaming read %.1f GB/s; ", threads,
            sw_isa_name(sw_isa_active()), bw);
     if (peak > 0) printf("int8 multiply-add peak (vpdpbusd) %.1f GMAC/s\n", peak);
@@ -360,9 +329,141 @@ static int bench_kernels(const options *o, int threads)
                "\"gmac_per_s\":%.2f}", i ? "," : "", res[i].type, res[i].where, res[i].tokens, res[i].form, res[i].gb_s,
                res[i].gmac_s);
     printf("]}\n");
+}
+
+static int bench_kernels(const options *o, int threads)
+{
+    const int64_t cols = 4096;
+    kernel_result res[N_TYPES * 2 * N_TOK];
+    int nres = 0;
+    const char *unpacked[N_TYPES];   /* types this isa has no packed kernel for */
+    int nunpacked = 0;
+    float *x = malloc(sizeof(float) * (size_t)cols * MAX_TOK);
+    /* the cache matrices have at most 2 x 512 rows a thread (the 32-weight types' rows are smaller) */
+    size_t y_rows = (size_t)1024 * threads > 4096 ? (size_t)1024 * threads : 4096;
+    float *y = malloc(sizeof(float) * MAX_TOK * y_rows);
+    if (!x || !y) { fprintf(stderr, "spillway-bench: out of memory\n"); return 1; }
+    for (int i = 0; i < cols * MAX_TOK; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
+    read_meter rm;
+    if (meter_init(&rm, (size_t)o->mem_mib << 20)) { fprintf(stderr, "spillway-bench: out of memory\n"); return 1; }
+    for (int ti = 0; ti < N_TYPES; ti++)
+        for (int where = 0; where < 2; where++) {
+            /* cache: one matrix of about 1.2 MB a thread (512 rows of Q4_K),
+             * inside its L2; stream: 4096 x 4096 ones adding up to MIB/4 */
+            const sw_type type = KERNEL_TYPES[ti];
+            size_t row_bytes = sw_row_size(type, (uint64_t)cols);
+            int64_t rows = where ? 4096 : (int64_t)((512 * sw_row_size(SW_TYPE_Q4_K, (uint64_t)cols)) / row_bytes / 16 * 16) * threads;
+            size_t one = row_bytes * (size_t)rows;
+            int n_mat = where ? (int)(((size_t)o->mem_mib << 18) / one) : 1;
+            if (n_mat < 1) n_mat = 1;
+            gguf_tensor t;
+            uint8_t *data = NULL;
+            sw_packed **pk = make_packs(type, rows, cols, n_mat, &t, &data);
+            if (!pk) {
+                if (!where) {
+                    fprintf(stderr, "spillway-bench: no packed %s here (no packed kernel on isa %s, or memory): skipped\n",
+                            sw_type_info(type)->name, sw_isa_name(sw_isa_active()));
+                    unpacked[nunpacked++] = sw_type_info(type)->name;
+                }
+                continue;
+            }
+            time_packs(pk, n_mat, type, where, rows, cols, x, y, res, &nres);
+            for (int m = 0; m < n_mat; m++) sw_packed_free(pk[m]);
+            free(pk);
+            free(data);
+        }
+    if (!nres) { fprintf(stderr, "spillway-bench: no packed kernels to time\n"); return 1; }
+    double bw = 0;
+    for (int i = 0; i < 3; i++) bw += meter_pass(&rm) / 3;
+    double peak = sw_int8_peak_gmac_s(0.25);
+    print_kernels(threads, bw, peak, res, nres, unpacked, nunpacked);
     if (rm.sink == 12345.678) fprintf(stderr, " ");
     free(rm.buf); free(x); free(y);
     return 0;
+}
+
+/* What a model run measured, for its table and JSON line. */
+typedef struct {
+    double peak;                        /* int8 multiply-add peak, GMAC/s (0: not measured) */
+    double prefill, prefill_gmac, prefill_ceiling;   /* tokens/s, GMAC/s, tokens/s at the peak */
+    decode_result res[MAX_BATCHES];
+    const decode_result *b1;            /* the batch-1 result, if one ran */
+} model_run;
+
+static void print_table(const options *o, const sw_model *m, int threads, const read_meter *rm, const model_run *r)
+{
+    const char *name = strrchr(o->model, '/') ? strrchr(o->model, '/') + 1 : o->model;
+    const double peak = r->peak, prefill = r->prefill;
+    const decode_result *res = r->res, *b1 = r->b1;
+    char i8[64] = "";
+    if (sw_i8_min_tokens() && !o->precise)
+        snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());
+    printf("model %s (%s), %d threads, isa %s%s%s\n", name, m->quant_name, threads,
+           sw_isa_name(sw_isa_active()), o->precise ? ", precise activations" : "", i8);
+    printf("weights read per decode step: %.1f MiB (per token at batch 1: %llu bytes)%s\n",
+           m->weight_bytes / 1048576.0, (unsigned long long)m->weight_bytes,
+           m->hp.n_expert ? "; a mixture's larger batches read every expert some token uses, counted per step" : "");
+    printf("streaming read (%d MiB, %d threads): best pass of the run %.1f GB/s; \"beside\" = mean of the passes\n"
+           "interleaved with that batch's steps (one per %d steps)\n", o->mem_mib, threads, rm->best, SEGMENT_STEPS);
+    if (peak > 0)
+        printf("int8 multiply-add peak (vpdpbusd, %d threads, measured before the prefill): %.1f GMAC/s;\n"
+               "GMAC/s below = weight multiply-adds (attention not counted)\n", threads, peak);
+    else
+        printf("int8 multiply-add peak: not measured (no VNNI path on isa %s)\n", sw_isa_name(sw_isa_active()));
+    printf("%-18s %10s %9s %8s %12s %11s %11s %9s %9s\n", "test", "tokens/s", "ms/step", "GB/s", "beside GB/s",
+           "of beside", "of best", "GMAC/s", "of peak");
+    char pk[16] = "-";
+    if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * r->prefill_gmac / peak);
+    printf("%-18s %10.1f %9s %8s %12s %11s %11s %9.1f %9s\n", "prefill", prefill, "-", "-", "-", "-", "-",
+           r->prefill_gmac, pk);
+    for (int i = 0; i < o->n_batches; i++) {
+        char label[32];
+        snprintf(label, sizeof label, "decode batch %d", res[i].batch);
+        if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * res[i].gmac_s / peak);
+        printf("%-18s %10.1f %9.2f %8.1f %12.1f %10.0f%% %10.0f%% %9.1f %9s\n", label, res[i].tok_s, res[i].step_ms,
+               res[i].gb_s, res[i].mem_gb_s, 100.0 * res[i].gb_s / res[i].mem_gb_s, 100.0 * res[i].gb_s / rm->best,
+               res[i].gmac_s, pk);
+    }
+    if (b1) {
+        printf("prefill / decode(batch 1): %.2fx", prefill / b1->tok_s);
+        if (peak > 0)
+            printf(" (at the int8 peak itself prefill would run %.0f tokens/s = %.2fx)", r->prefill_ceiling,
+                   r->prefill_ceiling / b1->tok_s);
+        printf("\n");
+        for (int i = 0; i < o->n_batches; i++)
+            if (res[i].batch != 1)
+                printf("decode batch %d / batch 1 throughput: %.2fx\n", res[i].batch, res[i].tok_s / b1->tok_s);
+    }
+}
+
+static void print_json(const options *o, const sw_model *m, int threads, const read_meter *rm, const model_run *r)
+{
+    const char *name = strrchr(o->model, '/') ? strrchr(o->model, '/') + 1 : o->model;
+    const double peak = r->peak, prefill = r->prefill;
+    const decode_result *res = r->res, *b1 = r->b1;
+    printf("{\"model\":\"%s\",\"quantization\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"precise\":%s,"
+           "\"i8_min_tokens\":%d,\"weight_bytes_per_token\":%llu,\"int8_peak_gmac_per_s\":%.1f,\"prefill_tokens\":%d,"
+           "\"prefill_tokens_per_s\":%.2f,\"prefill_gmac_per_s\":%.6g,\"decode\":[",
+           name, m->quant_name, threads, sw_isa_name(sw_isa_active()), o->precise ? "true" : "false",
+           o->precise ? 0 : sw_i8_min_tokens(), (unsigned long long)m->weight_bytes, peak, o->n_prompt, prefill,
+           r->prefill_gmac);
+    for (int i = 0; i < o->n_batches; i++)
+        printf("%s{\"batch\":%d,\"tokens_per_s\":%.2f,\"gb_per_s\":%.2f,\"weight_bytes_per_token\":%llu,"
+               "\"mem_read_beside_gb_per_s\":%.2f,\"gmac_per_s\":%.6g}", i ? "," : "", res[i].batch, res[i].tok_s,
+               res[i].gb_s, (unsigned long long)(res[i].step_bytes / res[i].batch), res[i].mem_gb_s,
+               res[i].gmac_s);
+    /* mem_read_gb_per_s: the figure the batch-1 ratio is taken against */
+    printf("],\"mem_read_gb_per_s\":%.2f,\"mem_read_best_gb_per_s\":%.2f", b1 ? b1->mem_gb_s : rm->best, rm->best);
+    if (b1) {
+        printf(",\"decode_b1_bw_fraction\":%.3f,\"decode_b1_bw_fraction_of_best\":%.3f,\"prefill_over_decode_b1\":%.2f",
+               b1->gb_s / b1->mem_gb_s, b1->gb_s / rm->best, prefill / b1->tok_s);
+        for (int i = 0; i < o->n_batches; i++)
+            if (res[i].batch != 1) printf(",\"decode_b%d_over_b1\":%.2f", res[i].batch, res[i].tok_s / b1->tok_s);
+        /* what the int8 peak would allow prefill at best, against batch 1 */
+        if (peak > 0) printf(",\"prefill_at_int8_peak_over_decode_b1\":%.2f", r->prefill_ceiling / b1->tok_s);
+    }
+    if (peak > 0) printf(",\"prefill_fraction_of_int8_peak\":%.3f", r->prefill_gmac / peak);
+    printf("}\n");
 }
 
 int main(int argc, char **argv)
@@ -391,86 +492,23 @@ int main(int argc, char **argv)
     decode_result warm;
     if (bench_decode(m, 1, 4, o.precise, &rng, NULL, &warm)) return 1;
 
+    model_run r = { 0 };
     /* The int8 multiply-add peak, right before the prefill it bounds. */
-    double peak = sw_int8_peak_gmac_s(0.25);
-    double prefill = bench_prefill(m, o.n_prompt, o.precise, &rng);   /* warm-up */
-    if (prefill >= 0) prefill = bench_prefill(m, o.n_prompt, o.precise, &rng);
-    if (prefill < 0) return 1;
+    r.peak = sw_int8_peak_gmac_s(0.25);
+    r.prefill = bench_prefill(m, o.n_prompt, o.precise, &rng);   /* warm-up */
+    if (r.prefill >= 0) r.prefill = bench_prefill(m, o.n_prompt, o.precise, &rng);
+    if (r.prefill < 0) return 1;
     /* weight multiply-adds per prompt token, and what the peak alone would allow */
     double prefill_macs = sw_forward_weight_macs(m, o.n_prompt, 1) / o.n_prompt;
-    double prefill_gmac = prefill * prefill_macs / 1e9, prefill_ceiling = peak * 1e9 / prefill_macs;
-    decode_result res[MAX_BATCHES];
+    r.prefill_gmac = r.prefill * prefill_macs / 1e9;
+    r.prefill_ceiling = r.peak * 1e9 / prefill_macs;
     for (int i = 0; i < o.n_batches; i++)
-        if (bench_decode(m, o.batches[i], o.n_gen, o.precise, &rng, &rm, &res[i])) return 1;
+        if (bench_decode(m, o.batches[i], o.n_gen, o.precise, &rng, &rm, &r.res[i])) return 1;
     for (int i = 0; i < 3; i++) meter_pass(&rm);
-    const decode_result *b1 = NULL;
-    for (int i = 0; i < o.n_batches; i++) if (res[i].batch == 1) b1 = &res[i];
+    for (int i = 0; i < o.n_batches; i++) if (r.res[i].batch == 1) r.b1 = &r.res[i];
 
-    /* ---- table ---- */
-    const char *name = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
-    char i8[64] = "";
-    if (sw_i8_min_tokens() && !o.precise)
-        snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());
-    printf("model %s (%s), %d threads, isa %s%s%s\n", name, m->quant_name, threads,
-           sw_isa_name(sw_isa_active()), o.precise ? ", precise activations" : "", i8);
-    printf("weights read per decode step: %.1f MiB (per token at batch 1: %llu bytes)%s\n",
-           m->weight_bytes / 1048576.0, (unsigned long long)m->weight_bytes,
-           m->hp.n_expert ? "; a mixture's larger batches read every expert some token uses, counted per step" : "");
-    printf("streaming read (%d MiB, %d threads): best pass of the run %.1f GB/s; \"beside\" = mean of the passes\n"
-           "interleaved with that batch's steps (one per %d steps)\n", o.mem_mib, threads, rm.best, SEGMENT_STEPS);
-    if (peak > 0)
-        printf("int8 multiply-add peak (vpdpbusd, %d threads, measured before the prefill): %.1f GMAC/s;\n"
-               "GMAC/s below = weight multiply-adds (attention not counted)\n", threads, peak);
-    else
-        printf("int8 multiply-add peak: not measured (no VNNI path on isa %s)\n", sw_isa_name(sw_isa_active()));
-    printf("%-18s %10s %9s %8s %12s %11s %11s %9s %9s\n", "test", "tokens/s", "ms/step", "GB/s", "beside GB/s",
-           "of beside", "of best", "GMAC/s", "of peak");
-    char pk[16] = "-";
-    if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * prefill_gmac / peak);
-    printf("%-18s %10.1f %9s %8s %12s %11s %11s %9.1f %9s\n", "prefill", prefill, "-", "-", "-", "-", "-",
-           prefill_gmac, pk);
-    for (int i = 0; i < o.n_batches; i++) {
-        char label[32];
-        snprintf(label, sizeof label, "decode batch %d", res[i].batch);
-        if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * res[i].gmac_s / peak);
-        printf("%-18s %10.1f %9.2f %8.1f %12.1f %10.0f%% %10.0f%% %9.1f %9s\n", label, res[i].tok_s, res[i].step_ms,
-               res[i].gb_s, res[i].mem_gb_s, 100.0 * res[i].gb_s / res[i].mem_gb_s, 100.0 * res[i].gb_s / rm.best,
-               res[i].gmac_s, pk);
-    }
-    if (b1) {
-        printf("prefill / decode(batch 1): %.2fx", prefill / b1->tok_s);
-        if (peak > 0)
-            printf(" (at the int8 peak itself prefill would run %.0f tokens/s = %.2fx)", prefill_ceiling,
-                   prefill_ceiling / b1->tok_s);
-        printf("\n");
-        for (int i = 0; i < o.n_batches; i++)
-            if (res[i].batch != 1)
-                printf("decode batch %d / batch 1 throughput: %.2fx\n", res[i].batch, res[i].tok_s / b1->tok_s);
-    }
-
-    /* ---- JSON ---- */
-    printf("{\"model\":\"%s\",\"quantization\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"precise\":%s,"
-           "\"i8_min_tokens\":%d,\"weight_bytes_per_token\":%llu,\"int8_peak_gmac_per_s\":%.1f,\"prefill_tokens\":%d,"
-           "\"prefill_tokens_per_s\":%.2f,\"prefill_gmac_per_s\":%.6g,\"decode\":[",
-           name, m->quant_name, threads, sw_isa_name(sw_isa_active()), o.precise ? "true" : "false",
-           o.precise ? 0 : sw_i8_min_tokens(), (unsigned long long)m->weight_bytes, peak, o.n_prompt, prefill, prefill_gmac);
-    for (int i = 0; i < o.n_batches; i++)
-        printf("%s{\"batch\":%d,\"tokens_per_s\":%.2f,\"gb_per_s\":%.2f,\"weight_bytes_per_token\":%llu,"
-               "\"mem_read_beside_gb_per_s\":%.2f,\"gmac_per_s\":%.6g}", i ? "," : "", res[i].batch, res[i].tok_s,
-               res[i].gb_s, (unsigned long long)(res[i].step_bytes / res[i].batch), res[i].mem_gb_s,
-               res[i].gmac_s);
-    /* mem_read_gb_per_s: the figure the batch-1 ratio is taken against */
-    printf("],\"mem_read_gb_per_s\":%.2f,\"mem_read_best_gb_per_s\":%.2f", b1 ? b1->mem_gb_s : rm.best, rm.best);
-    if (b1) {
-        printf(",\"decode_b1_bw_fraction\":%.3f,\"decode_b1_bw_fraction_of_best\":%.3f,\"prefill_over_decode_b1\":%.2f",
-               b1->gb_s / b1->mem_gb_s, b1->gb_s / rm.best, prefill / b1->tok_s);
-        for (int i = 0; i < o.n_batches; i++)
-            if (res[i].batch != 1) printf(",\"decode_b%d_over_b1\":%.2f", res[i].batch, res[i].tok_s / b1->tok_s);
-        /* what the int8 peak would allow prefill at best, against batch 1 */
-        if (peak > 0) printf(",\"prefill_at_int8_peak_over_decode_b1\":%.2f", prefill_ceiling / b1->tok_s);
-    }
-    if (peak > 0) printf(",\"prefill_fraction_of_int8_peak\":%.3f", prefill_gmac / peak);
-    printf("}\n");
+    print_table(&o, m, threads, &rm, &r);
+    print_json(&o, m, threads, &rm, &r);
     fflush(stdout);
     if (rm.sink == 12345.678) fprintf(stderr, " ");   /* keeps the bandwidth sums alive */
     free(rm.buf);
