@@ -34,7 +34,7 @@ enum { EP_NONE, EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_WO
 
 typedef struct {
     int ep;
-    sw_buf body;
+    sw_sbuf body;
     bool too_large;
     bool submitted;
     sw_req *req;
@@ -182,6 +182,7 @@ static enum MHD_Result do_metrics(sw_gateway *g, struct MHD_Connection *c)
     int n = sw_registry_snapshot(&g->reg, &snap, &deaths);
     char *text = sw_metrics_render(snap, n, deaths);
     free(snap);
+    if (!text) return respond_error(c, 500, "out of memory", NULL, NULL, "out_of_memory");
     return respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, 0);
 }
 
@@ -231,7 +232,7 @@ static void wake_locked(sw_req *r)
 static void lp_token(struct sw_lp_token *t, ProtobufCBinaryData token, float logprob)
 {
     t->bytes = malloc(token.len + 1);
-    if (!t->bytes) abort();   /* out of memory: as sw_buf_append */
+    if (!t->bytes) abort();   /* out of memory in a few bytes: nothing smaller to answer */
     if (token.len) memcpy(t->bytes, token.data, token.len);   /* a control token has none (data NULL) */
     t->bytes[token.len] = 0;
     t->n = token.len;
@@ -261,12 +262,12 @@ static bool http_chunk(sw_req *r, const Spillway__TokenChunk *c, int64_t rx_ns)
 {
     pthread_mutex_lock(&r->mu);
     if (c->text && *c->text) {
-        if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = rx_ns;
-        sw_buf_append(&r->text, c->text, strlen(c->text));
+        if ((r->text.n == 0 && r->reasoning.n == 0) || !r->stream) r->text_rx_ns = rx_ns;
+        sw_sbuf_put_n(&r->text, c->text, strlen(c->text));
     }
     if (c->reasoning && *c->reasoning && r->chat) {
-        if ((r->text.len == 0 && r->reasoning.len == 0) || !r->stream) r->text_rx_ns = rx_ns;
-        sw_buf_append(&r->reasoning, c->reasoning, strlen(c->reasoning));
+        if ((r->text.n == 0 && r->reasoning.n == 0) || !r->stream) r->text_rx_ns = rx_ns;
+        sw_sbuf_put_n(&r->reasoning, c->reasoning, strlen(c->reasoning));
     }
     for (size_t i = 0; i < c->n_prompt_logprobs && r->logprobs && r->n_lps == r->n_prompt_lps; i++) {
         add_logprob(r, c->prompt_logprobs[i]);   /* ahead of the generated tokens' */
@@ -306,16 +307,16 @@ static void suspend_locked(sw_req *r)
     MHD_suspend_connection(r->conn);
 }
 
-static void take_text(sw_req *r, sw_buf *out)
+static void take_text(sw_req *r, sw_sbuf *out)
 {
     bool role = r->chat && r->sse_stage == 0;
     r->sse_stage = 1;
-    if (r->logprobs && (r->text.len || r->reasoning.len || role || r->n_lps > r->n_lps_sent)) {
+    if (r->logprobs && (r->text.n || r->reasoning.n || role || r->n_lps > r->n_lps_sent)) {
         sw_openai_sse_delta_logprobs(r, out, role);
-        r->text.len = r->reasoning.len = 0;
-    } else if (r->text.len || r->reasoning.len || role) {
-        sw_openai_sse_delta(r, out, r->text.data, r->text.len, r->reasoning.data, r->reasoning.len, role);
-        r->text.len = r->reasoning.len = 0;
+        r->text.n = r->reasoning.n = 0;
+    } else if (r->text.n || r->reasoning.n || role) {
+        sw_openai_sse_delta(r, out, r->text.s, r->text.n, r->reasoning.s, r->reasoning.n, role);
+        r->text.n = r->reasoning.n = 0;
     }
     if (r->calls.n > r->n_calls_sent) sw_openai_sse_calls(r, out);
 }
@@ -326,12 +327,15 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
     sw_req *r = cls;
     pthread_mutex_lock(&r->mu);
     for (;;) {
-        if (r->out_off < r->out.len) {
-            size_t n = r->out.len - r->out_off;
+        /* Out of memory somewhere in the stream: cut it (the client sees no
+         * [DONE]) and let the connection's end cancel the request. */
+        if (r->out.oom || r->text.oom || r->reasoning.oom) break;
+        if (r->out_off < r->out.n) {
+            size_t n = r->out.n - r->out_off;
             if (n > max) n = max;
-            memcpy(buf, r->out.data + r->out_off, n);
+            memcpy(buf, r->out.s + r->out_off, n);
             r->out_off += n;
-            if (r->out_off == r->out.len) r->out_off = r->out.len = 0;
+            if (r->out_off == r->out.n) r->out_off = r->out.n = 0;
             r->last_write_ms = sw_now_ms();
             pthread_mutex_unlock(&r->mu);
             return (ssize_t)n;
@@ -342,7 +346,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         int64_t rx = r->text_rx_ns;
-        if (r->text.len || r->reasoning.len || r->calls.n > r->n_calls_sent || r->n_lps > r->n_lps_sent ||
+        if (r->text.n || r->reasoning.n || r->calls.n > r->n_calls_sent || r->n_lps > r->n_lps_sent ||
             (r->chat && r->sse_stage == 0)) {
             take_text(r, &r->out);
             if (rx) sw_metrics_latency(SW_LAT_RELAY, sw_now_ns() - rx);
@@ -362,7 +366,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
             r->keepalive_due = false;
             /* An SSE comment: ignored by clients, but the write makes a
              * vanished client visible and keeps proxies from timing out. */
-            sw_buf_puts(&r->out, ": keep-alive\n\n");
+            sw_sbuf_put(&r->out, ": keep-alive\n\n");
             continue;
         }
         r->sse_stage = r->sse_stage ? r->sse_stage : 1;
@@ -422,6 +426,11 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, sw_req *r)
             pthread_mutex_unlock(&r->mu);
             return respond_error(c, 502, msg, "server_error", NULL, "worker_error");
         }
+        if (r->text.oom || r->reasoning.oom) {
+            pthread_mutex_unlock(&r->mu);
+            return respond_error(c, 500, "the gateway ran out of memory holding the response", "server_error",
+                                 NULL, "out_of_memory");
+        }
         char *body = sw_openai_response(r);
         int64_t rx = r->text_rx_ns;
         struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body,
@@ -451,6 +460,8 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
 {
     if (ctx->too_large)
         return respond_error(c, 413, "request body is larger than 1 MiB", NULL, NULL, "body_too_large");
+    if (ctx->body.oom)
+        return respond_error(c, 500, "the gateway ran out of memory reading the body", NULL, NULL, "out_of_memory");
     if (__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE))   /* the broker is gone: nobody would ever resume this connection */
         return respond_error(c, 503, "the gateway is shutting down", NULL, NULL, "shutting_down");
     sw_req *r = sw_req_new();
@@ -492,7 +503,7 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     sw_policy *p = sw_gw_policy(g);
     char msg[256];
     const char *param = NULL;
-    int st = sw_openai_parse(r, ctx->body.data ? ctx->body.data : "", ctx->body.len, r->chat, p,
+    int st = sw_openai_parse(r, ctx->body.s ? ctx->body.s : "", ctx->body.n, r->chat, p,
                              msg, sizeof msg, &param);
     if (st == 0 && !sw_front_model_exists(&g->reg, p, r->model)) {
         snprintf(msg, sizeof msg, "The model '%s' does not exist", r->model_asked);
@@ -577,8 +588,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (ctx->submitted) return answer_generate(c, ctx->req);
     if (*upload_size) {
-        if (ctx->body.len + *upload_size > SW_MAX_BODY) ctx->too_large = true;
-        else sw_buf_append(&ctx->body, upload, *upload_size);
+        if (ctx->body.n + *upload_size > SW_MAX_BODY) ctx->too_large = true;
+        else sw_sbuf_put_n(&ctx->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -625,7 +636,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         }
         sw_req_unref(r);
     }
-    sw_buf_free(&ctx->body);
+    sw_sbuf_free(&ctx->body);
     free(ctx);
 }
 

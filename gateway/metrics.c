@@ -161,23 +161,23 @@ void sw_metrics_reload(bool ok)
 /* A gauge with one series per pool; `field` is the offset of its int64_t in
  * pool_m. Called with M.mu held. */
 /* One series per pool of the int64_t at `field` of pool_m; type "gauge" or "counter". */
-static void put_pool_series(sw_buf *b, const char *name, const char *type, const char *help, size_t field)
+static void put_pool_series(sw_sbuf *b, const char *name, const char *type, const char *help, size_t field)
 {
     char line[512];
     snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-    sw_buf_puts(b, line);
+    sw_sbuf_put(b, line);
     for (int i = 0; i < M.n_pools; i++) {
         int64_t v = *(const int64_t *)((const char *)&M.pools[i] + field);
         snprintf(line, sizeof line, "%s{pool=\"%s\"} %lld\n", name, M.pools[i].name, (long long)v);
-        sw_buf_puts(b, line);
+        sw_sbuf_put(b, line);
     }
 }
 
 /* The added-latency histograms. Called with M.mu held. */
-static void put_latency(sw_buf *bp)
+static void put_latency(sw_sbuf *bp)
 {
     char line[512];
-    sw_buf_puts(bp, "# HELP spillway_gateway_added_latency_seconds Time spent in the gateway itself "
+    sw_sbuf_put(bp, "# HELP spillway_gateway_added_latency_seconds Time spent in the gateway itself "
                     "(dispatch: body received to request sent; relay: chunk received to bytes handed to HTTP).\n"
                     "# TYPE spillway_gateway_added_latency_seconds histogram\n");
     for (int s = 0; s < SW_LAT__N; s++) {
@@ -192,18 +192,18 @@ static void put_latency(sw_buf *bp)
                 snprintf(line, sizeof line,
                          "spillway_gateway_added_latency_seconds_bucket{stage=\"%s\",le=\"+Inf\"} %llu\n",
                          stage_names[s], (unsigned long long)cum);
-            sw_buf_puts(bp, line);
+            sw_sbuf_put(bp, line);
         }
         snprintf(line, sizeof line,
                  "spillway_gateway_added_latency_seconds_sum{stage=\"%s\"} %.9f\n"
                  "spillway_gateway_added_latency_seconds_count{stage=\"%s\"} %llu\n",
                  stage_names[s], M.lat[s].sum, stage_names[s], (unsigned long long)M.lat[s].count);
-        sw_buf_puts(bp, line);
+        sw_sbuf_put(bp, line);
     }
 }
 
 /* Workers per pool and state, and deaths. Called with M.mu held. */
-static void put_workers(sw_buf *bp, const sw_metrics_worker *snap, int n_snap, uint64_t deaths)
+static void put_workers(sw_sbuf *bp, const sw_metrics_worker *snap, int n_snap, uint64_t deaths)
 {
     char line[512];
     /* Workers per pool and state: ready (has a free slot), busy (all slots in
@@ -215,36 +215,36 @@ static void put_workers(sw_buf *bp, const sw_metrics_worker *snap, int n_snap, u
         pool_m *pm = pool_get(snap[k].pool);
         counts[pm - M.pools][snap[k].state]++;
     }
-    sw_buf_puts(bp, "# HELP spillway_workers Registered workers by pool and state.\n"
+    sw_sbuf_put(bp, "# HELP spillway_workers Registered workers by pool and state.\n"
                     "# TYPE spillway_workers gauge\n");
     static const char *wst[3] = {"ready", "busy", "stale"};
     for (int i = 0; i < M.n_pools; i++)
         for (int s = 0; s < 3; s++) {
             snprintf(line, sizeof line, "spillway_workers{pool=\"%s\",state=\"%s\"} %llu\n",
                      M.pools[i].name, wst[s], (unsigned long long)counts[i][s]);
-            sw_buf_puts(bp, line);
+            sw_sbuf_put(bp, line);
         }
     snprintf(line, sizeof line, "# HELP spillway_worker_deaths_total Workers declared dead.\n"
              "# TYPE spillway_worker_deaths_total counter\nspillway_worker_deaths_total %llu\n",
              (unsigned long long)deaths);
-    sw_buf_puts(bp, line);
+    sw_sbuf_put(bp, line);
 }
 
 char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deaths)
 {
-    sw_buf b = {0};
+    sw_sbuf b = {0};
     char line[512];
     pthread_mutex_lock(&M.mu);
     /* Every known pool gets its series, even at zero, so rate() works from the start. */
     for (int i = 0; i < M.n_known; i++) pool_get(M.known[i]);
 
-    sw_buf_puts(&b, "# HELP spillway_requests_total Requests finished, by serving pool and outcome.\n"
+    sw_sbuf_put(&b, "# HELP spillway_requests_total Requests finished, by serving pool and outcome.\n"
                     "# TYPE spillway_requests_total counter\n");
     for (int i = 0; i < M.n_pools; i++)
         for (int s = 0; s < SW_ST__N; s++) {
             snprintf(line, sizeof line, "spillway_requests_total{pool=\"%s\",status=\"%s\"} %llu\n",
                      M.pools[i].name, status_names[s], (unsigned long long)M.pools[i].req[s]);
-            sw_buf_puts(&b, line);
+            sw_sbuf_put(&b, line);
         }
     put_pool_series(&b, "spillway_inflight", "gauge", "Requests dispatched to a pool and not finished.",
                     offsetof(pool_m, inflight));
@@ -257,13 +257,13 @@ char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deat
                     offsetof(pool_m, tok_cached));
     put_pool_series(&b, "spillway_completion_tokens_total", "counter", "Generated tokens of finished requests, by serving pool.",
                     offsetof(pool_m, tok_completion));
-    sw_buf_puts(&b, "# HELP spillway_overflow_total Requests that spilled from a primary pool to an overflow pool.\n"
+    sw_sbuf_put(&b, "# HELP spillway_overflow_total Requests that spilled from a primary pool to an overflow pool.\n"
                     "# TYPE spillway_overflow_total counter\n");
     for (int i = 0; i < M.n_ov; i++) {
         snprintf(line, sizeof line,
                  "spillway_overflow_total{from_pool=\"%s\",to_pool=\"%s\",reason=\"%s\"} %llu\n",
                  M.ov[i].from, M.ov[i].to, M.ov[i].reason, (unsigned long long)M.ov[i].n);
-        sw_buf_puts(&b, line);
+        sw_sbuf_put(&b, line);
     }
     put_latency(&b);
     snprintf(line, sizeof line,
@@ -272,9 +272,10 @@ char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deat
              "spillway_policy_reloads_total{result=\"ok\"} %llu\n"
              "spillway_policy_reloads_total{result=\"error\"} %llu\n",
              (unsigned long long)M.reload_ok, (unsigned long long)M.reload_fail);
-    sw_buf_puts(&b, line);
+    sw_sbuf_put(&b, line);
 
     put_workers(&b, snap, n_snap, deaths);
     pthread_mutex_unlock(&M.mu);
-    return b.data;
+    if (b.oom) sw_sbuf_free(&b);
+    return b.s;
 }

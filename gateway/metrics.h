@@ -30,7 +30,7 @@ void sw_metrics_overflow(const char *from, const char *to, const char *reason);
 void sw_metrics_latency(sw_lat_stage stage, int64_t ns);
 void sw_metrics_reload(bool ok);
 /* The exposition text, with n workers and the death count from a registry
- * snapshot. Caller frees. */
+ * snapshot; NULL out of memory. Caller frees. */
 char *sw_metrics_render(const sw_metrics_worker *w, int n, uint64_t deaths);
 
 #endif

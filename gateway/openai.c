@@ -122,19 +122,20 @@ static char *content_text(cJSON *c)
 {
     if (cJSON_IsString(c)) return strdup(c->valuestring);
     if (!cJSON_IsArray(c)) return NULL;
-    sw_buf b = {0};
-    sw_buf_puts(&b, "");
+    sw_sbuf b = {0};
+    sw_sbuf_put(&b, "");
     cJSON *part;
     cJSON_ArrayForEach(part, c) {
         cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
         cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
         if (!cJSON_IsObject(part) || !cJSON_IsString(t) || (ty && !cJSON_IsString(ty))) {
-            sw_buf_free(&b);
+            sw_sbuf_free(&b);
             return NULL;
         }
-        sw_buf_puts(&b, t->valuestring);
+        sw_sbuf_put(&b, t->valuestring);
     }
-    return b.data;
+    if (b.oom) sw_sbuf_free(&b);   /* NULL: refused with a 400 rather than cut */
+    return b.s;
 }
 
 static void free_gen(Spillway__GenerateRequest *g)
@@ -782,13 +783,13 @@ char *sw_openai_response(sw_req *r)
 {
     cJSON *c;
     cJSON *o = one_choice(r, r->chat ? "chat.completion" : "text_completion", &c);
-    const char *text = r->text.data ? r->text.data : "";
+    const char *text = r->text.s ? r->text.s : "";
     if (r->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
         if (r->calls.n && blank(text)) cJSON_AddNullToObject(m, "content");   /* only calls, as OpenAI answers */
         else cJSON_AddStringToObject(m, "content", text);
-        if (r->reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", r->reasoning.data);
+        if (r->reasoning.n) cJSON_AddStringToObject(m, "reasoning_content", r->reasoning.s);
         if (r->calls.n) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(r, 0, r->calls.n, false));
     } else {
         cJSON_AddStringToObject(c, "text", text);
@@ -802,26 +803,26 @@ char *sw_openai_response(sw_req *r)
     return s;
 }
 
-static void sse_emit(sw_buf *out, cJSON *o)
+static void sse_emit(sw_sbuf *out, cJSON *o)
 {
     char *s = cJSON_PrintUnformatted(o);
-    sw_buf_puts(out, "data: ");
-    sw_buf_puts(out, s);
-    sw_buf_puts(out, "\n\n");
+    sw_sbuf_put(out, "data: ");
+    sw_sbuf_put(out, s);
+    sw_sbuf_put(out, "\n\n");
     free(s);
     cJSON_Delete(o);
 }
 
 /* Appends s[0..n) as JSON string content (no quotes). Text from workers is
  * valid UTF-8 (the wire layer checks), so only the JSON escapes are needed. */
-static void json_escape(sw_buf *out, const char *s, size_t n)
+static void json_escape(sw_sbuf *out, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        sw_buf_append(out, s + run, i - run);
+        sw_sbuf_put_n(out, s + run, i - run);
         run = i + 1;
         char e[7] = {'\\', 0};
         switch (c) {
@@ -832,51 +833,51 @@ static void json_escape(sw_buf *out, const char *s, size_t n)
         case '\t': e[1] = 't'; break;
         default: e[1] = 'u'; e[2] = '0'; e[3] = '0'; e[4] = hex[c >> 4]; e[5] = hex[c & 15]; break;
         }
-        sw_buf_append(out, e, strlen(e));
+        sw_sbuf_put_n(out, e, strlen(e));
     }
-    sw_buf_append(out, s + run, n - run);
+    sw_sbuf_put_n(out, s + run, n - run);
 }
 
 /* One delta event, written by hand rather than through cJSON: this runs for
  * every relayed chunk of every stream, so it is the gateway's hot path. A
  * chat delta carries reasoning_content when the model reasoned since the
  * last event, and content unless it only reasoned. */
-void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, const char *reasoning, size_t rn,
+void sw_openai_sse_delta(sw_req *r, sw_sbuf *out, const char *text, size_t n, const char *reasoning, size_t rn,
                          bool role)
 {
     char head[128];
     snprintf(head, sizeof head, "\",\"object\":\"%s\",\"created\":%lld,\"model\":\"",
              r->chat ? "chat.completion.chunk" : "text_completion", (long long)r->created_s);
-    sw_buf_puts(out, "data: {\"id\":\"");
-    sw_buf_puts(out, r->id);
-    sw_buf_puts(out, head);
+    sw_sbuf_put(out, "data: {\"id\":\"");
+    sw_sbuf_put(out, r->id);
+    sw_sbuf_put(out, head);
     json_escape(out, r->model_asked, strlen(r->model_asked));
     if (r->chat) {
-        sw_buf_puts(out, role ? "\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+        sw_sbuf_put(out, role ? "\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
                               : "\",\"choices\":[{\"index\":0,\"delta\":{");
         if (rn) {
-            sw_buf_puts(out, "\"reasoning_content\":\"");
+            sw_sbuf_put(out, "\"reasoning_content\":\"");
             json_escape(out, reasoning, rn);
-            sw_buf_puts(out, n || role ? "\",\"content\":\"" : "");
+            sw_sbuf_put(out, n || role ? "\",\"content\":\"" : "");
         } else {
-            sw_buf_puts(out, "\"content\":\"");
+            sw_sbuf_put(out, "\"content\":\"");
         }
     } else {
-        sw_buf_puts(out, "\",\"choices\":[{\"index\":0,\"text\":\"");
+        sw_sbuf_put(out, "\",\"choices\":[{\"index\":0,\"text\":\"");
     }
     json_escape(out, text ? text : "", text ? n : 0);
-    sw_buf_puts(out, r->chat ? "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+    sw_sbuf_put(out, r->chat ? "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
                              : "\",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
 }
 
-void sw_openai_sse_delta_logprobs(sw_req *r, sw_buf *out, bool role)
+void sw_openai_sse_delta_logprobs(sw_req *r, sw_sbuf *out, bool role)
 {
     cJSON *c;
     cJSON *o = one_choice(r, r->chat ? "chat.completion.chunk" : "text_completion", &c);
     /* the buffers hold text[0..len) (a relayed buffer keeps stale bytes past len) */
-    char *text = strndup(r->text.data ? r->text.data : "", r->text.len);
-    char *reasoning = strndup(r->reasoning.data ? r->reasoning.data : "", r->reasoning.len);
-    if (!text || !reasoning) abort();   /* out of memory: as sw_buf_append */
+    char *text = strndup(r->text.s ? r->text.s : "", r->text.n);
+    char *reasoning = strndup(r->reasoning.s ? r->reasoning.s : "", r->reasoning.n);
+    if (!text || !reasoning) abort();   /* out of memory in a few bytes: nothing smaller to answer */
     if (r->chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (role) cJSON_AddStringToObject(d, "role", "assistant");
@@ -895,7 +896,7 @@ void sw_openai_sse_delta_logprobs(sw_req *r, sw_buf *out, bool role)
     sse_emit(out, o);
 }
 
-void sw_openai_sse_calls(sw_req *r, sw_buf *out)
+void sw_openai_sse_calls(sw_req *r, sw_sbuf *out)
 {
     cJSON *c;
     cJSON *o = one_choice(r, "chat.completion.chunk", &c);
@@ -910,7 +911,7 @@ void sw_openai_sse_calls(sw_req *r, sw_buf *out)
 /* The last chunk (finish_reason), then usage if asked for, then [DONE]. A
  * failure mid-stream is reported in-band: finish_reason "error" plus an
  * OpenAI error object, since the HTTP status was sent long ago. */
-void sw_openai_sse_final(sw_req *r, sw_buf *out)
+void sw_openai_sse_final(sw_req *r, sw_sbuf *out)
 {
     cJSON *c;
     cJSON *o = one_choice(r, r->chat ? "chat.completion.chunk" : "text_completion", &c);
@@ -932,5 +933,5 @@ void sw_openai_sse_final(sw_req *r, sw_buf *out)
         add_usage(u, r);
         sse_emit(out, u);
     }
-    sw_buf_puts(out, "data: [DONE]\n\n");
+    sw_sbuf_put(out, "data: [DONE]\n\n");
 }

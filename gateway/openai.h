@@ -27,13 +27,13 @@ const char *sw_finish_name(int finish);
 /* Non-streaming response body (r->mu held). */
 char *sw_openai_response(sw_req *r);
 /* Streaming: one SSE event for a text delta / the final chunk / usage. */
-void sw_openai_sse_delta(sw_req *r, sw_buf *out, const char *text, size_t n, const char *reasoning, size_t rn,
+void sw_openai_sse_delta(sw_req *r, sw_sbuf *out, const char *text, size_t n, const char *reasoning, size_t rn,
                          bool role);
 /* One delta event with the calls not relayed yet (n_calls_sent on). */
-void sw_openai_sse_calls(sw_req *r, sw_buf *out);
+void sw_openai_sse_calls(sw_req *r, sw_sbuf *out);
 /* A delta event for a request that asked for log probabilities: its text
  * and the entries not relayed yet (n_lps_sent on). */
-void sw_openai_sse_delta_logprobs(sw_req *r, sw_buf *out, bool role);
-void sw_openai_sse_final(sw_req *r, sw_buf *out);
+void sw_openai_sse_delta_logprobs(sw_req *r, sw_sbuf *out, bool role);
+void sw_openai_sse_final(sw_req *r, sw_sbuf *out);
 
 #endif

@@ -76,8 +76,8 @@ typedef struct sw_req {
     const char *err_type, *err_code;
     char pool[64];
     char worker[SW_MAX_ID_LEN + 1];
-    sw_buf text;                  /* streaming: not yet relayed; else: all */
-    sw_buf reasoning;             /* the same for a reasoning model's reasoning (chat only) */
+    sw_sbuf text;                  /* streaming: not yet relayed; else: all */
+    sw_sbuf reasoning;             /* the same for a reasoning model's reasoning (chat only) */
     int64_t text_rx_ns;           /* when the oldest unrelayed text arrived */
     bool finished;
     int finish;                   /* Spillway__FinishReason */
@@ -99,7 +99,7 @@ typedef struct sw_req {
     bool keepalive_due;
     int64_t last_write_ms;
     /* output staging for the content reader (MHD thread only) */
-    sw_buf out; size_t out_off;
+    sw_sbuf out; size_t out_off;
     int sse_stage;                /* 0 headers not yet, 1 role sent, 2 final sent, 3 done */
 
     /* SDK requests (no HTTP connection): answered over the SDK ROUTER */

@@ -1,4 +1,4 @@
-/* Small shared helpers: clocks, a growable buffer, request lifetime. */
+/* Small shared helpers: clocks, directives, request lifetime. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -10,29 +10,6 @@
 int64_t sw_now_ns(void) { return sw_clock_ns(); }
 
 int64_t sw_now_ms(void) { return sw_now_ns() / 1000000; }
-
-void sw_buf_append(sw_buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d) abort();   /* out of memory: nothing sensible left to do */
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
-
-void sw_buf_puts(sw_buf *b, const char *s) { sw_buf_append(b, s, strlen(s)); }
-
-void sw_buf_free(sw_buf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof *b);
-}
 
 int sw_priority_parse(const char *s)
 {
@@ -68,8 +45,8 @@ void sw_req_unref(sw_req *r)
     free(r->tenant);
     free(r->want_target);
     free(r->want_quant);
-    sw_buf_free(&r->text);
-    sw_buf_free(&r->reasoning);
+    sw_sbuf_free(&r->text);
+    sw_sbuf_free(&r->reasoning);
     sw_tool_calls_free(&r->calls);
     for (size_t i = 0; i < r->n_lps; i++) {
         free(r->lps[i].tok.bytes);
@@ -77,7 +54,7 @@ void sw_req_unref(sw_req *r)
         free(r->lps[i].top);
     }
     free(r->lps);
-    sw_buf_free(&r->out);
+    sw_sbuf_free(&r->out);
     if (r->policy) sw_policy_unref(r->policy);
     free(r);
 }

@@ -1,4 +1,5 @@
-/* Small helpers every gateway file may use: clocks and a growable buffer.
+/* Small helpers every gateway file may use: clocks, and llm/util.h's
+ * sw_sbuf.
  *
  * Layer: the bottom of the gateway; includes nothing of it.
  */
@@ -7,15 +8,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "llm/util.h"   /* sw_sbuf, the one growable buffer: out of memory sets .oom, which
+                         * http.c checks where a response is finished, so the request is
+                         * still answered (a 500, or a stream cut short) */
 
 int64_t sw_now_ms(void);             /* CLOCK_MONOTONIC */
 int64_t sw_now_ns(void);
-
-/* A growable byte buffer, always NUL-terminated once written to. Out of
- * memory aborts: there is no smaller answer to give. */
-typedef struct { char *data; size_t len, cap; } sw_buf;
-void sw_buf_append(sw_buf *b, const char *s, size_t n);
-void sw_buf_puts(sw_buf *b, const char *s);
-void sw_buf_free(sw_buf *b);
 
 #endif

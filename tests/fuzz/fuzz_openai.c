@@ -27,9 +27,9 @@ static sw_policy *policy;
 
 /* Each "data: {...}\n\n" event of an SSE buffer must parse; returns the text
  * of the first event's delta (content or text), or NULL. */
-static char *check_events(const sw_buf *b, bool chat) {
+static char *check_events(const sw_sbuf *b, bool chat) {
     char *first = NULL;
-    const char *p = b->data ? b->data : "";
+    const char *p = b->s ? b->s : "";
     while (*p) {
         INVARIANT(!strncmp(p, "data: ", 6), "SSE event does not start with 'data: ': %.80s", p);
         if (strncmp(p, "data: ", 6)) break;
@@ -54,18 +54,18 @@ static char *check_events(const sw_buf *b, bool chat) {
 /* A chat delta of reasoning (and an answer, when `answer`): one event whose
  * delta gives both back exactly, and no content key without an answer. */
 static void check_reasoning_delta(sw_req *r, const char *text, bool answer) {
-    sw_buf b = { 0 };
+    sw_sbuf b = { 0 };
     sw_openai_sse_delta(r, &b, answer ? "A" : NULL, answer ? 1 : 0, text, strlen(text), false);
-    const char *end = b.data ? strstr(b.data, "\n\n") : NULL;
-    INVARIANT(end && !strncmp(b.data, "data: ", 6) && end[2] == 0, "a reasoning delta is one event");
-    cJSON *o = end ? cJSON_ParseWithLength(b.data + 6, (size_t)(end - b.data - 6)) : NULL;
+    const char *end = b.s ? strstr(b.s, "\n\n") : NULL;
+    INVARIANT(end && !strncmp(b.s, "data: ", 6) && end[2] == 0, "a reasoning delta is one event");
+    cJSON *o = end ? cJSON_ParseWithLength(b.s + 6, (size_t)(end - b.s - 6)) : NULL;
     cJSON *d = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "delta");
     cJSON *rc = cJSON_GetObjectItem(d, "reasoning_content"), *c = cJSON_GetObjectItem(d, "content");
     INVARIANT(cJSON_IsString(rc) && !strcmp(rc->valuestring, text), "reasoning_content did not come back exactly");
     INVARIANT(answer ? cJSON_IsString(c) && !strcmp(c->valuestring, "A") : c == NULL,
               "content %s", answer ? "lost" : "present in a reasoning-only delta");
     cJSON_Delete(o);
-    sw_buf_free(&b);
+    sw_sbuf_free(&b);
 }
 
 static void check_accepted(sw_req *r, bool chat) {
@@ -78,7 +78,7 @@ static void check_accepted(sw_req *r, bool chat) {
     /* Text the way a worker would send it back: valid UTF-8 (the parser
      * checked the body), with every character JSON must escape. */
     const char *text = chat ? (g->n_messages ? g->messages[g->n_messages - 1]->content : "") : g->prompt;
-    sw_buf b = { 0 };
+    sw_sbuf b = { 0 };
     sw_openai_sse_delta(r, &b, text, strlen(text), NULL, 0, true);
     char *back = check_events(&b, chat);
     INVARIANT(back && !strcmp(back, text), "the delta's text did not come back exactly");
@@ -87,15 +87,15 @@ static void check_accepted(sw_req *r, bool chat) {
         check_reasoning_delta(r, text, false);
         check_reasoning_delta(r, text, true);
     }
-    sw_buf_free(&b);
+    sw_sbuf_free(&b);
     memset(&b, 0, sizeof b);
     r->finished = true;
     r->usage_prompt = 3;
     r->usage_completion = 2;
     sw_openai_sse_final(r, &b);
     free(check_events(&b, chat));
-    sw_buf_free(&b);
-    sw_buf_append(&r->text, text, strlen(text));
+    sw_sbuf_free(&b);
+    sw_sbuf_put_n(&r->text, text, strlen(text));
     char *body = sw_openai_response(r);
     cJSON *o = body ? cJSON_Parse(body) : NULL;
     INVARIANT(o, "the response body is not JSON");
