@@ -762,6 +762,27 @@ static void heartbeat_workers(int64_t now)
     for (int i = 0; i < n_dead; i++) worker_dead(dead[i], "missed heartbeats");
 }
 
+/* The gateway side's one check of a request's deadlines: its wait in the
+ * queue, its first token, its whole run. Fails an expired request (and
+ * cancels it on its worker) and returns true. The worker checks the
+ * GenerateRequest's own deadline on its side. */
+static bool expire(sw_req *r, int64_t now)
+{
+    if (r->phase == SW_PH_QUEUED && now >= r->queue_deadline_ms) {
+        fail(r, 503, "server_error", "queue_timeout", "timed out waiting for capacity", SW_ST_REJECTED);
+        return true;
+    }
+    if (r->phase != SW_PH_RUNNING) return false;
+    pthread_mutex_lock(&r->mu);
+    bool got = r->got_token;
+    pthread_mutex_unlock(&r->mu);
+    if (now < r->deadline_ms && (got || now < r->first_token_deadline_ms)) return false;
+    if (r->w) send_cancel(r->w, r->id);
+    fail(r, 504, "server_error", "timeout", got ? "request timed out" : "timed out waiting for the first token",
+         SW_ST_ERROR);
+    return true;
+}
+
 static void check_requests(int64_t now)
 {
     /* Grown as needed and kept: every suspended connection is polled. */
@@ -771,22 +792,7 @@ static void check_requests(int64_t now)
     int n = 0;
     for (sw_req *r = B.active, *next; r; r = next) {
         next = r->next;
-        if (r->phase == SW_PH_QUEUED && now >= r->queue_deadline_ms) {
-            fail(r, 503, "server_error", "queue_timeout",
-                 "timed out waiting for capacity", SW_ST_REJECTED);
-            continue;
-        }
-        if (r->phase == SW_PH_RUNNING) {
-            pthread_mutex_lock(&r->mu);
-            bool got = r->got_token;
-            pthread_mutex_unlock(&r->mu);
-            if (now >= r->deadline_ms || (!got && now >= r->first_token_deadline_ms)) {
-                if (r->w) send_cancel(r->w, r->id);
-                fail(r, 504, "server_error", "timeout",
-                     got ? "request timed out" : "timed out waiting for the first token", SW_ST_ERROR);
-                continue;
-            }
-        }
+        if (expire(r, now)) continue;
         if (n == cap) {
             int ncap = cap ? cap * 2 : 256;
             struct pollfd *np = realloc(pfd, ncap * sizeof *pfd);
