@@ -527,6 +527,105 @@ static void q5k16_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t st
     }
 }
 
+/* ---- prepacked Q6_K x tokens (sw_q6k16), without VNNI ----
+ * Q5_K's structure: one 8-row half per pass, up to 4 tokens sharing each
+ * unpacked vector (a 6-bit quant is a nibble and two high bits: two shifts,
+ * two ands and an or per vector, as Q5_K's fifth bit). Quants reach 63, so
+ * a 16-weight sub-block's word sums are widened by its int8 scale every 4
+ * products a word (two vpmaddubsw: at most 4 x 63 x 128 = 32256), against
+ * Q4_K's 16 and Q5_K's 8. The scale multiplies in that vpmaddwd, so the
+ * +32 offset must be scaled too: per sub-block pair one more vpmaddwd of
+ * the rows' (32 sc_2j, 32 sc_2j+1) words against the token's
+ * (-bsum_2j, -bsum_2j+1) (bsp / 32, exact), starting the sums. */
+
+/* Token t's (-bsum_2j, -bsum_2j+1) int16 pairs for one block as dwords
+ * j = 0..7, from its 16 dwords of -32 bsums (sw_q6k16_fn's bsp). */
+static inline __attribute__((always_inline)) void q6k_bsum_pairs(const int32_t *bs, int32_t *pairs) {
+    __m256i b0 = _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)bs), 5);
+    __m256i b1 = _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(bs + 8)), 5);
+    /* packs interleaves the lanes: b0[0..3] b1[0..3] | b0[4..7] b1[4..7] */
+    __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(b0, b1), 0xD8);
+    _mm256_store_si256((__m256i *)pairs, w);
+}
+
+static inline __attribute__((always_inline)) void
+q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
+                size_t bsp_stride, const int NT, float *out, size_t ostride, const int h) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    /* word 0 / word 1 of each dword into both of its words */
+    const __m256i dup0 = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,
+                                          0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+    const __m256i dup1 = _mm256_add_epi8(dup0, _mm256_set1_epi8(2));
+    const int r0 = 8 * h;
+    __m256 total[4];
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) total[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, p++) {
+        if (h == 0)
+            for (size_t l = 0; l < sizeof *p; l += 64) _mm_prefetch((const char *)p + l + SW_AVX2_PF, _MM_HINT_T1);
+        int32_t pairs[4][8] __attribute__((aligned(32)));
+        __m256i acc[4];
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            q6k_bsum_pairs(bsp + (size_t)t * bsp_stride + 16 * i, pairs[t]);
+            acc[t] = _mm256_setzero_si256();
+        }
+        _Pragma("GCC unroll 1")
+        for (int j = 0; j < 8; j++) {
+            /* row r's dword: (sc_2j, sc_2j+1) as words */
+            const __m256i scw = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p->sc[j][r0]));
+            const __m256i sc32 = _mm256_slli_epi16(scw, 5);   /* |32 sc| <= 4096 */
+            _Pragma("GCC unroll 4")
+            for (int t = 0; t < NT; t++)
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(sc32, _mm256_set1_epi32(pairs[t][j])));
+            _Pragma("GCC unroll 2")
+            for (int hh = 0; hh < 2; hh++) {   /* sub-block 2j + hh */
+                const __m256i hb = _mm256_load_si256((const __m256i *)(p->qh[j][hh] + 32 * h));
+                const __m256i s = _mm256_shuffle_epi8(scw, hh ? dup1 : dup0);
+                _Pragma("GCC unroll 2")
+                for (int e = 0; e < 2; e++) {
+                    const int c = 2 * hh + e;
+                    __m256i v = _mm256_load_si256((const __m256i *)(p->ql[j][c] + 32 * h));
+                    /* pieces 2e and 2e + 1 of hb (bits 4e.., 4e + 2..) to bits 4, 5 */
+                    __m256i hlo = e ? hb : _mm256_slli_epi16(hb, 4);
+                    __m256i hhi = e ? _mm256_srli_epi16(hb, 2) : _mm256_slli_epi16(hb, 2);
+                    __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hlo, m30));
+                    __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                                                 _mm256_and_si256(hhi, m30));
+                    _Pragma("GCC unroll 4")
+                    for (int t = 0; t < NT; t++) {
+                        __m256i s16 = add_pair_products(_mm256_setzero_si256(), lo, hi,
+                                                        ACT_BLOCK(act, stride, t, i)->qs + 32 * j + 8 * c);
+                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16, s));
+                    }
+                }
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->d + r0)));
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++)
+            total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]),
+                                       _mm256_mul_ps(d, _mm256_set1_ps(ACT_BLOCK(act, stride, t, i)->d)), total[t]);
+    }
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + r0, total[t]);
+}
+
+static void q6k16_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
+                       size_t bsp_stride, int ntok, float *out, size_t ostride) {
+    for (int t0 = 0; t0 < ntok; t0 += 4) {
+        const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
+        const int32_t *b = bsp + (size_t)t0 * bsp_stride;
+        float *o = out + (size_t)t0 * ostride;
+        for (int h = 0; h < 2; h++) switch (ntok - t0) {
+            case 1: q6k16_half_avx2(p, nb, a, stride, b, bsp_stride, 1, o, ostride, h); break;
+            case 2: q6k16_half_avx2(p, nb, a, stride, b, bsp_stride, 2, o, ostride, h); break;
+            case 3: q6k16_half_avx2(p, nb, a, stride, b, bsp_stride, 3, o, ostride, h); break;
+            default: q6k16_half_avx2(p, nb, a, stride, b, bsp_stride, 4, o, ostride, h); break;
+            }
+    }
+}
+
 /* 8 E8M0 exponents (bytes) as the floats 2^(e - 128), sw_e8m0_half's
  * values: e - 1 in the exponent field, and for e = 0, 1 the denormals. */
 static inline __m256 e8m0_half8(const uint8_t *e8) {
@@ -684,6 +783,7 @@ void sw_kernels_fill_avx2(sw_kernel_table *t) {
     t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_avx2;
     t->q4k16 = q4k16_avx2;
     t->q5k16 = q5k16_avx2;
+    t->q6k16 = q6k16_avx2;
 #define SW_Q32_FILL(name, type) t->q32x16[type] = name##x16_avx2;
     SW_Q32_TYPES(SW_Q32_FILL)
 #undef SW_Q32_FILL
