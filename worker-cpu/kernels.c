@@ -803,51 +803,48 @@ static int act_set_of(act_set *sets, int *n_sets, const sw_packed_job *j) {
     return (*n_sets)++;
 }
 
-void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
-    const sw_kernel_table *kt = ktab();
-    int live = 0;
+/* What the products of one call share once their activation sets are known. */
+typedef struct {
+    int n_sets, max_tok, total_tok;
+    int64_t groups;      /* 16-row groups across all products */
+    double work;         /* rows x cols x tokens: decides threading */
+    size_t group_bytes;  /* the largest product's group */
+} packed_plan;
+
+/* Whether every live job's packing suits the selected ISA; *live counts them. */
+static bool jobs_usable(const sw_kernel_table *kt, const sw_packed_job *jobs, int n, int *live) {
     bool usable = true;
+    *live = 0;
     for (int j = 0; j < n; j++)
         if (jobs[j].p && jobs[j].n_tok > 0) {
-            live++;
+            (*live)++;
             usable &= packed_usable(kt, jobs[j].p);
         }
-    if (!live) return;
-    if (!usable) {
-        /* another ISA was selected after packing: each from its original */
-        for (int j = 0; j < n; j++)
-            if (jobs[j].p && jobs[j].n_tok > 0) {
-                if (packed_usable(kt, jobs[j].p)) sw_matmul_packed_jobs(&jobs[j], 1);
-                else sw_matmul_tensor(jobs[j].p->src, jobs[j].x, jobs[j].n_tok, jobs[j].y);
-            }
-        return;
-    }
-    /* a dense layer's fused products fit on the stack; a mixture's many experts take the heap */
-    enum { ON_STACK = 8 };
-    act_set sets_s[ON_STACK];
-    int set_of_s[ON_STACK];
-    int64_t first_s[ON_STACK + 1];
-    const bool heap = n > ON_STACK;
-    act_set *sets = heap ? malloc((size_t)n * sizeof *sets) : sets_s;
-    int *set_of = heap ? malloc((size_t)n * sizeof *set_of) : set_of_s;
-    int64_t *first = heap ? malloc(((size_t)n + 1) * sizeof *first) : first_s;
-    bool ok = sets && set_of && first;
-    for (int j = 0; ok && j < n; j++)
-        if (jobs[j].p && jobs[j].n_tok > 0) ok = packed_tail(jobs[j].p, jobs[j].x, jobs[j].n_tok, jobs[j].y);
-    /* the activation sets and where each goes in the scratch */
-    int n_sets = 0, max_tok = 0, total_tok = 0;
-    int64_t groups = 0;
-    double work = 0;
-    size_t group_bytes = 0;
-    for (int j = 0; ok && j < n; j++) {
-        first[j] = groups;
+    return usable;
+}
+
+/* Another ISA was selected after packing: each job from its original. */
+static void matmul_each(const sw_kernel_table *kt, const sw_packed_job *jobs, int n) {
+    for (int j = 0; j < n; j++)
+        if (jobs[j].p && jobs[j].n_tok > 0) {
+            if (packed_usable(kt, jobs[j].p)) sw_matmul_packed_jobs(&jobs[j], 1);
+            else sw_matmul_tensor(jobs[j].p->src, jobs[j].x, jobs[j].n_tok, jobs[j].y);
+        }
+}
+
+/* The activation sets of the jobs, the forms each needs, and where each
+ * job's groups start in the shared count (first[0..n]). */
+static void plan_sets(const sw_kernel_table *kt, const sw_packed_job *jobs, int n, act_set *sets, int *set_of,
+                      int64_t *first, packed_plan *pl) {
+    for (int j = 0; j < n; j++) {
+        first[j] = pl->groups;
         if (!jobs[j].p || jobs[j].n_tok <= 0) continue;
         const sw_packed *p = jobs[j].p;
-        set_of[j] = act_set_of(sets, &n_sets, &jobs[j]);
-        groups += job_groups(&jobs[j]);
-        work += (double)p->rows * (double)p->cols * jobs[j].n_tok;
-        max_tok = jobs[j].n_tok > max_tok ? jobs[j].n_tok : max_tok;
-        group_bytes = p->group_bytes > group_bytes ? p->group_bytes : group_bytes;
+        set_of[j] = act_set_of(sets, &pl->n_sets, &jobs[j]);
+        pl->groups += job_groups(&jobs[j]);
+        pl->work += (double)p->rows * (double)p->cols * jobs[j].n_tok;
+        pl->max_tok = jobs[j].n_tok > pl->max_tok ? jobs[j].n_tok : pl->max_tok;
+        pl->group_bytes = p->group_bytes > pl->group_bytes ? p->group_bytes : pl->group_bytes;
         act_set *a = &sets[set_of[j]];
         if (sw_is_q32(p->type)) {
             a->q32 = true;
@@ -860,9 +857,13 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
          * where its buffer cannot be had (i8_part) */
         if (job_i8(kt, &jobs[j])) a->ns = true;
     }
-    if (ok) first[n] = groups;
+    first[n] = pl->groups;
+}
+
+/* Places each set's forms in the scratch (64-byte aligned); returns its size. */
+static size_t layout_sets(act_set *sets, packed_plan *pl) {
     size_t bytes = 0;
-    for (int s = 0; ok && s < n_sets; s++) {
+    for (int s = 0; s < pl->n_sets; s++) {
         act_set *a = &sets[s];
         const size_t nb = (size_t)(a->cols / QK_K), nt = (size_t)a->n_tok;
         a->rs_k8 = sw_act_row_size(SW_TYPE_Q4_K, a->cols);
@@ -878,17 +879,13 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
             bytes += (size_t)(a->cols / QK8_0) * sizeof(sw_q32_aux) * nt;
         }
         bytes = (bytes + 63) & ~(size_t)63;
-        total_tok += a->n_tok;
+        pl->total_tok += a->n_tok;
     }
-    uint8_t *buf = ok ? scratch_get(SCRATCH_ACT, bytes) : NULL;
-    if (!buf) {
-        fprintf(stderr, "sw_matmul_packed: out of memory for %d products\n", n);
-        for (int j = 0; j < n; j++)
-            if (jobs[j].p && jobs[j].n_tok > 0) fill_nan(jobs[j].y, (size_t)jobs[j].p->rows * (size_t)jobs[j].n_tok);
-        if (heap) { free(sets); free(set_of); free(first); }
-        return;
-    }
-    /* each activation row once, with the bsum forms its products need */
+    return bytes;
+}
+
+/* Each activation row once, with the bsum forms its products need. */
+static void quantize_sets(const sw_kernel_table *kt, const act_set *sets, int total_tok, uint8_t *buf) {
     #pragma omp parallel for if (total_tok >= 4) schedule(static)
     for (int i = 0; i < total_tok; i++) {
         int s = 0, t = i;
@@ -910,22 +907,44 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
             q32_aux((const block_q8_0 *)q, nb, (sw_q32_aux *)(buf + a->off_aux) + (size_t)t * (size_t)nb);
         }
     }
-    /* Threads take runs of the products' 16-row groups, counted across all
-     * of them (one parallel region for the lot; 64 bytes of y per token
-     * and group, so no shared cache lines). Runs are handed out guided:
-     * each takes a share of what is left (at least min_run groups), so runs
-     * are long while much remains and short at the end. On a shared host
-     * one core is often slowed for a while; a static split left the other
-     * spinning at the barrier for ~10% of a batch-1 step. Few tokens keep
-     * runs >= 4 groups so the kernels' prefetch rarely runs past a run.
-     * One token starts with an equal split of everything instead of a
-     * third of each thread's share: its Q4_K kernel leans on the hardware prefetcher, which
-     * ramps up again at each new run (65.7-68.0 -> 69.2-71.9 tok/s with
-     * the read figure at 44-48 GB/s, alternating runs, 2026-11-30). */
+}
+
+/* Groups a0..a1 of job jb, all within that one product (local = a0 - its
+ * first). Tiles of `tile` groups (their weights fit in L2), token slices
+ * outside and groups inside each: a slice's activations stay in L1/L2
+ * across the tile, and the tile's weights are read from memory once for
+ * all the slices. */
+static inline void run_part(const sw_kernel_table *kt, const sw_packed_job *jb, const act_set *as, const uint8_t *buf,
+                            int64_t a0, int64_t a1, int64_t base, int64_t tile) {
+    if (as->ns && job_i8(kt, jb) && i8_part(kt, jb, as, buf, a0 - base, a1 - base)) return;
+    for (int64_t s0 = a0; s0 < a1; s0 += tile) {
+        int64_t s1 = s0 + tile < a1 ? s0 + tile : a1;
+        for (int t = 0; t < jb->n_tok; t += SW_DOTN_MAX) {
+            int cnt = jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
+            for (int64_t gg = s0; gg < s1; gg++) packed_group(kt, jb->p, gg - base, as, buf, t, cnt, jb->y);
+        }
+    }
+}
+
+/* Threads take runs of the products' 16-row groups, counted across all
+ * of them (one parallel region for the lot; 64 bytes of y per token
+ * and group, so no shared cache lines). Runs are handed out guided:
+ * each takes a share of what is left (at least min_run groups), so runs
+ * are long while much remains and short at the end. On a shared host
+ * one core is often slowed for a while; a static split left the other
+ * spinning at the barrier for ~10% of a batch-1 step. Few tokens keep
+ * runs >= 4 groups so the kernels' prefetch rarely runs past a run.
+ * One token starts with an equal split of everything instead of a
+ * third of each thread's share: its Q4_K kernel leans on the hardware prefetcher, which
+ * ramps up again at each new run (65.7-68.0 -> 69.2-71.9 tok/s with
+ * the read figure at 44-48 GB/s, alternating runs, 2026-11-30). */
+static void run_groups(const sw_kernel_table *kt, const sw_packed_job *jobs, const act_set *sets, const int *set_of,
+                       const int64_t *first, const uint8_t *buf, const packed_plan *pl) {
+    const int64_t groups = pl->groups, max_tok = pl->max_tok;
     const int64_t min_run = max_tok < 16 ? 4 : 1;
-    const int64_t tile = (int64_t)(SW_L2_TILE_BYTES / group_bytes) > 1 ? (int64_t)(SW_L2_TILE_BYTES / group_bytes) : 1;
+    const int64_t tile = (int64_t)(SW_L2_TILE_BYTES / pl->group_bytes) > 1 ? (int64_t)(SW_L2_TILE_BYTES / pl->group_bytes) : 1;
     int64_t next = 0;
-    #pragma omp parallel if (work > 65536)
+    #pragma omp parallel if (pl->work > 65536)
     {
         const int64_t share = (max_tok == 1 ? 1 : 3) * (int64_t)omp_get_num_threads();
         int j = 0;
@@ -935,28 +954,53 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
             int64_t r0 = __atomic_fetch_add(&next, run, __ATOMIC_RELAXED);
             if (r0 >= groups) break;
             int64_t r1 = r0 + run < groups ? r0 + run : groups;
-            /* The run, one product's part at a time. Within a part: tiles
-             * of `tile` groups (their weights fit in L2), token slices
-             * outside and groups inside each: a slice's activations stay in
-             * L1/L2 across the tile, and the tile's weights are read from
-             * memory once for all the slices. */
+            /* the run, one product's part at a time */
             for (int64_t a0 = r0; a0 < r1;) {
                 while (j > 0 && a0 < first[j]) j--;
                 while (a0 >= first[j + 1]) j++;
-                const sw_packed_job *jb = &jobs[j];
-                const act_set *as = &sets[set_of[j]];
                 const int64_t a1 = first[j + 1] < r1 ? first[j + 1] : r1;
-                if (!as->ns || !job_i8(kt, jb) || !i8_part(kt, jb, as, buf, a0 - first[j], a1 - first[j]))
-                    for (int64_t s0 = a0; s0 < a1; s0 += tile) {
-                        int64_t s1 = s0 + tile < a1 ? s0 + tile : a1;
-                        for (int t = 0; t < jb->n_tok; t += SW_DOTN_MAX) {
-                            int cnt = jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
-                            for (int64_t gg = s0; gg < s1; gg++) packed_group(kt, jb->p, gg - first[j], as, buf, t, cnt, jb->y);
-                        }
-                    }
+                run_part(kt, &jobs[j], &sets[set_of[j]], buf, a0, a1, first[j], tile);
                 a0 = a1;
             }
         }
+    }
+}
+
+void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
+    const sw_kernel_table *kt = ktab();
+    int live;
+    const bool usable = jobs_usable(kt, jobs, n, &live);
+    if (!live) return;
+    if (!usable) {
+        matmul_each(kt, jobs, n);
+        return;
+    }
+    /* a dense layer's fused products fit on the stack; a mixture's many experts take the heap */
+    enum { ON_STACK = 8 };
+    act_set sets_s[ON_STACK];
+    int set_of_s[ON_STACK];
+    int64_t first_s[ON_STACK + 1];
+    const bool heap = n > ON_STACK;
+    act_set *sets = heap ? malloc((size_t)n * sizeof *sets) : sets_s;
+    int *set_of = heap ? malloc((size_t)n * sizeof *set_of) : set_of_s;
+    int64_t *first = heap ? malloc(((size_t)n + 1) * sizeof *first) : first_s;
+    bool ok = sets && set_of && first;
+    for (int j = 0; ok && j < n; j++)
+        if (jobs[j].p && jobs[j].n_tok > 0) ok = packed_tail(jobs[j].p, jobs[j].x, jobs[j].n_tok, jobs[j].y);
+    packed_plan pl = { 0 };
+    size_t bytes = 0;
+    if (ok) {
+        plan_sets(kt, jobs, n, sets, set_of, first, &pl);
+        bytes = layout_sets(sets, &pl);
+    }
+    uint8_t *buf = ok ? scratch_get(SCRATCH_ACT, bytes) : NULL;
+    if (!buf) {
+        fprintf(stderr, "sw_matmul_packed: out of memory for %d products\n", n);
+        for (int j = 0; j < n; j++)
+            if (jobs[j].p && jobs[j].n_tok > 0) fill_nan(jobs[j].y, (size_t)jobs[j].p->rows * (size_t)jobs[j].n_tok);
+    } else {
+        quantize_sets(kt, sets, pl.total_tok, buf);
+        run_groups(kt, jobs, sets, set_of, first, buf, &pl);
     }
     if (heap) {
         free(sets);
