@@ -414,33 +414,38 @@ static bool kv_layout(sw_ctx *c)
     return true;
 }
 
-sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen)
+/* The mixture's routing and expert buffers for KB = batch x experts used
+ * rows; false when one could not be had. */
+static bool alloc_moe(sw_ctx *c, size_t KB)
 {
-    const sw_hparams *hp = &m->hp;
-    if (n_seq < 1 || n_seq > 4096) { sw_errf(err, errlen, "number of sequences %d out of range", n_seq); return NULL; }
-    if (n_ctx < 1 || n_ctx > (1 << 24)) { sw_errf(err, errlen, "context length %d out of range", n_ctx); return NULL; }
-    if (max_batch < 1 || max_batch > (1 << 16)) { sw_errf(err, errlen, "batch size %d out of range", max_batch); return NULL; }
-    sw_ctx *c = calloc(1, sizeof *c);
-    if (!c) { sw_errf(err, errlen, "out of memory"); return NULL; }
-    c->m = m;
-    c->n_seq = n_seq;
-    c->n_ctx = n_ctx;
-    c->max_batch = max_batch;
-    c->kv_dim = (int)(hp->n_head_kv * hp->head_dim);
-    c->q_dim = (int)(hp->n_head * hp->head_dim);
-    c->ctx_pad = (n_ctx + 31) & ~31;
-    if (!kv_layout(c)) {
-        sw_errf(err, errlen, "out of memory");
-        sw_ctx_free(c);
-        return NULL;
-    }
+    const sw_hparams *hp = &c->m->hp;
+    const size_t E = hp->n_embd, B = (size_t)c->max_batch;
+    c->router = falloc(B * hp->n_expert);
+    c->sel_w = falloc(KB);
+    c->sel = malloc(KB * sizeof *c->sel);
+    c->slot = malloc(KB * sizeof *c->slot);
+    c->rows = malloc(KB * sizeof *c->rows);
+    c->exp_first = malloc((hp->n_expert + 1) * sizeof *c->exp_first);
+    c->jobs = malloc(2 * (size_t)hp->n_expert * sizeof *c->jobs);
+    c->exp_in = falloc(KB * E);
+    c->exp_out = falloc(KB * E);
+    return c->router && c->sel_w && c->sel && c->slot && c->rows && c->exp_first && c->jobs && c->exp_in &&
+           c->exp_out;
+}
 
+/* The KV cache and every per-step buffer, sized for max_batch tokens and
+ * kv_layout's stride; false when one could not be had (sw_ctx_free frees
+ * what was). */
+static bool alloc_buffers(sw_ctx *c)
+{
+    const sw_hparams *hp = &c->m->hp;
+    const int n_seq = c->n_seq;
     /* calloc of a large block maps fresh zero pages: KV memory is committed
      * only as positions are written. */
     c->kv_k = calloc(c->seq_stride * n_seq, sizeof(sw_f16));
     c->kv_v = calloc(c->seq_stride * n_seq, sizeof(sw_f16));
 
-    size_t E = hp->n_embd, B = (size_t)max_batch;
+    size_t E = hp->n_embd, B = (size_t)c->max_batch;
     size_t wide = E > (size_t)c->q_dim ? E : (size_t)c->q_dim;
     c->attn_norm = falloc(hp->n_layer * E);
     c->ffn_norm = falloc(hp->n_layer * E);
@@ -463,38 +468,60 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
     c->zeros = falloc(hp->head_dim > (uint32_t)c->ctx_pad ? hp->head_dim : (size_t)c->ctx_pad);
     c->out_toks = malloc(B * sizeof *c->out_toks);
     c->out_idx = malloc(B * sizeof *c->out_idx);
-    bool moe_ok = true;
-    if (hp->n_expert) {
-        c->router = falloc(B * hp->n_expert);
-        c->sel_w = falloc(KB);
-        c->sel = malloc(KB * sizeof *c->sel);
-        c->slot = malloc(KB * sizeof *c->slot);
-        c->rows = malloc(KB * sizeof *c->rows);
-        c->exp_first = malloc((hp->n_expert + 1) * sizeof *c->exp_first);
-        c->jobs = malloc(2 * (size_t)hp->n_expert * sizeof *c->jobs);
-        c->exp_in = falloc(KB * E);
-        c->exp_out = falloc(KB * E);
-        moe_ok = c->router && c->sel_w && c->sel && c->slot && c->rows && c->exp_first && c->jobs && c->exp_in &&
-                 c->exp_out;
+    const bool moe_ok = hp->n_expert ? alloc_moe(c, KB) : true;
+    return c->kv_k && c->kv_v && c->attn_norm && c->ffn_norm && c->out_norm && c->inv_freq &&
+           c->x && c->xb && c->xb2 && c->q && c->k && c->v && c->kh && c->hb && c->hb2 && c->att &&
+           c->zeros && c->out_toks && c->out_idx && moe_ok;
+}
+
+/* The norm weights as floats, the biases and q/k norms (load_extras);
+ * false with the reason in err. */
+static bool load_norms(sw_ctx *c, char *err, size_t errlen)
+{
+    const sw_model *m = c->m;
+    const size_t E = m->hp.n_embd;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        if (m->layers[l].attn_norm && (!norm_to_float(m->layers[l].attn_norm, c->attn_norm + l * E) ||
+                                       !norm_to_float(m->layers[l].ffn_norm, c->ffn_norm + l * E))) {
+            sw_errf(err, errlen, "layer %u: cannot convert norm weights", l);
+            return false;
+        }
     }
-    if (!c->kv_k || !c->kv_v || !c->attn_norm || !c->ffn_norm || !c->out_norm || !c->inv_freq ||
-        !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->kh || !c->hb || !c->hb2 || !c->att ||
-        !c->zeros || !c->out_toks || !c->out_idx || !moe_ok) {
+    if (!norm_to_float(m->output_norm, c->out_norm) || !load_extras(c)) {
+        sw_errf(err, errlen, "cannot convert output_norm weights, biases or q/k norms");
+        return false;
+    }
+    return true;
+}
+
+sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen)
+{
+    const sw_hparams *hp = &m->hp;
+    if (n_seq < 1 || n_seq > 4096) { sw_errf(err, errlen, "number of sequences %d out of range", n_seq); return NULL; }
+    if (n_ctx < 1 || n_ctx > (1 << 24)) { sw_errf(err, errlen, "context length %d out of range", n_ctx); return NULL; }
+    if (max_batch < 1 || max_batch > (1 << 16)) { sw_errf(err, errlen, "batch size %d out of range", max_batch); return NULL; }
+    sw_ctx *c = calloc(1, sizeof *c);
+    if (!c) { sw_errf(err, errlen, "out of memory"); return NULL; }
+    c->m = m;
+    c->n_seq = n_seq;
+    c->n_ctx = n_ctx;
+    c->max_batch = max_batch;
+    c->kv_dim = (int)(hp->n_head_kv * hp->head_dim);
+    c->q_dim = (int)(hp->n_head * hp->head_dim);
+    c->ctx_pad = (n_ctx + 31) & ~31;
+    if (!kv_layout(c)) {
+        sw_errf(err, errlen, "out of memory");
+        sw_ctx_free(c);
+        return NULL;
+    }
+
+    if (!alloc_buffers(c)) {
         sw_errf(err, errlen, "out of memory for %d sequences x %d positions (KV %.1f MiB)", n_seq, n_ctx,
                2.0 * c->seq_stride * n_seq * sizeof(sw_f16) / 1048576.0);
         sw_ctx_free(c);
         return NULL;
     }
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        if (m->layers[l].attn_norm && (!norm_to_float(m->layers[l].attn_norm, c->attn_norm + l * E) ||
-                                       !norm_to_float(m->layers[l].ffn_norm, c->ffn_norm + l * E))) {
-            sw_errf(err, errlen, "layer %u: cannot convert norm weights", l);
-            sw_ctx_free(c);
-            return NULL;
-        }
-    }
-    if (!norm_to_float(m->output_norm, c->out_norm) || !load_extras(c)) {
-        sw_errf(err, errlen, "cannot convert output_norm weights, biases or q/k norms");
+    if (!load_norms(c, err, errlen)) {
         sw_ctx_free(c);
         return NULL;
     }
