@@ -4,8 +4,7 @@
 
 #include <string.h>
 
-/* Reasoning
- * Reasoning models write their thinking before the answer, and a client wants
+/* Reasoning models write their thinking before the answer, and a client wants
  * the two apart (OpenAI-style APIs: message.reasoning_content). Each token's
  * text goes to the answer, to the reasoning, or nowhere (the markers):
  *   - think chats (DeepSeek R1, Qwen3, any vocabulary with <think> and

@@ -1,4 +1,4 @@
-/* The generator's tool calls: calls_init picks the family's format from
+/* The generator's tool calls: gen_calls_init picks the family's format from
  * one table; the answer's call spans become calls (or go back into the
  * answer as text); forced calls (tool_choice) are structured outputs built
  * from the tools. See gen_impl.h. */
@@ -9,8 +9,7 @@
 #include <string.h>
 #include "llm/json.h"
 
-/* Tool calls
- * With tools offered to a chatml model (Qwen2.5, Qwen3, Hermes), the model
+/* With tools offered to a chatml model (Qwen2.5, Qwen3, Hermes), the model
  * calls a function by writing <tool_call>{"name": ..., "arguments": {...}}
  * </tool_call> (both markers are tokens of its vocabulary). Such a span of
  * the answer becomes a call: its name and its arguments as JSON text, in the

@@ -249,6 +249,11 @@ int sw_gen_n_prompt(const sw_gen *g) { return g->n_prompt; }
 uint32_t sw_gen_n_generated(const sw_gen *g) { return g->n_generated; }
 uint32_t sw_gen_n_reasoning_tokens(const sw_gen *g) { return g->n_reasoning_tokens; }
 int sw_gen_next_pos(const sw_gen *g) { return g->n_prompt + (int)g->n_generated - 1; }
+
+void sw_gen_limit_ctx(sw_gen *g, int n_ctx)
+{
+    if (n_ctx >= g->n_prompt && n_ctx < g->n_ctx) g->n_ctx = n_ctx;
+}
 const sw_sampling_params *sw_gen_sampling(const sw_gen *g) { return &g->sampler.p; }
 const char *sw_gen_error(const sw_gen *g) { return g->error ? g->error : SW_GEN_NAN_ERROR; }
 const sw_logprob *sw_gen_logprob(const sw_gen *g) { return g->lp_valid ? &g->lp : NULL; }

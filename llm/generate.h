@@ -100,6 +100,10 @@ uint32_t sw_gen_n_generated(const sw_gen *g);
 uint32_t sw_gen_n_reasoning_tokens(const sw_gen *g);
 /* Position at which the last accepted token must be evaluated. */
 int sw_gen_next_pos(const sw_gen *g);
+/* Lowers the context the sequence runs in, once its prompt is known (a
+ * caller that sizes its KV cache to the prompt and max_tokens): generation
+ * ends with LENGTH there. Ignored unless n_prompt <= n_ctx < the current one. */
+void sw_gen_limit_ctx(sw_gen *g, int n_ctx);
 /* The sampling parameters in force (a device sampler reads temperature,
  * top_k, top_p and the seed from here). */
 const sw_sampling_params *sw_gen_sampling(const sw_gen *g);

@@ -266,6 +266,57 @@ static void test_cache_slots(sw_model *m)
     }
 }
 
+/* Each batched result is what the request gave alone. */
+static void check_same(const result *ref, int n)
+{
+    for (int i = 0; i < n; i++) {
+        CHECK(strcmp(res[i].text, ref[i].text) == 0, "r%d text differs:\n batched: %s\n alone:   %s", i, res[i].text, ref[i].text);
+        CHECK(res[i].n_ids == ref[i].n_ids && !memcmp(res[i].ids, ref[i].ids, ref[i].n_ids * sizeof(uint32_t)),
+              "r%d token ids differ", i);
+        CHECK(res[i].finish == ref[i].finish, "r%d finish %d vs %d", i, res[i].finish, ref[i].finish);
+        CHECK(res[i].prompt_tokens == ref[i].prompt_tokens && res[i].completion_tokens == ref[i].completion_tokens,
+              "r%d usage %u/%u vs %u/%u", i, res[i].prompt_tokens, res[i].completion_tokens,
+              ref[i].prompt_tokens, ref[i].completion_tokens);
+        CHECK(res[i].after_finish == 0, "r%d got chunks after its final one", i);
+        CHECK(res[i].failed_code == 0);
+    }
+}
+
+/* Validation at submit; then max_tokens 0 and a passed deadline. */
+static void test_validation(sw_cpu_engine *e)
+{
+    char err[512];
+    /* Validation at submit. */
+    static char huge[20000];
+    for (int i = 0; i < 600; i++) strcat(huge, "Once upon ");
+    CHECK(submit(e, 9, huge, 10, NULL, err) == 400 && strstr(err, "context"), "too long: %s", err);
+    Spillway__GenerateRequest r = SPILLWAY__GENERATE_REQUEST__INIT;
+    uint32_t toks[3] = { 1, 403, 100000 };
+    r.request_id = "r9";
+    r.prompt_tokens = toks;
+    r.n_prompt_tokens = 3;
+    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 400 && strstr(err, "out of range"), "bad id: %s", err);
+    r.request_id = "";
+    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 400);
+    toks[2] = 407;
+    r.request_id = "r9";
+    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 0);
+    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 400 && strstr(err, "in use"), "duplicate: %s", err);
+    /* max_tokens 0: runs until the context is full. */
+    while (sw_cpu_engine_ops.step(e, emit, fail, NULL) > 0) {}
+    CHECK(res[9].finish == SW_FINISH_LENGTH && res[9].prompt_tokens + res[9].completion_tokens == 512,
+          "r9: finish %d, %u + %u", res[9].finish, res[9].prompt_tokens, res[9].completion_tokens);
+
+    /* A request whose deadline has passed fails instead of running. */
+    Spillway__GenerateRequest d = SPILLWAY__GENERATE_REQUEST__INIT;
+    d.request_id = "r10";
+    d.prompt = "Once";
+    d.deadline_unix_ms = 1;
+    CHECK(sw_cpu_engine_ops.submit(e, &d, err, sizeof err) == 0);
+    while (sw_cpu_engine_ops.step(e, emit, fail, NULL) > 0) {}
+    CHECK(res[10].failed_code == 504 && res[10].chunks == 0);
+}
+
 int main(void)
 {
     char path[512], err[512];
@@ -319,17 +370,7 @@ int main(void)
     CHECK(steps < 10000, "engine did not drain");
     CHECK(max_batch_seen == 3, "decode batches should fill all 3 slots (saw %d)", max_batch_seen);
 
-    for (int i = 0; i < N_REQ; i++) {
-        CHECK(strcmp(res[i].text, ref[i].text) == 0, "r%d text differs:\n batched: %s\n alone:   %s", i, res[i].text, ref[i].text);
-        CHECK(res[i].n_ids == ref[i].n_ids && !memcmp(res[i].ids, ref[i].ids, ref[i].n_ids * sizeof(uint32_t)),
-              "r%d token ids differ", i);
-        CHECK(res[i].finish == ref[i].finish, "r%d finish %d vs %d", i, res[i].finish, ref[i].finish);
-        CHECK(res[i].prompt_tokens == ref[i].prompt_tokens && res[i].completion_tokens == ref[i].completion_tokens,
-              "r%d usage %u/%u vs %u/%u", i, res[i].prompt_tokens, res[i].completion_tokens,
-              ref[i].prompt_tokens, ref[i].completion_tokens);
-        CHECK(res[i].after_finish == 0, "r%d got chunks after its final one", i);
-        CHECK(res[i].failed_code == 0);
-    }
+    check_same(ref, N_REQ);
     CHECK(res[0].finish == SW_FINISH_LENGTH && res[0].completion_tokens == 40);
     CHECK(strncmp(res[0].text, ", there was a little girl named Lily.", 37) == 0, "r0: %s", res[0].text);
     CHECK(res[2].prompt_tokens > 256, "long prompt has %u tokens", res[2].prompt_tokens);
@@ -343,35 +384,7 @@ int main(void)
     CHECK(ld.active == 0 && ld.queued == 0 && ld.kv_utilization == 0.0f);
     CHECK(ld.tokens_generated > 0);
 
-    /* Validation at submit. */
-    static char huge[20000];
-    for (int i = 0; i < 600; i++) strcat(huge, "Once upon ");
-    CHECK(submit(e, 9, huge, 10, NULL, err) == 400 && strstr(err, "context"), "too long: %s", err);
-    Spillway__GenerateRequest r = SPILLWAY__GENERATE_REQUEST__INIT;
-    uint32_t toks[3] = { 1, 403, 100000 };
-    r.request_id = "r9";
-    r.prompt_tokens = toks;
-    r.n_prompt_tokens = 3;
-    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 400 && strstr(err, "out of range"), "bad id: %s", err);
-    r.request_id = "";
-    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 400);
-    toks[2] = 407;
-    r.request_id = "r9";
-    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 0);
-    CHECK(sw_cpu_engine_ops.submit(e, &r, err, sizeof err) == 400 && strstr(err, "in use"), "duplicate: %s", err);
-    /* max_tokens 0: runs until the context is full. */
-    while (sw_cpu_engine_ops.step(e, emit, fail, NULL) > 0) {}
-    CHECK(res[9].finish == SW_FINISH_LENGTH && res[9].prompt_tokens + res[9].completion_tokens == 512,
-          "r9: finish %d, %u + %u", res[9].finish, res[9].prompt_tokens, res[9].completion_tokens);
-
-    /* A request whose deadline has passed fails instead of running. */
-    Spillway__GenerateRequest d = SPILLWAY__GENERATE_REQUEST__INIT;
-    d.request_id = "r10";
-    d.prompt = "Once";
-    d.deadline_unix_ms = 1;
-    CHECK(sw_cpu_engine_ops.submit(e, &d, err, sizeof err) == 0);
-    while (sw_cpu_engine_ops.step(e, emit, fail, NULL) > 0) {}
-    CHECK(res[10].failed_code == 504 && res[10].chunks == 0);
+    test_validation(e);
 
     sw_cpu_engine_free(e);
     test_prefix_cache(m);

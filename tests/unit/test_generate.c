@@ -154,7 +154,9 @@ static void test_tool_calls(const sw_tokenizer *t, const int32_t *id)
 }
 
 /* Reasoning models' output, split into reasoning and answer. */
-static void test_reasoning(void)
+/* The vocabulary of test_reasoning, written to path: the 256 byte symbols
+ * and SPECIAL. */
+static gguf_file *reasoning_vocab(const char *path)
 {
     static char sym[256][4];
     const char *toks[256 + N_SPECIAL];
@@ -174,18 +176,13 @@ static void test_reasoning(void)
     gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 256 + N_SPECIAL);
     gguf_w_arr_str(w, "tokenizer.ggml.merges", toks, 0);
     gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 256 + S_RETURN);
-    char path[] = "/tmp/sw_test_reasoning_XXXXXX", err[256] = "";
-    int fd = mkstemp(path);
-    if (fd < 0) return;
-    close(fd);
-    gguf_file *f = write_and_open(w, path);
-    sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
-    CHECK(t != NULL, "reasoning vocab: %s", err);
-    if (!t) goto out;
-    int32_t id[N_SPECIAL];
-    for (int k = 0; k < N_SPECIAL; k++) id[k] = sw_tok_lookup(t, SPECIAL[k]);
-    CHECK(!sw_tok_is_eog(t, id[S_END]) && sw_tok_is_eog(t, id[S_RETURN]) && sw_tok_is_eog(t, id[S_CALL]),
-          "<|end|> ends a message, <|return|> and <|call|> the turn");
+    return write_and_open(w, path);
+}
+
+/* Reasoning kept apart from the answer, in each family's format. */
+static void reasoning_cases(sw_tokenizer *t, const int32_t *id)
+{
+    char err[256] = "";
     sw_gen g;
     run_out r;
 
@@ -254,15 +251,40 @@ static void test_reasoning(void)
               "R1 cut short: reasoning '%s' answer '%s'", r.reasoning, r.answer);
         sw_gen_free(&g);
     }
-    test_tool_calls(t, id);
-    /* A plain completion with the same vocabulary is not split. */
+}
+
+/* A plain completion with the same vocabulary is not split. */
+static void plain_not_split(sw_tokenizer *t, const int32_t *id)
+{
+    char err[256] = "";
+    sw_gen g;
+    run_out r;
     sw_gen_params q = { .prompt = "x" };
     CHECK(sw_gen_init(&g, t, SW_CHAT_DEEPSEEK_R1, &q, 4096, err, sizeof err) == 0, "init: %s", err);
     const step plain[] = { TEXT("a"), { S_UNTHINK, 0 }, TEXT("b") };
     r = run_script(&g, t, id, plain, sizeof plain / sizeof plain[0]);
     CHECK(!strcmp(r.answer, "a</think>b") && !r.reasoning[0], "plain completion: '%s' / '%s'", r.answer, r.reasoning);
     sw_gen_free(&g);
-out:
+}
+
+static void test_reasoning(void)
+{
+    char path[] = "/tmp/sw_test_reasoning_XXXXXX", err[256] = "";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    gguf_file *f = reasoning_vocab(path);
+    sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
+    CHECK(t != NULL, "reasoning vocab: %s", err);
+    int32_t id[N_SPECIAL];
+    for (int k = 0; t && k < N_SPECIAL; k++) id[k] = sw_tok_lookup(t, SPECIAL[k]);
+    if (t) {
+        CHECK(!sw_tok_is_eog(t, id[S_END]) && sw_tok_is_eog(t, id[S_RETURN]) && sw_tok_is_eog(t, id[S_CALL]),
+              "<|end|> ends a message, <|return|> and <|call|> the turn");
+        reasoning_cases(t, id);
+        test_tool_calls(t, id);
+        plain_not_split(t, id);
+    }
     sw_tok_free(t);
     gguf_close(f);
     unlink(path);
@@ -468,17 +490,9 @@ static void test_mask_equivalence(const sw_tokenizer *t, const char *name)
     cJSON_Delete(schema);
 }
 
-int main(void)
+/* Stop strings held back and never emitted; false starts released. */
+static void test_stops(void)
 {
-    char path[512], err[512];
-    test_reasoning();
-    shared_path(path, sizeof path, "models/stories260K.gguf");
-    gguf_file *f = gguf_open(path, err, sizeof err);
-    if (!f) SKIP_TEST("%s: %s", path, err);
-    tok = sw_tok_load(f, err, sizeof err);
-    CHECK(tok != NULL, "%s", err);
-    if (!tok) CHECK_DONE();
-
     sw_gen g;
     char out[4096];
     int n = 0;
@@ -533,7 +547,16 @@ int main(void)
     CHECK(fin == SW_FINISH_LENGTH && n == 4, "fin %d after %d", fin, n);
     CHECK(strcmp(out, " there was a little") == 0, "'%s'", out);
     sw_gen_free(&g);
+}
 
+/* EOS, the context and NaN logits end generation. */
+static void test_ends(void)
+{
+    sw_gen g;
+    char out[4096];
+    int n = 0, fin;
+    const char *d;
+    size_t dl;
     /* EOS finishes with STOP and adds no text. */
     init(&g, "Once upon a time", 100, NULL, 512);
     CHECK(sw_gen_accept(&g, sw_tok_eos(tok), &d, &dl) == SW_FINISH_STOP && dl == 0);
@@ -547,6 +570,17 @@ int main(void)
     fin = feed(&g, " there was a little girl named Lily", out, sizeof out, &n, NULL);
     CHECK(fin == SW_FINISH_LENGTH && n == 3, "fin %d after %d", fin, n);
     sw_gen_free(&g);
+    /* ... and so does a context lowered once the prompt is known (never
+     * below the prompt, never raised). */
+    init(&g, "Once upon a time", 0, NULL, 512);
+    sw_gen_limit_ctx(&g, 4);
+    sw_gen_limit_ctx(&g, 1024);
+    sw_gen_limit_ctx(&g, 8);
+    out[0] = 0;
+    n = 0;
+    fin = feed(&g, " there was a little girl named Lily", out, sizeof out, &n, NULL);
+    CHECK(fin == SW_FINISH_LENGTH && n == 3, "limited: fin %d after %d", fin, n);
+    sw_gen_free(&g);
 
     /* NaN logits are refused (-1), not sampled around. */
     init(&g, "Once upon a time", 100, NULL, 512);
@@ -559,7 +593,13 @@ int main(void)
         CHECK(sw_gen_sample(&g, row, 512) == -1);
     }
     sw_gen_free(&g);
+}
 
+/* Prompt forms (ids, chat, the wire's) and request validation. */
+static void test_prompts(void)
+{
+    sw_gen g;
+    char err[512];
     /* A prompt given as token ids is used as is (no BOS added). */
     int32_t ids[3] = { 403, 407, 261 };
     sw_gen_params p = { .prompt_ids = ids, .n_prompt_ids = 3, .max_tokens = 5 };
@@ -612,7 +652,22 @@ int main(void)
     sp.n_logit_bias = 1;
     CHECK(!(gw = sw_gen_from_wire(tok, SW_CHAT_PLAIN, &r, 512, err, sizeof err)) && strstr(err, "logit_bias"), "%s", err);
     sp.n_logit_bias = 0;
+}
 
+int main(void)
+{
+    char path[512], err[512];
+    test_reasoning();
+    shared_path(path, sizeof path, "models/stories260K.gguf");
+    gguf_file *f = gguf_open(path, err, sizeof err);
+    if (!f) SKIP_TEST("%s: %s", path, err);
+    tok = sw_tok_load(f, err, sizeof err);
+    CHECK(tok != NULL, "%s", err);
+    if (!tok) CHECK_DONE();
+
+    test_stops();
+    test_ends();
+    test_prompts();
     test_long_stop();
     test_structured();
     test_mask_equivalence(tok, "stories260K");

@@ -75,7 +75,7 @@ static void test_seed_determinism(void) {
     CHECK(distinct > 5, "sampling is not exploring (%d distinct tokens)", distinct);
 }
 
-static void test_filters(void) {
+static void test_top_k(void) {
     float logits[4096];
     sw_sampler s;
     for (int r = 0; r < 10; r++) {
@@ -135,7 +135,12 @@ static void test_filters(void) {
     }
     CHECK(outside == 0, "top_k=2000: %d draws outside the top 2000", outside);
     sw_sampler_free(&s);
+}
 
+static void test_nucleus(void) {
+    float logits[4096], sorted[4096];
+    sw_sampler s;
+    sw_sampling_params p;
     /* top_p without top_k on random logits: every draw lies in the nucleus
      * computed here by a full sort. */
     for (int r = 0; r < 4; r++) {
@@ -196,6 +201,25 @@ static void test_filters(void) {
     }
     CHECK(bad == 0, "wide top_p: %d draws outside the nucleus", bad);
     sw_sampler_free(&s);
+}
+
+/* Plain sampling is what a device sampler implements: temperature, top-k,
+ * top-p and the seed; each other field, set, makes it not plain. */
+static void test_is_plain(void) {
+    sw_sampling_params p = params(0.8f, 40, 0.9f, 0, 5);
+    CHECK(sw_sampler_is_plain(&p), "temperature, top_k, top_p, seed are plain");
+    p.repetition_penalty = 1.0f;
+    p.repeat_last_n = 128;
+    CHECK(sw_sampler_is_plain(&p), "a repetition penalty of 1 is off");
+    int32_t id = 3;
+    float b = 1.0f;
+    sw_sampling_params not_plain[5] = { p, p, p, p, p };
+    not_plain[0].repetition_penalty = 1.1f;
+    not_plain[1].min_p = 0.05f;
+    not_plain[2].presence_penalty = 0.5f;
+    not_plain[3].frequency_penalty = -0.5f;
+    not_plain[4].bias_ids = &id, not_plain[4].bias = &b, not_plain[4].n_bias = 1;
+    for (int i = 0; i < 5; i++) CHECK(!sw_sampler_is_plain(&not_plain[i]), "field %d set is not plain", i);
 }
 
 static void test_penalty(void) {
@@ -343,7 +367,9 @@ int main(void) {
     test_logprobs();
     test_greedy();
     test_seed_determinism();
-    test_filters();
+    test_top_k();
+    test_nucleus();
+    test_is_plain();
     test_penalty();
     test_distribution();
     CHECK_DONE();

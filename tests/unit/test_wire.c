@@ -140,7 +140,15 @@ static void test_roundtrips(void) {
         CHECK(g->sampling->seed == 42 && g->sampling->has_seed);
     }
     sw_wire_free(d); free(frame);
+}
 
+static void test_roundtrips_generate(void) {
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    uint8_t *frame;
+    size_t len;
+    sw_env *d;
+
+    env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE; env.generate = &gen;
     /* Token-id prompt, and chat messages, each on their own. */
     gen.prompt = ""; gen.n_prompt_tokens = 3; gen.prompt_tokens = prompt_ids;
     if ((d = roundtrip(&env, &frame, &len))) {
@@ -337,11 +345,16 @@ static void reject_generate(const char *why, const char *needle) {
     expect_env_reject(&env, why, needle);
 }
 
-static void test_field_errors(void) {
+/* An id one byte longer than SW_MAX_ID_LEN. */
+static const char *long_id(void) {
+    static char id[SW_MAX_ID_LEN + 2];
+    memset(id, 'a', sizeof id - 1);
+    return id;
+}
+
+static void test_register_errors(void) {
     sw_env env = SPILLWAY__ENVELOPE__INIT;
-    char longid[SW_MAX_ID_LEN + 2];
-    memset(longid, 'a', sizeof longid - 1);
-    longid[sizeof longid - 1] = 0;
+    char *longid = (char *)long_id();
 
     /* Register */
     env.body_case = SPILLWAY__ENVELOPE__BODY_REGISTER; env.register_ = &reg;
@@ -368,6 +381,11 @@ static void test_field_errors(void) {
     hb.kv_utilization = NAN; expect_env_reject(&env, "NaN kv", "kv_utilization");
     hb.kv_utilization = 1.5f; expect_env_reject(&env, "kv > 1", "kv_utilization");
     hb.kv_utilization = 0.5f;
+}
+
+static void test_generate_errors(void) {
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    char *longid = (char *)long_id();
 
     /* Generate */
     gen.request_id = ""; reject_generate("empty request_id", "request_id is empty");
@@ -408,31 +426,7 @@ static void test_field_errors(void) {
     gen.max_tokens = 252;
     char *empty_stop[1] = {""};
     gen.stop = empty_stop; gen.n_stop = 1; reject_generate("empty stop", "stop[0] is empty");
-    /* llm/limits.h's bounds, the gateway's too: a stop string of
-     * SW_MAX_STOP_LEN bytes passes, one byte more does not; and so for the
-     * count and the schema's length */
-    static char long_stop[SW_MAX_STOP_LEN + 2];
-    memset(long_stop, 'x', SW_MAX_STOP_LEN);
-    char *long_stops[SW_MAX_STOPS + 1];
-    for (int i = 0; i <= SW_MAX_STOPS; i++) long_stops[i] = long_stop;
-    gen.stop = long_stops; gen.n_stop = 1;
-    {
-        uint8_t *f;
-        size_t n;
-        env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE; env.generate = &gen;
-        sw_env *d = roundtrip(&env, &f, &n);
-        CHECK(d != NULL, "a stop string of SW_MAX_STOP_LEN bytes is accepted");
-        sw_wire_free(d);
-        free(f);
-    }
-    long_stop[SW_MAX_STOP_LEN] = 'x'; reject_generate("stop one byte too long", "too long");
-    long_stop[SW_MAX_STOP_LEN] = 0;
-    gen.n_stop = SW_MAX_STOPS + 1; reject_generate("too many stops", "stop strings");
     gen.stop = stops; gen.n_stop = 2;
-    static char big_schema[SW_MAX_SCHEMA_LEN + 2];
-    memset(big_schema, ' ', SW_MAX_SCHEMA_LEN + 1);
-    gen.json_schema = big_schema; reject_generate("json_schema too long", "json_schema");
-    gen.json_schema = "";
     sp.temperature = NAN; reject_generate("NaN temperature", "temperature");
     sp.temperature = INFINITY; reject_generate("inf temperature", "temperature");
     sp.temperature = -1; reject_generate("negative temperature", "temperature");
@@ -464,6 +458,39 @@ static void test_field_errors(void) {
         sw_wire_free(d);
         free(f);
     }
+}
+
+/* llm/limits.h's bounds, the gateway's too: a stop string of
+ * SW_MAX_STOP_LEN bytes passes, one byte more does not; and so for the
+ * count and the schema's length. */
+static void test_limit_errors(void) {
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    static char long_stop[SW_MAX_STOP_LEN + 2];
+    memset(long_stop, 'x', SW_MAX_STOP_LEN);
+    char *long_stops[SW_MAX_STOPS + 1];
+    for (int i = 0; i <= SW_MAX_STOPS; i++) long_stops[i] = long_stop;
+    gen.stop = long_stops; gen.n_stop = 1;
+    {
+        uint8_t *f;
+        size_t n;
+        env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE; env.generate = &gen;
+        sw_env *d = roundtrip(&env, &f, &n);
+        CHECK(d != NULL, "a stop string of SW_MAX_STOP_LEN bytes is accepted");
+        sw_wire_free(d);
+        free(f);
+    }
+    long_stop[SW_MAX_STOP_LEN] = 'x'; reject_generate("stop one byte too long", "too long");
+    long_stop[SW_MAX_STOP_LEN] = 0;
+    gen.n_stop = SW_MAX_STOPS + 1; reject_generate("too many stops", "stop strings");
+    gen.stop = stops; gen.n_stop = 2;
+    static char big_schema[SW_MAX_SCHEMA_LEN + 2];
+    memset(big_schema, ' ', SW_MAX_SCHEMA_LEN + 1);
+    gen.json_schema = big_schema; reject_generate("json_schema too long", "json_schema");
+    gen.json_schema = "";
+}
+
+static void test_chunk_errors(void) {
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
 
     /* Chunk */
     env.body_case = SPILLWAY__ENVELOPE__BODY_CHUNK; env.chunk = &chunk;
@@ -520,6 +547,10 @@ static void test_field_errors(void) {
     chunk.finish_reason = SPILLWAY__FINISH_REASON__FINISH_STOP;
     chunk.request_id = ""; expect_env_reject(&env, "chunk without id", "request_id is empty");
     chunk.request_id = "cmpl-0001";
+}
+
+static void test_other_errors(void) {
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
 
     /* Cancel / Error / Disconnect */
     env.body_case = SPILLWAY__ENVELOPE__BODY_CANCEL; env.cancel = &cancel_;
@@ -587,10 +618,15 @@ static void test_send(void) {
 int main(void) {
     init_messages();
     test_roundtrips();
+    test_roundtrips_generate();
     test_garbage();
     test_truncations();
     test_envelope_errors();
-    test_field_errors();
+    test_register_errors();
+    test_generate_errors();
+    test_limit_errors();
+    test_chunk_errors();
+    test_other_errors();
     test_send();
     CHECK_DONE();
 }
