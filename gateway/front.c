@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 #include "gateway/front.h"
+#include "gateway/router.h"
 #include "gateway/util.h"
 
 /* The prompt's size in tokens before any tokenizer saw it, for the routes'
@@ -44,16 +45,9 @@ int sw_front_prepare(sw_req *r, const sw_policy *p, Spillway__GenerateRequest *g
     return r->gen_len && r->gen ? 0 : -1;
 }
 
-static bool policy_routes(const sw_policy *p, const char *model)
-{
-    for (size_t i = 0; i < p->n_routes; i++)
-        if (strcmp(p->routes[i].model, model) == 0) return true;
-    return false;
-}
-
 bool sw_front_model_exists(sw_registry *reg, const sw_policy *p, const char *model)
 {
-    if (policy_routes(p, model)) return true;
+    if (sw_policy_has_model(p, model)) return true;
     /* Not in the policy: known only if some live worker registered it. */
     int64_t now = sw_now_ms();
     bool known = false;

@@ -2,13 +2,14 @@
  * either kind of client.
  *
  * HTTP (http.c, after sw_openai_parse built the GenerateRequest) and SDK
- * clients (sdk.c, with a decoded GenerateRequest) both hand it here; the
+ * clients (broker.c's SDK side, with a decoded one) both hand it here; the
  * broker then sees one kind of sw_req. The decisions made here are made
  * nowhere else: alias resolution, whether the model exists, the
  * prompt-size estimate routes match on, the prefix key, and the default
  * deadline the worker enforces.
  *
- * Layer: above the registry and the policy; below http.c and sdk.c.
+ * Layer: above the router, the registry and the policy; below http.c,
+ * openai.c and the SDK side of broker.c.
  */
 #ifndef SW_FRONT_H
 #define SW_FRONT_H

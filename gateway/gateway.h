@@ -12,14 +12,18 @@
  * HTTP threads only read the registry (under reg.mu) for /healthz,
  * /v1/models, /metrics and /admin/workers.
  *
- * The files form layers, each including only those below it:
+ * The files form layers; each calls only those below it (the broker reaches
+ * a client only through its request's sw_sink, req.h):
  *   spillway-gateway.c
- *   http.c (HTTP front door), sdk side of broker.c    -> front.c, openai.c
- *   broker.c                                          -> router.c, registry.c
- *   control.c (policy, reload)                        -> registry.c, metrics.c
- *   router.c -> registry.c -> metrics.c -> util.c
- * Headers: gateway.h, broker.h, http.h, front.h, openai.h, req.h, router.h,
- * registry.h, metrics.h, policy.h, util.h (one per module).
+ *   http.c (the HTTP front door)          -> broker.c, openai.c, front.c
+ *   broker.c (and its SDK side)           -> front.c, router.c, control.c
+ *   openai.c                              -> front.c
+ *   front.c                               -> router.c, registry.c
+ *   control.c (policy, reload)            -> registry.c, metrics.c
+ *   router.c -> registry.c -> metrics.c -> util.c; req.h, policy.c below all
+ * Headers, one per module: gateway.h (control.c), broker.h, http.h,
+ * front.h, openai.h, req.h (util.c), router.h, registry.h, metrics.h,
+ * policy.h, util.h.
  */
 #ifndef SW_GW_GATEWAY_H
 #define SW_GW_GATEWAY_H
