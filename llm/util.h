@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* printf into a caller's error buffer; a NULL or empty buffer is fine. */
@@ -24,13 +25,43 @@ static inline uint64_t sw_splitmix64(uint64_t *state)
 
 /* The one growable buffer: a NUL-terminated string of n bytes (s is NULL
  * until the first write). Out of memory sets oom and drops what follows, so
- * a writer checks once at the end. Zero-initialise to start. */
+ * a writer checks once at the end. Zero-initialise to start. Inline, so the
+ * SDK's programs use it without linking libsw_llm (as llm/clock.h and
+ * llm/text.h promise). */
 typedef struct { char *s; size_t n, cap; bool oom; } sw_sbuf;
+
 /* Room for `more` bytes after the n held, and the NUL; false once oom. */
-bool sw_sbuf_reserve(sw_sbuf *b, size_t more);
-void sw_sbuf_put_n(sw_sbuf *b, const char *s, size_t n);
+static inline bool sw_sbuf_reserve(sw_sbuf *b, size_t more)
+{
+    if (b->oom) return false;
+    if (b->n + more + 1 <= b->cap) return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + more + 1) cap *= 2;
+    char *p = (char *)realloc(b->s, cap);
+    if (!p) {
+        b->oom = true;
+        return false;
+    }
+    b->s = p;
+    b->cap = cap;
+    return true;
+}
+
+static inline void sw_sbuf_put_n(sw_sbuf *b, const char *s, size_t n)
+{
+    if (!sw_sbuf_reserve(b, n)) return;
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
 static inline void sw_sbuf_put(sw_sbuf *b, const char *s) { sw_sbuf_put_n(b, s, strlen(s)); }
+
 /* Frees the bytes and zeroes b, ready for reuse. */
-void sw_sbuf_free(sw_sbuf *b);
+static inline void sw_sbuf_free(sw_sbuf *b)
+{
+    free(b->s);
+    memset(b, 0, sizeof *b);
+}
 
 #endif

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "llm/clock.h"
+#include "llm/util.h"
 
 struct spillway_client {
     void *ctx;
@@ -127,16 +128,6 @@ static int add_tool_call(spillway_result *r, const Spillway__ToolCall *c) {
     return 0;
 }
 
-static int append_text(char **buf, size_t *len, const char *s, size_t n) {
-    char *t = realloc(*buf, *len + n + 1);
-    if (!t) return -1;
-    memcpy(t + *len, s, n);
-    *len += n;
-    t[*len] = 0;
-    *buf = t;
-    return 0;
-}
-
 /* Sends a GenerateRequest built from the public request struct. */
 static int send_request(spillway_client *c, const spillway_request *req, char *id, size_t idlen) {
     Spillway__GenerateRequest g = SPILLWAY__GENERATE_REQUEST__INIT;
@@ -247,7 +238,17 @@ typedef struct {
     char id[64];
     char *err;
     size_t errlen;
+    sw_sbuf text, reasoning;   /* out->text and out->reasoning, growing */
 } run_ctx;
+
+/* Appends to one of the result's strings through its buffer; the result
+ * owns the bytes (spillway_result_free frees them). -1: out of memory. */
+static int append_text(sw_sbuf *b, char **s, size_t *len, const char *t, size_t n) {
+    sw_sbuf_put_n(b, t, n);
+    *s = b->s;
+    *len = b->n;
+    return b->oom ? -1 : 0;
+}
 
 /* Copies a chunk's text, reasoning, calls and log probabilities into the
  * result. -1: out of memory. */
@@ -256,8 +257,8 @@ static int keep_chunk(run_ctx *x, const Spillway__TokenChunk *ch) {
     if (ch->pool && *ch->pool) snprintf(out->pool, sizeof out->pool, "%s", ch->pool);
     if (ch->worker_id && *ch->worker_id) snprintf(out->worker, sizeof out->worker, "%s", ch->worker_id);
     size_t n = strlen(ch->text), rn = strlen(ch->reasoning);
-    if (n && append_text(&out->text, &out->len, ch->text, n) != 0) return -1;
-    if (rn && append_text(&out->reasoning, &out->reasoning_len, ch->reasoning, rn) != 0) return -1;
+    if (n && append_text(&x->text, &out->text, &out->len, ch->text, n) != 0) return -1;
+    if (rn && append_text(&x->reasoning, &out->reasoning, &out->reasoning_len, ch->reasoning, rn) != 0) return -1;
     for (size_t i = 0; i < ch->n_tool_calls; i++)
         if (add_tool_call(out, ch->tool_calls[i]) != 0) return -1;
     for (size_t i = 0; i < ch->n_logprobs; i++)
