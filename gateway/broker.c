@@ -241,13 +241,16 @@ static void finish(sw_req *r, sw_status_label st)
     sw_req_unref(r);
 }
 
-/* Fails a request: its sink tells the client (a status, or in-band once
- * answering began), then the broker lets go of it. */
+/* Fails a request: the broker lets go of it (so its metrics are counted
+ * before the client can see the answer and ask /metrics), then its sink
+ * tells the client: a status, or in-band once answering began. */
 static void fail(sw_req *r, int status, const char *type, const char *code, const char *msg,
                  sw_status_label st)
 {
-    r->sink->fail(r, status, type, code, msg);
+    sw_req_ref(r);   /* finish drops the table's reference */
     finish(r, st);
+    r->sink->fail(r, status, type, code, msg);
+    sw_req_unref(r);
 }
 
 static void fill_route_request(sw_req *r, sw_route_request *rq, const char *exclude)
@@ -478,6 +481,18 @@ static void on_register(const uint8_t *id, size_t idlen, const Spillway__Registe
     B.capacity_changed = true;
 }
 
+/* A final chunk's usage into r, for the metrics and the response. */
+static void take_usage(sw_req *r, const Spillway__TokenChunk *c)
+{
+    if (!c->usage) return;
+    pthread_mutex_lock(&r->mu);
+    r->usage_prompt = c->usage->prompt_tokens;
+    r->usage_completion = c->usage->completion_tokens;
+    r->usage_cached = c->usage->cached_tokens;
+    r->usage_reasoning = c->usage->reasoning_tokens;
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
 {
     int64_t t0 = sw_now_ns();
@@ -489,27 +504,25 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
         finish(r, SW_ST_CANCELLED);
         return;
     }
+    if (final) {   /* let go and count it before the client can see the end (as fail does) */
+        take_usage(r, c);
+        sw_req_ref(r);   /* finish drops the table's reference */
+        finish(r, c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_ERROR ? SW_ST_ERROR
+                  : c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_CANCELLED ? SW_ST_CANCELLED
+                  : SW_ST_OK);
+    }
     pthread_mutex_lock(&r->mu);
     r->got_token = true;
     if (final) {
         r->finished = true;
         r->finish = c->finish_reason;
-        if (c->usage) {
-            r->usage_prompt = c->usage->prompt_tokens;
-            r->usage_completion = c->usage->completion_tokens;
-            r->usage_cached = c->usage->cached_tokens;
-            r->usage_reasoning = c->usage->reasoning_tokens;
-        }
         if (c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_ERROR && !r->err_msg[0])
             snprintf(r->err_msg, sizeof r->err_msg, "the worker reported an error");
         if (!r->text_rx_ns) r->text_rx_ns = t0;
     }
     if (r->stream || final) wake(r);
     pthread_mutex_unlock(&r->mu);
-    if (final)
-        finish(r, c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_ERROR ? SW_ST_ERROR
-                 : c->finish_reason == SPILLWAY__FINISH_REASON__FINISH_CANCELLED ? SW_ST_CANCELLED
-                 : SW_ST_OK);
+    if (final) sw_req_unref(r);
 }
 
 static void on_error(sw_worker *w, const Spillway__Error *e)
