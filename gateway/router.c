@@ -183,8 +183,8 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
     if (!any_route) {
         /* No route names the model: serve it from any worker that registered
          * it (an implicit route), so a policy need not list every model. */
-        sw_worker *w = pick(reg, NULL, rq, rq->want_quant, now);
-        if (w && (!rq->want_target || strcmp(w->pool, rq->want_target) == 0)) {
+        sw_worker *w = pick(reg, rq->want_target, rq, rq->want_quant, now);
+        if (w) {
             d->kind = SW_DECIDE_DISPATCH;
             d->worker = w;
             d->pool = w->pool;

@@ -170,6 +170,12 @@ static const row ROWS[] = {
     {"unrouted model: any worker serving it", P_SPILL, {G1, F1}, {{0}}, {.model = "free"}, TO("misc", "f1")},
     {"unrouted model, want_target its pool", P_SPILL, {G1, F1}, {{0}}, {.model = "free", .want_target = "misc"},
      TO("misc", "f1")},
+    /* Served in two pools, the busier one asked for: the pick is made in
+     * that pool (it once picked in any pool, then refused a worker that was
+     * not there). */
+    {"unrouted model in two pools, want_target the busier", P_SPILL,
+     {F1, {"f2", "spare", "free:f32", 2, 1, 0, 1, 0}}, {{0}}, {.model = "free", .want_target = "spare"},
+     TO("spare", "f2")},
     {"unrouted model, want_target elsewhere: 503", P_SPILL, {G1, F1}, {{0}},
      {.model = "free", .want_target = "gpu-pool"}, REFUSE(503, "no_capacity")},
     {"unrouted model, want_quant it lacks: 503", P_SPILL, {F1}, {{0}}, {.model = "free", .want_quant = "q8_0"},
