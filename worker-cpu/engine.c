@@ -34,10 +34,9 @@
 
 #define PREFILL_BUDGET 256     /* prompt tokens per step: bounds a step's latency */
 /* Prompt tokens a step when a request scores its prompt (a logits row
- * each): 128 keeps the products on the int8 form (64+ tokens); 32 scored
- * a 741-token prompt on the 1b model at 241-258 tok/s, 128 at 265-269
- * (plain prefill: 339-352). The rows cost 128 x n_vocab floats, allocated
- * when the first such request comes. */
+ * each): 128 keeps the products on the int8 form (64+ tokens), where 32
+ * fell below it (measured: docs/perf/cpu.md, "Scoring a prompt"). The rows
+ * cost 128 x n_vocab floats, allocated when the first such request comes. */
 #define PROMPT_LP_CHUNK 128
 #define MAX_QUEUED 4096
 

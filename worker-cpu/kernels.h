@@ -85,9 +85,8 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n);
  * (AVX-512 VNNI; Q4_K, Q5_K and Q6_K): each 16-row group is expanded to
  * int8 rows with one scale per 256 weights, tile by tile, and every token
  * slice then costs 64 vpdpbusd and two float operations per block instead
- * of 79-82. On the 1b Q4_K_M model a 512-token
- * prefill went from 267-291 to 328-335 tokens/s (alternating runs,
- * 2026-12-02). The price is one more rounding of each weight, to 255
+ * of 79-82 (its gain on prefill: docs/perf/cpu.md, "The
+ * int8 form"). The price is one more rounding of each weight, to 255
  * levels over its row-block: products move by 0.4% (rms, random rows),
  * where the Q8_K activations' own rounding moved them by 1.5%. 0 turns it
  * off (every product then equals the reference within float rounding).

@@ -324,9 +324,8 @@ KQ_ENTRY(q6_k)
 
 /* Software prefetch distance (into L2) of the packed Q5_K and 32-weight
  * kernels below: the VNNI kernels'. Q4_K's AVX2 kernel goes without (it
- * slowed batch 1 there), but the others need it at batch 1: 1b files, 2
- * threads, alternating runs (2026-12-01): Q8_0 19.9-20.1 -> 23.2-24.0 tok/s
- * (95% of the bandwidth beside), Q4_0 28.8-32.0 -> 41.2-49.5 (99-104%). */
+ * slowed batch 1 there), but the others need it at batch 1 to reach the
+ * bandwidth (docs/perf/cpu.md, "The 32-weight types"). */
 #ifndef SW_AVX2_PF
 #define SW_AVX2_PF (16 * (int)sizeof(sw_q4k16))
 #endif
@@ -382,12 +381,9 @@ static inline __attribute__((always_inline)) __m256 k_block_add(const k_block_ro
  * 256 one vpmaddwd: the scales cost almost nothing beside it, where the dot
  * kernels above widen every product pair. With 16 ymm registers and three
  * accumulators per token and 8 rows, a pass takes both row halves of the
- * group for 2 tokens. (Measured against one half for 4 tokens, two passes:
- * 88 against 73 GMAC/s at 4 tokens, 126 against 103-117 at 8, 186 both at
- * 64; streamed, 2 threads.) No software prefetch, unlike the VNNI
- * kernel: here it slowed batch 1 from memory (1 token, 8 matrices of 4096 x
- * 4096 on 2 threads: 34-37 GMAC/s with prefetcht1 4 to 64 blocks ahead,
- * 42-53 without). */
+ * group for 2 tokens, which beat one half for 4 tokens in two passes. No
+ * software prefetch, unlike the VNNI kernel: here it slowed batch 1 from
+ * memory. (Both measured: docs/perf/cpu.md, "CPUs without AVX-512".) */
 static inline __attribute__((always_inline)) void
 q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
                 size_t bsp_stride, const int NT, float *out, size_t ostride) {
@@ -455,8 +451,8 @@ static void q4k16_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t st
 
 /* ---- prepacked Q5_K x tokens (sw_q5k16), without VNNI ----
  * Q4_K's kernel shares each unpacked vector between 2 tokens; with Q5_K's
- * fifth bits (a shift, an and and an or per vector) that was too few (1b
- * Q5_K_M prefill 66-70 tok/s against the raw rows' 68-80). So: one 8-row
+ * fifth bits (a shift, an and and an or per vector) that was too few: it
+ * lost to the raw rows (docs/perf/cpu.md, "CPUs without AVX-512"). So: one 8-row
  * half per pass, up to 4 tokens, the second half's pass finding the lines
  * in L1/L2. Quants reach 31, so a sub-block's word sums are widened by the
  * scale every 8 products (two vectors). Mins as in Q4_K's kernel. */

@@ -70,7 +70,8 @@ static void quant_q8_k_avx512(const float *x, void *dst, int64_t n) {
         }
         /* bsums from the saturated bytes, as stored: vpsadbw sums 8 bytes at
          * a time (made unsigned by +128), pairs of those make the 16-sums.
-         * One horizontal sum per 16 quants cost ~4% of a batch-16 step. */
+         * One horizontal sum per 16 quants cost a visible share of a batch-16
+ * step (docs/perf/cpu.md, session 3's log). */
         const __m512i bias = _mm512_set1_epi8((char)0x80);
         for (int c = 0; c < 4; c++) {
             __m512i v = _mm512_loadu_si512(y[i].qs + 64 * c);
@@ -182,8 +183,9 @@ static inline __m256i dot_u8s8(__m256i w, __m256i a) {
 
 /* acc += w . broadcast(4 activation bytes at a), with the broadcast folded
  * into the instruction ({1to16} memory operand). GCC emits a separate
- * vpbroadcastd for _mm512_set1_epi32 here; folding it measured +3-4% on
- * the 8-token kernels (one instruction per 64 MACs instead of two). */
+ * vpbroadcastd for _mm512_set1_epi32 here; folding it saves one
+ * instruction per 64 MACs (measured: docs/perf/cpu.md, "What the kernels
+ * can reach"). */
 typedef int32_t __attribute__((may_alias, aligned(1))) i32_any;
 static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __m512i w, const int8_t *a) {
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const i32_any *)a));
@@ -200,17 +202,14 @@ static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __
  * multiply-add applies d, dmin and the token's scale. Lanes are rows. */
 /* Software prefetch ~37 KB ahead into L2 (T1), not L1: a core has few L1
  * miss buffers but many L2 ones, and a single core streaming packed weights
- * needs dozens of lines in flight to cover DRAM latency. Measured on the
- * 2-core Zen 4 host (batch 1, weights far larger than L3, 2 threads): T0
- * at 4 blocks gave Q4_K 26-28 GB/s and Q6_K 20-23 GB/s; T1 at 16 blocks
- * gave 29-31 and 28-30, the streaming-read figure beside them (27-30).
+ * needs dozens of lines in flight to cover DRAM latency: T1 at 16 blocks
+ * reached the streaming-read figure where T0 at 4 fell short of it.
  * Except for Q4_K at one token: there the kernel needs so little work per
  * line that the hardware prefetcher alone keeps ahead, and the software
- * prefetches only took miss buffers from it. Without them batch-1 decode
- * went from 57.6-58.4 to 65.6-67.1 tok/s with the read figure at 44-51
- * GB/s, and 47-50 to 49-52 at 31-34 (2026-11-30, alternating runs). Q6_K
- * at one token, with more work per line, lost 40% of its speed without
- * them, and Q4_K at 2-4 tokens a third, so they keep them.
+ * prefetches only took miss buffers from it, so batch-1 Q4_K runs without
+ * them. Q6_K at one token and Q4_K at 2-4 tokens, with more work per line,
+ * lost much of their speed without them, so they keep them. The figures:
+ * docs/perf/cpu.md, "Side by side with ik_llama.cpp" and sessions 5-6.
  * -DSW_Q16_PREFETCH / -DSW_Q16_HINT override both for such experiments. */
 #ifndef SW_Q16_HINT
 #define SW_Q16_HINT _MM_HINT_T1
@@ -421,10 +420,9 @@ q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, si
             }
         }
         /* Software prefetch at every token count. Unlike Q4_K's kernel,
-         * batch 1 needs it here: on a Q4_0 1b file it read at 54-68% of the
-         * best pass without it and 77-83% with it (32.6-45.7 against
-         * 52.6-56.6 tok/s, alternating runs); Q8_0 read at 85-109% of the
-         * bandwidth beside it either way (2026-12-01). */
+         * batch 1 needs it here: Q4_0 read well short of the bandwidth
+         * without it, and Q8_0 was the same either way (docs/perf/cpu.md,
+         * "The 32-weight types"). */
         for (size_t l = 0; l < qb; l += 64) _mm_prefetch((const char *)q + l + SW_Q16_PREFETCH, SW_Q16_HINT);
         _mm_prefetch((const char *)s + s_ahead, SW_Q16_HINT);
         const __m512 d = mx ? e8m0_half16(s) : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)s));
@@ -495,7 +493,7 @@ SW_Q16_ENTRY(q6k16_vnni, sw_q6k16)
  * and one pack: 10 instructions per 64 weights, once per tile, against one
  * vpdpbusd per 64 weights and token for every token the tile then serves.
  * (Float, with its widening to dwords and back, took 22 and made the form
- * pay only from about 128 tokens: 2026-12-02.) */
+ * pay only at about twice the tokens: docs/perf/cpu.md, "The int8 form".) */
 
 /* 64 unsigned quants q (lanes 4r + e) to the int8 form's 64 bytes,
  * v = (q A - B + 64) >> 7 in words: unpacklo widens 128-bit lane L's rows
