@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include "gateway/front.h"
 #include "gateway/openai.h"
+#include "llm/generate.h"
 #include "llm/json_schema.h"
 #include "llm/limits.h"   /* every request limit: the gateway refuses what the wire and workers would */
 #include "llm/text.h"
@@ -279,6 +280,10 @@ static int request_tools(cJSON *o, Spillway__GenerateRequest *g, perr *e)
                        "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
     if (cJSON_GetArraySize(tools) == 0) return 0;
+    if (forced && !sw_gen_check_forced(tools, forced, e->msg, e->msglen)) {
+        *e->param = "tools";
+        return 400;
+    }
     if (forced && !(g->tool_choice = strdup(forced))) return bad(e, "tool_choice", "'%s' could not be encoded");
     bool parallel = true;
     int rc = get_bool(o, "parallel_tool_calls", &parallel, e);
@@ -323,14 +328,12 @@ static int request_format(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     char why[256];
     cJSON *any = schema ? NULL : cJSON_CreateTrue();   /* no schema: any JSON value */
     const cJSON *use = schema ? schema : any;
-    sw_js *compiled = sw_js_compile(use, why, sizeof why);
-    if (!compiled) {
+    if (!sw_js_check(use, why, sizeof why)) {
         cJSON_Delete(any);
         snprintf(e->msg, e->msglen, "'response_format'.json_schema.schema: %s", why);
         *e->param = "response_format";
         return 400;
     }
-    sw_js_free(compiled);
     g->json_schema = cJSON_PrintUnformatted(use);
     cJSON_Delete(any);
     if (!g->json_schema) return bad(e, "response_format", "'%s' could not be encoded");

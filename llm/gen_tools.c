@@ -195,6 +195,19 @@ static int forced_harmony(sw_gen *g, const sw_gen_params *p, const char *only, c
     return 0;
 }
 
+bool sw_gen_check_forced(const cJSON *tools, const char *tool_choice, char *err, size_t errlen)
+{
+    if (!tool_choice || !*tool_choice || !strcmp(tool_choice, "auto")) return true;
+    const char *only = strcmp(tool_choice, "required") ? tool_choice : NULL;
+    cJSON *schema = call_schema(tools, only, "arguments", false, false, err, errlen);
+    if (!schema) return false;
+    char why[256];
+    bool ok = sw_js_check(schema, why, sizeof why);
+    cJSON_Delete(schema);
+    if (!ok) sw_errf(err, errlen, "tool_choice: a function's parameters: %s", why);
+    return ok;
+}
+
 int gen_forced_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p, char *err, size_t errlen)
 {
     if (!p->tool_choice || !*p->tool_choice || !strcmp(p->tool_choice, "auto")) return 0;

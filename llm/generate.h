@@ -133,6 +133,13 @@ const sw_logprob *sw_gen_prompt_logprobs(const sw_gen *g, size_t *n);
  * call it directly). */
 int32_t sw_gen_json_mask(const sw_gen *g, const float *raw, float *logits, int32_t n);
 
+/* Whether a forced call (tool_choice "required" or a function's name) over
+ * these tools can be decoded: the functions' parameters compile as one call
+ * schema (err filled when not). The gateway's check of what sw_gen_new
+ * would refuse; the chat format's own limits (gpt-oss's one function for
+ * "required") are the worker's to tell. */
+bool sw_gen_check_forced(const cJSON *tools, const char *tool_choice, char *err, size_t errlen);
+
 /* Picks the next token from a row of logits (modified in place). Returns -1
  * when it cannot (a NaN in the row, no token continues a structured
  * answer, out of memory): the caller fails the request with sw_gen_error. */

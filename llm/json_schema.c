@@ -550,6 +550,13 @@ void sw_js_free(sw_js *js)
     free(js);
 }
 
+bool sw_js_check(const cJSON *schema, char *err, size_t errlen)
+{
+    sw_js *js = sw_js_compile(schema, err, errlen);
+    sw_js_free(js);
+    return js != NULL;
+}
+
 /* ---- matching ---------------------------------------------------------------- */
 
 /* Phases of each kind's frame. */

@@ -71,6 +71,10 @@ typedef struct {
  * naming the schema path, when it says what this cannot enforce. */
 sw_js *sw_js_compile(const cJSON *schema, char *err, size_t errlen);
 void sw_js_free(sw_js *js);
+/* Whether sw_js_compile takes the schema (err filled when not): the
+ * gateway's check, so that the worker's compile of the same schema cannot
+ * fail on it. */
+bool sw_js_check(const cJSON *schema, char *err, size_t errlen);
 
 void sw_js_start(const sw_js *js, sw_js_state *st);
 void sw_js_copy(sw_js_state *dst, const sw_js_state *src);

@@ -152,6 +152,15 @@ def test_next_turn_carries_the_call_and_its_result(served):
     (dict(tools={"type": "function"}), "tools"),
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": "x"}}]), "tools"),
     (dict(messages=ASK + [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]), "messages"),
+    # a forced call whose parameters the worker's decoder cannot enforce, or
+    # two functions defining the same $defs entry: the gateway's 400, not the
+    # worker's (which had no param)
+    (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"id": {"type": "string", "pattern": "^a"}}}}}],
+          tool_choice="required"), "tools"),
+    (dict(tools=[{"type": "function", "function": {"name": n, "parameters": {
+        "type": "object", "$defs": {"z": {"type": "string"}}}}} for n in ("f", "g")],
+          tool_choice="required"), "tools"),
 ])
 def test_bad_tools_are_refused(served, body, param):
     st, r = post(served, **body)
