@@ -84,8 +84,8 @@ typedef struct sw_gen sw_gen;
 sw_gen *sw_gen_new(const sw_tokenizer *tok, sw_chat_template chat, const sw_gen_params *p, int n_ctx,
                    char *err, size_t errlen);
 void sw_gen_delete(sw_gen *g);
-/* The same in caller-owned storage (spillway-run and the unit tests keep a
- * generator by value, with llm/gen_impl.h). Returns 0, or 400 with err
+/* The same in caller-owned storage (the unit tests keep a generator by
+ * value, with llm/gen_impl.h). Returns 0, or 400 with err
  * filled; on failure there is nothing to free. */
 int sw_gen_init(sw_gen *g, const sw_tokenizer *tok, sw_chat_template chat,
                 const sw_gen_params *p, int n_ctx, char *err, size_t errlen);
@@ -162,9 +162,5 @@ const sw_tool_call *sw_gen_tool_calls(const sw_gen *g, size_t *n);
 /* The last sampled token's log probabilities (valid until the next
  * sw_gen_sample), or NULL when they were not asked for. */
 const sw_logprob *sw_gen_logprob(const sw_gen *g);
-
-/* For the callers that still keep a generator by value (spillway-run),
- * the state itself. Engines use only the functions above. */
-#include "llm/gen_impl.h"
 
 #endif

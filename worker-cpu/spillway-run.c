@@ -238,8 +238,7 @@ static int run_model(const options *o, sw_model *m)
     sw_ctx *ctx = NULL;
     float *logits = NULL, *last = NULL;
     FILE *lf = NULL;
-    bool gen_ok = false;
-    sw_gen g;
+    sw_gen *g = NULL;
 
     int n_ctx = o->n_ctx ? o->n_ctx : (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     const int run_ctx = n_ctx;   /* the context it runs at, whatever the cache is sized to */
@@ -256,18 +255,19 @@ static int run_model(const options *o, sw_model *m)
     } else {
         gp.prompt = o->prompt ? o->prompt : "";
     }
-    if (sw_gen_init(&g, m->tok, m->chat, &gp, n_ctx, err, sizeof err)) {
+    if (!(g = sw_gen_new(m->tok, m->chat, &gp, n_ctx, err, sizeof err))) {
         fprintf(stderr, "spillway-run: %s\n", err);
         goto out;
     }
-    gen_ok = true;
+    int n_prompt;
+    const int32_t *prompt = sw_gen_prompt(g, &n_prompt);
     /* Context: room for the prompt and what we generate (no more, so the KV
      * cache stays small), within the chosen limit. */
-    long need = (long)g.n_prompt + n_predict;
+    long need = (long)n_prompt + n_predict;
     if (need < n_ctx) n_ctx = (int)need;
-    g.n_ctx = n_ctx;
+    sw_gen_limit_ctx(g, n_ctx);
     /* --tokens evaluates everything as one batch, as the golden files were made. */
-    int max_batch = o->tokens ? g.n_prompt : (g.n_prompt < PREFILL_CHUNK ? g.n_prompt : PREFILL_CHUNK);
+    int max_batch = o->tokens ? n_prompt : (n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK);
     ctx = sw_ctx_new(m, 1, n_ctx, max_batch, err, sizeof err);
     if (!ctx) { fprintf(stderr, "spillway-run: %s\n", err); goto out; }
     sw_ctx_set_rope_context(ctx, run_ctx);
@@ -286,22 +286,22 @@ static int run_model(const options *o, sw_model *m)
 
     if (o->prompt) { fputs(o->prompt, stdout); fflush(stdout); }
     double t0 = sw_clock_s();
-    if (prefill(ctx, m, g.prompt, g.n_prompt, lf, logits, max_batch, last)) goto out;
+    if (prefill(ctx, m, prompt, n_prompt, lf, logits, max_batch, last)) goto out;
     double t1 = sw_clock_s();
 
     long generated = 0;
-    rc = generate(ctx, &g, hp->n_vocab, n_predict, lf, last, &generated);
+    rc = generate(ctx, g, hp->n_vocab, n_predict, lf, last, &generated);
     double t2 = sw_clock_s();
     if (o->prompt || generated) { fputs("\n", stdout); fflush(stdout); }
     fprintf(stderr, "spillway-run: prompt %d tokens in %.3f s (%.1f tok/s), generated %ld tokens in %.3f s (%.1f tok/s)\n",
-            g.n_prompt, t1 - t0, g.n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9),
+            n_prompt, t1 - t0, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9),
             generated, t2 - t1, generated / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
 out:
     if (lf && fclose(lf) != 0) { fprintf(stderr, "spillway-run: %s: write failed\n", o->logits_out); rc = 1; }
     free(logits);
     free(last);
     free(ids);
-    if (gen_ok) sw_gen_free(&g);
+    sw_gen_delete(g);
     sw_ctx_free(ctx);
     return rc;
 }
