@@ -426,7 +426,7 @@ static void pack_q4k16_row(sw_f16 d, sw_f16 dmin, const uint8_t *scales, const u
     /* bytes 32m..32m+31 hold weights 64m+l (low nibble) and 64m+32+l
      * (high): sub-block j is the nibbles j%2 of bytes 32(j/2).. Read
      * straight from them: going through sw_kblock_unpack and
-     * pack_nibbles measured 0.6 s more per load of the 1b model. */
+     * pack_nibbles made every model load measurably slower. */
     for (int j = 0; j < 8; j++) {
         const uint8_t *src = qs + 32 * (j / 2);
         const int sh = 4 * (j % 2);
@@ -689,8 +689,8 @@ int sw_i8_min_tokens(void) {
 
 /* Whether job j runs on the int8 form (its pack usable, checked before).
  * Rows wider than 4096 need twice the tokens: at 8192 columns and 64
- * tokens the form lost 5% to the packed kernels, at 96 to 128 it gained
- * 1-7% (2048 columns: +8-11% at 64; PERF.md, "The int8 form"). */
+ * tokens the form lost to the packed kernels, from about 96 it gained
+ * (docs/perf/cpu.md, "The int8 form"). */
 static bool job_i8(const sw_kernel_table *kt, const sw_packed_job *j) {
     const int min = j->p->cols > 4096 ? 2 * i8_min_tokens : i8_min_tokens;
     return i8_min_tokens > 0 && j->n_tok >= min && kt->i8x16 && kt->i8x16_expand[j->p->type];
@@ -932,12 +932,12 @@ static inline void run_part(const sw_kernel_table *kt, const sw_packed_job *jb, 
  * each takes a share of what is left (at least min_run groups), so runs
  * are long while much remains and short at the end. On a shared host
  * one core is often slowed for a while; a static split left the other
- * spinning at the barrier for ~10% of a batch-1 step. Few tokens keep
+ * spinning at the barrier for a good part of a batch-1 step. Few tokens keep
  * runs >= 4 groups so the kernels' prefetch rarely runs past a run.
  * One token starts with an equal split of everything instead of a
  * third of each thread's share: its Q4_K kernel leans on the hardware prefetcher, which
- * ramps up again at each new run (65.7-68.0 -> 69.2-71.9 tok/s with
- * the read figure at 44-48 GB/s, alternating runs, 2026-11-30). */
+ * ramps up again at each new run (measured: docs/perf/cpu.md, session 6's
+ * log). */
 static void run_groups(const sw_kernel_table *kt, const sw_packed_job *jobs, const act_set *sets, const int *set_of,
                        const int64_t *first, const uint8_t *buf, const packed_plan *pl) {
     const int64_t groups = pl->groups, max_tok = pl->max_tok;

@@ -162,8 +162,7 @@ static int run_batch(sw_ctx *ctx, sw_tok_in *b, int n, float *logits)
 /* Prefill: one prompt of n_prompt tokens, in one batch, logits for the last.
  * main runs it twice and times the second, as llama-bench warms up before
  * it measures: the first run of a process pays for cold pages and caches
- * (279.6 and 282.3 against 298.7 and 294.2 tok/s warm in two pairs on
- * 2026-12-02; a third pair caught the neighbour). */
+ * (docs/perf/cpu.md, session 10's log). */
 static double bench_prefill(const sw_model *m, int n_prompt, int precise, uint32_t *rng)
 {
     char err[256];
