@@ -642,6 +642,64 @@ static inline __m256 e8m0_half8(const uint8_t *e8) {
  *   Q8_0 (signed): vpmaddubsw of |w| against a's bytes signed by w (pairs of
  *     at most 128 x 127), widened per vector, since two would overflow.
  * The offset and the scales are applied as in the VNNI kernel. */
+/* One 8-row half of a Q8_0 block against NT tokens, into acc: vpmaddubsw
+ * of |w| against a's bytes signed by w, widened per vector. */
+static inline __attribute__((always_inline)) void
+q8_products(const uint8_t *qh, const int8_t *const *a, const int NT, __m256i *acc)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    _Pragma("GCC unroll 1")
+    for (int k = 0; k < 8; k++) {
+        __m256i w = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(qh + 64 * k)),
+                                     _mm256_set1_epi8((char)0x80));
+        __m256i aw = _mm256_abs_epi8(w);
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            int32_t x;
+            memcpy(&x, a[t] + 4 * k, 4);
+            __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(x), w));
+            acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, ones));
+        }
+    }
+}
+
+/* The same for the nibble types (Q4_x, Q5_x with their fifth bits, MXFP4
+ * through its table): word sums first, widened once or twice a block. */
+static inline __attribute__((always_inline)) void
+nibble_products(const uint8_t *qh, const int8_t *const *a, const int NT, __m256i *acc, const bool q5, const bool mx)
+{
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(SW_MXFP4_LUT_U8));
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+    __m256i s16[4][2];
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) s16[t][0] = s16[t][1] = _mm256_setzero_si256();
+    const __m256i hb = q5 ? _mm256_load_si256((const __m256i *)(qh + 256)) : _mm256_setzero_si256();
+    _Pragma("GCC unroll 1")
+    for (int c = 0; c < 4; c++) {
+        __m256i v = _mm256_load_si256((const __m256i *)(qh + 64 * c));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (mx) {   /* E2M1 values + 12 */
+            lo = _mm256_shuffle_epi8(lut, lo);
+            hi = _mm256_shuffle_epi8(lut, hi);
+        }
+        if (q5) {   /* bits c and c + 4 of hb to bit 4 of each byte */
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hb, c), 4), m10));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, c), m10));
+        }
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            s16[t][0] = add_products(s16[t][0], lo, a[t] + 4 * c);
+            /* Q5_x and MXFP4 (quants up to 31, 24): the high half its own sum */
+            s16[t][q5 || mx] = add_products(s16[t][q5 || mx], hi, a[t] + 16 + 4 * c);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) {
+        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t][0], ones));
+        if (q5 || mx) acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t][1], ones));
+    }
+}
+
 static inline __attribute__((always_inline)) void
 q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,
                  const sw_q32_aux *aux, size_t aux_stride, const int NT, float *out, size_t ostride, const int h0,
@@ -651,8 +709,6 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
     /* the unsigned quants' offset; Q8_0 is multiplied signed, the _1 types have m instead */
     const int off = q8 ? 0 : sw_q32_offset(type);
     const size_t qb = sw_q32x16_qbytes(type), sw = sw_q32x16_sbytes(type) / 2;
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(SW_MXFP4_LUT_U8));
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
     __m256 total[2][4];
     for (int h = 0; h < NH; h++)
         _Pragma("GCC unroll 4")
@@ -671,50 +727,8 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
             _Pragma("GCC unroll 4")
             for (int t = 0; t < NT; t++)
                 acc[t] = _mm256_set1_epi32(aux[(size_t)t * aux_stride + i].neg_sum * off);
-            if (q8) {
-                _Pragma("GCC unroll 1")
-                for (int k = 0; k < 8; k++) {
-                    __m256i w = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(qh + 64 * k)),
-                                                 _mm256_set1_epi8((char)0x80));
-                    __m256i aw = _mm256_abs_epi8(w);
-                    _Pragma("GCC unroll 4")
-                    for (int t = 0; t < NT; t++) {
-                        int32_t x;
-                        memcpy(&x, a[t] + 4 * k, 4);
-                        __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(x), w));
-                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, ones));
-                    }
-                }
-            } else {
-                __m256i s16[4][2];
-                _Pragma("GCC unroll 4")
-                for (int t = 0; t < NT; t++) s16[t][0] = s16[t][1] = _mm256_setzero_si256();
-                const __m256i hb = q5 ? _mm256_load_si256((const __m256i *)(qh + 256)) : _mm256_setzero_si256();
-                _Pragma("GCC unroll 1")
-                for (int c = 0; c < 4; c++) {
-                    __m256i v = _mm256_load_si256((const __m256i *)(qh + 64 * c));
-                    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                    if (mx) {   /* E2M1 values + 12 */
-                        lo = _mm256_shuffle_epi8(lut, lo);
-                        hi = _mm256_shuffle_epi8(lut, hi);
-                    }
-                    if (q5) {   /* bits c and c + 4 of hb to bit 4 of each byte */
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hb, c), 4), m10));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, c), m10));
-                    }
-                    _Pragma("GCC unroll 4")
-                    for (int t = 0; t < NT; t++) {
-                        s16[t][0] = add_products(s16[t][0], lo, a[t] + 4 * c);
-                        /* Q5_x and MXFP4 (quants up to 31, 24): the high half its own sum */
-                        s16[t][q5 || mx] = add_products(s16[t][q5 || mx], hi, a[t] + 16 + 4 * c);
-                    }
-                }
-                _Pragma("GCC unroll 4")
-                for (int t = 0; t < NT; t++) {
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t][0], ones));
-                    if (q5 || mx) acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t][1], ones));
-                }
-            }
+            if (q8) q8_products(qh, a, NT, acc);
+            else nibble_products(qh, a, NT, acc, q5, mx);
             const int r0 = 8 * (h0 + h);
             const __m256 d = mx ? e8m0_half8((const uint8_t *)s + r0)
                                 : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + r0)));

@@ -511,21 +511,14 @@ __device__ int block_sum_i(int v)
     return (int)block_sum((float)v);   // counts <= 2^24: exact in float
 }
 
-// One block per logits row. A row with any NaN gives -1 (the scheduler fails
-// that request, as the host sampler does: NaN logits mean broken weights or
-// an overflow, and no token drawn from them means anything). Greedy: argmax,
-// lowest id on ties. Otherwise
-// temperature, then top-k and top-p by exact bisection over the ordered
-// bit patterns of the logits, then an inverse-CDF draw with the caller's
-// uniform number, scanning tokens in id order.
-__global__ void __launch_bounds__(1024) k_sample(const float *logits, int V, const dev_sample *sp, int32_t *out)
+// Block-wide argmax of a row, lowest id on ties, for every thread (the
+// row's max is also the softmax's). False, for every thread, when the row
+// holds a NaN.
+__device__ bool block_argmax(const float *l, int V, float *mx, int *amax)
 {
-    const float *l = logits + (size_t)blockIdx.x * V;
-    dev_sample p = sp[blockIdx.x];
     __shared__ float sv[32];
     __shared__ int si[32];
     int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, nw = blockDim.x >> 5;
-    // argmax (also needed as the max for the softmax)
     float bv = -INFINITY;
     int bi = 0x7fffffff;
     int nan = 0;
@@ -534,10 +527,7 @@ __global__ void __launch_bounds__(1024) k_sample(const float *logits, int V, con
         nan |= v != v;
         if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
     }
-    if (__syncthreads_or(nan)) {
-        if (tid == 0) out[blockIdx.x] = -1;
-        return;
-    }
+    if (__syncthreads_or(nan)) return false;
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -550,51 +540,55 @@ __global__ void __launch_bounds__(1024) k_sample(const float *logits, int V, con
             if (sv[w] > sv[0] || (sv[w] == sv[0] && si[w] < si[0])) { sv[0] = sv[w]; si[0] = si[w]; }
     }
     __syncthreads();
-    float mx = sv[0];
-    int amax = si[0];
+    *mx = sv[0];
+    *amax = si[0];
     __syncthreads();
-    if (!(p.temperature > 0.0f)) {
-        if (tid == 0) out[blockIdx.x] = amax;
-        return;
+    return true;
+}
+
+// top-k: the k-th largest order key, by bisection (0 < k < V).
+__device__ uint32_t top_k_key(const float *l, int V, int k)
+{
+    uint32_t lo = 0, hi = 0xffffffffu;
+    while (lo < hi) {
+        uint32_t mid = lo + (uint32_t)(((uint64_t)hi - lo + 1) / 2);
+        int c = 0;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) c += order_key(l[i]) >= mid;
+        if (block_sum_i(c) >= k) lo = mid; else hi = mid - 1;
     }
-    float invT = 1.0f / p.temperature;
-    // top-k: the k-th largest key
-    uint32_t kthr = 0;
-    if (p.top_k > 0 && p.top_k < V) {
-        uint32_t lo = 0, hi = 0xffffffffu;
-        while (lo < hi) {
-            uint32_t mid = lo + (uint32_t)(((uint64_t)hi - lo + 1) / 2);
-            int c = 0;
-            for (int i = tid; i < V; i += blockDim.x) c += order_key(l[i]) >= mid;
-            if (block_sum_i(c) >= p.top_k) lo = mid; else hi = mid - 1;
-        }
-        kthr = lo;
-    }
+    return lo;
+}
+
+// The softmax mass (at temperature 1/invT) of the tokens whose key is at
+// least thr.
+__device__ float kept_mass(const float *l, int V, float mx, float invT, uint32_t thr)
+{
     float z = 0.0f;
-    for (int i = tid; i < V; i += blockDim.x)
-        if (order_key(l[i]) >= kthr) z += expf((l[i] - mx) * invT);
-    z = block_sum(z);
-    uint32_t thr = kthr;
-    if (p.top_p > 0.0f && p.top_p < 1.0f) {
-        // largest threshold whose kept mass still reaches top_p
-        uint32_t lo = kthr, hi = 0xffffffffu;
-        float target = p.top_p * z;
-        while (lo < hi) {
-            uint32_t mid = lo + (uint32_t)(((uint64_t)hi - lo + 1) / 2);
-            float s = 0.0f;
-            for (int i = tid; i < V; i += blockDim.x)
-                if (order_key(l[i]) >= mid) s += expf((l[i] - mx) * invT);
-            if (block_sum(s) >= target) lo = mid; else hi = mid - 1;
-        }
-        thr = lo;
-        z = 0.0f;
-        for (int i = tid; i < V; i += blockDim.x)
-            if (order_key(l[i]) >= thr) z += expf((l[i] - mx) * invT);
-        z = block_sum(z);
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        if (order_key(l[i]) >= thr) z += expf((l[i] - mx) * invT);
+    return block_sum(z);
+}
+
+// top-p: the largest key threshold (from lo up) whose kept mass still
+// reaches target (top_p times the mass kept at lo).
+__device__ uint32_t top_p_key(const float *l, int V, float mx, float invT, uint32_t lo, float target)
+{
+    uint32_t hi = 0xffffffffu;
+    while (lo < hi) {
+        uint32_t mid = lo + (uint32_t)(((uint64_t)hi - lo + 1) / 2);
+        if (kept_mass(l, V, mx, invT, mid) >= target) lo = mid; else hi = mid - 1;
     }
-    // inverse CDF over ids in order: each thread owns a contiguous chunk
+    return lo;
+}
+
+// Inverse-CDF draw of the kept tokens, scanning ids in order: each thread
+// owns a contiguous chunk; target is the uniform number times the kept
+// mass. amax if rounding leaves no token chosen.
+__device__ int draw_token(const float *l, int V, float mx, float invT, uint32_t thr, float target, int amax)
+{
     __shared__ float part[1024];
     __shared__ int chosen;
+    int tid = threadIdx.x;
     int chunk = (V + blockDim.x - 1) / blockDim.x, c0 = tid * chunk, c1 = min(V, c0 + chunk);
     float s = 0.0f;
     for (int i = c0; i < c1; i++) if (order_key(l[i]) >= thr) s += expf((l[i] - mx) * invT);
@@ -606,7 +600,7 @@ __global__ void __launch_bounds__(1024) k_sample(const float *logits, int V, con
         for (int i = 0; i < (int)blockDim.x; i++) { float v = part[i]; part[i] = run; run += v; }
     }
     __syncthreads();
-    float target = p.uniform * z, run = part[tid];
+    float run = part[tid];
     if (c0 < c1 && run <= target && target < run + s) {
         int last = -1;
         for (int i = c0; i < c1; i++) {
@@ -618,5 +612,37 @@ __global__ void __launch_bounds__(1024) k_sample(const float *logits, int V, con
         if (last >= 0) chosen = last;
     }
     __syncthreads();
-    if (tid == 0) out[blockIdx.x] = chosen;
+    return chosen;
+}
+
+// One block per logits row. A row with any NaN gives -1 (the scheduler fails
+// that request, as the host sampler does: NaN logits mean broken weights or
+// an overflow, and no token drawn from them means anything). Greedy: argmax,
+// lowest id on ties. Otherwise
+// temperature, then top-k and top-p by exact bisection over the ordered
+// bit patterns of the logits, then an inverse-CDF draw with the caller's
+// uniform number, scanning tokens in id order.
+__global__ void __launch_bounds__(1024) k_sample(const float *logits, int V, const dev_sample *sp, int32_t *out)
+{
+    const float *l = logits + (size_t)blockIdx.x * V;
+    dev_sample p = sp[blockIdx.x];
+    float mx;
+    int amax;
+    if (!block_argmax(l, V, &mx, &amax)) {
+        if (threadIdx.x == 0) out[blockIdx.x] = -1;
+        return;
+    }
+    if (!(p.temperature > 0.0f)) {
+        if (threadIdx.x == 0) out[blockIdx.x] = amax;
+        return;
+    }
+    float invT = 1.0f / p.temperature;
+    uint32_t thr = p.top_k > 0 && p.top_k < V ? top_k_key(l, V, p.top_k) : 0;
+    float z = kept_mass(l, V, mx, invT, thr);
+    if (p.top_p > 0.0f && p.top_p < 1.0f) {
+        thr = top_p_key(l, V, mx, invT, thr, p.top_p * z);
+        z = kept_mass(l, V, mx, invT, thr);
+    }
+    int chosen = draw_token(l, V, mx, invT, thr, p.uniform * z, amax);
+    if (threadIdx.x == 0) out[blockIdx.x] = chosen;
 }
