@@ -58,7 +58,8 @@ typedef struct {
 static void add_error(pctx *c, int line, int column, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-static void add_error(pctx *c, int line, int column, const char *fmt, ...) {
+static void add_error(pctx *c, int line, int column, const char *fmt, ...)
+{
     if (c->n_errs >= POLICY_MAX_ERRORS) { c->n_dropped++; return; }
     if (c->n_errs == c->cap_errs) {
         int nc = c->cap_errs ? c->cap_errs * 2 : 16;
@@ -83,7 +84,8 @@ static void add_error(pctx *c, int line, int column, const char *fmt, ...) {
 /* libyaml marks are 0-based; users count from 1. */
 #define ERR_AT(c, mark, ...) add_error((c), (int)(mark).line + 1, (int)(mark).column + 1, __VA_ARGS__)
 
-static int cmp_errors(const void *a, const void *b) {
+static int cmp_errors(const void *a, const void *b)
+{
     const perror_t *x = a, *y = b;
     if (x->line != y->line) return x->line < y->line ? -1 : 1;
     if (x->column != y->column) return x->column < y->column ? -1 : 1;
@@ -94,7 +96,8 @@ static int cmp_errors(const void *a, const void *b) {
  * last line says how many were left out instead of cutting one in half. */
 static void write_error_lines(pctx *c, char *err, size_t errlen);
 
-static void write_errors(pctx *c, char *err, size_t errlen) {
+static void write_errors(pctx *c, char *err, size_t errlen)
+{
     if (!err || errlen == 0) return;
     err[0] = '\0';
     write_error_lines(c, err, errlen);
@@ -103,7 +106,8 @@ static void write_errors(pctx *c, char *err, size_t errlen) {
     if (L > 0 && err[L - 1] == '\n') err[L - 1] = '\0';
 }
 
-static void write_error_lines(pctx *c, char *err, size_t errlen) {
+static void write_error_lines(pctx *c, char *err, size_t errlen)
+{
     if (c->n_errs > 1) qsort(c->errs, (size_t)c->n_errs, sizeof *c->errs, cmp_errors);
     size_t used = 0;
     int total = c->n_errs + c->n_dropped;
@@ -136,12 +140,14 @@ static void write_error_lines(pctx *c, char *err, size_t errlen) {
     }
 }
 
-static void free_errors(pctx *c) {
+static void free_errors(pctx *c)
+{
     for (int i = 0; i < c->n_errs; i++) free(c->errs[i].text);
     free(c->errs);
 }
 
-static char *xstrdup(pctx *c, const char *s) {
+static char *xstrdup(pctx *c, const char *s)
+{
     char *d = strdup(s);
     if (!d) c->oom = true;
     return d;
@@ -149,7 +155,8 @@ static char *xstrdup(pctx *c, const char *s) {
 
 /* ---- did you mean? ------------------------------------------------------ */
 
-static size_t edit_distance(const char *a, const char *b) {
+static size_t edit_distance(const char *a, const char *b)
+{
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63) return 99;
     size_t row[64], prev[64];
@@ -167,7 +174,8 @@ static size_t edit_distance(const char *a, const char *b) {
 }
 
 /* The closest candidate if it is close enough to be a plausible typo. */
-static const char *closest(const char *word, const char *const *cands, size_t n) {
+static const char *closest(const char *word, const char *const *cands, size_t n)
+{
     const char *best = NULL;
     size_t bestd = 99;
     for (size_t i = 0; i < n; i++) {
@@ -180,7 +188,8 @@ static const char *closest(const char *word, const char *const *cands, size_t n)
 }
 
 /* " (did you mean 'x'?)" or "" */
-static const char *suggest(char *buf, size_t n, const char *word, const char *const *cands, size_t nc) {
+static const char *suggest(char *buf, size_t n, const char *word, const char *const *cands, size_t nc)
+{
     const char *s = closest(word, cands, nc);
     if (s) snprintf(buf, n, " (did you mean '%s'?)", s);
     else buf[0] = '\0';
@@ -189,11 +198,13 @@ static const char *suggest(char *buf, size_t n, const char *word, const char *co
 
 /* ---- node helpers ------------------------------------------------------- */
 
-static yaml_node_t *node_at(pctx *c, int index) {
+static yaml_node_t *node_at(pctx *c, int index)
+{
     return yaml_document_get_node(c->doc, index);
 }
 
-static const char *node_kind(const yaml_node_t *n) {
+static const char *node_kind(const yaml_node_t *n)
+{
     switch (n->type) {
     case YAML_SCALAR_NODE:   return "a scalar";
     case YAML_SEQUENCE_NODE: return "a sequence";
@@ -206,20 +217,23 @@ static const char *scalar(const yaml_node_t *n) { return (const char *)n->data.s
 
 /* An unquoted empty/~/null value: YAML's null. libyaml leaves scalars untyped,
  * so this is where we decide it. */
-static bool is_null(const yaml_node_t *n) {
+static bool is_null(const yaml_node_t *n)
+{
     if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return false;
     const char *s = scalar(n);
     return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
 }
 
-static bool is_plain(const yaml_node_t *n) {
+static bool is_plain(const yaml_node_t *n)
+{
     return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
 }
 
 /* Sorting keys to find duplicates in O(k log k) even in a huge mapping. */
 typedef struct { const char *key; int pos; yaml_mark_t mark; } keyref;
 
-static int cmp_keyref(const void *a, const void *b) {
+static int cmp_keyref(const void *a, const void *b)
+{
     const keyref *x = a, *y = b;
     int r = strcmp(x->key, y->key);
     return r ? r : (x->pos > y->pos) - (x->pos < y->pos);
@@ -228,7 +242,8 @@ static int cmp_keyref(const void *a, const void *b) {
 /* Checks a mapping's keys: scalars, no duplicates, all in `allowed` (when given).
  * Returns false when the node is not a mapping at all. */
 static bool check_mapping(pctx *c, yaml_node_t *n, const char *what,
-                          const char *const *allowed, size_t n_allowed) {
+                          const char *const *allowed, size_t n_allowed)
+{
     if (n->type != YAML_MAPPING_NODE) {
         ERR_AT(c, n->start_mark, "%s must be a mapping, got %s", what, node_kind(n));
         return false;
@@ -266,7 +281,8 @@ static bool check_mapping(pctx *c, yaml_node_t *n, const char *what,
 }
 
 /* The value of `key` in mapping n (the first, if duplicated), or NULL. */
-static yaml_node_t *get(pctx *c, yaml_node_t *n, const char *key) {
+static yaml_node_t *get(pctx *c, yaml_node_t *n, const char *key)
+{
     if (!n || n->type != YAML_MAPPING_NODE) return NULL;
     for (yaml_node_pair_t *pr = n->data.mapping.pairs.start; pr < n->data.mapping.pairs.top; pr++) {
         yaml_node_t *k = node_at(c, pr->key);
@@ -277,7 +293,8 @@ static yaml_node_t *get(pctx *c, yaml_node_t *n, const char *key) {
 
 /* A non-empty string. Plain scalars are taken as written (a model may well be
  * called 7b); only YAML null is refused. */
-static bool get_string(pctx *c, yaml_node_t *v, const char *field, const char **out) {
+static bool get_string(pctx *c, yaml_node_t *v, const char *field, const char **out)
+{
     if (v->type != YAML_SCALAR_NODE) {
         ERR_AT(c, v->start_mark, "%s must be a string, got %s", field, node_kind(v));
         return false;
@@ -297,7 +314,8 @@ static bool get_string(pctx *c, yaml_node_t *v, const char *field, const char **
 
 /* A count: plain decimal digits only, so "1.5", "1e3", "0x10", "-3" and quoted
  * numbers are all refused with a message saying which rule they broke. */
-static bool get_u32(pctx *c, yaml_node_t *v, const char *field, uint32_t min, uint32_t *out) {
+static bool get_u32(pctx *c, yaml_node_t *v, const char *field, uint32_t min, uint32_t *out)
+{
     if (v->type != YAML_SCALAR_NODE || is_null(v)) {
         ERR_AT(c, v->start_mark, "%s must be an integer, got %s", field,
                v->type == YAML_SCALAR_NODE ? "nothing" : node_kind(v));
@@ -341,7 +359,8 @@ static bool get_u32(pctx *c, yaml_node_t *v, const char *field, uint32_t min, ui
     return true;
 }
 
-static bool get_fraction(pctx *c, yaml_node_t *v, const char *field, float *out) {
+static bool get_fraction(pctx *c, yaml_node_t *v, const char *field, float *out)
+{
     if (!is_plain(v) || is_null(v)) {
         ERR_AT(c, v->start_mark, "%s must be a number between 0 and 1", field);
         return false;
@@ -362,7 +381,8 @@ static bool get_fraction(pctx *c, yaml_node_t *v, const char *field, float *out)
 }
 
 /* One of a fixed set of words; returns its index or -1. */
-static int get_enum(pctx *c, yaml_node_t *v, const char *field, const char *const *words, size_t n) {
+static int get_enum(pctx *c, yaml_node_t *v, const char *field, const char *const *words, size_t n)
+{
     const char *s;
     if (!get_string(c, v, field, &s)) return -1;
     for (size_t i = 0; i < n; i++)
@@ -378,7 +398,8 @@ static int get_enum(pctx *c, yaml_node_t *v, const char *field, const char *cons
 }
 
 /* A list of non-empty strings (api_keys, tenants). */
-static bool get_string_list(pctx *c, yaml_node_t *v, const char *field, char ***out, size_t *n_out) {
+static bool get_string_list(pctx *c, yaml_node_t *v, const char *field, char ***out, size_t *n_out)
+{
     if (v->type != YAML_SEQUENCE_NODE) {
         ERR_AT(c, v->start_mark, "%s must be a sequence of strings, got %s", field, node_kind(v));
         return false;
@@ -413,13 +434,15 @@ static bool get_string_list(pctx *c, yaml_node_t *v, const char *field, char ***
 static const char *const POOL_KEYS[] = { "name", "kind", "max_concurrency", "max_queue" };
 static const char *const POOL_KINDS[] = { "any", "cpu", "gpu" };  /* index = sw_pool_kind */
 
-static long find_pool(const sw_policy *p, const char *name) {
+static long find_pool(const sw_policy *p, const char *name)
+{
     for (size_t i = 0; i < p->n_pools; i++)
         if (!strcmp(p->pools[i].name, name)) return (long)i;
     return -1;
 }
 
-static sw_pool_def *add_pool(pctx *c, const char *name, yaml_mark_t where) {
+static sw_pool_def *add_pool(pctx *c, const char *name, yaml_mark_t where)
+{
     sw_policy *p = c->p;
     sw_pool_def *np = realloc(p->pools, (p->n_pools + 1) * sizeof *np);
     int *nl = realloc(c->pool_line, (p->n_pools + 1) * sizeof *nl);
@@ -437,7 +460,8 @@ static sw_pool_def *add_pool(pctx *c, const char *name, yaml_mark_t where) {
 
 /* One pool's fields. `name_node` is the key of the mapping form, or NULL for
  * the list form where the name is a field. */
-static void parse_pool(pctx *c, yaml_node_t *body, yaml_node_t *name_node) {
+static void parse_pool(pctx *c, yaml_node_t *body, yaml_node_t *name_node)
+{
     const char *name = NULL;
     yaml_mark_t where = body->start_mark;
     if (name_node) {
@@ -476,7 +500,8 @@ static void parse_pool(pctx *c, yaml_node_t *body, yaml_node_t *name_node) {
     if ((v = get(c, body, "max_queue"))) get_u32(c, v, "max_queue", 0, &d->max_queue);
 }
 
-static void parse_pools(pctx *c, yaml_node_t *v) {
+static void parse_pools(pctx *c, yaml_node_t *v)
+{
     if (is_null(v)) return;
     if (v->type == YAML_SEQUENCE_NODE) {
         for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
@@ -505,7 +530,8 @@ static const char *const RANGE_KEYS[] = { "min", "max" };
 static const char *const PRIORITIES[] = { "primary", "overflow" };     /* index = sw_route_priority */
 static const char *const CLASSES[] = { "interactive", "batch" };       /* index + 1 = sw_request_class */
 
-static void free_route(sw_route *r) {
+static void free_route(sw_route *r)
+{
     free(r->model); free(r->quantization); free(r->target);
     for (size_t i = 0; i < r->n_match_api_keys; i++) free(r->match_api_keys[i]);
     for (size_t i = 0; i < r->n_match_tenants; i++) free(r->match_tenants[i]);
@@ -513,7 +539,8 @@ static void free_route(sw_route *r) {
 }
 
 /* Quantization names are case-insensitive (Q4_K_M = q4_k_m): stored lower case. */
-static bool get_quantization(pctx *c, yaml_node_t *v, char **out) {
+static bool get_quantization(pctx *c, yaml_node_t *v, char **out)
+{
     const char *s;
     if (!get_string(c, v, "quantization", &s)) return false;
     for (const char *q = s; *q; q++)
@@ -529,7 +556,8 @@ static bool get_quantization(pctx *c, yaml_node_t *v, char **out) {
     return true;
 }
 
-static void parse_match(pctx *c, yaml_node_t *m, sw_route *r) {
+static void parse_match(pctx *c, yaml_node_t *m, sw_route *r)
+{
     if (!check_mapping(c, m, "match", MATCH_KEYS, 4)) return;
     yaml_node_t *v;
     if ((v = get(c, m, "class"))) {
@@ -556,7 +584,8 @@ static void parse_match(pctx *c, yaml_node_t *m, sw_route *r) {
 /* Parses one route entry. Returns false when a field is wrong; the route is
  * still kept when it has a model and a target, so the cross-checks (aliases,
  * pools) do not report knock-on errors about it. */
-static bool parse_route(pctx *c, yaml_node_t *n, sw_route *r) {
+static bool parse_route(pctx *c, yaml_node_t *n, sw_route *r)
+{
     memset(r, 0, sizeof *r);
     r->line = (int)n->start_mark.line + 1;
     r->column = (int)n->start_mark.column + 1;
@@ -591,7 +620,8 @@ static bool parse_route(pctx *c, yaml_node_t *n, sw_route *r) {
     return ok;
 }
 
-static bool same_list(char **a, size_t na, char **b, size_t nb) {
+static bool same_list(char **a, size_t na, char **b, size_t nb)
+{
     if (na != nb) return false;
     for (size_t i = 0; i < na; i++)
         if (strcmp(a[i], b[i])) return false;
@@ -600,7 +630,8 @@ static bool same_list(char **a, size_t na, char **b, size_t nb) {
 
 /* Same model, quantization, target, priority and match: the second can never
  * be chosen differently from the first, so it is a copy-paste slip. */
-static bool same_route(const sw_route *a, const sw_route *b) {
+static bool same_route(const sw_route *a, const sw_route *b)
+{
     return !strcmp(a->model, b->model) && !strcmp(a->target, b->target)
         && !strcmp(a->quantization ? a->quantization : "", b->quantization ? b->quantization : "")
         && a->priority == b->priority && a->match_class == b->match_class
@@ -610,7 +641,8 @@ static bool same_route(const sw_route *a, const sw_route *b) {
         && same_list(a->match_tenants, a->n_match_tenants, b->match_tenants, b->n_match_tenants);
 }
 
-static void parse_routes(pctx *c, yaml_node_t *v) {
+static void parse_routes(pctx *c, yaml_node_t *v)
+{
     if (v->type != YAML_SEQUENCE_NODE) {
         ERR_AT(c, v->start_mark, "routes must be a sequence of routes, got %s",
                is_null(v) ? "nothing" : node_kind(v));
@@ -648,7 +680,8 @@ static void parse_routes(pctx *c, yaml_node_t *v) {
 static const char *const DEFAULT_KEYS[] = { "queue_length", "queue_timeout_ms", "request_timeout_ms",
                                             "first_token_timeout_ms", "error_rate_threshold" };
 
-static void parse_defaults(pctx *c, yaml_node_t *v) {
+static void parse_defaults(pctx *c, yaml_node_t *v)
+{
     if (is_null(v)) return;
     if (!check_mapping(c, v, "defaults", DEFAULT_KEYS, 5)) return;
     sw_policy_defaults *d = &c->p->defaults;
@@ -662,7 +695,8 @@ static void parse_defaults(pctx *c, yaml_node_t *v) {
 }
 
 /* Aliases are read here and checked against the routes afterwards. */
-static void parse_aliases(pctx *c, yaml_node_t *v) {
+static void parse_aliases(pctx *c, yaml_node_t *v)
+{
     if (is_null(v)) return;
     if (!check_mapping(c, v, "aliases", NULL, 0)) return;
     size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
@@ -696,13 +730,15 @@ static void parse_aliases(pctx *c, yaml_node_t *v) {
 
 /* ---- cross-checks ------------------------------------------------------- */
 
-static bool model_routed(const sw_policy *p, const char *model) {
+static bool model_routed(const sw_policy *p, const char *model)
+{
     for (size_t i = 0; i < p->n_routes; i++)
         if (!strcmp(p->routes[i].model, model)) return true;
     return false;
 }
 
-static void check_aliases(pctx *c) {
+static void check_aliases(pctx *c)
+{
     sw_policy *p = c->p;
     for (size_t i = 0; i < p->n_aliases; i++) {
         sw_alias *a = &p->aliases[i];
@@ -735,7 +771,8 @@ static void check_aliases(pctx *c) {
 /* Targets must name declared pools when the pools section declares any
  * (catches typos); without one, every target becomes an implicit pool of kind
  * any. */
-static void resolve_targets(pctx *c) {
+static void resolve_targets(pctx *c)
+{
     sw_policy *p = c->p;
     size_t declared = p->n_pools;
     for (size_t i = 0; i < p->n_routes; i++) {
@@ -761,7 +798,8 @@ static void resolve_targets(pctx *c) {
     }
 }
 
-static void check_routes(pctx *c) {
+static void check_routes(pctx *c)
+{
     sw_policy *p = c->p;
     for (size_t i = 0; i < p->n_routes; i++) {
         sw_route *r = &p->routes[i];
@@ -792,7 +830,8 @@ static void check_routes(pctx *c) {
 
 static const char *const TOP_KEYS[] = { "pools", "routes", "aliases", "defaults" };
 
-static void free_policy(sw_policy *p) {
+static void free_policy(sw_policy *p)
+{
     if (!p) return;
     free(p->path); free(p->source);
     for (size_t i = 0; i < p->n_pools; i++) free(p->pools[i].name);
@@ -806,7 +845,8 @@ static void free_policy(sw_policy *p) {
 
 /* Line and column of a byte offset (libyaml reports reader errors, such as
  * invalid UTF-8, by offset only). */
-static void offset_to_mark(const char *text, size_t len, size_t off, int *line, int *col) {
+static void offset_to_mark(const char *text, size_t len, size_t off, int *line, int *col)
+{
     *line = 1; *col = 1;
     for (size_t i = 0; i < off && i < len; i++) {
         if (text[i] == '\n') { (*line)++; *col = 1; }
@@ -814,7 +854,8 @@ static void offset_to_mark(const char *text, size_t len, size_t off, int *line, 
     }
 }
 
-static void syntax_error(pctx *c, yaml_parser_t *ps, const char *text, size_t len) {
+static void syntax_error(pctx *c, yaml_parser_t *ps, const char *text, size_t len)
+{
     const char *problem = ps->problem ? ps->problem : "cannot parse";
     int line, col;
     if (ps->error == YAML_READER_ERROR) {
@@ -831,7 +872,8 @@ static void syntax_error(pctx *c, yaml_parser_t *ps, const char *text, size_t le
         add_error(c, line, col, "YAML syntax error: %s", problem);
 }
 
-static void parse_document(pctx *c, yaml_node_t *root) {
+static void parse_document(pctx *c, yaml_node_t *root)
+{
     if (!root) {
         add_error(c, 1, 1, "the policy is empty: it needs at least a 'routes' list");
         return;
@@ -849,11 +891,13 @@ static void parse_document(pctx *c, yaml_node_t *root) {
     check_aliases(c);
 }
 
-static void free_ctx(pctx *c) {
+static void free_ctx(pctx *c)
+{
     free(c->pool_line); free(c->route_marks); free(c->alias_marks);
 }
 
-sw_policy *sw_policy_parse(const char *name, const char *text, size_t len, char *err, size_t errlen) {
+sw_policy *sw_policy_parse(const char *name, const char *text, size_t len, char *err, size_t errlen)
+{
     if (err && errlen) err[0] = '\0';
     pctx c = { .name = name ? name : "<policy>" };
     if (!text) { text = ""; len = 0; }
@@ -912,7 +956,8 @@ sw_policy *sw_policy_parse(const char *name, const char *text, size_t len, char 
     return p;
 }
 
-sw_policy *sw_policy_load(const char *path, char *err, size_t errlen) {
+sw_policy *sw_policy_load(const char *path, char *err, size_t errlen)
+{
     if (err && errlen) err[0] = '\0';
     if (!path || !*path) {
         if (err) snprintf(err, errlen, "policy: no file given");
@@ -961,23 +1006,27 @@ sw_policy *sw_policy_load(const char *path, char *err, size_t errlen) {
     return p;
 }
 
-sw_policy *sw_policy_ref(sw_policy *p) {
+sw_policy *sw_policy_ref(sw_policy *p)
+{
     if (p) __atomic_add_fetch(&p->refcount, 1, __ATOMIC_RELAXED);
     return p;
 }
 
-void sw_policy_unref(sw_policy *p) {
+void sw_policy_unref(sw_policy *p)
+{
     if (p && __atomic_sub_fetch(&p->refcount, 1, __ATOMIC_ACQ_REL) == 0) free_policy(p);
 }
 
-const char *sw_policy_resolve(const sw_policy *p, const char *name) {
+const char *sw_policy_resolve(const sw_policy *p, const char *name)
+{
     if (!p || !name) return name;
     for (size_t i = 0; i < p->n_aliases; i++)
         if (!strcmp(p->aliases[i].alias, name)) return p->aliases[i].model;
     return name;
 }
 
-const sw_pool_def *sw_policy_pool(const sw_policy *p, const char *name) {
+const sw_pool_def *sw_policy_pool(const sw_policy *p, const char *name)
+{
     if (!p || !name) return NULL;
     long i = find_pool(p, name);
     return i >= 0 ? &p->pools[i] : NULL;
@@ -986,7 +1035,8 @@ const sw_pool_def *sw_policy_pool(const sw_policy *p, const char *name) {
 /* ---- JSON for GET /admin/policy ----------------------------------------- */
 
 /* API keys are secrets: /admin/policy shows only enough to tell them apart. */
-static void add_redacted_keys(cJSON *obj, char **keys, size_t n) {
+static void add_redacted_keys(cJSON *obj, char **keys, size_t n)
+{
     cJSON *arr = cJSON_AddArrayToObject(obj, "api_keys");
     for (size_t i = 0; arr && i < n; i++) {
         char buf[32];
@@ -996,7 +1046,8 @@ static void add_redacted_keys(cJSON *obj, char **keys, size_t n) {
     }
 }
 
-static cJSON *route_json(const sw_route *r) {
+static cJSON *route_json(const sw_route *r)
+{
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     cJSON_AddStringToObject(o, "model", r->model);
@@ -1025,7 +1076,8 @@ static cJSON *route_json(const sw_route *r) {
     return o;
 }
 
-char *sw_policy_to_json(const sw_policy *p) {
+char *sw_policy_to_json(const sw_policy *p)
+{
     if (!p) return NULL;
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;

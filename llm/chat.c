@@ -21,18 +21,21 @@ static const char *const names[] = {
 _Static_assert(sizeof names / sizeof names[0] == SW_CHAT_COUNT, "a name for every template");
 #define N_TEMPLATES ((int)(sizeof names / sizeof names[0]))
 
-const char *sw_chat_name(sw_chat_template t) {
+const char *sw_chat_name(sw_chat_template t)
+{
     return (int)t >= 0 && (int)t < N_TEMPLATES ? names[t] : "unknown";
 }
 
-int sw_chat_from_name(const char *name) {
+int sw_chat_from_name(const char *name)
+{
     if (!name) return -1;
     for (int i = 0; i < N_TEMPLATES; i++)
         if (strcmp(name, names[i]) == 0) return i;
     return -1;
 }
 
-static bool has(const char *s, size_t n, const char *needle) {
+static bool has(const char *s, size_t n, const char *needle)
+{
     return memmem(s, n, needle, strlen(needle)) != NULL;
 }
 
@@ -42,7 +45,8 @@ static bool has(const char *s, size_t n, const char *needle) {
 #define DS_END "<｜end▁of▁sentence｜>"
 
 /* The order matters: the more specific markers are tested first. */
-static sw_chat_template detect_mem(const char *s, size_t n) {
+static sw_chat_template detect_mem(const char *s, size_t n)
+{
     if (!s || n == 0) return SW_CHAT_PLAIN;
     if (has(s, n, "<|start_header_id|>")) return SW_CHAT_LLAMA3;
     if (has(s, n, "<|start|>") && has(s, n, "<|message|>") && has(s, n, "<|channel|>")) return SW_CHAT_HARMONY;
@@ -67,11 +71,13 @@ static sw_chat_template detect_mem(const char *s, size_t n) {
     return SW_CHAT_PLAIN;
 }
 
-sw_chat_template sw_chat_detect(const char *jinja) {
+sw_chat_template sw_chat_detect(const char *jinja)
+{
     return jinja ? detect_mem(jinja, strlen(jinja)) : SW_CHAT_PLAIN;
 }
 
-sw_chat_template sw_chat_detect_gguf(const gguf_file *f) {
+sw_chat_template sw_chat_detect_gguf(const gguf_file *f)
+{
     if (!f) return SW_CHAT_PLAIN;
     gguf_str s;
     if (gguf_get_str(f, "tokenizer.chat_template", &s)) return detect_mem(s.ptr, (size_t)s.len);
@@ -94,7 +100,8 @@ static void put(sbuf *b, const char *s) { sw_sbuf_put(b, s); }
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 /* Jinja's trim / Python's strip: the content without surrounding whitespace. */
-static void put_trimmed(sbuf *b, const char *s) {
+static void put_trimmed(sbuf *b, const char *s)
+{
     size_t n = strlen(s), a = 0;
     while (a < n && is_ws(s[a])) a++;
     while (n > a && is_ws(s[n - 1])) n--;
@@ -103,7 +110,8 @@ static void put_trimmed(sbuf *b, const char *s) {
 
 typedef enum { R_SYSTEM, R_USER, R_ASSISTANT, R_OTHER } role_kind;
 
-static role_kind role_of(const char *r) {
+static role_kind role_of(const char *r)
+{
     if (!r) return R_USER;
     if (strcmp(r, "system") == 0) return R_SYSTEM;
     if (strcmp(r, "user") == 0) return R_USER;
@@ -129,7 +137,8 @@ static const tagged_fmt GRANITE = { "<|start_of_role|>", "<|end_of_role|>", "<|e
 static const tagged_fmt PHI4 = { "<|im_start|>", "<|im_sep|>", "<|im_end|>", false };
 static const tagged_fmt PHI4_MINI = { "<|", "|>", "<|end|>", false };
 
-static void fmt_tagged(sbuf *b, const sw_chat_msg *m, size_t n, const tagged_fmt *f) {
+static void fmt_tagged(sbuf *b, const sw_chat_msg *m, size_t n, const tagged_fmt *f)
+{
     for (size_t i = 0; i < n; i++) {
         put(b, f->open); put(b, role_name(&m[i])); put(b, f->mid);
         if (f->trim) put_trimmed(b, content_of(&m[i]));
@@ -139,7 +148,8 @@ static void fmt_tagged(sbuf *b, const sw_chat_msg *m, size_t n, const tagged_fmt
     put(b, f->open); put(b, "assistant"); put(b, f->mid);
 }
 
-static void fmt_phi3(sbuf *b, const sw_chat_msg *m, size_t n) {
+static void fmt_phi3(sbuf *b, const sw_chat_msg *m, size_t n)
+{
     for (size_t i = 0; i < n; i++) {
         role_kind r = role_of(m[i].role);
         put(b, r == R_SYSTEM ? "<|system|>\n" : r == R_ASSISTANT ? "<|assistant|>\n" : "<|user|>\n");
@@ -151,7 +161,8 @@ static void fmt_phi3(sbuf *b, const sw_chat_msg *m, size_t n) {
 /* OLMo 2's Instruct models (Tulu 3's format): "<|role|>\n" and the text on
  * lines of their own, each past answer ended by EOS, which is OLMo 2's
  * <|endoftext|> (a Tulu model with another EOS would want its own). */
-static void fmt_tulu(sbuf *b, const sw_chat_msg *m, size_t n) {
+static void fmt_tulu(sbuf *b, const sw_chat_msg *m, size_t n)
+{
     for (size_t i = 0; i < n; i++) {
         role_kind r = role_of(m[i].role);
         put(b, r == R_SYSTEM ? "<|system|>\n" : r == R_ASSISTANT ? "<|assistant|>\n" : "<|user|>\n");
@@ -166,7 +177,8 @@ static void fmt_tulu(sbuf *b, const sw_chat_msg *m, size_t n) {
  * directly, so an answer the model generated after "assistant:" (usually
  * starting with a space) reads back in the next turn exactly as it was
  * generated, and the worker's prefix cache covers it. */
-static void fmt_plain(sbuf *b, const sw_chat_msg *m, size_t n) {
+static void fmt_plain(sbuf *b, const sw_chat_msg *m, size_t n)
+{
     for (size_t i = 0; i < n; i++) {
         const char *c = content_of(&m[i]);
         put(b, role_name(&m[i])); put(b, is_ws(c[0]) ? ":" : ": "); put(b, c); put(b, "\n");
@@ -179,7 +191,8 @@ static void fmt_plain(sbuf *b, const sw_chat_msg *m, size_t n) {
 /* Collects system messages until the next user turn takes them. */
 typedef struct { sbuf text; bool any; } pending_sys;
 
-static void sys_add(pending_sys *p, const char *s) {
+static void sys_add(pending_sys *p, const char *s)
+{
     if (p->any) put(&p->text, "\n\n");
     put_trimmed(&p->text, s);
     p->any = true;
@@ -187,7 +200,8 @@ static void sys_add(pending_sys *p, const char *s) {
 
 /* Llama 2 (Meta's reference): each exchange is BOS "[INST] user [/INST] answer " EOS;
  * a system prompt is wrapped in <<SYS>> inside the first user turn. */
-static void fmt_llama2(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys) {
+static void fmt_llama2(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys)
+{
     bool first = true, open = false;   /* open: an [INST] ... [/INST] awaits its answer */
     for (size_t i = 0; i < n; i++) {
         role_kind r = role_of(m[i].role);
@@ -226,19 +240,22 @@ static void fmt_llama2(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys
 static bool is_tool_result(const sw_chat_msg *m) { return m->role && !strcmp(m->role, "tool"); }
 
 /* The index of the last user turn (the one the definitions precede), n if none. */
-static size_t last_user_turn(const sw_chat_msg *m, size_t n) {
+static size_t last_user_turn(const sw_chat_msg *m, size_t n)
+{
     size_t last = n;
     for (size_t i = 0; i < n; i++)
         if (role_of(m[i].role) != R_SYSTEM && role_of(m[i].role) != R_ASSISTANT && !is_tool_result(&m[i])) last = i;
     return last;
 }
 
-static void put_mistral_tools(sbuf *b, const cJSON *tools, const char *sp) {
+static void put_mistral_tools(sbuf *b, const cJSON *tools, const char *sp)
+{
     if (cJSON_GetArraySize(tools) == 0) return;
     put(b, "[AVAILABLE_TOOLS]"); put(b, sp); sw_json_put(b, tools); put(b, "[/AVAILABLE_TOOLS]");
 }
 
-static void put_mistral_calls(sbuf *b, const sw_chat_msg *m, const char *sp) {
+static void put_mistral_calls(sbuf *b, const sw_chat_msg *m, const char *sp)
+{
     put(b, "[TOOL_CALLS]"); put(b, sp); put(b, "[");
     for (size_t k = 0; k < m->n_tool_calls; k++) {
         const sw_tool_call *c = &m->tool_calls[k];
@@ -251,7 +268,8 @@ static void put_mistral_calls(sbuf *b, const sw_chat_msg *m, const char *sp) {
 
 /* A result's content goes in as JSON: as written when it is JSON, else as
  * a JSON string (the templates paste it raw, which breaks on plain text). */
-static void put_mistral_result(sbuf *b, const sw_chat_msg *m, const char *sp) {
+static void put_mistral_result(sbuf *b, const sw_chat_msg *m, const char *sp)
+{
     const char *c = content_of(m);
     cJSON *v = cJSON_ParseWithOpts(c, NULL, true);   /* all of it: "12:00" is not the number 12 */
     put(b, "[TOOL_RESULTS]"); put(b, sp); put(b, "{\"content\": ");
@@ -267,7 +285,8 @@ static void put_mistral_result(sbuf *b, const sw_chat_msg *m, const char *sp) {
 
 /* A turn that is a call or a result, in Mistral's tool format; false for
  * any other. */
-static bool put_mistral_tool_turn(sbuf *b, const sw_chat_msg *m, const char *sp) {
+static bool put_mistral_tool_turn(sbuf *b, const sw_chat_msg *m, const char *sp)
+{
     if (is_tool_result(m)) put_mistral_result(b, m, sp);
     else if (role_of(m->role) == R_ASSISTANT && m->n_tool_calls) put_mistral_calls(b, m, sp);
     else return false;
@@ -276,7 +295,8 @@ static bool put_mistral_tool_turn(sbuf *b, const sw_chat_msg *m, const char *sp)
 
 /* Mistral Instruct: "[INST] user [/INST]answer</s>[INST] ..."; system text
  * goes before the first user message's content. */
-static void fmt_mistral(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, const cJSON *tools) {
+static void fmt_mistral(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, const cJSON *tools)
+{
     bool open = false;
     size_t last_user = last_user_turn(m, n);
     for (size_t i = 0; i < n; i++) {
@@ -308,7 +328,8 @@ static void fmt_mistral(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sy
 
 /* Mistral Nemo (v3-tekken): "[INST]user[/INST]answer</s>", no spaces; the
  * system text goes into the last user turn only, as its template does. */
-static void fmt_mistral_v3_tekken(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, const cJSON *tools) {
+static void fmt_mistral_v3_tekken(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, const cJSON *tools)
+{
     size_t last_user = last_user_turn(m, n);
     for (size_t i = 0; i < n; i++)
         if (role_of(m[i].role) == R_SYSTEM) sys_add(sys, content_of(&m[i]));
@@ -329,7 +350,8 @@ static void fmt_mistral_v3_tekken(sbuf *b, const sw_chat_msg *m, size_t n, pendi
 
 /* Mistral v7: a system role of its own, in place. sp is " " for the
  * SentencePiece models (Large 2411), "" for Tekken's (Small 3.x). */
-static void fmt_mistral_v7(sbuf *b, const sw_chat_msg *m, size_t n, const char *sp, const cJSON *tools) {
+static void fmt_mistral_v7(sbuf *b, const sw_chat_msg *m, size_t n, const char *sp, const cJSON *tools)
+{
     size_t last_user = last_user_turn(m, n);
     for (size_t i = 0; i < n; i++) {
         role_kind r = role_of(m[i].role);
@@ -343,7 +365,8 @@ static void fmt_mistral_v7(sbuf *b, const sw_chat_msg *m, size_t n, const char *
 
 /* DeepSeek V3 and R1: the system text first, with no marker; a past answer
  * keeps only what follows its reasoning ("</think>"), as the templates do. */
-static void fmt_deepseek(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, bool think) {
+static void fmt_deepseek(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, bool think)
+{
     for (size_t i = 0; i < n; i++)
         if (role_of(m[i].role) == R_SYSTEM) sys_add(sys, content_of(&m[i]));
     put_n(b, sys->text.s ? sys->text.s : "", sys->text.n);
@@ -368,7 +391,8 @@ static void put_ts_namespace(sbuf *b, const cJSON *tools);
 
 /* A harmony assistant's calls, as gpt-oss's template writes them: the
  * recipient in the header, the arguments (JSON text) as the message. */
-static void put_harmony_calls(sbuf *b, const sw_chat_msg *m) {
+static void put_harmony_calls(sbuf *b, const sw_chat_msg *m)
+{
     for (size_t k = 0; k < m->n_tool_calls; k++) {
         put(b, "<|start|>assistant to=functions.");
         put(b, m->tool_calls[k].name ? m->tool_calls[k].name : "");
@@ -379,7 +403,8 @@ static void put_harmony_calls(sbuf *b, const sw_chat_msg *m) {
 }
 
 static void fmt_harmony(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys, sw_reasoning_effort effort,
-                        const cJSON *tools) {
+                        const cJSON *tools)
+{
     static const char *const effort_name[] = { "medium", "low", "medium", "high" };
     bool has_tools = cJSON_GetArraySize(tools) > 0;
     char date[16] = "1970-01-01";
@@ -435,7 +460,8 @@ static void fmt_harmony(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sy
 }
 
 /* Gemma: roles user and model; system text starts the first user turn. */
-static void fmt_gemma(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys) {
+static void fmt_gemma(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys)
+{
     for (size_t i = 0; i < n; i++) {
         role_kind r = role_of(m[i].role);
         if (r == R_SYSTEM) { sys_add(sys, content_of(&m[i])); continue; }
@@ -455,7 +481,8 @@ static void fmt_gemma(sbuf *b, const sw_chat_msg *m, size_t n, pending_sys *sys)
 
 /* ---- tools ---- */
 
-bool sw_tool_calls_add(sw_tool_calls *l, const char *name, const char *arguments) {
+bool sw_tool_calls_add(sw_tool_calls *l, const char *name, const char *arguments)
+{
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 4;
         sw_tool_call *v = realloc(l->v, cap * sizeof *v);
@@ -469,7 +496,8 @@ bool sw_tool_calls_add(sw_tool_calls *l, const char *name, const char *arguments
     return true;
 }
 
-void sw_tool_calls_clear(sw_tool_calls *l) {
+void sw_tool_calls_clear(sw_tool_calls *l)
+{
     for (size_t i = 0; i < l->n; i++) {
         free((char *)l->v[i].name);
         free((char *)l->v[i].arguments);
@@ -477,18 +505,21 @@ void sw_tool_calls_clear(sw_tool_calls *l) {
     l->n = 0;
 }
 
-void sw_tool_calls_free(sw_tool_calls *l) {
+void sw_tool_calls_free(sw_tool_calls *l)
+{
     sw_tool_calls_clear(l);
     free(l->v);
     *l = (sw_tool_calls){ 0 };
 }
 
-bool sw_chat_is_mistral(sw_chat_template t) {
+bool sw_chat_is_mistral(sw_chat_template t)
+{
     return t == SW_CHAT_MISTRAL || t == SW_CHAT_MISTRAL_V3_TEKKEN || t == SW_CHAT_MISTRAL_V7 ||
            t == SW_CHAT_MISTRAL_V7_TEKKEN;
 }
 
-bool sw_chat_has_tools(sw_chat_template t) {
+bool sw_chat_has_tools(sw_chat_template t)
+{
     return t == SW_CHAT_CHATML || t == SW_CHAT_HARMONY || t == SW_CHAT_LLAMA3 || sw_chat_is_mistral(t);
 }
 
@@ -499,7 +530,8 @@ bool sw_chat_has_tools(sw_chat_template t) {
  * as the JSON parser allows). */
 static void put_ts_type(sbuf *b, const cJSON *s, int depth);
 
-static void put_ts_props(sbuf *b, const cJSON *schema, int depth) {
+static void put_ts_props(sbuf *b, const cJSON *schema, int depth)
+{
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(schema, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(schema, "required");
     for (const cJSON *p = props ? props->child : NULL; p; p = p->next) {
@@ -521,7 +553,8 @@ static void put_ts_props(sbuf *b, const cJSON *schema, int depth) {
     }
 }
 
-static void put_ts_name(sbuf *b, const char *t, const cJSON *s, int depth) {
+static void put_ts_name(sbuf *b, const char *t, const cJSON *s, int depth)
+{
     if (!strcmp(t, "string")) put(b, "string");
     else if (!strcmp(t, "number") || !strcmp(t, "integer")) put(b, "number");
     else if (!strcmp(t, "boolean")) put(b, "boolean");
@@ -537,7 +570,8 @@ static void put_ts_name(sbuf *b, const char *t, const cJSON *s, int depth) {
     } else put(b, "any");
 }
 
-static void put_ts_type(sbuf *b, const cJSON *s, int depth) {
+static void put_ts_type(sbuf *b, const cJSON *s, int depth)
+{
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     if (cJSON_IsArray(en) && cJSON_GetArraySize(en) > 0) {
@@ -557,7 +591,8 @@ static void put_ts_type(sbuf *b, const cJSON *s, int depth) {
 
 /* The developer message's tools section: each function as a TypeScript
  * type in the functions namespace, its description as a comment. */
-static void put_ts_namespace(sbuf *b, const cJSON *tools) {
+static void put_ts_namespace(sbuf *b, const cJSON *tools)
+{
     put(b, "# Tools\n\n## functions\n\nnamespace functions {\n\n");
     for (const cJSON *t = tools ? tools->child : NULL; t; t = t->next) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
@@ -580,7 +615,8 @@ static void put_ts_namespace(sbuf *b, const cJSON *tools) {
 
 /* Whether a conversation needs the tool format: tools offered, or calls and
  * results in its history. */
-static bool uses_tools(const sw_chat_msg *m, size_t n, const cJSON *tools) {
+static bool uses_tools(const sw_chat_msg *m, size_t n, const cJSON *tools)
+{
     if (cJSON_GetArraySize(tools) > 0) return true;
     for (size_t i = 0; i < n; i++)
         if (m[i].n_tool_calls || (m[i].role && !strcmp(m[i].role, "tool"))) return true;
@@ -589,7 +625,8 @@ static bool uses_tools(const sw_chat_msg *m, size_t n, const cJSON *tools) {
 
 /* A call as the model writes it: <tool_call>, the JSON object, </tool_call>.
  * The arguments are JSON text already (as the client sent them back). */
-static void put_tool_call(sbuf *b, const sw_tool_call *c) {
+static void put_tool_call(sbuf *b, const sw_tool_call *c)
+{
     put(b, "<tool_call>\n{\"name\": \"");
     put(b, c->name ? c->name : "");
     put(b, "\", \"arguments\": ");
@@ -601,7 +638,8 @@ static void put_tool_call(sbuf *b, const sw_tool_call *c) {
  * differ only in a default system line): the definitions after the system
  * text in <tools>, one JSON object a line; an assistant's calls after its
  * text; each run of tool results as one user turn of <tool_response>s. */
-static void fmt_chatml_tools(sbuf *b, const sw_chat_msg *m, size_t n, const cJSON *tools) {
+static void fmt_chatml_tools(sbuf *b, const sw_chat_msg *m, size_t n, const cJSON *tools)
+{
     size_t first = 0;
     bool sys = n > 0 && role_of(m[0].role) == R_SYSTEM;
     if (cJSON_GetArraySize(tools) > 0) {
@@ -637,7 +675,8 @@ static void fmt_chatml_tools(sbuf *b, const sw_chat_msg *m, size_t n, const cJSO
  * instructions at the head of the first user message, a call as the
  * assistant's JSON {"name": ..., "parameters": ...} (one a message, as the
  * template allows), a result as an ipython message. */
-static void fmt_llama3_tools(sbuf *b, const sw_chat_msg *m, size_t n, const cJSON *tools) {
+static void fmt_llama3_tools(sbuf *b, const sw_chat_msg *m, size_t n, const cJSON *tools)
+{
     size_t i = 0;
     put(b, "<|start_header_id|>system<|end_header_id|>\n\n");
     if (cJSON_GetArraySize(tools) > 0) put(b, "Environment: ipython\n");
@@ -677,7 +716,8 @@ static void fmt_llama3_tools(sbuf *b, const sw_chat_msg *m, size_t n, const cJSO
     put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n, const sw_chat_opts *opts) {
+char *sw_chat_format(sw_chat_template t, const sw_chat_msg *msgs, size_t n, const sw_chat_opts *opts)
+{
     sbuf b = { 0 };
     pending_sys sys = { 0 };
     if (!msgs) n = 0;

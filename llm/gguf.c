@@ -43,7 +43,8 @@ static const uint8_t vt_size[GGUF_VT_COUNT] = {
     [GGUF_VT_FLOAT64] = 8,
 };
 
-const char *gguf_vtype_name(gguf_vtype t) {
+const char *gguf_vtype_name(gguf_vtype t)
+{
     static const char *names[GGUF_VT_COUNT] = {
         "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32", "bool",
         "string", "array", "uint64", "int64", "float64",
@@ -51,10 +52,12 @@ const char *gguf_vtype_name(gguf_vtype t) {
     return (unsigned)t < GGUF_VT_COUNT ? names[t] : "unknown";
 }
 
-static bool vt_is_unsigned(gguf_vtype t) {
+static bool vt_is_unsigned(gguf_vtype t)
+{
     return t == GGUF_VT_UINT8 || t == GGUF_VT_UINT16 || t == GGUF_VT_UINT32 || t == GGUF_VT_UINT64;
 }
-static bool vt_is_signed(gguf_vtype t) {
+static bool vt_is_signed(gguf_vtype t)
+{
     return t == GGUF_VT_INT8 || t == GGUF_VT_INT16 || t == GGUF_VT_INT32 || t == GGUF_VT_INT64;
 }
 
@@ -66,14 +69,16 @@ typedef struct {
     uint64_t mask;
 } name_index;
 
-static uint64_t hash_bytes(const void *p, size_t n) {
+static uint64_t hash_bytes(const void *p, size_t n)
+{
     const uint8_t *b = p;
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
 
-static bool index_init(name_index *ix, uint64_t n) {
+static bool index_init(name_index *ix, uint64_t n)
+{
     uint64_t cap = 16;
     while (cap < 2 * n) cap <<= 1;
     ix->slots = calloc(cap, sizeof *ix->slots);
@@ -99,7 +104,8 @@ typedef struct {
 } cursor;
 
 static bool fail(cursor *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool fail(cursor *c, const char *fmt, ...) {
+static bool fail(cursor *c, const char *fmt, ...)
+{
     if (!c->err || !c->errlen) return false;
     int n = c->label ? snprintf(c->err, c->errlen, "gguf: %s: ", c->label)
                      : snprintf(c->err, c->errlen, "gguf: ");
@@ -113,21 +119,24 @@ static bool fail(cursor *c, const char *fmt, ...) {
 
 static uint64_t remaining(const cursor *c) { return c->size - c->pos; }
 
-static const uint8_t *take(cursor *c, uint64_t n) {
+static const uint8_t *take(cursor *c, uint64_t n)
+{
     if (remaining(c) < n) return NULL;
     const uint8_t *p = c->b + c->pos;
     c->pos += n;
     return p;
 }
 
-static uint64_t load_le(const uint8_t *p, int n) {
+static uint64_t load_le(const uint8_t *p, int n)
+{
     uint64_t v = 0;
     for (int i = n - 1; i >= 0; i--) v = (v << 8) | p[i];
     return v;
 }
 
 /* Reads an n-byte little-endian integer; `what` names the field for the error. */
-static bool rd_int(cursor *c, int n, uint64_t *out, const char *what) {
+static bool rd_int(cursor *c, int n, uint64_t *out, const char *what)
+{
     uint64_t at = c->pos;
     const uint8_t *p = take(c, (uint64_t)n);
     *out = 0;
@@ -138,7 +147,8 @@ static bool rd_int(cursor *c, int n, uint64_t *out, const char *what) {
 }
 
 /* Reads a string; maxlen bounds it further than the file does (names). */
-static bool rd_str(cursor *c, gguf_str *s, const char *what) {
+static bool rd_str(cursor *c, gguf_str *s, const char *what)
+{
     uint64_t at = c->pos, len;
     if (!rd_int(c, 8, &len, what)) return false;
     if (len > remaining(c))
@@ -150,7 +160,8 @@ static bool rd_str(cursor *c, gguf_str *s, const char *what) {
 }
 
 /* "kv 3 'general.name'" into buf, for messages. Key may be unprintable garbage. */
-static const char *kv_desc(char *buf, size_t n, uint64_t i, const gguf_str *key) {
+static const char *kv_desc(char *buf, size_t n, uint64_t i, const gguf_str *key)
+{
     int klen = key && key->len < 80 ? (int)key->len : 80;
     if (key && key->ptr)
         snprintf(buf, n, "kv %llu '%.*s'", (ull)i, klen, key->ptr);
@@ -159,7 +170,8 @@ static const char *kv_desc(char *buf, size_t n, uint64_t i, const gguf_str *key)
     return buf;
 }
 
-static bool decode_scalar(gguf_kv *kv, gguf_vtype t, const uint8_t *p) {
+static bool decode_scalar(gguf_kv *kv, gguf_vtype t, const uint8_t *p)
+{
     uint64_t raw = load_le(p, vt_size[t]);
     switch (t) {
     case GGUF_VT_UINT8: case GGUF_VT_UINT16: case GGUF_VT_UINT32: case GGUF_VT_UINT64:
@@ -176,7 +188,8 @@ static bool decode_scalar(gguf_kv *kv, gguf_vtype t, const uint8_t *p) {
     return true;
 }
 
-static bool parse_array(cursor *c, uint64_t i, gguf_kv *kv) {
+static bool parse_array(cursor *c, uint64_t i, gguf_kv *kv)
+{
     char d[160];
     uint64_t at = c->pos, et, n;
     kv_desc(d, sizeof d, i, &kv->key);
@@ -220,7 +233,8 @@ static bool parse_array(cursor *c, uint64_t i, gguf_kv *kv) {
     return true;
 }
 
-static bool parse_kv(cursor *c, uint64_t i, gguf_kv *kv) {
+static bool parse_kv(cursor *c, uint64_t i, gguf_kv *kv)
+{
     char d[160];
     uint64_t at = c->pos, t;
     snprintf(d, sizeof d, "kv %llu key", (ull)i);
@@ -245,7 +259,8 @@ static bool parse_kv(cursor *c, uint64_t i, gguf_kv *kv) {
     return decode_scalar(kv, kv->type, p);
 }
 
-static bool parse_tensor_info(cursor *c, uint64_t i, gguf_tensor *t, uint64_t alignment) {
+static bool parse_tensor_info(cursor *c, uint64_t i, gguf_tensor *t, uint64_t alignment)
+{
     char d[200];
     gguf_str name;
     uint64_t at = c->pos, v;
@@ -305,7 +320,8 @@ static bool parse_tensor_info(cursor *c, uint64_t i, gguf_tensor *t, uint64_t al
 }
 
 /* general.alignment: any integer type that fits, nonzero power of two. */
-static bool read_alignment(cursor *c, gguf_file *f) {
+static bool read_alignment(cursor *c, gguf_file *f)
+{
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     const gguf_kv *kv = gguf_find(f, "general.alignment");
     if (!kv) return true;
@@ -320,7 +336,8 @@ static bool read_alignment(cursor *c, gguf_file *f) {
     return true;
 }
 
-static bool index_kvs(cursor *c, gguf_file *f) {
+static bool index_kvs(cursor *c, gguf_file *f)
+{
     gguf_priv *pv = f->priv;
     if (!index_init(&pv->kv_ix, f->n_kv)) return fail(c, "out of memory");
     for (uint64_t i = 0; i < f->n_kv; i++) {
@@ -340,7 +357,8 @@ static bool index_kvs(cursor *c, gguf_file *f) {
     return true;
 }
 
-static bool index_tensors(cursor *c, gguf_file *f) {
+static bool index_tensors(cursor *c, gguf_file *f)
+{
     gguf_priv *pv = f->priv;
     if (!index_init(&pv->t_ix, f->n_tensors)) return fail(c, "out of memory");
     for (uint64_t i = 0; i < f->n_tensors; i++) {
@@ -357,7 +375,8 @@ static bool index_tensors(cursor *c, gguf_file *f) {
     return true;
 }
 
-static bool parse_header(cursor *c, gguf_file *f) {
+static bool parse_header(cursor *c, gguf_file *f)
+{
     const uint8_t *m = take(c, 4);
     if (!m) return fail(c, "header: file is %llu bytes, too short for the magic", (ull)c->size);
     if (memcmp(m, GGUF_MAGIC, 4))
@@ -388,7 +407,8 @@ static bool parse_header(cursor *c, gguf_file *f) {
 }
 
 /* Places the data section and checks each tensor's bytes lie inside the file. */
-static bool place_data(cursor *c, gguf_file *f) {
+static bool place_data(cursor *c, gguf_file *f)
+{
     uint64_t end_meta = c->pos, a = f->alignment;
     uint64_t start = (end_meta + a - 1) / a * a;   /* end_meta < 2^63, a <= 2^30: no overflow */
     if (f->n_tensors == 0) {
@@ -411,7 +431,8 @@ static bool place_data(cursor *c, gguf_file *f) {
     return true;
 }
 
-static gguf_file *parse(const uint8_t *buf, uint64_t size, const char *label, char *err, size_t errlen) {
+static gguf_file *parse(const uint8_t *buf, uint64_t size, const char *label, char *err, size_t errlen)
+{
     cursor c = { .b = buf, .size = size, .pos = 0, .err = err, .errlen = errlen, .label = label };
     if (err && errlen) err[0] = 0;
     gguf_file *f = calloc(1, sizeof *f);
@@ -437,12 +458,14 @@ bad:
     return NULL;
 }
 
-gguf_file *gguf_open_buffer(const void *buf, size_t size, char *err, size_t errlen) {
+gguf_file *gguf_open_buffer(const void *buf, size_t size, char *err, size_t errlen)
+{
     static const uint8_t empty[1];
     return parse(buf ? buf : empty, buf ? size : 0, NULL, err, errlen);
 }
 
-gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
+gguf_file *gguf_open(const char *path, char *err, size_t errlen)
+{
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (err && errlen) snprintf(err, errlen, "gguf: %s: %s", path, strerror(errno));
@@ -475,7 +498,8 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
     return f;
 }
 
-void gguf_close(gguf_file *f) {
+void gguf_close(gguf_file *f)
+{
     if (!f) return;
     gguf_priv *pv = f->priv;
     if (f->kv)
@@ -492,7 +516,8 @@ void gguf_close(gguf_file *f) {
     free(f);
 }
 
-const gguf_kv *gguf_find(const gguf_file *f, const char *key) {
+const gguf_kv *gguf_find(const gguf_file *f, const char *key)
+{
     if (!f || !key) return NULL;
     const gguf_priv *pv = f->priv;
     size_t n = strlen(key);
@@ -505,7 +530,8 @@ const gguf_kv *gguf_find(const gguf_file *f, const char *key) {
     }
 }
 
-const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
+{
     if (!f || !name) return NULL;
     const gguf_priv *pv = f->priv;
     if (!pv->t_ix.slots) return NULL;
@@ -518,7 +544,8 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
 
 /* ---- typed getters ---- */
 
-bool gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out) {
+bool gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out)
+{
     const gguf_kv *kv = gguf_find(f, key);
     if (!kv) return false;
     if (vt_is_unsigned(kv->type)) { *out = kv->v.u64; return true; }
@@ -526,14 +553,16 @@ bool gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out) {
     return false;
 }
 
-bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
+bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out)
+{
     uint64_t v;
     if (!gguf_get_u64(f, key, &v) || v > UINT32_MAX) return false;
     *out = (uint32_t)v;
     return true;
 }
 
-bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
+bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out)
+{
     const gguf_kv *kv = gguf_find(f, key);
     if (!kv) return false;
     if (vt_is_signed(kv->type)) { *out = kv->v.i64; return true; }
@@ -541,7 +570,8 @@ bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
     return false;
 }
 
-bool gguf_get_f32(const gguf_file *f, const char *key, float *out) {
+bool gguf_get_f32(const gguf_file *f, const char *key, float *out)
+{
     const gguf_kv *kv = gguf_find(f, key);
     if (!kv) return false;
     if (kv->type == GGUF_VT_FLOAT32 || kv->type == GGUF_VT_FLOAT64) { *out = (float)kv->v.f64; return true; }
@@ -550,21 +580,24 @@ bool gguf_get_f32(const gguf_file *f, const char *key, float *out) {
     return false;
 }
 
-bool gguf_get_bool(const gguf_file *f, const char *key, bool *out) {
+bool gguf_get_bool(const gguf_file *f, const char *key, bool *out)
+{
     const gguf_kv *kv = gguf_find(f, key);
     if (!kv || kv->type != GGUF_VT_BOOL) return false;
     *out = kv->v.b;
     return true;
 }
 
-bool gguf_get_str(const gguf_file *f, const char *key, gguf_str *out) {
+bool gguf_get_str(const gguf_file *f, const char *key, gguf_str *out)
+{
     const gguf_kv *kv = gguf_find(f, key);
     if (!kv || kv->type != GGUF_VT_STRING) return false;
     *out = kv->v.str;
     return true;
 }
 
-bool gguf_get_cstr(const gguf_file *f, const char *key, char *buf, size_t buflen) {
+bool gguf_get_cstr(const gguf_file *f, const char *key, char *buf, size_t buflen)
+{
     gguf_str s;
     if (!buf || !buflen || !gguf_get_str(f, key, &s) || s.len >= buflen) return false;
     memcpy(buf, s.ptr, s.len);
@@ -574,7 +607,8 @@ bool gguf_get_cstr(const gguf_file *f, const char *key, char *buf, size_t buflen
 
 /* ---- arrays ---- */
 
-gguf_str gguf_arr_str(const gguf_kv *kv, uint64_t i) {
+gguf_str gguf_arr_str(const gguf_kv *kv, uint64_t i)
+{
     gguf_str s = { NULL, 0 };
     if (!kv || kv->type != GGUF_VT_ARRAY || kv->v.arr.type != GGUF_VT_STRING || i >= kv->v.arr.n)
         return s;
@@ -584,7 +618,8 @@ gguf_str gguf_arr_str(const gguf_kv *kv, uint64_t i) {
     return s;
 }
 
-float gguf_arr_f32(const gguf_kv *kv, uint64_t i) {
+float gguf_arr_f32(const gguf_kv *kv, uint64_t i)
+{
     if (!kv || kv->type != GGUF_VT_ARRAY || i >= kv->v.arr.n) return 0.0f;
     const uint8_t *p = kv->v.arr.data;
     if (kv->v.arr.type == GGUF_VT_FLOAT32) {
@@ -602,7 +637,8 @@ float gguf_arr_f32(const gguf_kv *kv, uint64_t i) {
     return 0.0f;
 }
 
-int64_t gguf_arr_int(const gguf_kv *kv, uint64_t i) {
+int64_t gguf_arr_int(const gguf_kv *kv, uint64_t i)
+{
     if (!kv || kv->type != GGUF_VT_ARRAY || i >= kv->v.arr.n) return 0;
     gguf_vtype t = kv->v.arr.type;
     if (!vt_is_signed(t) && !vt_is_unsigned(t) && t != GGUF_VT_BOOL) return 0;
@@ -621,7 +657,8 @@ int64_t gguf_arr_int(const gguf_kv *kv, uint64_t i) {
 
 typedef struct { uint8_t *p; size_t len, cap; bool oom; } bytes;
 
-static void b_put(bytes *b, const void *src, size_t n) {
+static void b_put(bytes *b, const void *src, size_t n)
+{
     if (b->oom) return;
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
@@ -634,7 +671,8 @@ static void b_put(bytes *b, const void *src, size_t n) {
     if (n) memcpy(b->p + b->len, src, n);
     b->len += n;
 }
-static void b_le(bytes *b, uint64_t v, int n) {
+static void b_le(bytes *b, uint64_t v, int n)
+{
     uint8_t t[8];
     for (int i = 0; i < n; i++) t[i] = (uint8_t)(v >> (8 * i));
     b_put(b, t, (size_t)n);
@@ -666,7 +704,8 @@ struct gguf_writer {
 };
 
 static void w_fail(gguf_writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void w_fail(gguf_writer *w, const char *fmt, ...) {
+static void w_fail(gguf_writer *w, const char *fmt, ...)
+{
     if (w->err[0]) return;   /* keep the first */
     int n = snprintf(w->err, sizeof w->err, "gguf writer: ");
     va_list ap;
@@ -677,7 +716,8 @@ static void w_fail(gguf_writer *w, const char *fmt, ...) {
 
 gguf_writer *gguf_writer_new(void) { return calloc(1, sizeof(gguf_writer)); }
 
-void gguf_writer_free(gguf_writer *w) {
+void gguf_writer_free(gguf_writer *w)
+{
     if (!w) return;
     for (size_t i = 0; i < w->n_kv; i++) { free(w->kv[i].key); free(w->kv[i].val.p); }
     free(w->kv);
@@ -686,7 +726,8 @@ void gguf_writer_free(gguf_writer *w) {
 }
 
 /* Returns the value buffer for key, emptied; a repeated key replaces the old value. */
-static bytes *w_slot(gguf_writer *w, const char *key, gguf_vtype type) {
+static bytes *w_slot(gguf_writer *w, const char *key, gguf_vtype type)
+{
     if (!key || !*key) { w_fail(w, "empty key"); return NULL; }
     for (size_t i = 0; i < w->n_kv; i++)
         if (!strcmp(w->kv[i].key, key)) {
@@ -710,7 +751,8 @@ static bytes *w_slot(gguf_writer *w, const char *key, gguf_vtype type) {
     return &kv->val;
 }
 
-void gguf_w_scalar(gguf_writer *w, const char *key, gguf_vtype type, const void *value) {
+void gguf_w_scalar(gguf_writer *w, const char *key, gguf_vtype type, const void *value)
+{
     if ((unsigned)type >= GGUF_VT_COUNT || type == GGUF_VT_STRING || type == GGUF_VT_ARRAY) {
         w_fail(w, "key '%s': gguf_w_scalar cannot write type %s", key ? key : "", gguf_vtype_name(type));
         return;
@@ -727,12 +769,14 @@ void gguf_w_u64(gguf_writer *w, const char *key, uint64_t v) { gguf_w_scalar(w, 
 void gguf_w_f32(gguf_writer *w, const char *key, float v) { gguf_w_scalar(w, key, GGUF_VT_FLOAT32, &v); }
 void gguf_w_bool(gguf_writer *w, const char *key, bool v) { gguf_w_scalar(w, key, GGUF_VT_BOOL, &v); }
 
-void gguf_w_str(gguf_writer *w, const char *key, const char *v) {
+void gguf_w_str(gguf_writer *w, const char *key, const char *v)
+{
     bytes *b = w_slot(w, key, GGUF_VT_STRING);
     if (b) b_str(b, v ? v : "", v ? strlen(v) : 0);
 }
 
-void gguf_w_arr(gguf_writer *w, const char *key, gguf_vtype et, const void *data, uint64_t n) {
+void gguf_w_arr(gguf_writer *w, const char *key, gguf_vtype et, const void *data, uint64_t n)
+{
     if ((unsigned)et >= GGUF_VT_COUNT || et == GGUF_VT_STRING || et == GGUF_VT_ARRAY) {
         w_fail(w, "key '%s': gguf_w_arr cannot write element type %s", key ? key : "", gguf_vtype_name(et));
         return;
@@ -749,7 +793,8 @@ void gguf_w_arr(gguf_writer *w, const char *key, gguf_vtype et, const void *data
     }
 }
 
-void gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n) {
+void gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n)
+{
     bytes *b = w_slot(w, key, GGUF_VT_ARRAY);
     if (!b) return;
     b_le(b, GGUF_VT_STRING, 4);
@@ -757,14 +802,17 @@ void gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *v, uint6
     for (uint64_t i = 0; i < n; i++) b_str(b, v[i] ? v[i] : "", v[i] ? strlen(v[i]) : 0);
 }
 
-void gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n) {
+void gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n)
+{
     gguf_w_arr(w, key, GGUF_VT_FLOAT32, v, n);
 }
-void gguf_w_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n) {
+void gguf_w_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n)
+{
     gguf_w_arr(w, key, GGUF_VT_INT32, v, n);
 }
 
-void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv) {
+void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv)
+{
     char key[512];
     if (!kv || kv->key.len >= sizeof key) { w_fail(w, "copy_kv: missing kv or key too long"); return; }
     memcpy(key, kv->key.ptr, kv->key.len);
@@ -802,7 +850,8 @@ void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv) {
 }
 
 static wtensor *w_add_tensor(gguf_writer *w, const char *name, sw_type type,
-                             uint32_t n_dims, const uint64_t *ne) {
+                             uint32_t n_dims, const uint64_t *ne)
+{
     if (!name || !*name || strlen(name) > GGUF_NAME_MAX) {
         w_fail(w, "tensor name '%s' is empty or longer than %d", name ? name : "", GGUF_NAME_MAX);
         return NULL;
@@ -841,18 +890,21 @@ static wtensor *w_add_tensor(gguf_writer *w, const char *name, sw_type type,
 }
 
 void gguf_w_tensor(gguf_writer *w, const char *name, sw_type type,
-                   uint32_t n_dims, const uint64_t *ne, const void *data) {
+                   uint32_t n_dims, const uint64_t *ne, const void *data)
+{
     wtensor *t = w_add_tensor(w, name, type, n_dims, ne);
     if (t) t->data = data;
 }
 
 void gguf_w_tensor_fn(gguf_writer *w, const char *name, sw_type type,
-                      uint32_t n_dims, const uint64_t *ne, gguf_fill_fn fill, void *ctx) {
+                      uint32_t n_dims, const uint64_t *ne, gguf_fill_fn fill, void *ctx)
+{
     wtensor *t = w_add_tensor(w, name, type, n_dims, ne);
     if (t) { t->fill = fill; t->ctx = ctx; }
 }
 
-static uint64_t w_alignment(gguf_writer *w) {
+static uint64_t w_alignment(gguf_writer *w)
+{
     for (size_t i = 0; i < w->n_kv; i++) {
         if (strcmp(w->kv[i].key, "general.alignment")) continue;
         const bytes *b = &w->kv[i].val;
@@ -870,7 +922,8 @@ static uint64_t w_alignment(gguf_writer *w) {
 
 static bool write_all(FILE *fp, const void *p, size_t n) { return fwrite(p, 1, n, fp) == n; }
 
-static bool write_pad(FILE *fp, uint64_t pos, uint64_t a) {
+static bool write_pad(FILE *fp, uint64_t pos, uint64_t a)
+{
     static const uint8_t zeros[4096];
     uint64_t pad = (a - pos % a) % a;
     while (pad) {
@@ -883,7 +936,8 @@ static bool write_pad(FILE *fp, uint64_t pos, uint64_t a) {
 
 /* The header, keys and tensor infos into h, setting each tensor's offset
  * (aligned to a); h->oom says whether it all fit. */
-static void w_header(gguf_writer *w, uint64_t a, bytes *h) {
+static void w_header(gguf_writer *w, uint64_t a, bytes *h)
+{
     b_put(h, GGUF_MAGIC, 4);
     b_le(h, 3, 4);
     b_le(h, w->n_t, 8);
@@ -907,7 +961,8 @@ static void w_header(gguf_writer *w, uint64_t a, bytes *h) {
 
 /* Tensor t's data (filled now if it has a fill function) and its padding
  * to a; false with the reason in msg. */
-static bool w_tensor_data(FILE *fp, const wtensor *t, uint64_t a, const char *path, char *msg, size_t msglen) {
+static bool w_tensor_data(FILE *fp, const wtensor *t, uint64_t a, const char *path, char *msg, size_t msglen)
+{
     const void *data = t->data;
     void *scratch = NULL;
     if (t->fill) {
@@ -936,7 +991,8 @@ static bool w_tensor_data(FILE *fp, const wtensor *t, uint64_t a, const char *pa
     return ok;
 }
 
-bool gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen) {
+bool gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen)
+{
     uint64_t a = w_alignment(w);
     for (size_t i = 0; i < w->n_kv && !w->err[0]; i++)
         if (w->kv[i].val.oom) w_fail(w, "out of memory building key '%s'", w->kv[i].key);

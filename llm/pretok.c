@@ -78,7 +78,8 @@ struct sw_pretok {
     int n_re;
 };
 
-static bool name_in(const char *names, const char *name, size_t len) {
+static bool name_in(const char *names, const char *name, size_t len)
+{
     for (const char *p = names; *p; ) {
         size_t n = strcspn(p, " ");
         if (n == len && !memcmp(p, name, len)) return true;
@@ -87,7 +88,8 @@ static bool name_in(const char *names, const char *name, size_t len) {
     return false;
 }
 
-sw_pretok *sw_pretok_new(const char *name, size_t len, char *err, size_t errlen) {
+sw_pretok *sw_pretok_new(const char *name, size_t len, char *err, size_t errlen)
+{
     const pretok_spec *spec = name ? NULL : &SPECS[0];
     for (int i = 0; !spec && i < N_SPECS; i++)
         if (name_in(SPECS[i].names, name, len)) spec = &SPECS[i];
@@ -121,7 +123,8 @@ sw_pretok *sw_pretok_new(const char *name, size_t len, char *err, size_t errlen)
     return p;
 }
 
-void sw_pretok_free(sw_pretok *p) {
+void sw_pretok_free(sw_pretok *p)
+{
     if (!p) return;
     for (int i = 0; i < p->n_re; i++) pcre2_code_free(p->re[i]);
     free(p);
@@ -134,7 +137,8 @@ bool sw_pretok_default_bos(const sw_pretok *p) { return p->spec->bos; }
 
 typedef struct { sw_span *v; size_t n, cap; bool oom; } spanvec;
 
-static void push(spanvec *s, size_t off, size_t len) {
+static void push(spanvec *s, size_t off, size_t len)
+{
     if (s->oom || len == 0) return;
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
@@ -149,7 +153,8 @@ static void push(spanvec *s, size_t off, size_t len) {
 /* The next match in piece[0..n) from 'at', or false. A JIT that runs out of
  * its stack gets one retry in the interpreter, whose memory is the heap. */
 static bool next_match(const pcre2_code *re, const char *piece, size_t n, size_t at, pcre2_match_data *md,
-                       size_t *s, size_t *e) {
+                       size_t *s, size_t *e)
+{
     int rc = pcre2_match(re, (PCRE2_SPTR)piece, n, at, 0, md, NULL);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
         rc = pcre2_match(re, (PCRE2_SPTR)piece, n, at, PCRE2_NO_JIT, md, NULL);
@@ -164,7 +169,8 @@ static bool next_match(const pcre2_code *re, const char *piece, size_t n, size_t
  * between them both become pieces. An empty match (a lookahead) only marks
  * a cut. */
 static void split_one(const pcre2_code *re, const char *text, size_t off, size_t n, pcre2_match_data *md,
-                      spanvec *out) {
+                      spanvec *out)
+{
     const char *piece = text + off;
     size_t gap = 0, at = 0, s, e;
     while (at <= n && next_match(re, piece, n, at, md, &s, &e)) {
@@ -182,7 +188,8 @@ static void split_one(const pcre2_code *re, const char *text, size_t off, size_t
     if (gap < n) push(out, off + gap, n - gap);
 }
 
-size_t sw_pretok_split(const sw_pretok *p, const char *text, size_t len, sw_span **out) {
+size_t sw_pretok_split(const sw_pretok *p, const char *text, size_t len, sw_span **out)
+{
     *out = NULL;
     spanvec cur = { 0 }, next = { 0 };
     push(&cur, 0, len);

@@ -39,12 +39,14 @@ static const sw_type_traits TRAITS[SW_TYPE_COUNT] = {
     [SW_TYPE_Q8_K] = {"q8_K", QK_K, sizeof(block_q8_k), true, SW_TYPE_Q8_K},
 };
 
-const sw_type_traits *sw_type_info(uint32_t type) {
+const sw_type_traits *sw_type_info(uint32_t type)
+{
     if (type >= SW_TYPE_COUNT || !TRAITS[type].name) return NULL;
     return &TRAITS[type];
 }
 
-size_t sw_row_size(sw_type type, uint64_t n) {
+size_t sw_row_size(sw_type type, uint64_t n)
+{
     const sw_type_traits *t = sw_type_info(type);
     if (!t || n % t->block_size) return 0;
     uint64_t blocks = n / t->block_size;
@@ -57,7 +59,8 @@ size_t sw_row_size(sw_type type, uint64_t n) {
 static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-float sw_f16_to_f32(sw_f16 h) {
+float sw_f16_to_f32(sw_f16 h)
+{
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
     if (exp == 0) {
@@ -70,13 +73,15 @@ float sw_f16_to_f32(sw_f16 h) {
 }
 
 /* Rounds q + rem/2^shift to nearest, ties to even. */
-static inline uint32_t round_shift_rne(uint32_t m, unsigned shift) {
+static inline uint32_t round_shift_rne(uint32_t m, unsigned shift)
+{
     uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
     if (rem > half || (rem == half && (q & 1))) q++;
     return q;
 }
 
-sw_f16 sw_f32_to_f16(float f) {
+sw_f16 sw_f32_to_f16(float f)
+{
     uint32_t u = f32_bits(f);
     uint16_t sign = (u >> 16) & 0x8000;
     uint32_t exp = (u >> 23) & 0xff, mant = u & 0x7fffff;
@@ -99,7 +104,8 @@ sw_f16 sw_f32_to_f16(float f) {
 
 float sw_bf16_to_f32(sw_bf16 h) { return bits_f32((uint32_t)h << 16); }
 
-sw_bf16 sw_f32_to_bf16(float f) {
+sw_bf16 sw_f32_to_bf16(float f)
+{
     uint32_t u = f32_bits(f);
     if ((u & 0x7fffffff) > 0x7f800000) return (sw_bf16)((u >> 16) | 0x40); /* quiet NaN */
     return (sw_bf16)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
@@ -111,12 +117,14 @@ sw_bf16 sw_f32_to_bf16(float f) {
 
 /* Round to nearest, ties to even: the same rounding SIMD conversions use, so
  * vectorized quantizers can reproduce these bytes exactly. */
-static inline float round_even(float x) {
+static inline float round_even(float x)
+{
     /* adding and removing 1.5*2^23 leaves x rounded to an integer, ties to
      * even, for |x| < 2^22; callers keep x within that */
     return (x + 12582912.0f) - 12582912.0f;
 }
-static inline int rne(float x) {
+static inline int rne(float x)
+{
     if (!(x > -4e6f)) return x != x ? 0 : -4000000; /* NaN -> 0; no UB casts */
     if (x > 4e6f) return 4000000;
     return (int)round_even(x);
@@ -127,7 +135,8 @@ static inline float minf(float a, float b) { return a < b ? a : b; }
 static inline float maxf(float a, float b) { return a > b ? a : b; }
 
 
-static void k_pack_scales(uint8_t *s, const uint8_t *sc, const uint8_t *m) {
+static void k_pack_scales(uint8_t *s, const uint8_t *sc, const uint8_t *m)
+{
     for (int j = 0; j < 4; j++) {
         s[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
         s[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
@@ -143,7 +152,8 @@ const int8_t sw_fp4_values[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -
 /* An E8M0 byte is the exponent 2^(e-127); halved for the doubled table.
  * e = 0 and 1 give the denormals 2^-128 and 2^-127; 255 (NaN in the OCP
  * format) reads as 2^127, as llama.cpp reads it. */
-float sw_e8m0_half(uint8_t e) {
+float sw_e8m0_half(uint8_t e)
+{
     uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
     float f;
     memcpy(&f, &bits, 4);
@@ -152,7 +162,8 @@ float sw_e8m0_half(uint8_t e) {
 
 /* ---- dequantize -------------------------------------------------------- */
 
-static void deq_mxfp4(const block_mxfp4 *b, float *y) {
+static void deq_mxfp4(const block_mxfp4 *b, float *y)
+{
     float d = sw_e8m0_half(b->e);
     for (int j = 0; j < 16; j++) {
         y[j] = d * sw_fp4_values[b->qs[j] & 0xf];
@@ -160,7 +171,8 @@ static void deq_mxfp4(const block_mxfp4 *b, float *y) {
     }
 }
 
-static void deq_q4_0(const block_q4_0 *b, float *y) {
+static void deq_q4_0(const block_q4_0 *b, float *y)
+{
     float d = F16(b->d);
     for (int j = 0; j < 16; j++) {
         y[j] = d * ((b->qs[j] & 0xf) - 8);
@@ -168,7 +180,8 @@ static void deq_q4_0(const block_q4_0 *b, float *y) {
     }
 }
 
-static void deq_q4_1(const block_q4_1 *b, float *y) {
+static void deq_q4_1(const block_q4_1 *b, float *y)
+{
     float d = F16(b->d), m = F16(b->m);
     for (int j = 0; j < 16; j++) {
         y[j] = d * (b->qs[j] & 0xf) + m;
@@ -179,31 +192,36 @@ static void deq_q4_1(const block_q4_1 *b, float *y) {
 static inline uint32_t load_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
 /* 5-bit value j (0..31) of a Q5_0/Q5_1 block: low nibble from qs, bit j of qh on top. */
-static inline int q5_value(const uint8_t *qs, uint32_t qh, int j) {
+static inline int q5_value(const uint8_t *qs, uint32_t qh, int j)
+{
     int lo = j < 16 ? (qs[j] & 0xf) : (qs[j - 16] >> 4);
     return lo | (int)(((qh >> j) & 1) << 4);
 }
 
-static void deq_q5_0(const block_q5_0 *b, float *y) {
+static void deq_q5_0(const block_q5_0 *b, float *y)
+{
     float d = F16(b->d);
     uint32_t qh = load_u32(b->qh);
     for (int j = 0; j < 32; j++) y[j] = d * (q5_value(b->qs, qh, j) - 16);
 }
 
-static void deq_q5_1(const block_q5_1 *b, float *y) {
+static void deq_q5_1(const block_q5_1 *b, float *y)
+{
     float d = F16(b->d), m = F16(b->m);
     uint32_t qh = load_u32(b->qh);
     for (int j = 0; j < 32; j++) y[j] = d * q5_value(b->qs, qh, j) + m;
 }
 
-static void deq_q8_0(const block_q8_0 *b, float *y) {
+static void deq_q8_0(const block_q8_0 *b, float *y)
+{
     float d = F16(b->d);
     for (int j = 0; j < 32; j++) y[j] = d * b->qs[j];
 }
 
 /* Q4_K: chunk c (64 weights) uses qs[32c..32c+31]; low nibbles are sub-block
  * 2c, high nibbles sub-block 2c+1. */
-static inline int kq_value(const uint8_t *qs, const uint8_t *qh, int i) {
+static inline int kq_value(const uint8_t *qs, const uint8_t *qh, int i)
+{
     int c = i / 64, l = i % 32, hi = (i / 32) & 1;
     uint8_t byte = qs[32 * c + l];
     int v = hi ? byte >> 4 : byte & 0xf;
@@ -212,7 +230,8 @@ static inline int kq_value(const uint8_t *qs, const uint8_t *qh, int i) {
 }
 
 /* Q4_K (qh NULL) and Q5_K share everything but the fifth bit. */
-static void deq_kq(sw_f16 d16, sw_f16 dmin16, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float *y) {
+static void deq_kq(sw_f16 d16, sw_f16 dmin16, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float *y)
+{
     float d = F16(d16), dmin = F16(dmin16);
     for (int j = 0; j < 8; j++) {
         int sc, m;
@@ -228,7 +247,8 @@ static void deq_q5_k(const block_q5_k *b, float *y) { deq_kq(b->d, b->dmin, b->s
 /* Q6_K: each 128-weight half h uses ql[64h..64h+63] and qh[32h..32h+31].
  * Weight 128h + 32k + l (k 0..3, l 0..31): low 4 bits from ql[64h + l + 32*(k&1)]
  * (low nibble for k<2, high for k>=2), high 2 bits from qh[32h + l] >> 2k. */
-static inline int q6k_value(const block_q6_k *b, int i) {
+static inline int q6k_value(const block_q6_k *b, int i)
+{
     int h = i / 128, k = (i / 32) % 4, l = i % 32;
     uint8_t lb = b->ql[64 * h + l + 32 * (k & 1)];
     int lo = k < 2 ? lb & 0xf : lb >> 4;
@@ -236,16 +256,19 @@ static inline int q6k_value(const block_q6_k *b, int i) {
     return (lo | (hi << 4)) - 32;
 }
 
-static void deq_q6_k(const block_q6_k *b, float *y) {
+static void deq_q6_k(const block_q6_k *b, float *y)
+{
     float d = F16(b->d);
     for (int i = 0; i < QK_K; i++) y[i] = d * b->scales[i / 16] * q6k_value(b, i);
 }
 
-static void deq_q8_k(const block_q8_k *b, float *y) {
+static void deq_q8_k(const block_q8_k *b, float *y)
+{
     for (int i = 0; i < QK_K; i++) y[i] = b->d * b->qs[i];
 }
 
-int sw_kblock_unpack(sw_type type, const void *block, uint8_t q[QK_K], float scale[16], float offs[16]) {
+int sw_kblock_unpack(sw_type type, const void *block, uint8_t q[QK_K], float scale[16], float offs[16])
+{
     switch (type) {
     case SW_TYPE_Q4_K: case SW_TYPE_Q5_K: {
         const block_q4_k *b4 = block;
@@ -306,7 +329,8 @@ int sw_kblock_unpack(sw_type type, const void *block, uint8_t q[QK_K], float sca
 /* Symmetric: x ~ s*q, q in [qmin, qmax] (qmin = -qmax-1). Returns s; q out.
  * For a fixed rounding q the best s is sum(xq)/sum(qq) and the error is
  * sum(xx) - sum(xq)^2/sum(qq), so each candidate costs one pass. */
-static float fit_symmetric(const float *x, int n, int qmin, int qmax, int8_t *q) {
+static float fit_symmetric(const float *x, int n, int qmin, int qmax, int8_t *q)
+{
     float amax = 0, vmax = 0;
     for (int i = 0; i < n; i++)
         if (fabsf(x[i]) > amax) { amax = fabsf(x[i]); vmax = x[i]; }
@@ -340,7 +364,8 @@ static float fit_symmetric(const float *x, int n, int qmin, int qmax, int8_t *q)
  * offset is forced <= 0 (K-quants store it as a non-negative min). For each
  * candidate rounding, (s, off) is the least-squares fit and its error has a
  * closed form, so each candidate costs one pass. */
-static void fit_asymmetric(const float *x, int n, int qmax, bool nonpos_off, float *s_out, float *off_out) {
+static void fit_asymmetric(const float *x, int n, int qmax, bool nonpos_off, float *s_out, float *off_out)
+{
     float lo = x[0], hi = x[0], sx = 0, sxx = 0;
     for (int i = 0; i < n; i++) {
         lo = minf(lo, x[i]);
@@ -379,7 +404,8 @@ static void fit_asymmetric(const float *x, int n, int qmax, bool nonpos_off, flo
 /* Rounded-through-fp16 value: quantizers pick q for the scale actually stored. */
 static inline float via_f16(float f) { return sw_f16_to_f32(sw_f32_to_f16(f)); }
 
-static void quant_q4_0(const float *x, block_q4_0 *b) {
+static void quant_q4_0(const float *x, block_q4_0 *b)
+{
     int8_t q[32];
     float d = via_f16(fit_symmetric(x, 32, -8, 7, q));
     float id = d ? 1.0f / d : 0;
@@ -393,7 +419,8 @@ static void quant_q4_0(const float *x, block_q4_0 *b) {
 /* The shared exponent puts the block's largest magnitude in [4, 8) times
  * the scale, E2M1's top binade (OCP MX: floor(log2(amax)) - 2); each value
  * then takes the nearest of the sixteen (the first of equals). */
-static void quant_mxfp4(const float *x, block_mxfp4 *b) {
+static void quant_mxfp4(const float *x, block_mxfp4 *b)
+{
     float amax = 0.0f;
     for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
     int e = amax > 0.0f ? (int)floorf(log2f(amax)) - 2 + 127 : 0;
@@ -408,7 +435,8 @@ static void quant_mxfp4(const float *x, block_mxfp4 *b) {
     }
 }
 
-static void quant_q5_0(const float *x, block_q5_0 *b) {
+static void quant_q5_0(const float *x, block_q5_0 *b)
+{
     int8_t q[32];
     float d = via_f16(fit_symmetric(x, 32, -16, 15, q));
     float id = d ? 1.0f / d : 0;
@@ -423,7 +451,8 @@ static void quant_q5_0(const float *x, block_q5_0 *b) {
     memcpy(b->qh, &qh, 4);
 }
 
-static void quant_q4_1(const float *x, block_q4_1 *b) {
+static void quant_q4_1(const float *x, block_q4_1 *b)
+{
     float s, off;
     fit_asymmetric(x, 32, 15, false, &s, &off);
     float d = via_f16(s), m = via_f16(off);
@@ -436,7 +465,8 @@ static void quant_q4_1(const float *x, block_q4_1 *b) {
     }
 }
 
-static void quant_q5_1(const float *x, block_q5_1 *b) {
+static void quant_q5_1(const float *x, block_q5_1 *b)
+{
     float s, off;
     fit_asymmetric(x, 32, 31, false, &s, &off);
     float d = via_f16(s), m = via_f16(off);
@@ -454,7 +484,8 @@ static void quant_q5_1(const float *x, block_q5_1 *b) {
 }
 
 /* Q8_0 (also the activation format of the 32-blocks): d = amax/127. */
-static void quant_q8_0(const float *x, block_q8_0 *b) {
+static void quant_q8_0(const float *x, block_q8_0 *b)
+{
     float amax = 0;
     for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
     float d = amax / 127.0f, id = d ? 1.0f / d : 0;
@@ -464,7 +495,8 @@ static void quant_q8_0(const float *x, block_q8_0 *b) {
 
 /* Q8_K (activations): the value of largest magnitude maps to -128, using the
  * full int8 range; d = 1/iscale may be negative. bsums feed the min terms. */
-static void quant_q8_k(const float *x, block_q8_k *b) {
+static void quant_q8_k(const float *x, block_q8_k *b)
+{
     float amax = 0, vmax = 0;
     for (int i = 0; i < QK_K; i++)
         if (fabsf(x[i]) > amax) { amax = fabsf(x[i]); vmax = x[i]; }
@@ -482,7 +514,8 @@ static void quant_q8_k(const float *x, block_q8_k *b) {
 /* Q4_K / Q5_K share the scale/min fit: per sub-block (s_j, min_j), then the
  * 6-bit codes relative to the block's d and dmin, then q for the stored values. */
 static void kquant_scales(const float *x, int qmax, sw_f16 *d_out, sw_f16 *dmin_out,
-                          uint8_t *scales, uint8_t *L) {
+                          uint8_t *scales, uint8_t *L)
+{
     float s[8], mn[8], smax = 0, mmax = 0;
     for (int j = 0; j < 8; j++) {
         float off;
@@ -509,7 +542,8 @@ static void kquant_scales(const float *x, int qmax, sw_f16 *d_out, sw_f16 *dmin_
     }
 }
 
-static void quant_q4_k(const float *x, block_q4_k *b) {
+static void quant_q4_k(const float *x, block_q4_k *b)
+{
     uint8_t L[QK_K];
     kquant_scales(x, 15, &b->d, &b->dmin, b->scales, L);
     for (int c = 0; c < 4; c++)
@@ -517,7 +551,8 @@ static void quant_q4_k(const float *x, block_q4_k *b) {
             b->qs[32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
 }
 
-static void quant_q5_k(const float *x, block_q5_k *b) {
+static void quant_q5_k(const float *x, block_q5_k *b)
+{
     uint8_t L[QK_K];
     kquant_scales(x, 31, &b->d, &b->dmin, b->scales, L);
     memset(b->qh, 0, sizeof b->qh);
@@ -529,7 +564,8 @@ static void quant_q5_k(const float *x, block_q5_k *b) {
         }
 }
 
-static void quant_q6_k(const float *x, block_q6_k *b) {
+static void quant_q6_k(const float *x, block_q6_k *b)
+{
     float s[16], smax = 0, svmax = 0;
     int8_t qtmp[16];
     for (int j = 0; j < 16; j++) {
@@ -568,14 +604,16 @@ static void quant_q6_k(const float *x, block_q6_k *b) {
  * sub-block term): the SIMD kernels compute the same integers, so they can
  * only differ from these in float summation order. */
 
-static float dot_q4_0(const block_q4_0 *w, const block_q8_0 *a) {
+static float dot_q4_0(const block_q4_0 *w, const block_q8_0 *a)
+{
     int s = 0;
     for (int j = 0; j < 16; j++)
         s += ((w->qs[j] & 0xf) - 8) * a->qs[j] + ((w->qs[j] >> 4) - 8) * a->qs[j + 16];
     return F16(w->d) * F16(a->d) * (float)s;
 }
 
-static float dot_mxfp4(const block_mxfp4 *w, const block_q8_0 *a) {
+static float dot_mxfp4(const block_mxfp4 *w, const block_q8_0 *a)
+{
     int s = 0;
     for (int j = 0; j < 16; j++)
         s += sw_fp4_values[w->qs[j] & 0xf] * a->qs[j] + sw_fp4_values[w->qs[j] >> 4] * a->qs[j + 16];
@@ -584,21 +622,24 @@ static float dot_mxfp4(const block_mxfp4 *w, const block_q8_0 *a) {
 
 static int sum_q8(const int8_t *q, int n) { int s = 0; for (int i = 0; i < n; i++) s += q[i]; return s; }
 
-static float dot_q4_1(const block_q4_1 *w, const block_q8_0 *a) {
+static float dot_q4_1(const block_q4_1 *w, const block_q8_0 *a)
+{
     int s = 0;
     for (int j = 0; j < 16; j++) s += (w->qs[j] & 0xf) * a->qs[j] + (w->qs[j] >> 4) * a->qs[j + 16];
     float da = F16(a->d);
     return F16(w->d) * da * (float)s + F16(w->m) * da * (float)sum_q8(a->qs, 32);
 }
 
-static float dot_q5_0(const block_q5_0 *w, const block_q8_0 *a) {
+static float dot_q5_0(const block_q5_0 *w, const block_q8_0 *a)
+{
     uint32_t qh = load_u32(w->qh);
     int s = 0;
     for (int j = 0; j < 32; j++) s += (q5_value(w->qs, qh, j) - 16) * a->qs[j];
     return F16(w->d) * F16(a->d) * (float)s;
 }
 
-static float dot_q5_1(const block_q5_1 *w, const block_q8_0 *a) {
+static float dot_q5_1(const block_q5_1 *w, const block_q8_0 *a)
+{
     uint32_t qh = load_u32(w->qh);
     int s = 0;
     for (int j = 0; j < 32; j++) s += q5_value(w->qs, qh, j) * a->qs[j];
@@ -606,7 +647,8 @@ static float dot_q5_1(const block_q5_1 *w, const block_q8_0 *a) {
     return F16(w->d) * da * (float)s + F16(w->m) * da * (float)sum_q8(a->qs, 32);
 }
 
-static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *a) {
+static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *a)
+{
     int s = 0;
     for (int j = 0; j < 32; j++) s += w->qs[j] * a->qs[j];
     return F16(w->d) * F16(a->d) * (float)s;
@@ -617,7 +659,8 @@ static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *a) {
  * and 2c+1 of qh[l]). */
 /* Q4_K (qh NULL) and Q5_K x Q8_K. */
 static float dot_kq(sw_f16 d, sw_f16 dmin, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
-                    const block_q8_k *a) {
+                    const block_q8_k *a)
+{
     int isum = 0, msum = 0;
     for (int c = 0; c < 4; c++) {
         int sc0, m0, sc1, m1, s0 = 0, s1 = 0;
@@ -639,7 +682,8 @@ static float dot_q5_k(const block_q5_k *w, const block_q8_k *a) { return dot_kq(
 
 /* Q6_K: see q6k_value. For half h and l in one 16-run (sub-block 8h + l/16),
  * the same ql/qh bytes give weights 128h + l + 32k of sub-blocks +2k. */
-static float dot_q6_k(const block_q6_k *w, const block_q8_k *a) {
+static float dot_q6_k(const block_q6_k *w, const block_q8_k *a)
+{
     int isum = 0;
     for (int h = 0; h < 2; h++)
         for (int r = 0; r < 2; r++) {
@@ -658,7 +702,8 @@ static float dot_q6_k(const block_q6_k *w, const block_q8_k *a) {
     return a->d * F16(w->d) * (float)isum;
 }
 
-static float dot_q8_k(const block_q8_k *w, const block_q8_k *a) {
+static float dot_q8_k(const block_q8_k *w, const block_q8_k *a)
+{
     int s = 0;
     for (int i = 0; i < QK_K; i++) s += w->qs[i] * a->qs[i];
     return w->d * a->d * (float)s;
@@ -692,7 +737,8 @@ static const block_ref BLOCK_REFS[SW_TYPE_COUNT] = {
 };
 #undef REF
 
-bool sw_dequantize_row(sw_type type, const void *src, float *dst, int64_t n) {
+bool sw_dequantize_row(sw_type type, const void *src, float *dst, int64_t n)
+{
     const sw_type_traits *t = sw_type_info(type);
     if (!t || n < 0 || n % t->block_size) return false;
     int64_t nb = n / t->block_size;
@@ -713,7 +759,8 @@ bool sw_dequantize_row(sw_type type, const void *src, float *dst, int64_t n) {
     return true;
 }
 
-bool sw_quantize_row(sw_type type, const float *src, void *dst, int64_t n) {
+bool sw_quantize_row(sw_type type, const float *src, void *dst, int64_t n)
+{
     const sw_type_traits *t = sw_type_info(type);
     if (!t || n < 0 || n % t->block_size) return false;
     uint8_t *p = dst;
@@ -734,7 +781,8 @@ bool sw_quantize_row(sw_type type, const float *src, void *dst, int64_t n) {
     return true;
 }
 
-float sw_vec_dot_ref(sw_type type, int64_t n, const void *w, const void *act) {
+float sw_vec_dot_ref(sw_type type, int64_t n, const void *w, const void *act)
+{
     const sw_type_traits *t = sw_type_info(type);
     if (!t || n < 0 || n % t->block_size) return NAN;
     const uint8_t *pw = w, *pa = act;

@@ -109,7 +109,8 @@ float sw_vec_dot_ref(sw_type type, int64_t n, const void *w, const void *act);
 
 /* Stored 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block's
  * 12-byte scales field. */
-static inline void sw_k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+static inline void sw_k_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
     if (j < 4) {
         *sc = s[j] & 63;
         *m = s[j + 4] & 63;

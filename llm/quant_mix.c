@@ -12,37 +12,43 @@ static const struct { const char *name; sw_ftype ft; } FTYPES[] = {
     { "q4_k_m", SW_FTYPE_MOSTLY_Q4_K_M },
 };
 
-bool sw_ftype_parse(const char *s, sw_ftype *out) {
+bool sw_ftype_parse(const char *s, sw_ftype *out)
+{
     for (size_t i = 0; s && i < sizeof FTYPES / sizeof FTYPES[0]; i++)
         if (!strcasecmp(s, FTYPES[i].name)) { *out = FTYPES[i].ft; return true; }
     return false;
 }
 
-const char *sw_ftype_name(sw_ftype ft) {
+const char *sw_ftype_name(sw_ftype ft)
+{
     for (size_t i = 0; i < sizeof FTYPES / sizeof FTYPES[0]; i++)
         if (FTYPES[i].ft == ft) return FTYPES[i].name;
     return "unknown";
 }
 
-bool sw_mix_more_bits(uint32_t layer, uint32_t n_layers) {
+bool sw_mix_more_bits(uint32_t layer, uint32_t n_layers)
+{
     uint32_t eighth = n_layers / 8;
     return layer < eighth || layer >= 7 * n_layers / 8 || (layer - eighth) % 3 == 2;
 }
 
 /* Layer number from "blk.N.", or -1. */
-static long layer_of(const char *name) {
+static long layer_of(const char *name)
+{
     if (strncmp(name, "blk.", 4)) return -1;
     char *end;
     long n = strtol(name + 4, &end, 10);
     return end != name + 4 && *end == '.' && n >= 0 ? n : -1;
 }
 
-static bool has_suffix_part(const char *name, const char *part) {
+static bool has_suffix_part(const char *name, const char *part)
+{
     return strstr(name, part) != NULL;
 }
 
 /* Walks the fallback chain until the row length fits the block size. */
-static sw_type fit_row(sw_type t, uint64_t ne0) {
+static sw_type fit_row(sw_type t, uint64_t ne0)
+{
     for (;;) {
         const sw_type_traits *tr = sw_type_info(t);
         if (tr && ne0 % tr->block_size == 0) return t;
@@ -55,7 +61,8 @@ static sw_type fit_row(sw_type t, uint64_t ne0) {
     }
 }
 
-sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64_t *ne, const sw_mix_model *mm) {
+sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64_t *ne, const sw_mix_model *mm)
+{
     /* vectors, tensors that are not weights (gpt-oss's 2-D expert biases:
      * llama.cpp quantizes only names ending in "weight"), and a mixture's
      * router (small, and it picks the experts: llama.cpp keeps it in float too) */
@@ -85,7 +92,8 @@ sw_type sw_mix_type(sw_ftype ft, const char *name, uint32_t n_dims, const uint64
 }
 
 bool sw_quantize_rows(sw_type type, uint64_t ne0, uint64_t rows, void *dst,
-                      bool (*row)(void *ctx, uint64_t r, float *x), void *ctx) {
+                      bool (*row)(void *ctx, uint64_t r, float *x), void *ctx)
+{
     size_t row_bytes = sw_row_size(type, ne0);
     int failed = 0;
 #pragma omp parallel reduction(| : failed)

@@ -26,7 +26,8 @@ struct sw_cand { int32_t id; float logit; float w; };
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-static uint64_t next_u64(sw_sampler *s) {
+static uint64_t next_u64(sw_sampler *s)
+{
     uint64_t s0 = s->rng[0], s1 = s->rng[1], r = s0 + s1;
     s1 ^= s0;
     s->rng[0] = rotl(s0, 24) ^ s1 ^ (s1 << 16);
@@ -43,13 +44,15 @@ static double next_unit(sw_sampler *s) { return (double)(next_u64(s) >> 11) * 0x
 _Static_assert(sizeof(sw_sampling_params) == 64, "sw_sampling_params changed: see sw_sampler_is_plain");
 #endif
 
-bool sw_sampler_is_plain(const sw_sampling_params *p) {
+bool sw_sampler_is_plain(const sw_sampling_params *p)
+{
     /* repeat_last_n only sizes the repetition penalty's window */
     return (p->repetition_penalty == 0.0f || p->repetition_penalty == 1.0f) && p->min_p <= 0.0f &&
            p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f && p->n_bias == 0;
 }
 
-void sw_sampler_init(sw_sampler *s, const sw_sampling_params *p) {
+void sw_sampler_init(sw_sampler *s, const sw_sampling_params *p)
+{
     memset(s, 0, sizeof *s);
     if (p) s->p = *p;
     uint64_t x = s->p.seed;
@@ -76,7 +79,8 @@ void sw_sampler_init(sw_sampler *s, const sw_sampling_params *p) {
     s->p.bias = s->bias;
 }
 
-void sw_sampler_free(sw_sampler *s) {
+void sw_sampler_free(sw_sampler *s)
+{
     free(s->recent);
     free(s->bias_ids);
     free(s->bias);
@@ -86,14 +90,16 @@ void sw_sampler_free(sw_sampler *s) {
     memset(s, 0, sizeof *s);
 }
 
-void sw_sampler_accept(sw_sampler *s, int32_t token) {
+void sw_sampler_accept(sw_sampler *s, int32_t token)
+{
     if (s->recent_cap == 0) return;
     s->recent[s->recent_head] = token;
     s->recent_head = (s->recent_head + 1) % s->recent_cap;
     if (s->n_recent < s->recent_cap) s->n_recent++;
 }
 
-bool sw_sampler_generated(sw_sampler *s, int32_t token, int32_t n_vocab) {
+bool sw_sampler_generated(sw_sampler *s, int32_t token, int32_t n_vocab)
+{
     if ((s->p.presence_penalty == 0.0f && s->p.frequency_penalty == 0.0f) || token < 0 || token >= n_vocab) return true;
     if (!s->counts) {
         s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
@@ -106,7 +112,8 @@ bool sw_sampler_generated(sw_sampler *s, int32_t token, int32_t n_vocab) {
     return true;
 }
 
-int32_t sw_argmax(const float *x, int32_t n) {
+int32_t sw_argmax(const float *x, int32_t n)
+{
     int32_t best = 0;
     bool found = false;
     for (int32_t i = 0; i < n; i++) {
@@ -116,14 +123,16 @@ int32_t sw_argmax(const float *x, int32_t n) {
     return best;
 }
 
-static int cmp_int(const void *a, const void *b) {
+static int cmp_int(const void *a, const void *b)
+{
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
 }
 
 /* llama-style penalty: each distinct recent token once, positive logits
  * divided, negative ones multiplied, so the token always becomes less likely. */
-static void apply_penalty(sw_sampler *s, float *logits, int32_t n_vocab) {
+static void apply_penalty(sw_sampler *s, float *logits, int32_t n_vocab)
+{
     float pen = s->p.repetition_penalty;
     if (!(pen > 0.0f) || pen == 1.0f || s->n_recent == 0) return;
     int32_t *tmp = s->recent + s->recent_cap;
@@ -138,7 +147,8 @@ static void apply_penalty(sw_sampler *s, float *logits, int32_t n_vocab) {
 
 /* OpenAI's: logit -= frequency * count + presence * (count > 0), over the
  * tokens generated so far. */
-static void apply_presence(sw_sampler *s, float *logits, int32_t n_vocab) {
+static void apply_presence(sw_sampler *s, float *logits, int32_t n_vocab)
+{
     for (int32_t i = 0; i < s->n_seen; i++) {
         int32_t t = s->seen[i];
         if (t < n_vocab) logits[t] -= s->p.frequency_penalty * (float)s->counts[t] + s->p.presence_penalty;
@@ -149,21 +159,25 @@ static void apply_presence(sw_sampler *s, float *logits, int32_t n_vocab) {
 static float clean_logit(float x) { return isnan(x) ? -INFINITY : x == INFINITY ? FLT_MAX : x; }
 
 /* Strict total order: higher logit first, then lower id. */
-static bool better(const struct sw_cand *a, const struct sw_cand *b) {
+static bool better(const struct sw_cand *a, const struct sw_cand *b)
+{
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
 }
 
-static int cmp_cand(const void *a, const void *b) {
+static int cmp_cand(const void *a, const void *b)
+{
     const struct sw_cand *x = a, *y = b;
     return better(x, y) ? -1 : better(y, x) ? 1 : 0;
 }
 
-static void swap_cand(struct sw_cand *c, int32_t i, int32_t j) {
+static void swap_cand(struct sw_cand *c, int32_t i, int32_t j)
+{
     struct sw_cand t = c[i]; c[i] = c[j]; c[j] = t;
 }
 
 /* Quickselect: moves the k best of c[0..n) to c[0..k), in no particular order. */
-static void select_top(struct sw_cand *c, int32_t n, int32_t k) {
+static void select_top(struct sw_cand *c, int32_t n, int32_t k)
+{
     int32_t lo = 0, hi = n - 1;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;          /* median of three -> pivot at hi */
@@ -183,7 +197,8 @@ static void select_top(struct sw_cand *c, int32_t n, int32_t k) {
 }
 
 /* Restores the worst-at-root heap property below position i. */
-static void sift_worst(struct sw_cand *h, int32_t n, int32_t i) {
+static void sift_worst(struct sw_cand *h, int32_t n, int32_t i)
+{
     for (;;) {
         int32_t c = 2 * i + 1;
         if (c >= n) return;
@@ -197,7 +212,8 @@ static void sift_worst(struct sw_cand *h, int32_t n, int32_t i) {
 /* The k best logits into c[0..k), sorted best-first. Small k: one pass with a
  * k-heap whose root is the worst kept (most tokens fail one compare with it);
  * large k: quickselect. NaN logits count as -inf. */
-static void top_k_sorted(struct sw_cand *c, const float *logits, int32_t n, int32_t k) {
+static void top_k_sorted(struct sw_cand *c, const float *logits, int32_t n, int32_t k)
+{
     if (k <= 1024) {
         int32_t m = 0;
         for (int32_t i = 0; i < n; i++) {
@@ -222,7 +238,8 @@ static void top_k_sorted(struct sw_cand *c, const float *logits, int32_t n, int3
 #define BUCKETS_PER_NAT 16.0f
 
 /* Bucket by distance from the max logit, 1/16 nat wide; the last catches the tail. */
-static int32_t bucket_of(float maxl, float logit) {
+static int32_t bucket_of(float maxl, float logit)
+{
     float d = (maxl - logit) * BUCKETS_PER_NAT;
     return d < (float)(NBUCKET - 1) ? (int32_t)d : NBUCKET - 1;
 }
@@ -232,7 +249,8 @@ static int32_t bucket_of(float maxl, float logit) {
  * full sort - candidates are bucketed by logit, every bucket before the one
  * where the cumulative mass crosses top_p is kept whole, and only that
  * bucket is sorted to find the exact cut. */
-static int32_t apply_top_p(struct sw_cand *c, int32_t n, bool sorted, float maxl, float top_p) {
+static int32_t apply_top_p(struct sw_cand *c, int32_t n, bool sorted, float maxl, float top_p)
+{
     double z = 0;
     for (int32_t i = 0; i < n; i++) z += c[i].w = expf(c[i].logit - maxl);
     double want = (double)top_p * z, cum = 0;
@@ -256,7 +274,8 @@ static int32_t apply_top_p(struct sw_cand *c, int32_t n, bool sorted, float maxl
     return keep > 0 ? keep : 1;
 }
 
-static bool ensure_cand(sw_sampler *s, int32_t n) {
+static bool ensure_cand(sw_sampler *s, int32_t n)
+{
     if (s->cand_cap >= n) return true;
     struct sw_cand *c = realloc(s->cand, (size_t)n * sizeof *c);
     if (!c) return false;
@@ -265,7 +284,8 @@ static bool ensure_cand(sw_sampler *s, int32_t n) {
     return true;
 }
 
-int32_t sw_sampler_sample(sw_sampler *s, float *logits, int32_t n_vocab) {
+int32_t sw_sampler_sample(sw_sampler *s, float *logits, int32_t n_vocab)
+{
     if (!logits || n_vocab <= 0) return -1;
     for (int32_t i = 0; i < s->p.n_bias; i++)
         if (s->bias_ids[i] >= 0 && s->bias_ids[i] < n_vocab) logits[s->bias_ids[i]] += s->bias[i];

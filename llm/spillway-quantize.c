@@ -23,13 +23,15 @@ typedef struct {
     sw_type type;
 } job;
 
-static bool dequantize_row(void *ctx, uint64_t r, float *x) {
+static bool dequantize_row(void *ctx, uint64_t r, float *x)
+{
     const gguf_tensor *s = ((const job *)ctx)->src;
     size_t in_row = sw_row_size(s->type, s->ne[0]);
     return sw_dequantize_row(s->type, (const uint8_t *)s->data + r * in_row, x, (int64_t)s->ne[0]);
 }
 
-static bool convert(void *ctx, void *dst, uint64_t nbytes, char *err, size_t errlen) {
+static bool convert(void *ctx, void *dst, uint64_t nbytes, char *err, size_t errlen)
+{
     const job *j = ctx;
     const gguf_tensor *s = j->src;
     if (s->type == j->type) {   /* unchanged: copy, no second rounding */
@@ -52,7 +54,8 @@ static bool convert(void *ctx, void *dst, uint64_t nbytes, char *err, size_t err
 /* Layer count from "<arch>.block_count", else from the highest blk.N. */
 /* Layers (block_count, else the highest "blk.N." + 1), experts, and
  * whether the output is tied to the embedding: what the type mix depends on. */
-static sw_mix_model mix_model(const gguf_file *f) {
+static sw_mix_model mix_model(const gguf_file *f)
+{
     char arch[64], key[128];
     sw_mix_model mm = { 0, 0, !gguf_find_tensor(f, "output.weight") };
     if (gguf_get_cstr(f, "general.architecture", arch, sizeof arch)) {
@@ -69,11 +72,13 @@ static sw_mix_model mix_model(const gguf_file *f) {
     return mm;
 }
 
-static void usage(FILE *fp) {
+static void usage(FILE *fp)
+{
     fprintf(fp, "usage: spillway-quantize IN.gguf OUT.gguf TYPE    (TYPE: q4_k_m, q8_0, f16, f32)\n");
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) { usage(stdout); return 0; }
     if (argc != 4) { usage(stderr); return 2; }
     const char *in = argv[1], *out = argv[2];

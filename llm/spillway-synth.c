@@ -56,7 +56,8 @@ static const shape SHAPES[] = {
 /* Random numbers */
 
 /* Fills x[0..n) with N(0, std^2) noise from the stream seeded by `seed`. */
-static void normal_row(uint64_t seed, float *x, uint64_t n, float std) {
+static void normal_row(uint64_t seed, float *x, uint64_t n, float std)
+{
     uint64_t s = seed;
     for (uint64_t i = 0; i < n; i += 2) {
         /* Box-Muller; u1 in (0, 1] so the log is finite. */
@@ -78,14 +79,16 @@ typedef struct {
     uint32_t set_mask;
 } vocab;
 
-static uint64_t str_hash(const char *s) {
+static uint64_t str_hash(const char *s)
+{
     uint64_t h = 1469598103934665603ull;
     while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
     return h;
 }
 
 /* Adds s unless present or full. */
-static void v_add(vocab *v, const char *s) {
+static void v_add(vocab *v, const char *s)
+{
     if (v->n >= v->cap || !*s) return;
     uint32_t h = (uint32_t)str_hash(s) & v->set_mask;
     for (; v->set[h]; h = (h + 1) & v->set_mask)
@@ -121,7 +124,8 @@ static const char *WORDS[] = {
     "computer", "model", "data", "random", "weights", "language", "hello", "yes", "no",
 };
 
-static void add_word_pieces(vocab *v, const char *w, bool capital) {
+static void add_word_pieces(vocab *v, const char *w, bool capital)
+{
     char buf[64];
     size_t n = strlen(w);
     if (n + 4 > sizeof buf) return;
@@ -138,7 +142,8 @@ static void add_word_pieces(vocab *v, const char *w, bool capital) {
 }
 
 /* Letter combinations of length len (a..z), with and without "▁". */
-static void add_combos(vocab *v, int len) {
+static void add_combos(vocab *v, int len)
+{
     char buf[16];
     uint64_t total = 1;
     for (int i = 0; i < len; i++) total *= 26;
@@ -154,7 +159,8 @@ static void add_combos(vocab *v, int len) {
 
 /* Builds exactly n tokens: <unk> <s> </s>, 256 byte tokens, then pieces in
  * rough frequency order (scores descend with the index). */
-static bool build_vocab(vocab *v, uint32_t n) {
+static bool build_vocab(vocab *v, uint32_t n)
+{
     memset(v, 0, sizeof *v);
     v->cap = n;
     v->tok = calloc(n, sizeof *v->tok);
@@ -188,13 +194,15 @@ static bool build_vocab(vocab *v, uint32_t n) {
     return v->n == n;
 }
 
-static void free_vocab(vocab *v) {
+static void free_vocab(vocab *v)
+{
     for (uint32_t i = 0; i < v->n; i++) free(v->tok[i]);
     free(v->tok);
     free(v->set);
 }
 
-static void write_vocab(gguf_writer *w, const vocab *v) {
+static void write_vocab(gguf_writer *w, const vocab *v)
+{
     float *scores = malloc(v->n * sizeof *scores);
     int32_t *types = malloc(v->n * sizeof *types);
     for (uint32_t i = 0; i < v->n; i++) {
@@ -231,7 +239,8 @@ typedef struct {
     bool verbose;
 } synth_tensor;
 
-static bool synth_row(void *ctx, uint64_t r, float *x) {
+static bool synth_row(void *ctx, uint64_t r, float *x)
+{
     const synth_tensor *t = ctx;
     uint64_t ne0 = t->ne[0];
     if (t->std == 0.0f) {
@@ -243,7 +252,8 @@ static bool synth_row(void *ctx, uint64_t r, float *x) {
     return true;
 }
 
-static bool fill_tensor(void *ctx, void *dst, uint64_t nbytes, char *err, size_t errlen) {
+static bool fill_tensor(void *ctx, void *dst, uint64_t nbytes, char *err, size_t errlen)
+{
     synth_tensor *t = ctx;
     uint64_t ne0 = t->ne[0], rows = (t->n_dims > 1 ? t->ne[1] : 1) * (t->n_dims > 2 ? t->ne[2] : 1);
     if (sw_row_size(t->type, ne0) * rows != nbytes) {
@@ -261,13 +271,15 @@ static bool fill_tensor(void *ctx, void *dst, uint64_t nbytes, char *err, size_t
     return true;
 }
 
-static void add_tensor(gguf_writer *w, synth_tensor *t, sw_ftype ft, const shape *sh) {
+static void add_tensor(gguf_writer *w, synth_tensor *t, sw_ftype ft, const shape *sh)
+{
     const sw_mix_model mm = { sh->layers, sh->experts, false };   /* synth always writes output.weight */
     t->type = sw_mix_type(ft, t->name, t->n_dims, t->ne, &mm);
     gguf_w_tensor_fn(w, t->name, t->type, t->n_dims, t->ne, fill_tensor, t);
 }
 
-static void usage(FILE *fp) {
+static void usage(FILE *fp)
+{
     fprintf(fp,
             "usage: spillway-synth --shape tiny|125m|1b|8b|tiny-moe|moe [--type f32|f16|q8_0|q4_k_m] [--seed N] "
             "OUT.gguf\n"
@@ -283,7 +295,8 @@ typedef struct {
 } options;
 
 /* Reads the command line into o: -1 to go on, else the exit code. */
-static int parse_args(int argc, char **argv, options *o) {
+static int parse_args(int argc, char **argv, options *o)
+{
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
@@ -324,7 +337,8 @@ static int parse_args(int argc, char **argv, options *o) {
 
 /* The general.*, spillway.* and llama.* keys of the shape (the vocabulary
  * goes after them). */
-static void write_metadata(gguf_writer *w, const options *o) {
+static void write_metadata(gguf_writer *w, const options *o)
+{
     const shape *sh = o->sh;
     char text[512];
     gguf_w_str(w, "general.architecture", "llama");
@@ -359,7 +373,8 @@ static void write_metadata(gguf_writer *w, const options *o) {
 
 /* Adds the shape's n_t tensors, described in ts (which must outlive the
  * write: fill_tensor reads it). */
-static void add_tensors(gguf_writer *w, synth_tensor *ts, uint32_t n_t, const options *o, bool verbose) {
+static void add_tensors(gguf_writer *w, synth_tensor *ts, uint32_t n_t, const options *o, bool verbose)
+{
     const shape *sh = o->sh;
     const sw_ftype ft = o->ft;
     const uint64_t seed = o->seed;
@@ -400,7 +415,8 @@ static void add_tensors(gguf_writer *w, synth_tensor *ts, uint32_t n_t, const op
 #undef T
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     options o = { .ft = SW_FTYPE_ALL_F32, .seed = 42 };
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;

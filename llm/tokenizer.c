@@ -38,13 +38,15 @@ enum { TT_UNDEFINED = 0, TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3,
 typedef struct { const char *s; uint32_t len, hash; int32_t val; } map_slot;
 typedef struct { map_slot *slot; uint32_t cap; } strmap;
 
-static uint32_t hash_bytes(const char *s, size_t n) {
+static uint32_t hash_bytes(const char *s, size_t n)
+{
     uint32_t h = 2166136261u;                       /* FNV-1a */
     for (size_t i = 0; i < n; i++) { h ^= (uint8_t)s[i]; h *= 16777619u; }
     return h;
 }
 
-static bool map_init(strmap *m, uint64_t n) {
+static bool map_init(strmap *m, uint64_t n)
+{
     uint32_t cap = 16;
     while (cap < n * 2) cap <<= 1;                  /* load factor <= 0.5 */
     m->slot = calloc(cap, sizeof *m->slot);
@@ -53,7 +55,8 @@ static bool map_init(strmap *m, uint64_t n) {
 }
 
 /* Inserts unless present (the first occurrence of a duplicate text wins). */
-static void map_put(strmap *m, const char *s, uint32_t len, int32_t val) {
+static void map_put(strmap *m, const char *s, uint32_t len, int32_t val)
+{
     uint32_t h = hash_bytes(s, len), i = h & (m->cap - 1);
     while (m->slot[i].s) {
         if (m->slot[i].hash == h && m->slot[i].len == len && memcmp(m->slot[i].s, s, len) == 0) return;
@@ -62,7 +65,8 @@ static void map_put(strmap *m, const char *s, uint32_t len, int32_t val) {
     m->slot[i] = (map_slot){ s, len, h, val };
 }
 
-static int32_t map_get(const strmap *m, const char *s, size_t len) {
+static int32_t map_get(const strmap *m, const char *s, size_t len)
+{
     if (!m->slot) return -1;
     uint32_t h = hash_bytes(s, len), i = h & (m->cap - 1);
     while (m->slot[i].s) {
@@ -102,24 +106,28 @@ struct sw_tokenizer {
     uint32_t first_off[257];
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, const char *a) {
+static void set_err(char *err, size_t errlen, const char *fmt, const char *a)
+{
     if (err && errlen) snprintf(err, errlen, fmt, a);
 }
 
 /* An id from metadata, or -1 when absent or out of range (files use
  * 0xFFFFFFFF and negative values for "none"). */
-static int32_t meta_id(const gguf_file *f, const char *key, int32_t dflt, int32_t n_vocab) {
+static int32_t meta_id(const gguf_file *f, const char *key, int32_t dflt, int32_t n_vocab)
+{
     int64_t v;
     if (!gguf_get_i64(f, key, &v)) v = dflt;
     return v >= 0 && v < n_vocab ? (int32_t)v : -1;
 }
 
-static bool gguf_str_eq(gguf_str s, const char *lit) {
+static bool gguf_str_eq(gguf_str s, const char *lit)
+{
     size_t n = strlen(lit);
     return s.len == n && memcmp(s.ptr, lit, n) == 0;
 }
 
-static int hexval(char c) {
+static int hexval(char c)
+{
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -127,7 +135,8 @@ static int hexval(char c) {
 }
 
 /* "<0xNN>" -> NN, else -1. */
-static int byte_token_value(const char *s, uint32_t n) {
+static int byte_token_value(const char *s, uint32_t n)
+{
     if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
     int h = hexval(s[3]), l = hexval(s[4]);
     return h < 0 || l < 0 ? -1 : h * 16 + l;
@@ -138,7 +147,8 @@ static int byte_token_value(const char *s, uint32_t n) {
 static uint32_t byte_to_cp[256];
 static int16_t cp_to_byte[512];  /* -1 for code points that are no byte's image */
 
-static void build_byte_map(void) {
+static void build_byte_map(void)
+{
     int n = 0;
     for (int i = 0; i < 512; i++) cp_to_byte[i] = -1;
     for (int b = 0; b < 256; b++) {
@@ -148,12 +158,14 @@ static void build_byte_map(void) {
     }
 }
 
-static void init_byte_map(void) {
+static void init_byte_map(void)
+{
     static pthread_once_t once = PTHREAD_ONCE_INIT;   /* tokenizers may load on several threads */
     pthread_once(&once, build_byte_map);
 }
 
-static int utf8_put(uint32_t cp, char *out) {
+static int utf8_put(uint32_t cp, char *out)
+{
     if (cp < 0x80) { out[0] = (char)cp; return 1; }
     if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
     if (cp < 0x10000) {
@@ -168,7 +180,8 @@ static int utf8_put(uint32_t cp, char *out) {
  * sequences consume one byte and give SW_INVALID_CP + byte, a value no
  * character has, so the byte still reaches the tokenizer. */
 #define SW_INVALID_CP 0x110000u
-static int utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
+static int utf8_next(const uint8_t *s, size_t n, uint32_t *cp)
+{
     int k = sw_utf8_decode(s, n, cp);
     if (k == 0) { *cp = SW_INVALID_CP + s[0]; return 1; }
     return k;
@@ -176,14 +189,16 @@ static int utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
 
 /* ---- loading ---- */
 
-static int cmp_special_len(const void *a, const void *b, void *ctx) {
+static int cmp_special_len(const void *a, const void *b, void *ctx)
+{
     const sw_tokenizer *t = ctx;
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     if (t->len[x] != t->len[y]) return t->len[x] > t->len[y] ? -1 : 1;
     return x < y ? -1 : x > y;
 }
 
-static bool load_tokens(sw_tokenizer *t, const gguf_kv *kv, char *err, size_t errlen) {
+static bool load_tokens(sw_tokenizer *t, const gguf_kv *kv, char *err, size_t errlen)
+{
     uint64_t n = kv->v.arr.n, total = 0;
     for (uint64_t i = 0; i < n; i++) {
         gguf_str s = gguf_arr_str(kv, i);
@@ -213,7 +228,8 @@ static bool load_tokens(sw_tokenizer *t, const gguf_kv *kv, char *err, size_t er
     return true;
 }
 
-static bool load_merges(sw_tokenizer *t, const gguf_file *f, char *err, size_t errlen) {
+static bool load_merges(sw_tokenizer *t, const gguf_file *f, char *err, size_t errlen)
+{
     const gguf_kv *kv = gguf_find(f, "tokenizer.ggml.merges");
     if (!kv || kv->type != GGUF_VT_ARRAY || kv->v.arr.type != GGUF_VT_STRING) {
         set_err(err, errlen, "%s", "tokenizer.ggml.merges: missing or not a string array (needed by gpt2 tokenizers)");
@@ -248,12 +264,14 @@ static const char *const eog_texts[] = {
 };
 
 /* The id of control token `text`, or -1. */
-static int32_t control_id(const sw_tokenizer *t, const char *text) {
+static int32_t control_id(const sw_tokenizer *t, const char *text)
+{
     int32_t id = map_get(&t->vocab, text, strlen(text));
     return id >= 0 && t->type[id] == TT_CONTROL ? id : -1;
 }
 
-static bool finish_load(sw_tokenizer *t, const gguf_file *f, char *err, size_t errlen) {
+static bool finish_load(sw_tokenizer *t, const gguf_file *f, char *err, size_t errlen)
+{
     int32_t n = t->n_vocab;
     for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
     if (t->kind == SW_TOK_SPM) {
@@ -305,7 +323,8 @@ static bool finish_load(sw_tokenizer *t, const gguf_file *f, char *err, size_t e
 static size_t piece_raw(const sw_tokenizer *t, int32_t id, char *buf);
 
 /* Decodes every piece once, and groups the ids by their pieces' first bytes. */
-static bool build_pieces(sw_tokenizer *t) {
+static bool build_pieces(sw_tokenizer *t)
+{
     size_t total = 0;
     char *tmp = malloc((size_t)t->max_len + 8);
     t->piece_off = malloc(((size_t)t->n_vocab + 1) * sizeof *t->piece_off);
@@ -340,7 +359,8 @@ typedef struct {
 } vocab_arrays;
 
 /* The tokenizer kind and vocabulary arrays of f; false with the reason in err. */
-static bool check_vocab(const gguf_file *f, sw_tok_kind *kind, vocab_arrays *va, char *err, size_t errlen) {
+static bool check_vocab(const gguf_file *f, sw_tok_kind *kind, vocab_arrays *va, char *err, size_t errlen)
+{
     gguf_str model;
     if (!gguf_get_str(f, "tokenizer.ggml.model", &model)) {
         set_err(err, errlen, "%s", "tokenizer.ggml.model: missing (the file has no tokenizer)");
@@ -384,7 +404,8 @@ static bool check_vocab(const gguf_file *f, sw_tok_kind *kind, vocab_arrays *va,
 }
 
 /* Each token's score and type, from the arrays or their defaults. */
-static void load_scores_types(sw_tokenizer *t, const vocab_arrays *va) {
+static void load_scores_types(sw_tokenizer *t, const vocab_arrays *va)
+{
     for (uint64_t i = 0; i < va->n; i++) {
         if (va->scores) t->score[i] = gguf_arr_f32(va->scores, i);
         if (isnan(t->score[i])) t->score[i] = -INFINITY;   /* keeps the heap order total */
@@ -398,7 +419,8 @@ static void load_scores_types(sw_tokenizer *t, const vocab_arrays *va) {
 
 /* The special ids, the space-prefix and BOS rules and (BPE) the
  * pre-tokenizer; has_types: f gave token types. False with err set. */
-static bool load_specials(sw_tokenizer *t, const gguf_file *f, bool has_types, char *err, size_t errlen) {
+static bool load_specials(sw_tokenizer *t, const gguf_file *f, bool has_types, char *err, size_t errlen)
+{
     const sw_tok_kind kind = t->kind;
     int32_t nv = t->n_vocab;
     t->bos = meta_id(f, "tokenizer.ggml.bos_token_id", kind == SW_TOK_SPM ? 1 : -1, nv);
@@ -433,7 +455,8 @@ static bool load_specials(sw_tokenizer *t, const gguf_file *f, bool has_types, c
     return true;
 }
 
-sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen) {
+sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen)
+{
     if (!f) { set_err(err, errlen, "%s", "no file"); return NULL; }
     sw_tok_kind kind;
     vocab_arrays va;
@@ -458,7 +481,8 @@ fail:
     return NULL;
 }
 
-void sw_tok_free(sw_tokenizer *t) {
+void sw_tok_free(sw_tokenizer *t)
+{
     if (!t) return;
     free(t->arena); free(t->off); free(t->len); free(t->score); free(t->type);
     free(t->eog); free(t->vocab.slot); free(t->merges.slot); free(t->merge_arena);
@@ -474,11 +498,13 @@ int32_t sw_tok_bos(const sw_tokenizer *t) { return t->bos; }
 int32_t sw_tok_eos(const sw_tokenizer *t) { return t->eos; }
 bool sw_tok_add_bos(const sw_tokenizer *t) { return t->add_bos && t->bos >= 0; }
 
-bool sw_tok_is_eog(const sw_tokenizer *t, int32_t id) {
+bool sw_tok_is_eog(const sw_tokenizer *t, int32_t id)
+{
     return id >= 0 && id < t->n_vocab && t->eog[id];
 }
 
-int32_t sw_tok_lookup(const sw_tokenizer *t, const char *text) {
+int32_t sw_tok_lookup(const sw_tokenizer *t, const char *text)
+{
     return text ? map_get(&t->vocab, text, strlen(text)) : -1;
 }
 
@@ -486,7 +512,8 @@ int32_t sw_tok_lookup(const sw_tokenizer *t, const char *text) {
 
 typedef struct { int32_t *v; size_t n, cap; bool oom; } idvec;
 
-static void idvec_push(idvec *a, int32_t id) {
+static void idvec_push(idvec *a, int32_t id)
+{
     if (a->oom) return;
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 64;
@@ -514,12 +541,14 @@ typedef struct {
 } merger;
 
 /* Higher priority first; equal priority: leftmost first. */
-static bool pair_before(const pair *a, const pair *b) {
+static bool pair_before(const pair *a, const pair *b)
+{
     if (a->prio != b->prio) return a->prio > b->prio;
     return a->left < b->left;
 }
 
-static void heap_push(merger *m, pair p) {
+static void heap_push(merger *m, pair p)
+{
     if (m->n_heap == m->cap_heap) {
         size_t cap = m->cap_heap ? m->cap_heap * 2 : 64;
         pair *h = realloc(m->heap, cap * sizeof *h);
@@ -536,7 +565,8 @@ static void heap_push(merger *m, pair p) {
     m->heap[i] = p;
 }
 
-static pair heap_pop(merger *m) {
+static pair heap_pop(merger *m)
+{
     pair top = m->heap[0], last = m->heap[--m->n_heap];
     size_t i = 0, n = m->n_heap;
     for (;;) {
@@ -552,14 +582,16 @@ static pair heap_pop(merger *m) {
 }
 
 /* SPM pieces that the merge may produce: not control, byte, unknown or unused. */
-static int32_t spm_piece(const sw_tokenizer *t, const char *s, size_t n) {
+static int32_t spm_piece(const sw_tokenizer *t, const char *s, size_t n)
+{
     int32_t id = map_get(&t->vocab, s, n);
     if (id < 0) return -1;
     uint8_t ty = t->type[id];
     return ty == TT_NORMAL || ty == TT_USER || ty == TT_UNDEFINED ? id : -1;
 }
 
-static void try_pair(merger *m, int l, int r) {
+static void try_pair(merger *m, int l, int r)
+{
     if (l < 0 || r < 0) return;
     const sym *a = &m->syms[l], *b = &m->syms[r];
     uint32_t len = a->len + b->len;
@@ -586,7 +618,8 @@ static void try_pair(merger *m, int l, int r) {
 }
 
 /* Merges the n symbols (already linked) until no candidate pair remains. */
-static void run_merges(merger *m, int n) {
+static void run_merges(merger *m, int n)
+{
     m->n_heap = 0;
     for (int i = 0; i + 1 < n; i++) try_pair(m, i, i + 1);
     while (m->n_heap > 0 && !m->oom) {
@@ -603,7 +636,8 @@ static void run_merges(merger *m, int n) {
     }
 }
 
-static bool ensure_syms(merger *m, size_t n) {
+static bool ensure_syms(merger *m, size_t n)
+{
     sym *s = realloc(m->syms, (n ? n : 1) * sizeof *s);
     if (!s) { m->oom = true; return false; }
     m->syms = s;
@@ -613,7 +647,8 @@ static bool ensure_syms(merger *m, size_t n) {
 /* ---- SPM ---- */
 
 static void spm_encode(const sw_tokenizer *t, merger *m, const char *text, size_t len,
-                       bool dummy_prefix, idvec *out) {
+                       bool dummy_prefix, idvec *out)
+{
     if (len == 0) return;
     /* Escape: each ' ' becomes "▁" (3 bytes), plus the optional prefix. */
     size_t spaces = 0;
@@ -658,7 +693,8 @@ static void spm_encode(const sw_tokenizer *t, merger *m, const char *text, size_
 }
 
 /* Encodes one pre-token (bytes) with byte-level BPE. */
-static void bpe_word(const sw_tokenizer *t, merger *m, const uint8_t *w, size_t len, idvec *out) {
+static void bpe_word(const sw_tokenizer *t, merger *m, const uint8_t *w, size_t len, idvec *out)
+{
     char small[256];
     size_t blen = len * 2;                  /* mapped code points are < 0x800: <= 2 bytes each */
     char *buf = blen <= sizeof small ? small : malloc(blen);
@@ -696,7 +732,8 @@ static void bpe_word(const sw_tokenizer *t, merger *m, const uint8_t *w, size_t 
     if (buf != small) free(buf);
 }
 
-static void bpe_encode(const sw_tokenizer *t, merger *m, const char *text, size_t len, idvec *out) {
+static void bpe_encode(const sw_tokenizer *t, merger *m, const char *text, size_t len, idvec *out)
+{
     if (len == 0) return;
     sw_span *w;
     size_t n = sw_pretok_split(t->pretok, text, len, &w);
@@ -709,7 +746,8 @@ static void bpe_encode(const sw_tokenizer *t, merger *m, const char *text, size_
 
 /* The special token whose text starts at s (longest first), or -1.
  * Control tokens only count when parse_special is set. */
-static int32_t match_special(const sw_tokenizer *t, const char *s, size_t n, bool parse_special) {
+static int32_t match_special(const sw_tokenizer *t, const char *s, size_t n, bool parse_special)
+{
     uint8_t c = (uint8_t)s[0];
     if (!(t->special_first[c >> 3] & (1u << (c & 7)))) return -1;
     for (int k = 0; k < t->n_special; k++) {
@@ -722,13 +760,15 @@ static int32_t match_special(const sw_tokenizer *t, const char *s, size_t n, boo
 
 /* Every plain-text fragment starts the text or follows a special token; like
  * SentencePiece encoding each segment separately, each gets the dummy prefix. */
-static void encode_text(const sw_tokenizer *t, merger *m, const char *s, size_t n, idvec *out) {
+static void encode_text(const sw_tokenizer *t, merger *m, const char *s, size_t n, idvec *out)
+{
     if (t->kind == SW_TOK_SPM) spm_encode(t, m, s, n, t->add_space_prefix, out);
     else bpe_encode(t, m, s, n, out);
 }
 
 int sw_tok_encode(const sw_tokenizer *t, const char *text, size_t len,
-                  bool add_bos, bool parse_special, int32_t *out, int max) {
+                  bool add_bos, bool parse_special, int32_t *out, int max)
+{
     if (!t || (!text && len) || len > MAX_TEXT_LEN) return 0;
     idvec v = { 0 };
     merger m = { .t = t };
@@ -764,7 +804,8 @@ int sw_tok_encode(const sw_tokenizer *t, const char *text, size_t len,
 /* ---- decode ---- */
 
 /* Writes the piece into buf, which must hold at least max_len + 8 bytes. */
-static size_t piece_raw(const sw_tokenizer *t, int32_t id, char *buf) {
+static size_t piece_raw(const sw_tokenizer *t, int32_t id, char *buf)
+{
     if (id < 0 || id >= t->n_vocab) return 0;
     const char *s = t->arena + t->off[id];
     uint32_t n = t->len[id];
@@ -797,7 +838,8 @@ static size_t piece_raw(const sw_tokenizer *t, int32_t id, char *buf) {
     return p;
 }
 
-size_t sw_tok_piece(const sw_tokenizer *t, int32_t id, char *buf, size_t buflen) {
+size_t sw_tok_piece(const sw_tokenizer *t, int32_t id, char *buf, size_t buflen)
+{
     size_t n;
     const char *p = sw_tok_piece_ref(t, id, &n);
     if (n > buflen) n = buflen;
@@ -805,18 +847,21 @@ size_t sw_tok_piece(const sw_tokenizer *t, int32_t id, char *buf, size_t buflen)
     return n;
 }
 
-const char *sw_tok_piece_ref(const sw_tokenizer *t, int32_t id, size_t *n) {
+const char *sw_tok_piece_ref(const sw_tokenizer *t, int32_t id, size_t *n)
+{
     if (id < 0 || id >= t->n_vocab) { *n = 0; return ""; }
     *n = t->piece_off[id + 1] - t->piece_off[id];
     return t->piece_arena + t->piece_off[id];
 }
 
-const int32_t *sw_tok_ids_by_first_byte(const sw_tokenizer *t, uint8_t b, size_t *n) {
+const int32_t *sw_tok_ids_by_first_byte(const sw_tokenizer *t, uint8_t b, size_t *n)
+{
     *n = t->first_off[b + 1] - t->first_off[b];
     return t->by_first + t->first_off[b];
 }
 
-void sw_detok_init(sw_detok *d, const sw_tokenizer *t, bool strip_leading_space) {
+void sw_detok_init(sw_detok *d, const sw_tokenizer *t, bool strip_leading_space)
+{
     memset(d, 0, sizeof *d);
     d->tok = t;
     d->strip_leading_space = strip_leading_space;
@@ -825,7 +870,8 @@ void sw_detok_init(sw_detok *d, const sw_tokenizer *t, bool strip_leading_space)
 
 typedef struct { char *out; size_t cap, n; } sink;  /* cap excludes the NUL */
 
-static void sink_put(sink *k, const char *s, size_t n) {
+static void sink_put(sink *k, const char *s, size_t n)
+{
     if (n > k->cap - k->n) return;            /* never split a character: drop what does not fit */
     memcpy(k->out + k->n, s, n);
     k->n += n;
@@ -835,7 +881,8 @@ static void put_replacement(sink *k) { sink_put(k, "\xEF\xBF\xBD", 3); }
 
 /* Feeds bytes through the UTF-8 state in d: complete characters go to the
  * sink, an incomplete tail stays pending, invalid bytes become U+FFFD. */
-static void utf8_feed(sw_detok *d, const uint8_t *in, size_t n, sink *k) {
+static void utf8_feed(sw_detok *d, const uint8_t *in, size_t n, sink *k)
+{
     size_t i = 0;
     while (i < n) {
         uint8_t b = in[i];
@@ -863,7 +910,8 @@ static void utf8_feed(sw_detok *d, const uint8_t *in, size_t n, sink *k) {
     }
 }
 
-size_t sw_detok_push(sw_detok *d, int32_t id, char *out, size_t outcap) {
+size_t sw_detok_push(sw_detok *d, int32_t id, char *out, size_t outcap)
+{
     if (!out || outcap == 0) return 0;
     sink k = { out, outcap - 1, 0 };
     const sw_tokenizer *t = d->tok;
@@ -885,7 +933,8 @@ size_t sw_detok_push(sw_detok *d, int32_t id, char *out, size_t outcap) {
     return k.n;
 }
 
-size_t sw_detok_flush(sw_detok *d, char *out, size_t outcap) {
+size_t sw_detok_flush(sw_detok *d, char *out, size_t outcap)
+{
     if (!out || outcap == 0) { d->n_pending = 0; return 0; }
     sink k = { out, outcap - 1, 0 };
     if (d->n_pending > 0) put_replacement(&k);

@@ -25,7 +25,8 @@
 #define MAX_QUANT_LEN 32
 #define MAX_TOKEN_BYTES 1024
 
-static bool fail(char *err, size_t errlen, const char *fmt, ...) {
+static bool fail(char *err, size_t errlen, const char *fmt, ...)
+{
     if (err && errlen) {
         va_list ap;
         va_start(ap, fmt);
@@ -37,7 +38,8 @@ static bool fail(char *err, size_t errlen, const char *fmt, ...) {
 
 /* Ids (request, worker, pool, model names) end up in logs, metrics labels and
  * HTTP headers, so they must be short printable ASCII without spaces. */
-static bool check_id(const char *what, const char *s, size_t maxlen, char *err, size_t errlen) {
+static bool check_id(const char *what, const char *s, size_t maxlen, char *err, size_t errlen)
+{
     size_t n = s ? strlen(s) : 0;
     if (n == 0) return fail(err, errlen, "%s is empty", what);
     if (n > maxlen) return fail(err, errlen, "%s is too long (%zu bytes, max %zu)", what, n, maxlen);
@@ -48,14 +50,16 @@ static bool check_id(const char *what, const char *s, size_t maxlen, char *err, 
     return true;
 }
 
-static bool check_text(const char *what, const char *s, char *err, size_t errlen) {
+static bool check_text(const char *what, const char *s, char *err, size_t errlen)
+{
     if (s && !sw_utf8_valid(s)) return fail(err, errlen, "%s is not valid UTF-8", what);
     return true;
 }
 
 /* A function call: a valid name, arguments as UTF-8 text (JSON the model
  * wrote; whether it parses is the client's business, as with OpenAI). */
-static bool check_tool_calls(const char *what, Spillway__ToolCall *const *c, size_t n, char *err, size_t errlen) {
+static bool check_tool_calls(const char *what, Spillway__ToolCall *const *c, size_t n, char *err, size_t errlen)
+{
     if (n > SW_MAX_TOOL_CALLS) return fail(err, errlen, "%s: %zu tool calls (max %d)", what, n, SW_MAX_TOOL_CALLS);
     for (size_t i = 0; i < n; i++) {
         if (!c[i]->name || !sw_tool_name_valid(c[i]->name))
@@ -66,13 +70,15 @@ static bool check_tool_calls(const char *what, Spillway__ToolCall *const *c, siz
 }
 
 /* A log probability: at most 0 (NaN is not one); a token's bytes bounded. */
-static bool check_token_logprob(float logprob, size_t n_bytes, char *err, size_t errlen) {
+static bool check_token_logprob(float logprob, size_t n_bytes, char *err, size_t errlen)
+{
     if (!(logprob <= 0.0f)) return fail(err, errlen, "chunk: logprob %g is not <= 0", (double)logprob);
     if (n_bytes > MAX_TOKEN_BYTES) return fail(err, errlen, "chunk: a token of %zu bytes", n_bytes);
     return true;
 }
 
-static bool check_logprob(const Spillway__Logprob *l, char *err, size_t errlen) {
+static bool check_logprob(const Spillway__Logprob *l, char *err, size_t errlen)
+{
     if (!check_token_logprob(l->logprob, l->token.len, err, errlen)) return false;
     if (l->n_top > SW_MAX_TOP_LOGPROBS)
         return fail(err, errlen, "chunk: %zu top logprobs (max %d)", l->n_top, SW_MAX_TOP_LOGPROBS);
@@ -81,14 +87,16 @@ static bool check_logprob(const Spillway__Logprob *l, char *err, size_t errlen) 
     return true;
 }
 
-static bool check_range(const char *what, float v, float lo, float hi, char *err, size_t errlen) {
+static bool check_range(const char *what, float v, float lo, float hi, char *err, size_t errlen)
+{
     if (!isfinite(v) || v < lo || v > hi)
         return fail(err, errlen, "%s %g is out of range [%g, %g]", what, (double)v, (double)lo,
                     (double)hi);
     return true;
 }
 
-static bool check_register(const Spillway__Register *r, char *err, size_t errlen) {
+static bool check_register(const Spillway__Register *r, char *err, size_t errlen)
+{
     char what[64];
     if (!check_id("register: worker_id", r->worker_id, SW_MAX_ID_LEN, err, errlen)) return false;
     if (!check_id("register: pool", r->pool, SW_MAX_ID_LEN, err, errlen)) return false;
@@ -113,13 +121,15 @@ static bool check_register(const Spillway__Register *r, char *err, size_t errlen
     return true;
 }
 
-static bool check_heartbeat(const Spillway__Heartbeat *h, char *err, size_t errlen) {
+static bool check_heartbeat(const Spillway__Heartbeat *h, char *err, size_t errlen)
+{
     return check_range("heartbeat: kv_utilization", h->kv_utilization, 0.0f, 1.0f, err, errlen);
 }
 
 /* At most SW_MAX_LOGIT_BIAS entries of +-SW_MAX_LOGIT_BIAS_VALUE; the
  * ids are the worker's to check against its vocabulary. */
-static bool check_logit_bias(const Spillway__SamplingParams *s, char *err, size_t errlen) {
+static bool check_logit_bias(const Spillway__SamplingParams *s, char *err, size_t errlen)
+{
     if (s->n_logit_bias > SW_MAX_LOGIT_BIAS)
         return fail(err, errlen, "generate: %zu logit_bias entries (max %d)", s->n_logit_bias, SW_MAX_LOGIT_BIAS);
     for (size_t i = 0; i < s->n_logit_bias; i++)
@@ -128,7 +138,8 @@ static bool check_logit_bias(const Spillway__SamplingParams *s, char *err, size_
     return true;
 }
 
-static bool check_sampling(const Spillway__SamplingParams *s, char *err, size_t errlen) {
+static bool check_sampling(const Spillway__SamplingParams *s, char *err, size_t errlen)
+{
     if (!s) return true; /* absent = defaults (greedy) */
     return check_range("generate: temperature", s->temperature, 0.0f, SW_MAX_TEMPERATURE, err, errlen) &&
            check_range("generate: top_p", s->top_p, 0.0f, 1.0f, err, errlen) &&
@@ -141,7 +152,8 @@ static bool check_sampling(const Spillway__SamplingParams *s, char *err, size_t 
            check_logit_bias(s, err, errlen);
 }
 
-static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t errlen) {
+static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t errlen)
+{
     char what[64];
     if (!check_id("generate: request_id", g->request_id, SW_MAX_ID_LEN, err, errlen)) return false;
     if (!check_id("generate: model", g->model, SW_MAX_ID_LEN, err, errlen)) return false;
@@ -192,7 +204,8 @@ static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t
     return check_sampling(g->sampling, err, errlen);
 }
 
-static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen) {
+static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen)
+{
     if (!check_id("chunk: request_id", c->request_id, SW_MAX_ID_LEN, err, errlen)) return false;
     if (!check_text("chunk: text", c->text, err, errlen)) return false;
     if (!check_text("chunk: reasoning", c->reasoning, err, errlen)) return false;
@@ -217,7 +230,8 @@ static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen)
     return true;
 }
 
-static bool check_error(const Spillway__Error *e, char *err, size_t errlen) {
+static bool check_error(const Spillway__Error *e, char *err, size_t errlen)
+{
     /* An empty request id means the error is about the connection itself. */
     if (e->request_id && e->request_id[0] &&
         !check_id("error: request_id", e->request_id, SW_MAX_ID_LEN, err, errlen))
@@ -232,7 +246,8 @@ static bool check_error(const Spillway__Error *e, char *err, size_t errlen) {
  * over-long tag varint), which no encoder may write and no decoder reads back:
  * refuse it here, in every nested message, so that whatever we decode we can
  * also forward. */
-static bool unknown_fields_ok(const ProtobufCMessage *m) {
+static bool unknown_fields_ok(const ProtobufCMessage *m)
+{
     if (!m) return true;
     for (unsigned i = 0; i < m->n_unknown_fields; i++)
         if (m->unknown_fields[i].tag == 0) return false;
@@ -256,7 +271,8 @@ static bool unknown_fields_ok(const ProtobufCMessage *m) {
     return true;
 }
 
-static bool check_envelope(const sw_env *env, char *err, size_t errlen) {
+static bool check_envelope(const sw_env *env, char *err, size_t errlen)
+{
     if (!unknown_fields_ok(&env->base)) return fail(err, errlen, "malformed frame: a field numbered 0");
     if (env->version != SW_PROTOCOL_VERSION)
         return fail(err, errlen, "protocol version %u, expected %u", env->version,
@@ -284,7 +300,8 @@ static bool check_envelope(const sw_env *env, char *err, size_t errlen) {
     }
 }
 
-size_t sw_wire_encode(sw_env *env, uint8_t **out) {
+size_t sw_wire_encode(sw_env *env, uint8_t **out)
+{
     *out = NULL;
     env->version = SW_PROTOCOL_VERSION;
     size_t n = spillway__envelope__get_packed_size(env);
@@ -295,7 +312,8 @@ size_t sw_wire_encode(sw_env *env, uint8_t **out) {
     return written;
 }
 
-sw_env *sw_wire_decode(const void *buf, size_t len, char *err, size_t errlen) {
+sw_env *sw_wire_decode(const void *buf, size_t len, char *err, size_t errlen)
+{
     if (err && errlen) err[0] = 0;
     if (!buf || len == 0) {
         fail(err, errlen, "empty frame");
@@ -317,11 +335,13 @@ sw_env *sw_wire_decode(const void *buf, size_t len, char *err, size_t errlen) {
     return env;
 }
 
-void sw_wire_free(sw_env *env) {
+void sw_wire_free(sw_env *env)
+{
     if (env) spillway__envelope__free_unpacked(env, NULL);
 }
 
-const char *sw_wire_kind(const sw_env *env) {
+const char *sw_wire_kind(const sw_env *env)
+{
     if (!env) return "none";
     switch (env->body_case) {
     case SPILLWAY__ENVELOPE__BODY_REGISTER: return "register";
@@ -337,12 +357,14 @@ const char *sw_wire_kind(const sw_env *env) {
     }
 }
 
-static void free_buf(void *data, void *hint) {
+static void free_buf(void *data, void *hint)
+{
     (void)hint;
     free(data);
 }
 
-int sw_wire_send(void *zsock, const void *identity, size_t idlen, sw_env *env, int flags) {
+int sw_wire_send(void *zsock, const void *identity, size_t idlen, sw_env *env, int flags)
+{
     uint8_t *buf;
     size_t n = sw_wire_encode(env, &buf);
     if (!buf) {

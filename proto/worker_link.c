@@ -54,14 +54,16 @@ static volatile sig_atomic_t g_stop;
 
 void sw_worker_stop(void) { g_stop = 1; }
 
-static void on_signal(int sig) {
+static void on_signal(int sig)
+{
     (void)sig;
     g_stop = 1;
 }
 
 /* One line to stderr: "[worker] 2026-11-29T19:08:31.123Z message", written
  * with a single fprintf so lines from the two threads never interleave. */
-void sw_worker_log(const char *fmt, ...) {
+void sw_worker_log(const char *fmt, ...)
+{
     char msg[600];
     va_list ap;
     va_start(ap, fmt);
@@ -80,14 +82,16 @@ void sw_worker_log(const char *fmt, ...) {
 static int64_t bad_window_start;
 static int bad_in_window, bad_suppressed;
 
-static void flush_bad_frame_count(int64_t now) {
+static void flush_bad_frame_count(int64_t now)
+{
     if (now - bad_window_start < 1000) return;
     if (bad_suppressed) sw_worker_log("(%d more invalid frames not logged)", bad_suppressed);
     bad_window_start = now;
     bad_in_window = bad_suppressed = 0;
 }
 
-static void log_bad_frame(const char *fmt, const char *what) {
+static void log_bad_frame(const char *fmt, const char *what)
+{
     flush_bad_frame_count(sw_clock_ms());
     if (++bad_in_window > 10) {
         bad_suppressed++;
@@ -96,13 +100,15 @@ static void log_bad_frame(const char *fmt, const char *what) {
     sw_worker_log(fmt, what);
 }
 
-static void free_buf(void *data, void *hint) {
+static void free_buf(void *data, void *hint)
+{
     (void)hint;
     free(data);
 }
 
 /* Encodes env and queues it on the (non-blocking) pipe without copying. */
-static void pipe_send_env(void *pipe, sw_env *env) {
+static void pipe_send_env(void *pipe, sw_env *env)
+{
     uint8_t *buf;
     size_t n = sw_wire_encode(env, &buf);
     if (!buf) {
@@ -117,12 +123,14 @@ static void pipe_send_env(void *pipe, sw_env *env) {
     }
 }
 
-static void pipe_send_ctrl(void *pipe, char c) {
+static void pipe_send_ctrl(void *pipe, char c)
+{
     if (zmq_send(pipe, &c, 1, ZMQ_DONTWAIT) < 0)
         sw_worker_log("internal pipe send failed: %s", zmq_strerror(errno));
 }
 
-static void *new_pair(void *zctx) {
+static void *new_pair(void *zctx)
+{
     void *s = zmq_socket(zctx, ZMQ_PAIR);
     int zero = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
@@ -157,7 +165,8 @@ typedef struct {
     size_t reported_inflight; /* requests in flight at the last heartbeat */
 } link_state;
 
-static int link_send(link_state *L, sw_env *env) {
+static int link_send(link_state *L, sw_env *env)
+{
     if (sw_wire_send(L->dealer, NULL, 0, env, ZMQ_DONTWAIT) < 0) {
         sw_worker_log("send %s to gateway failed: %s", sw_wire_kind(env), zmq_strerror(errno));
         return -1;
@@ -166,7 +175,8 @@ static int link_send(link_state *L, sw_env *env) {
     return 0;
 }
 
-static void send_register(link_state *L) {
+static void send_register(link_state *L)
+{
     const sw_worker_config *c = L->a->cfg;
     Spillway__Register r = SPILLWAY__REGISTER__INIT;
     r.worker_id = (char *)L->a->worker_id;
@@ -181,7 +191,8 @@ static void send_register(link_state *L) {
     link_send(L, &env);
 }
 
-static void send_heartbeat(link_state *L, const sw_load *l) {
+static void send_heartbeat(link_state *L, const sw_load *l)
+{
     Spillway__Heartbeat h = SPILLWAY__HEARTBEAT__INIT;
     h.active = l->active;
     h.queued = l->queued;
@@ -196,7 +207,8 @@ static void send_heartbeat(link_state *L, const sw_load *l) {
     if (link_send(L, &env) == 0) L->last_hb = L->last_send;
 }
 
-static int open_dealer(link_state *L) {
+static int open_dealer(link_state *L)
+{
     void *s = zmq_socket(L->a->zctx, ZMQ_DEALER);
     if (!s) {
         sw_worker_log("cannot create socket: %s", zmq_strerror(errno));
@@ -225,7 +237,8 @@ static int open_dealer(link_state *L) {
     return 0;
 }
 
-static void close_dealer(link_state *L, int linger_ms) {
+static void close_dealer(link_state *L, int linger_ms)
+{
     if (!L->dealer) return;
     zmq_setsockopt(L->dealer, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
     zmq_close(L->dealer);
@@ -235,7 +248,8 @@ static void close_dealer(link_state *L, int linger_ms) {
 /* A generate request that parses but fails validation (say, an empty prompt)
  * still names its request: answer it with a 400, so the gateway fails that
  * request at once instead of waiting for its timeout. */
-static void reject_invalid_generate(link_state *L, const void *buf, size_t len, const char *why) {
+static void reject_invalid_generate(link_state *L, const void *buf, size_t len, const char *why)
+{
     if (len == 0 || len > SW_MAX_FRAME) return;
     sw_env *env = spillway__envelope__unpack(NULL, len, buf);
     if (!env) return;
@@ -262,7 +276,8 @@ static void reject_invalid_generate(link_state *L, const void *buf, size_t len, 
 
 /* One message from the gateway. Only its last frame is the envelope: a
  * gateway that adds an empty delimiter (REQ-style) still works. */
-static void on_gateway_message(link_state *L) {
+static void on_gateway_message(link_state *L)
+{
     zmq_msg_t m;
     zmq_msg_init(&m);
     int frames = 0, more = 1;
@@ -324,7 +339,8 @@ static void on_gateway_message(link_state *L) {
 }
 
 /* Forwards everything the compute thread queued. Returns 1 on CTRL_QUIT. */
-static int on_pipe_messages(link_state *L) {
+static int on_pipe_messages(link_state *L)
+{
     for (;;) {
         zmq_msg_t m;
         zmq_msg_init(&m);
@@ -349,7 +365,8 @@ static int on_pipe_messages(link_state *L) {
     }
 }
 
-static void declare_gateway_dead(link_state *L, int64_t now) {
+static void declare_gateway_dead(link_state *L, int64_t now)
+{
     sw_worker_log("gateway silent for %d ms: reconnecting in %lld ms",
                   SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS, (long long)L->backoff_ms);
     close_dealer(L, 0);
@@ -362,7 +379,8 @@ static void declare_gateway_dead(link_state *L, int64_t now) {
 /* Heartbeat every SW_HEARTBEAT_MS, and within LOAD_POLL_MS of a change in
  * the number of requests in flight, so the gateway's view of free slots is
  * fresh (e.g. right after a cancel). load() is called only to send one. */
-static void maybe_heartbeat(link_state *L, int64_t now) {
+static void maybe_heartbeat(link_state *L, int64_t now)
+{
     if (now - L->last_load_check < LOAD_POLL_MS && now - L->last_hb < SW_HEARTBEAT_MS) return;
     L->last_load_check = now;
     size_t inflight = atomic_load_explicit(&L->a->inflight, memory_order_relaxed);
@@ -376,7 +394,8 @@ static void maybe_heartbeat(link_state *L, int64_t now) {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static void *link_main(void *arg) {
+static void *link_main(void *arg)
+{
     link_state L;
     memset(&L, 0, sizeof L);
     L.a = arg;
@@ -462,13 +481,15 @@ typedef struct {
     size_t nb, n, n_deadlines;
 } id_table;
 
-static uint64_t hash_id(const char *s) {
+static uint64_t hash_id(const char *s)
+{
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
 
-static inflight **table_slot(id_table *t, const char *id) {
+static inflight **table_slot(id_table *t, const char *id)
+{
     inflight **pp = &t->b[hash_id(id) & (t->nb - 1)];
     while (*pp && strcmp((*pp)->id, id) != 0) pp = &(*pp)->next;
     return pp;
@@ -476,7 +497,8 @@ static inflight **table_slot(id_table *t, const char *id) {
 
 static inflight *table_find(id_table *t, const char *id) { return *table_slot(t, id); }
 
-static void table_grow(id_table *t) {
+static void table_grow(id_table *t)
+{
     size_t nb = t->nb * 2;
     inflight **b = calloc(nb, sizeof *b);
     if (!b) return; /* chains just get longer */
@@ -493,7 +515,8 @@ static void table_grow(id_table *t) {
     t->nb = nb;
 }
 
-static inflight *table_add(id_table *t, const char *id, uint64_t deadline_ms) {
+static inflight *table_add(id_table *t, const char *id, uint64_t deadline_ms)
+{
     size_t len = strlen(id);
     inflight *e = calloc(1, sizeof *e + len + 1);
     if (!e) return NULL;
@@ -508,7 +531,8 @@ static inflight *table_add(id_table *t, const char *id, uint64_t deadline_ms) {
     return e;
 }
 
-static void table_remove(id_table *t, const char *id) {
+static void table_remove(id_table *t, const char *id)
+{
     inflight **pp = table_slot(t, id);
     inflight *e = *pp;
     if (!e) return;
@@ -526,7 +550,8 @@ typedef struct {
     id_table reqs;
 } compute;
 
-static void send_error(compute *C, const char *id, uint32_t code, const char *msg) {
+static void send_error(compute *C, const char *id, uint32_t code, const char *msg)
+{
     Spillway__Error e = SPILLWAY__ERROR__INIT;
     e.request_id = (char *)id;
     e.code = code >= 100 && code <= 599 ? code : 500;
@@ -539,7 +564,8 @@ static void send_error(compute *C, const char *id, uint32_t code, const char *ms
 
 /* A wire entry from l; top and top_ptrs have room for its alternatives. */
 static void wire_logprob(Spillway__Logprob *w, Spillway__TopLogprob *top, Spillway__TopLogprob **top_ptrs,
-                         const sw_logprob *l) {
+                         const sw_logprob *l)
+{
     w->token_id = (uint32_t)l->chosen.id;
     w->token = (ProtobufCBinaryData){ l->chosen.n_bytes, (uint8_t *)l->chosen.bytes };
     w->logprob = l->chosen.logprob;
@@ -556,7 +582,8 @@ static void wire_logprob(Spillway__Logprob *w, Spillway__TopLogprob *top, Spillw
 /* The prompt's log probabilities, in chunks of their own ahead of the first
  * token's (the wire takes 256 a chunk). Out of memory sends none: the
  * response then lacks them rather than the worker failing. */
-static void send_prompt_logprobs(compute *C, const char *id, const sw_logprob *l, size_t n) {
+static void send_prompt_logprobs(compute *C, const char *id, const sw_logprob *l, size_t n)
+{
     enum { K = SW_MAX_PROMPT_LOGPROBS_CHUNK };
     Spillway__Logprob *w = calloc(K, sizeof *w);
     Spillway__Logprob **wp = calloc(K, sizeof *wp);
@@ -586,7 +613,8 @@ static void send_prompt_logprobs(compute *C, const char *id, const sw_logprob *l
 }
 
 static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32_t *ids, size_t n_ids, int finish,
-                       const sw_usage *usage) {
+                       const sw_usage *usage)
+{
     Spillway__TokenChunk c = SPILLWAY__TOKEN_CHUNK__INIT;
     Spillway__Usage u = SPILLWAY__USAGE__INIT;
     /* a step completes one call (chatml, harmony) or an answer's worth
@@ -630,7 +658,8 @@ static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32
 /* The engine's callbacks. Output for a request the gateway no longer waits
  * on (cancelled, expired, or lost with the link) is dropped here. */
 static void on_emit(void *ctx, const char *request_id, const sw_out *out, const uint32_t *ids, size_t n_ids,
-                    int finish, const sw_usage *usage) {
+                    int finish, const sw_usage *usage)
+{
     compute *C = ctx;
     inflight *r = table_find(&C->reqs, request_id);
     if (!r) return;
@@ -639,20 +668,23 @@ static void on_emit(void *ctx, const char *request_id, const sw_out *out, const 
     if (finish != SPILLWAY__FINISH_REASON__FINISH_NONE) table_remove(&C->reqs, request_id);
 }
 
-static void on_fail(void *ctx, const char *request_id, uint32_t code, const char *msg) {
+static void on_fail(void *ctx, const char *request_id, uint32_t code, const char *msg)
+{
     compute *C = ctx;
     if (!table_find(&C->reqs, request_id)) return;
     send_error(C, request_id, code, msg);
     table_remove(&C->reqs, request_id);
 }
 
-static int serves_model(const sw_worker_config *cfg, const char *model) {
+static int serves_model(const sw_worker_config *cfg, const char *model)
+{
     for (size_t i = 0; i < cfg->n_models; i++)
         if (strcmp(cfg->models[i]->name, model) == 0) return 1;
     return 0;
 }
 
-static void on_generate(compute *C, const Spillway__GenerateRequest *req) {
+static void on_generate(compute *C, const Spillway__GenerateRequest *req)
+{
     char err[256] = "";
     if (table_find(&C->reqs, req->request_id)) {
         /* An Error would carry the same id and kill the running stream. */
@@ -679,7 +711,8 @@ static void on_generate(compute *C, const Spillway__GenerateRequest *req) {
     }
 }
 
-static void on_cancel(compute *C, const char *id) {
+static void on_cancel(compute *C, const char *id)
+{
     inflight *r = table_find(&C->reqs, id);
     if (!r) return; /* already finished: the race is normal */
     C->ops->cancel(C->eng, id);
@@ -689,7 +722,8 @@ static void on_cancel(compute *C, const char *id) {
 }
 
 /* Ends every request: with an Error each (code != 0), or silently. */
-static void drop_all(compute *C, uint32_t code, const char *msg) {
+static void drop_all(compute *C, uint32_t code, const char *msg)
+{
     for (size_t i = 0; i < C->reqs.nb; i++) {
         while (C->reqs.b[i]) {
             inflight *e = C->reqs.b[i];
@@ -700,7 +734,8 @@ static void drop_all(compute *C, uint32_t code, const char *msg) {
     }
 }
 
-static void expire_deadlines(compute *C) {
+static void expire_deadlines(compute *C)
+{
     uint64_t now = sw_wall_ms();
     for (size_t i = 0; i < C->reqs.nb; i++) {
         for (inflight *e = C->reqs.b[i], *n; e; e = n) {
@@ -716,7 +751,8 @@ static void expire_deadlines(compute *C) {
 
 /* Drains the pipe. Returns -1 if the link failed for good, else the number
  * of requests/cancels handled. */
-static int drain_pipe(compute *C) {
+static int drain_pipe(compute *C)
+{
     int handled = 0;
     for (;;) {
         zmq_msg_t m;
@@ -750,7 +786,8 @@ static int drain_pipe(compute *C) {
     }
 }
 
-static void make_worker_id(char *out, size_t n) {
+static void make_worker_id(char *out, size_t n)
+{
     char host[64] = "worker";
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = 0;
@@ -770,7 +807,8 @@ static void make_worker_id(char *out, size_t n) {
 /* The compute thread's loop until a signal (0) or a broken pipe (1):
  * between steps it drains requests and cancels, and scans deadlines; it
  * waits on the pipe while idle, or as long as idle_ms() says. */
-static int compute_loop(compute *C, _Atomic size_t *inflight) {
+static int compute_loop(compute *C, _Atomic size_t *inflight)
+{
     const sw_engine_ops *ops = C->ops;
     int busy = 0;
     int64_t last_scan = 0;
@@ -794,7 +832,8 @@ static int compute_loop(compute *C, _Atomic size_t *inflight) {
     return 0;
 }
 
-int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *eng) {
+int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *eng)
+{
     if (!cfg || !cfg->gateway || !cfg->pool || !cfg->n_models || !ops || !ops->submit ||
         !ops->cancel || !ops->step || !ops->load) {
         sw_worker_log("sw_worker_run: incomplete configuration");

@@ -19,11 +19,13 @@ struct spillway_client {
     unsigned pid;
 };
 
-static void set_err(char *err, size_t n, const char *fmt, const char *detail) {
+static void set_err(char *err, size_t n, const char *fmt, const char *detail)
+{
     if (err && n) snprintf(err, n, fmt, detail);
 }
 
-spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen) {
+spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen)
+{
     spillway_client *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->ctx = zmq_ctx_new();
@@ -39,14 +41,16 @@ spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen
     return c;
 }
 
-void spillway_close(spillway_client *c) {
+void spillway_close(spillway_client *c)
+{
     if (!c) return;
     if (c->sock) zmq_close(c->sock);
     if (c->ctx) zmq_ctx_term(c->ctx);
     free(c);
 }
 
-spillway_request spillway_request_default(const char *model) {
+spillway_request spillway_request_default(const char *model)
+{
     spillway_request r;
     memset(&r, 0, sizeof r);
     r.model = model;
@@ -55,7 +59,8 @@ spillway_request spillway_request_default(const char *model) {
     return r;
 }
 
-const char *spillway_finish_name(spillway_finish f) {
+const char *spillway_finish_name(spillway_finish f)
+{
     switch (f) {
     case SPILLWAY_FINISH_STOP: return "stop";
     case SPILLWAY_FINISH_LENGTH: return "length";
@@ -65,7 +70,8 @@ const char *spillway_finish_name(spillway_finish f) {
     }
 }
 
-void spillway_result_free(spillway_result *r) {
+void spillway_result_free(spillway_result *r)
+{
     if (!r) return;
     free(r->text);
     free(r->reasoning);
@@ -88,7 +94,8 @@ void spillway_result_free(spillway_result *r) {
     r->n_logprobs = 0;
 }
 
-static int copy_token_logprob(spillway_token_logprob *t, uint32_t id, ProtobufCBinaryData b, float logprob) {
+static int copy_token_logprob(spillway_token_logprob *t, uint32_t id, ProtobufCBinaryData b, float logprob)
+{
     t->id = id;
     t->logprob = logprob;
     t->n_bytes = b.len;
@@ -99,7 +106,8 @@ static int copy_token_logprob(spillway_token_logprob *t, uint32_t id, ProtobufCB
     return 0;
 }
 
-static int add_logprob(spillway_result *r, const Spillway__Logprob *l) {
+static int add_logprob(spillway_result *r, const Spillway__Logprob *l)
+{
     spillway_logprob *p = realloc(r->logprobs, (r->n_logprobs + 1) * sizeof *p);
     if (!p) return -1;
     r->logprobs = p;
@@ -113,7 +121,8 @@ static int add_logprob(spillway_result *r, const Spillway__Logprob *l) {
     return 0;
 }
 
-static int add_tool_call(spillway_result *r, const Spillway__ToolCall *c) {
+static int add_tool_call(spillway_result *r, const Spillway__ToolCall *c)
+{
     spillway_tool_call *p = realloc(r->tool_calls, (r->n_tool_calls + 1) * sizeof *p);
     if (!p) return -1;
     r->tool_calls = p;
@@ -129,7 +138,8 @@ static int add_tool_call(spillway_result *r, const Spillway__ToolCall *c) {
 }
 
 /* Sends a GenerateRequest built from the public request struct. */
-static int send_request(spillway_client *c, const spillway_request *req, char *id, size_t idlen) {
+static int send_request(spillway_client *c, const spillway_request *req, char *id, size_t idlen)
+{
     Spillway__GenerateRequest g = SPILLWAY__GENERATE_REQUEST__INIT;
     Spillway__SamplingParams sp = SPILLWAY__SAMPLING_PARAMS__INIT;
     snprintf(id, idlen, "sdk-%u-%llu", c->pid, (unsigned long long)++c->next_id);
@@ -194,7 +204,8 @@ static int send_request(spillway_client *c, const spillway_request *req, char *i
     return rc;
 }
 
-static void send_cancel(spillway_client *c, const char *id) {
+static void send_cancel(spillway_client *c, const char *id)
+{
     Spillway__Cancel cn = SPILLWAY__CANCEL__INIT;
     cn.request_id = (char *)id;
     sw_env env = SPILLWAY__ENVELOPE__INIT;
@@ -205,7 +216,8 @@ static void send_cancel(spillway_client *c, const char *id) {
 
 /* Receives the next envelope within the deadline; NULL on timeout or garbage
  * (err says which). Replies to other (abandoned) requests are skipped by the caller. */
-static sw_env *recv_env(spillway_client *c, int64_t deadline, char *err, size_t errlen) {
+static sw_env *recv_env(spillway_client *c, int64_t deadline, char *err, size_t errlen)
+{
     for (;;) {
         int64_t left = deadline - sw_clock_ms();
         if (left <= 0) { set_err(err, errlen, "spillway: %s", "timed out waiting for the gateway"); return NULL; }
@@ -243,7 +255,8 @@ typedef struct {
 
 /* Appends to one of the result's strings through its buffer; the result
  * owns the bytes (spillway_result_free frees them). -1: out of memory. */
-static int append_text(sw_sbuf *b, char **s, size_t *len, const char *t, size_t n) {
+static int append_text(sw_sbuf *b, char **s, size_t *len, const char *t, size_t n)
+{
     sw_sbuf_put_n(b, t, n);
     *s = b->s;
     *len = b->n;
@@ -252,7 +265,8 @@ static int append_text(sw_sbuf *b, char **s, size_t *len, const char *t, size_t 
 
 /* Copies a chunk's text, reasoning, calls and log probabilities into the
  * result. -1: out of memory. */
-static int keep_chunk(run_ctx *x, const Spillway__TokenChunk *ch) {
+static int keep_chunk(run_ctx *x, const Spillway__TokenChunk *ch)
+{
     spillway_result *out = x->out;
     if (ch->pool && *ch->pool) snprintf(out->pool, sizeof out->pool, "%s", ch->pool);
     if (ch->worker_id && *ch->worker_id) snprintf(out->worker, sizeof out->worker, "%s", ch->worker_id);
@@ -268,7 +282,8 @@ static int keep_chunk(run_ctx *x, const Spillway__TokenChunk *ch) {
 
 /* Hands the chunk's reasoning, then its text, to the streaming callbacks;
  * true when one of them asks to stop. */
-static bool callbacks_stop(const run_ctx *x, const Spillway__TokenChunk *ch) {
+static bool callbacks_stop(const run_ctx *x, const Spillway__TokenChunk *ch)
+{
     if (!x->fn) return false;
     const spillway_request *req = x->req;
     size_t n = strlen(ch->text), rn = strlen(ch->reasoning);
@@ -278,7 +293,8 @@ static bool callbacks_stop(const run_ctx *x, const Spillway__TokenChunk *ch) {
 
 /* A chunk of this request. Returns 1 when the request is over (*rc: 0, or
  * -1 with err set), 0 while it goes on. */
-static int on_chunk(run_ctx *x, const Spillway__TokenChunk *ch, int *rc) {
+static int on_chunk(run_ctx *x, const Spillway__TokenChunk *ch, int *rc)
+{
     spillway_result *out = x->out;
     if (keep_chunk(x, ch) != 0) {
         set_err(x->err, x->errlen, "spillway: %s", "out of memory");
@@ -307,14 +323,16 @@ static int on_chunk(run_ctx *x, const Spillway__TokenChunk *ch, int *rc) {
 }
 
 /* The gateway refused the request (or lost it): always the end. */
-static void on_error(run_ctx *x, const Spillway__Error *e) {
+static void on_error(run_ctx *x, const Spillway__Error *e)
+{
     x->out->error_code = (int)e->code;
     x->out->finish = SPILLWAY_FINISH_ERROR;
     if (x->err && x->errlen) snprintf(x->err, x->errlen, "spillway: gateway error %u: %s", e->code, e->message);
 }
 
 static int run_request(spillway_client *c, const spillway_request *req, spillway_stream_fn fn,
-                       void *user, spillway_result *out, char *err, size_t errlen) {
+                       void *user, spillway_result *out, char *err, size_t errlen)
+{
     memset(out, 0, sizeof *out);
     if (!req || !req->model || !*req->model) {
         set_err(err, errlen, "spillway: %s", "request needs a model");
@@ -343,17 +361,20 @@ static int run_request(spillway_client *c, const spillway_request *req, spillway
 }
 
 int spillway_complete(spillway_client *c, const spillway_request *req,
-                      spillway_result *out, char *err, size_t errlen) {
+                      spillway_result *out, char *err, size_t errlen)
+{
     return run_request(c, req, NULL, NULL, out, err, errlen);
 }
 
 int spillway_complete_stream(spillway_client *c, const spillway_request *req,
                              spillway_stream_fn fn, void *user,
-                             spillway_result *out, char *err, size_t errlen) {
+                             spillway_result *out, char *err, size_t errlen)
+{
     return run_request(c, req, fn, user, out, err, errlen);
 }
 
-char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errlen) {
+char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errlen)
+{
     char id[64];
     snprintf(id, sizeof id, "sdk-%u-%llu", c->pid, (unsigned long long)++c->next_id);
     Spillway__StatusRequest sr = SPILLWAY__STATUS_REQUEST__INIT;

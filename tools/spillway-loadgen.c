@@ -96,7 +96,8 @@ typedef struct {
     char host_header[300];
 } options;
 
-static void usage(FILE *f) {
+static void usage(FILE *f)
+{
     fprintf(f,
             "usage: spillway-loadgen --http HOST:PORT --model M --concurrency C\n"
             "                        (--requests N | --duration S) [--stream] [--max-tokens K]\n"
@@ -127,7 +128,8 @@ static void usage(FILE *f) {
             MAX_CONCURRENCY, MAX_REQUESTS, MAX_DURATION_S, MAX_MAX_TOKENS, MAX_WORKERS);
 }
 
-static int flag_error(const char *fmt, ...) {
+static int flag_error(const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "spillway-loadgen: ");
@@ -138,7 +140,8 @@ static int flag_error(const char *fmt, ...) {
 }
 
 /* HOST:PORT -> a loopback socket address. IPv4 127/8, localhost, ::1. */
-static bool parse_http_target(options *o) {
+static bool parse_http_target(options *o)
+{
     char host[256];
     int port;
     if (!sw_parse_hostport(o->target, host, sizeof host, &port) || !host[0]) return false;
@@ -168,13 +171,15 @@ static bool parse_http_target(options *o) {
     return true;
 }
 
-static bool loopback_endpoint(const char *ep) {
+static bool loopback_endpoint(const char *ep)
+{
     return !strncmp(ep, "tcp://127.", 10) || !strncmp(ep, "tcp://[::1]:", 12) ||
            !strncmp(ep, "tcp://localhost:", 16) || (!strncmp(ep, "ipc://", 6) && ep[6]);
 }
 
 /* A JSON string or a model/worker name goes into a request: keep it plain. */
-static bool printable_name(const char *s) {
+static bool printable_name(const char *s)
+{
     return sw_id_valid(s, SW_MAX_ID_LEN) && !strpbrk(s, "\"\\");
 }
 
@@ -184,7 +189,8 @@ typedef struct {
 } seen_flags;
 
 /* Flag a (known, with its value v) into o: 0, or flag_error's code. */
-static int set_option(options *o, const char *a, const char *v, seen_flags *seen) {
+static int set_option(options *o, const char *a, const char *v, seen_flags *seen)
+{
     long ll;
     if (!strcmp(a, "--http") || !strcmp(a, "--direct")) {
         if (seen->mode) return flag_error("give exactly one of --http and --direct");
@@ -242,7 +248,8 @@ static int set_option(options *o, const char *a, const char *v, seen_flags *seen
 }
 
 /* The rules across flags, once all are read: 0, or flag_error's code. */
-static int check_options(options *o, const seen_flags *seen) {
+static int check_options(options *o, const seen_flags *seen)
+{
     if (!seen->mode) return flag_error("give one of --http HOST:PORT and --direct ENDPOINT");
     if (!o->model) return flag_error("--model is required");
     if (!printable_name(o->model))
@@ -266,7 +273,8 @@ static int check_options(options *o, const seen_flags *seen) {
     return 0;
 }
 
-static int parse_args(int argc, char **argv, options *o) {
+static int parse_args(int argc, char **argv, options *o)
+{
     memset(o, 0, sizeof *o);
     o->prompt = "hello";
     o->max_tokens = 16;
@@ -304,7 +312,8 @@ static int parse_args(int argc, char **argv, options *o) {
  * ------------------------------------------------------------------------ */
 
 static volatile sig_atomic_t g_interrupted;
-static void on_sigint(int sig) {
+static void on_sigint(int sig)
+{
     (void)sig;
     g_interrupted = 1;
 }
@@ -314,7 +323,8 @@ typedef struct {
     size_t n, cap;
 } samples;
 
-static void samples_add(samples *s, double ms) {
+static void samples_add(samples *s, double ms)
+{
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 4096;
         double *v = realloc(s->v, cap * sizeof *v);
@@ -325,13 +335,15 @@ static void samples_add(samples *s, double ms) {
     s->v[s->n++] = ms;
 }
 
-static int cmp_double(const void *a, const void *b) {
+static int cmp_double(const void *a, const void *b)
+{
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
 /* Nearest-rank percentile of a sorted array; NAN when empty. */
-static double pct(const samples *s, double p) {
+static double pct(const samples *s, double p)
+{
     if (!s->n) return NAN;
     size_t rank = (size_t)ceil(p / 100.0 * (double)s->n);
     if (rank < 1) rank = 1;
@@ -339,7 +351,8 @@ static double pct(const samples *s, double p) {
     return s->v[rank - 1];
 }
 
-static double mean(const samples *s) {
+static double mean(const samples *s)
+{
     if (!s->n) return NAN;
     double t = 0;
     for (size_t i = 0; i < s->n; i++) t += s->v[i];
@@ -355,25 +368,29 @@ typedef struct {
     samples lat, ttft;
 } stats;
 
-static long long total_errors(const stats *s) {
+static long long total_errors(const stats *s)
+{
     return s->err_connect + s->err_io + s->err_status + s->err_malformed + s->err_stream +
            s->err_timeout;
 }
 
 /* JSON has no NaN: an absent figure is null. */
-static void json_num(FILE *f, const char *key, double v) {
+static void json_num(FILE *f, const char *key, double v)
+{
     if (isfinite(v)) fprintf(f, ",\"%s\":%.3f", key, v);
     else fprintf(f, ",\"%s\":null", key);
 }
 
-static void write_array(FILE *f, const char *key, const samples *s) {
+static void write_array(FILE *f, const char *key, const samples *s)
+{
     fprintf(f, "\"%s\":[", key);
     for (size_t i = 0; i < s->n; i++) fprintf(f, "%s%.4f", i ? "," : "", s->v[i]);
     fprintf(f, "]");
 }
 
 /* {"latency_ms":[...],"ttft_ms":[...]}: raw figures, in completion order. */
-static int write_samples(const char *path, const stats *s) {
+static int write_samples(const char *path, const stats *s)
+{
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "spillway-loadgen: cannot write %s: %s\n", path, strerror(errno));
@@ -391,7 +408,8 @@ static int write_samples(const char *path, const stats *s) {
     return 0;
 }
 
-static void report(const options *o, stats *s) {
+static void report(const options *o, stats *s)
+{
     if (s->lat.n) qsort(s->lat.v, s->lat.n, sizeof(double), cmp_double);
     if (s->ttft.n) qsort(s->ttft.v, s->ttft.n, sizeof(double), cmp_double);
     double elapsed = s->t_begin && s->t_end > s->t_begin ? (double)(s->t_end - s->t_begin) / 1e9 : 0;
@@ -452,13 +470,15 @@ typedef struct {
 
 /* Nothing runs past this: --duration plus one request timeout, or for
  * --requests N the longest --duration allowed. */
-static int64_t run_budget_ns(const options *o) {
+static int64_t run_budget_ns(const options *o)
+{
     double s = (o->requests ? MAX_DURATION_S : o->duration_s) + o->timeout_s + 1;
     return (int64_t)(s * 1e9);
 }
 
 /* Claims the next request, or returns false when the run is issuing no more. */
-static bool claim_request(run *r, int64_t now) {
+static bool claim_request(run *r, int64_t now)
+{
     if (g_interrupted || now >= r->hard_stop_ns) return false;
     if (r->o->requests ? r->st.issued >= r->o->requests : now >= r->end_issue_ns) return false;
     r->st.issued++;
@@ -466,7 +486,8 @@ static bool claim_request(run *r, int64_t now) {
     return true;
 }
 
-static void record_ok(run *r, int64_t t_start, int64_t t_first, int64_t now) {
+static void record_ok(run *r, int64_t t_start, int64_t t_first, int64_t now)
+{
     r->st.completed++;
     samples_add(&r->st.lat, (double)(now - t_start) / 1e6);
     if (t_first) samples_add(&r->st.ttft, (double)(t_first - t_start) / 1e6);
@@ -514,7 +535,8 @@ typedef struct {
 } http_run;
 
 static bool buf_append(char **buf, size_t *len, size_t *cap, const char *data, size_t n,
-                       size_t limit) {
+                       size_t limit)
+{
     if (*len + n > limit) return false;
     if (*len + n + 1 > *cap) {
         size_t c = *cap ? *cap : 1024;
@@ -530,7 +552,8 @@ static bool buf_append(char **buf, size_t *len, size_t *cap, const char *data, s
     return true;
 }
 
-static void build_http_request(http_run *h) {
+static void build_http_request(http_run *h)
+{
     const options *o = h->r.o;
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "model", o->model);
@@ -558,7 +581,8 @@ static void build_http_request(http_run *h) {
     free(body);
 }
 
-static void reset_response(conn *c) {
+static void reset_response(conn *c)
+{
     c->rd_len = 0;
     c->body_len = 0;
     c->ps = P_HEAD;
@@ -571,7 +595,8 @@ static void reset_response(conn *c) {
     c->t_first = 0;
 }
 
-static void conn_close(http_run *h, conn *c) {
+static void conn_close(http_run *h, conn *c)
+{
     if (c->fd >= 0) {
         close(c->fd); /* also removes it from the epoll set */
         c->fd = -1;
@@ -579,7 +604,8 @@ static void conn_close(http_run *h, conn *c) {
     c->in_request = false;
 }
 
-static void conn_finish(http_run *h, conn *c) {
+static void conn_finish(http_run *h, conn *c)
+{
     conn_close(h, c);
     if (c->st != C_DONE) {
         c->st = C_DONE;
@@ -591,7 +617,8 @@ static void start_connect(http_run *h, conn *c, int64_t now);
 
 /* A request failed: count it, drop the connection (its state is unknown), and
  * come back on a fresh one. */
-static void conn_fail(http_run *h, conn *c, long long *counter, int64_t now) {
+static void conn_fail(http_run *h, conn *c, long long *counter, int64_t now)
+{
     (*counter)++;
     conn_close(h, c);
     c->st = C_IDLE;
@@ -599,7 +626,8 @@ static void conn_fail(http_run *h, conn *c, long long *counter, int64_t now) {
 }
 
 /* Sends as much of the request as the socket takes. */
-static int conn_write(http_run *h, conn *c) {
+static int conn_write(http_run *h, conn *c)
+{
     while (c->wr_off < h->req_len) {
         ssize_t n = send(c->fd, h->req + c->wr_off, h->req_len - c->wr_off, MSG_NOSIGNAL);
         if (n > 0) {
@@ -616,7 +644,8 @@ static int conn_write(http_run *h, conn *c) {
 }
 
 /* Begins the next request on an open connection, or retires the connection. */
-static void next_request(http_run *h, conn *c, int64_t now) {
+static void next_request(http_run *h, conn *c, int64_t now)
+{
     if (!claim_request(&h->r, now)) {
         conn_finish(h, c);
         return;
@@ -629,7 +658,8 @@ static void next_request(http_run *h, conn *c, int64_t now) {
     if (conn_write(h, c) < 0) conn_fail(h, c, &h->r.st.err_io, now);
 }
 
-static void start_connect(http_run *h, conn *c, int64_t now) {
+static void start_connect(http_run *h, conn *c, int64_t now)
+{
     const options *o = h->r.o;
     /* Do not open a connection for a request that will never be issued. */
     if (g_interrupted || (o->requests ? h->r.st.issued >= o->requests : now >= h->r.end_issue_ns)) {
@@ -668,24 +698,28 @@ retry_later:
 
 /* ---- response parsing ---------------------------------------------------- */
 
-static const char *find_crlf(const char *p, size_t n) {
+static const char *find_crlf(const char *p, size_t n)
+{
     for (size_t i = 0; i + 1 < n; i++)
         if (p[i] == '\r' && p[i + 1] == '\n') return p + i;
     return NULL;
 }
 
-static const char *find_head_end(const char *p, size_t n) {
+static const char *find_head_end(const char *p, size_t n)
+{
     for (size_t i = 0; i + 3 < n; i++)
         if (p[i] == '\r' && p[i + 1] == '\n' && p[i + 2] == '\r' && p[i + 3] == '\n')
             return p + i;
     return NULL;
 }
 
-static bool header_is(const char *name, size_t nlen, const char *want) {
+static bool header_is(const char *name, size_t nlen, const char *want)
+{
     return nlen == strlen(want) && !strncasecmp(name, want, nlen);
 }
 
-static bool value_has_token(const char *v, size_t vlen, const char *tok) {
+static bool value_has_token(const char *v, size_t vlen, const char *tok)
+{
     size_t t = strlen(tok);
     for (size_t i = 0; i + t <= vlen; i++)
         if (!strncasecmp(v + i, tok, t)) return true;
@@ -693,7 +727,8 @@ static bool value_has_token(const char *v, size_t vlen, const char *tok) {
 }
 
 /* Parses the status line and headers in [p, p+n). Returns false if malformed. */
-static bool parse_head(conn *c, const char *p, size_t n) {
+static bool parse_head(conn *c, const char *p, size_t n)
+{
     const char *eol = find_crlf(p, n + 2);
     if (!eol || eol - p < 12 || strncmp(p, "HTTP/1.", 7) || p[8] != ' ') return false;
     if (!isdigit((unsigned char)p[9]) || !isdigit((unsigned char)p[10]) ||
@@ -734,7 +769,8 @@ static bool parse_head(conn *c, const char *p, size_t n) {
 }
 
 /* One SSE event (the text between blank lines). */
-static void on_sse_event(http_run *h, conn *c, char *ev, size_t n, int64_t now) {
+static void on_sse_event(http_run *h, conn *c, char *ev, size_t n, int64_t now)
+{
     ev[n] = 0;
     for (char *line = ev; line && *line;) {
         char *nl = strchr(line, '\n');
@@ -765,7 +801,8 @@ static void on_sse_event(http_run *h, conn *c, char *ev, size_t n, int64_t now) 
 }
 
 /* Splits complete SSE events off the front of the body buffer. */
-static void drain_sse(http_run *h, conn *c, int64_t now) {
+static void drain_sse(http_run *h, conn *c, int64_t now)
+{
     size_t start = 0;
     for (size_t i = 0; i + 1 < c->body_len; i++) {
         size_t sep = 0;
@@ -782,14 +819,16 @@ static void drain_sse(http_run *h, conn *c, int64_t now) {
     }
 }
 
-static bool body_bytes(http_run *h, conn *c, const char *p, size_t n, int64_t now) {
+static bool body_bytes(http_run *h, conn *c, const char *p, size_t n, int64_t now)
+{
     if (!buf_append(&c->body, &c->body_len, &c->body_cap, p, n, MAX_BODY_BYTES)) return false;
     if (h->r.o->stream && c->status == 200) drain_sse(h, c, now);
     return true;
 }
 
 /* Is the complete response what a client should accept? Counts the outcome. */
-static void finish_response(http_run *h, conn *c, int64_t now) {
+static void finish_response(http_run *h, conn *c, int64_t now)
+{
     stats *st = &h->r.st;
     bool keep = !c->conn_close && c->rd_len == 0;
     if (c->status != 200) {
@@ -835,7 +874,8 @@ static void finish_response(http_run *h, conn *c, int64_t now) {
 enum { STEP_ON = 0, STEP_WAIT = 2, STEP_FAIL = -1 };
 
 /* P_HEAD: the status line and headers, if all of them are in p. */
-static int step_head(conn *c, const char *p, size_t avail, size_t *off) {
+static int step_head(conn *c, const char *p, size_t avail, size_t *off)
+{
     const char *he = find_head_end(p, avail);
     if (!he) return avail > MAX_HEADER_BYTES ? STEP_FAIL : STEP_WAIT;
     if (!parse_head(c, p, (size_t)(he - p))) return STEP_FAIL;
@@ -857,7 +897,8 @@ static int step_head(conn *c, const char *p, size_t avail, size_t *off) {
 }
 
 /* P_CHUNK_SIZE: a chunk's hex size line, if all of it is in p. */
-static int step_chunk_size(conn *c, const char *p, size_t avail, size_t *off) {
+static int step_chunk_size(conn *c, const char *p, size_t avail, size_t *off)
+{
     const char *le = find_crlf(p, avail);
     if (!le) return avail > MAX_CHUNK_LINE ? STEP_FAIL : STEP_WAIT;
     long long size = 0;
@@ -879,7 +920,8 @@ static int step_chunk_size(conn *c, const char *p, size_t avail, size_t *off) {
  * `next` once none are left. A body that body_bytes refuses still counts
  * as consumed. */
 static int step_body(http_run *h, conn *c, const char *p, size_t avail, size_t *off, long long *left, parse_state next,
-                     int64_t now) {
+                     int64_t now)
+{
     size_t take = avail < (size_t)*left ? avail : (size_t)*left;
     if (!take) return STEP_WAIT;
     int r = body_bytes(h, c, p, take, now) ? STEP_ON : STEP_FAIL;
@@ -891,7 +933,8 @@ static int step_body(http_run *h, conn *c, const char *p, size_t avail, size_t *
 
 /* Consumes c->rd as far as it goes. Returns -1 if malformed, 1 when a
  * response completed (the caller moves on), 0 when more bytes are needed. */
-static int parse_some(http_run *h, conn *c, bool eof, int64_t now) {
+static int parse_some(http_run *h, conn *c, bool eof, int64_t now)
+{
     size_t off = 0;
     int rc = 0;
     while (rc == 0) {
@@ -949,7 +992,8 @@ static int parse_some(http_run *h, conn *c, bool eof, int64_t now) {
     return rc;
 }
 
-static void conn_readable(http_run *h, conn *c, int64_t now) {
+static void conn_readable(http_run *h, conn *c, int64_t now)
+{
     bool eof = false;
     for (;;) {
         char buf[65536];
@@ -1008,7 +1052,8 @@ static void conn_readable(http_run *h, conn *c, int64_t now) {
     }
 }
 
-static void on_conn_event(http_run *h, conn *c, uint32_t events, int64_t now) {
+static void on_conn_event(http_run *h, conn *c, uint32_t events, int64_t now)
+{
     if (c->st == C_CONNECTING) {
         if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
         int err = 0;
@@ -1036,7 +1081,8 @@ static void on_conn_event(http_run *h, conn *c, uint32_t events, int64_t now) {
     if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) conn_readable(h, c, now);
 }
 
-static void check_timers(http_run *h, int64_t now) {
+static void check_timers(http_run *h, int64_t now)
+{
     for (int i = 0; i < h->r.o->concurrency; i++) {
         conn *c = &h->conns[i];
         if (c->st == C_BACKOFF && now >= c->retry_at) {
@@ -1056,7 +1102,8 @@ static void check_timers(http_run *h, int64_t now) {
     }
 }
 
-static int run_http(const options *o) {
+static int run_http(const options *o)
+{
     http_run h;
     memset(&h, 0, sizeof h);
     h.r.o = o;
@@ -1155,13 +1202,15 @@ typedef struct {
     long long stale;           /* chunks for requests already finished or timed out */
 } direct_run;
 
-static int find_worker(direct_run *d, const void *ident, size_t len) {
+static int find_worker(direct_run *d, const void *ident, size_t len)
+{
     for (int i = 0; i < d->n_workers; i++)
         if (d->workers[i].ident_len == len && !memcmp(d->workers[i].ident, ident, len)) return i;
     return -1;
 }
 
-static void send_env(direct_run *d, int w, sw_env *env) {
+static void send_env(direct_run *d, int w, sw_env *env)
+{
     dworker *k = &d->workers[w];
     if (sw_wire_send(d->router, k->ident, k->ident_len, env, ZMQ_DONTWAIT) == 0)
         k->last_sent = sw_clock_ns();
@@ -1172,7 +1221,8 @@ static void send_env(direct_run *d, int w, sw_env *env) {
     }
 }
 
-static void send_heartbeats(direct_run *d, int64_t now) {
+static void send_heartbeats(direct_run *d, int64_t now)
+{
     for (int i = 0; i < d->n_workers; i++) {
         if (!d->workers[i].alive) continue;
         if (now - d->workers[i].last_sent < (int64_t)DIRECT_HEARTBEAT_MS * 1000000) continue;
@@ -1185,7 +1235,8 @@ static void send_heartbeats(direct_run *d, int64_t now) {
 }
 
 static void on_register(direct_run *d, const void *ident, size_t len,
-                        const Spillway__Register *reg) {
+                        const Spillway__Register *reg)
+{
     bool serves = false;
     for (size_t i = 0; i < reg->n_models; i++) serves |= !strcmp(reg->models[i]->name, d->r.o->model);
     if (!serves) {
@@ -1209,7 +1260,8 @@ static void on_register(direct_run *d, const void *ident, size_t len,
     k->last_sent = 0; /* answer at once: that is how a worker knows we are alive */
 }
 
-static bool parse_request_id(const char *id, int *slot, unsigned long long *seq) {
+static bool parse_request_id(const char *id, int *slot, unsigned long long *seq)
+{
     char *end;
     if (strncmp(id, "lg-", 3)) return false;
     long s = strtol(id + 3, &end, 10);
@@ -1221,7 +1273,8 @@ static bool parse_request_id(const char *id, int *slot, unsigned long long *seq)
     return true;
 }
 
-static dslot *slot_for(direct_run *d, const char *request_id) {
+static dslot *slot_for(direct_run *d, const char *request_id)
+{
     int s;
     unsigned long long q;
     if (!parse_request_id(request_id, &s, &q) || s < 0 || s >= d->r.o->concurrency) return NULL;
@@ -1229,12 +1282,14 @@ static dslot *slot_for(direct_run *d, const char *request_id) {
     return sl->busy && sl->seq == q ? sl : NULL;
 }
 
-static void slot_done(direct_run *d, dslot *sl) {
+static void slot_done(direct_run *d, dslot *sl)
+{
     sl->busy = false;
     d->in_flight--;
 }
 
-static void on_chunk(direct_run *d, const Spillway__TokenChunk *ch, int64_t now) {
+static void on_chunk(direct_run *d, const Spillway__TokenChunk *ch, int64_t now)
+{
     dslot *sl = slot_for(d, ch->request_id);
     if (!sl) {
         d->stale++;
@@ -1256,7 +1311,8 @@ static void on_chunk(direct_run *d, const Spillway__TokenChunk *ch, int64_t now)
     slot_done(d, sl);
 }
 
-static void on_router_message(direct_run *d, int64_t now) {
+static void on_router_message(direct_run *d, int64_t now)
+{
     zmq_msg_t ident, body;
     zmq_msg_init(&ident);
     zmq_msg_init(&body);
@@ -1314,7 +1370,8 @@ done:
     zmq_msg_close(&body);
 }
 
-static int pick_worker(direct_run *d) {
+static int pick_worker(direct_run *d)
+{
     for (int tries = 0; tries < d->n_workers; tries++) {
         int w = d->rr++ % d->n_workers;
         if (d->workers[w].alive) return w;
@@ -1322,7 +1379,8 @@ static int pick_worker(direct_run *d) {
     return -1;
 }
 
-static void issue(direct_run *d, int s, int64_t now) {
+static void issue(direct_run *d, int s, int64_t now)
+{
     int w = pick_worker(d);
     if (w < 0) return;
     dslot *sl = &d->slots[s];
@@ -1347,7 +1405,8 @@ static void issue(direct_run *d, int s, int64_t now) {
     send_env(d, w, &env);
 }
 
-static void cancel_slot(direct_run *d, dslot *sl, int s) {
+static void cancel_slot(direct_run *d, dslot *sl, int s)
+{
     char rid[64];
     snprintf(rid, sizeof rid, "lg-%d-%llu", s, sl->seq);
     Spillway__Cancel c = SPILLWAY__CANCEL__INIT;
@@ -1358,13 +1417,15 @@ static void cancel_slot(direct_run *d, dslot *sl, int s) {
     if (d->workers[sl->worker].alive) send_env(d, sl->worker, &env);
 }
 
-static bool more_to_issue(direct_run *d, int64_t now) {
+static bool more_to_issue(direct_run *d, int64_t now)
+{
     const options *o = d->r.o;
     if (g_interrupted || d->n_alive == 0 || now >= d->r.hard_stop_ns) return false;
     return o->requests ? d->r.st.issued < o->requests : now < d->r.end_issue_ns;
 }
 
-static int wait_for_workers(direct_run *d) {
+static int wait_for_workers(direct_run *d)
+{
     int64_t deadline = sw_clock_ns() + (int64_t)(d->r.o->wait_s * 1e9);
     while (d->n_alive < d->r.o->workers && !g_interrupted) {
         int64_t now = sw_clock_ns();
@@ -1382,7 +1443,8 @@ static int wait_for_workers(direct_run *d) {
 }
 
 /* Times out the requests past their deadline (or the run's hard stop). */
-static void expire_slots(direct_run *d, int64_t now) {
+static void expire_slots(direct_run *d, int64_t now)
+{
     for (int s = 0; s < d->r.o->concurrency; s++) {
         dslot *sl = &d->slots[s];
         if (!sl->busy || (now < sl->deadline && now < d->r.hard_stop_ns)) continue;
@@ -1394,7 +1456,8 @@ static void expire_slots(direct_run *d, int64_t now) {
 
 /* Keeps C requests in flight until all are issued and answered, every
  * worker is gone, or the run is interrupted. */
-static void direct_loop(direct_run *d) {
+static void direct_loop(direct_run *d)
+{
     const options *o = d->r.o;
     int64_t t0 = sw_clock_ns();
     d->r.end_issue_ns = t0 + (int64_t)(o->duration_s * 1e9);
@@ -1432,7 +1495,8 @@ static void direct_loop(direct_run *d) {
     }
 }
 
-static int run_direct(const options *o) {
+static int run_direct(const options *o)
+{
     direct_run d;
     memset(&d, 0, sizeof d);
     d.r.o = o;
@@ -1477,7 +1541,8 @@ out:
 /* ------------------------------------------------------------------------ */
 
 /* Each connection is a file descriptor: make room for C of them. */
-static void raise_fd_limit(int need) {
+static void raise_fd_limit(int need)
+{
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
     rlim_t want = (rlim_t)need + 64;
@@ -1486,7 +1551,8 @@ static void raise_fd_limit(int need) {
     setrlimit(RLIMIT_NOFILE, &rl);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;

@@ -42,7 +42,8 @@ struct sw_echo_engine {
     sw_load snapshot;
 };
 
-static void publish_load(sw_echo_engine *e) {
+static void publish_load(sw_echo_engine *e)
+{
     pthread_mutex_lock(&e->load_mu);
     e->snapshot.active = (uint32_t)e->n_running;
     e->snapshot.queued = (uint32_t)e->n_queued;
@@ -53,7 +54,8 @@ static void publish_load(sw_echo_engine *e) {
     pthread_mutex_unlock(&e->load_mu);
 }
 
-sw_echo_engine *sw_echo_engine_new(double tokens_per_s, int n_slots) {
+sw_echo_engine *sw_echo_engine_new(double tokens_per_s, int n_slots)
+{
     if (!(tokens_per_s > 0) || !isfinite(tokens_per_s) || n_slots < 1) return NULL;
     sw_echo_engine *e = calloc(1, sizeof *e);
     if (!e) return NULL;
@@ -69,7 +71,8 @@ sw_echo_engine *sw_echo_engine_new(double tokens_per_s, int n_slots) {
     return e;
 }
 
-void sw_echo_engine_free(sw_echo_engine *e) {
+void sw_echo_engine_free(sw_echo_engine *e)
+{
     if (!e) return;
     for (int i = 0; i < e->n_slots; i++) free(e->running[i]);
     for (echo_seq *s = e->queue_head, *n; s; s = n) {
@@ -83,7 +86,8 @@ void sw_echo_engine_free(sw_echo_engine *e) {
 
 /* A rough token count for usage: whitespace-separated words. The echo engine
  * has no tokenizer, and the gateway only needs a plausible number. */
-static uint32_t count_words(const char *s) {
+static uint32_t count_words(const char *s)
+{
     uint32_t n = 0;
     int in_word = 0;
     for (; s && *s; s++) {
@@ -94,18 +98,21 @@ static uint32_t count_words(const char *s) {
     return n;
 }
 
-static uint32_t estimate_prompt_tokens(const Spillway__GenerateRequest *req) {
+static uint32_t estimate_prompt_tokens(const Spillway__GenerateRequest *req)
+{
     if (req->n_prompt_tokens) return (uint32_t)req->n_prompt_tokens;
     uint32_t n = count_words(req->prompt);
     for (size_t i = 0; i < req->n_messages; i++) n += count_words(req->messages[i]->content);
     return n ? n : 1;
 }
 
-void sw_echo_engine_set_fail_rate(sw_echo_engine *e, double rate) {
+void sw_echo_engine_set_fail_rate(sw_echo_engine *e, double rate)
+{
     e->fail_rate = rate < 0 ? 0 : rate > 1 ? 1 : rate;
 }
 
-static int echo_submit(void *eng, const Spillway__GenerateRequest *req, char *err, size_t errlen) {
+static int echo_submit(void *eng, const Spillway__GenerateRequest *req, char *err, size_t errlen)
+{
     sw_echo_engine *e = eng;
     /* Accumulating the rate spreads failures evenly and deterministically. */
     e->fail_acc += e->fail_rate;
@@ -134,7 +141,8 @@ static int echo_submit(void *eng, const Spillway__GenerateRequest *req, char *er
     return 0;
 }
 
-static void echo_cancel(void *eng, const char *request_id) {
+static void echo_cancel(void *eng, const char *request_id)
+{
     sw_echo_engine *e = eng;
     for (int i = 0; i < e->n_slots; i++) {
         if (e->running[i] && strcmp(e->running[i]->id, request_id) == 0) {
@@ -157,7 +165,8 @@ static void echo_cancel(void *eng, const char *request_id) {
     }
 }
 
-static double earliest_due(const sw_echo_engine *e) {
+static double earliest_due(const sw_echo_engine *e)
+{
     double next = INFINITY;
     for (int i = 0; i < e->n_slots; i++)
         if (e->running[i] && e->running[i]->next_due < next) next = e->running[i]->next_due;
@@ -165,7 +174,8 @@ static double earliest_due(const sw_echo_engine *e) {
 }
 
 /* Moves queued requests into free slots; their first token is one interval away. */
-static void admit(sw_echo_engine *e, double now) {
+static void admit(sw_echo_engine *e, double now)
+{
     for (int i = 0; i < e->n_slots && e->queue_head; i++) {
         if (e->running[i]) continue;
         echo_seq *s = e->queue_head;
@@ -179,7 +189,8 @@ static void admit(sw_echo_engine *e, double now) {
     }
 }
 
-static int echo_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx) {
+static int echo_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
+{
     (void)fail;
     sw_echo_engine *e = eng;
     double now = sw_clock_s();
@@ -226,7 +237,8 @@ static int echo_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx) {
     return e->n_running + e->n_queued;
 }
 
-static void echo_load(void *eng, sw_load *out) {
+static void echo_load(void *eng, sw_load *out)
+{
     sw_echo_engine *e = eng;
     pthread_mutex_lock(&e->load_mu);
     *out = e->snapshot;
@@ -235,7 +247,8 @@ static void echo_load(void *eng, sw_load *out) {
 
 /* Whole milliseconds until the next token is due, rounded down (step()
  * waits out the fraction). */
-static int echo_idle_ms(void *eng) {
+static int echo_idle_ms(void *eng)
+{
     sw_echo_engine *e = eng;
     if (e->queue_head && e->n_running < e->n_slots) return 0;
     double next = earliest_due(e);

@@ -44,7 +44,8 @@ REF_DOT(Q5_1) REF_DOT(Q8_0) REF_DOT(MXFP4) REF_DOT(Q4_K) REF_DOT(Q5_K) REF_DOT(Q
 static void ref_quant_q8_k(const float *x, void *dst, int64_t n) { sw_quantize_row(SW_TYPE_Q8_K, x, dst, n); }
 static void ref_quant_q8_0(const float *x, void *dst, int64_t n) { sw_quantize_row(SW_TYPE_Q8_0, x, dst, n); }
 
-static void fill_scalar(sw_kernel_table *t) {
+static void fill_scalar(sw_kernel_table *t)
+{
     memset(t, 0, sizeof *t);
     t->dot[SW_TYPE_F32] = ref_dot_F32;
     t->dot[SW_TYPE_F16] = ref_dot_F16;
@@ -70,7 +71,8 @@ static sw_isa isa_best = SW_ISA_SCALAR;
 static sw_isa isa_cur = SW_ISA_SCALAR;
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
-static bool cpu_has_avx512(void) {
+static bool cpu_has_avx512(void)
+{
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -79,7 +81,8 @@ static bool cpu_has_avx512(void) {
 static int i8_min_tokens = SW_I8_MIN_TOKENS;
 
 /* SPILLWAY_I8_MIN_TOKENS=N overrides the int8 form's threshold (0: off). */
-static void i8_env(void) {
+static void i8_env(void)
+{
     const char *env = getenv("SPILLWAY_I8_MIN_TOKENS");
     if (!env || !*env) return;
     char *end;
@@ -90,7 +93,8 @@ static void i8_env(void) {
     else i8_min_tokens = (int)n;
 }
 
-static void isa_init(void) {
+static void isa_init(void)
+{
     __builtin_cpu_init();
     fill_scalar(&tables[SW_ISA_SCALAR]);
     tables[SW_ISA_AVX2] = tables[SW_ISA_SCALAR];
@@ -120,24 +124,28 @@ static void isa_init(void) {
     i8_env();
 }
 
-static inline const sw_kernel_table *ktab(void) {
+static inline const sw_kernel_table *ktab(void)
+{
     pthread_once(&isa_once, isa_init);
     return &tables[isa_cur];
 }
 
-sw_isa sw_isa_active(void) {
+sw_isa sw_isa_active(void)
+{
     pthread_once(&isa_once, isa_init);
     return isa_cur;
 }
 
-sw_isa sw_isa_set(sw_isa isa) {
+sw_isa sw_isa_set(sw_isa isa)
+{
     pthread_once(&isa_once, isa_init);
     if ((int)isa < 0) isa = SW_ISA_SCALAR;
     isa_cur = isa > isa_best ? isa_best : isa;
     return isa_cur;
 }
 
-const char *sw_isa_name(sw_isa isa) {
+const char *sw_isa_name(sw_isa isa)
+{
     switch (isa) {
     case SW_ISA_SCALAR: return "scalar";
     case SW_ISA_AVX2: return "avx2";
@@ -150,7 +158,8 @@ const char *sw_isa_name(sw_isa isa) {
 
 static volatile int64_t int8_peak_sink;   /* keeps the chains' results, so their work */
 
-double sw_int8_peak_gmac_s(double seconds) {
+double sw_int8_peak_gmac_s(double seconds)
+{
     const sw_kernel_table *kt = ktab();
     if (!kt->int8_peak) return 0.0;
     const int64_t iters = 1 << 16;   /* ~50M MACs: well under a millisecond a call */
@@ -176,18 +185,21 @@ double sw_int8_peak_gmac_s(double seconds) {
 
 /* ---- activations ---------------------------------------------------------- */
 
-static sw_type act_type(sw_type wtype) {
+static sw_type act_type(sw_type wtype)
+{
     const sw_type_traits *t = sw_type_info(wtype);
     return t ? t->vec_dot_type : SW_TYPE_COUNT;
 }
 
-size_t sw_act_row_size(sw_type wtype, int64_t n) {
+size_t sw_act_row_size(sw_type wtype, int64_t n)
+{
     sw_type at = act_type(wtype);
     if (at == SW_TYPE_COUNT || n < 0) return 0;
     return sw_row_size(at, (uint64_t)n);
 }
 
-void sw_quantize_act(sw_type wtype, const float *x, void *dst, int64_t n) {
+void sw_quantize_act(sw_type wtype, const float *x, void *dst, int64_t n)
+{
     const sw_kernel_table *kt = ktab();
     switch (act_type(wtype)) {
     case SW_TYPE_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
@@ -197,7 +209,8 @@ void sw_quantize_act(sw_type wtype, const float *x, void *dst, int64_t n) {
     }
 }
 
-float sw_vec_dot(sw_type wtype, int64_t n, const void *w, const void *act) {
+float sw_vec_dot(sw_type wtype, int64_t n, const void *w, const void *act)
+{
     const sw_type_traits *t = sw_type_info(wtype);
     if (!t || n < 0 || n % t->block_size || !ktab()->dot[wtype]) return NAN;
     return ktab()->dot[wtype](n, w, act);
@@ -216,7 +229,8 @@ static void scratch_free(void *v) { scratch *s = v; free(s->p[0]); free(s->p[1])
 static void scratch_init(void) { pthread_key_create(&scratch_key, scratch_free); }
 
 /* Per-thread buffer `slot` of at least n bytes, 64-byte aligned. */
-static void *scratch_get(int slot, size_t n) {
+static void *scratch_get(int slot, size_t n)
+{
     pthread_once(&scratch_once, scratch_init);
     scratch *s = pthread_getspecific(scratch_key);
     if (!s) {
@@ -234,7 +248,8 @@ static void *scratch_get(int slot, size_t n) {
     return s->p[slot];
 }
 
-int sw_kpack16_rows(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk) {
+int sw_kpack16_rows(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk)
+{
     const sw_type_traits *t = sw_type_info(type);
     int nsub = 0;
     uint8_t q[QK_K];
@@ -267,7 +282,8 @@ int sw_kpack16_rows(sw_type type, const uint8_t *w, size_t row_size, int64_t nb,
 static void matmul_rows(const sw_kernel_table *kt, sw_type type, const uint8_t *w, size_t row_size,
                         int64_t r0, int64_t r1, int64_t rows, int64_t cols,
                         const uint8_t *act, size_t act_rs, const float *aux, size_t aux_rs,
-                        int n_tok, float *y) {
+                        int n_tok, float *y)
+{
     sw_dot_fn dot = kt->dot[type];
     sw_dotn_fn dotn = kt->dotn[type];
     if (n_tok == 1) {
@@ -319,7 +335,8 @@ static void matmul_rows(const sw_kernel_table *kt, sw_type type, const uint8_t *
 static void fill_nan(float *y, size_t n) { for (size_t i = 0; i < n; i++) y[i] = NAN; }
 
 void sw_matmul(sw_type type, const void *w, int64_t rows, int64_t cols,
-               const float *x, int n_tok, float *y) {
+               const float *x, int n_tok, float *y)
+{
     const sw_kernel_table *kt = ktab();
     const sw_type_traits *t = sw_type_info(type);
     if (rows <= 0 || n_tok <= 0) return;
@@ -367,7 +384,8 @@ void sw_matmul(sw_type type, const void *w, int64_t rows, int64_t cols,
     }
 }
 
-static bool tensor_dims(const gguf_tensor *w, int64_t *rows, int64_t *cols) {
+static bool tensor_dims(const gguf_tensor *w, int64_t *rows, int64_t *cols)
+{
     if (!w) return false;
     uint64_t r = w->ne[1];
     for (int i = 2; i < GGUF_MAX_DIMS; i++) r *= w->ne[i] ? w->ne[i] : 1;
@@ -378,7 +396,8 @@ static bool tensor_dims(const gguf_tensor *w, int64_t *rows, int64_t *cols) {
     return true;
 }
 
-void sw_matmul_tensor(const gguf_tensor *w, const float *x, int n_tok, float *y) {
+void sw_matmul_tensor(const gguf_tensor *w, const float *x, int n_tok, float *y)
+{
     int64_t rows, cols;
     if (!tensor_dims(w, &rows, &cols)) {
         fprintf(stderr, "sw_matmul_tensor: bad tensor '%s'\n", w ? w->name : "(null)");
@@ -387,7 +406,8 @@ void sw_matmul_tensor(const gguf_tensor *w, const float *x, int n_tok, float *y)
     sw_matmul(w->type, w->data, rows, cols, x, n_tok, y);
 }
 
-void sw_get_row(const gguf_tensor *w, int64_t r, float *out) {
+void sw_get_row(const gguf_tensor *w, int64_t r, float *out)
+{
     int64_t rows, cols;
     if (!tensor_dims(w, &rows, &cols) || r < 0 || r >= rows) {
         fprintf(stderr, "sw_get_row: row %lld out of range for tensor '%s'\n", (long long)r,
@@ -414,7 +434,8 @@ struct sw_packed {
 };
 
 /* Low nibbles of row r's 256 quants q into the shared 16-row interleave. */
-static void pack_nibbles(const uint8_t q[QK_K], int r, uint8_t dst[8][4][64]) {
+static void pack_nibbles(const uint8_t q[QK_K], int r, uint8_t dst[8][4][64])
+{
     for (int j = 0; j < 8; j++)
         for (int c = 0; c < 4; c++)
             for (int k = 0; k < 4; k++)
@@ -422,7 +443,8 @@ static void pack_nibbles(const uint8_t q[QK_K], int r, uint8_t dst[8][4][64]) {
 }
 
 /* Row r of a Q4_K-form block (Q4_K's fields, or Q5_K's low bits) into dst. */
-static void pack_q4k16_row(sw_f16 d, sw_f16 dmin, const uint8_t *scales, const uint8_t *qs, int r, sw_q4k16 *dst) {
+static void pack_q4k16_row(sw_f16 d, sw_f16 dmin, const uint8_t *scales, const uint8_t *qs, int r, sw_q4k16 *dst)
+{
     /* bytes 32m..32m+31 hold weights 64m+l (low nibble) and 64m+32+l
      * (high): sub-block j is the nibbles j%2 of bytes 32(j/2).. Read
      * straight from them: going through sw_kblock_unpack and
@@ -446,7 +468,8 @@ static void pack_q4k16_row(sw_f16 d, sw_f16 dmin, const uint8_t *scales, const u
 }
 
 /* Packs block i of the 16 rows starting at w (row_size bytes apart). */
-static void pack_q4k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q4k16 *dst) {
+static void pack_q4k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q4k16 *dst)
+{
     for (int r = 0; r < 16; r++) {
         const block_q4_k *b = (const block_q4_k *)(w + (size_t)r * row_size) + i;
         pack_q4k16_row(b->d, b->dmin, b->scales, b->qs, r, dst);
@@ -455,7 +478,8 @@ static void pack_q4k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q4
 
 /* Q5_K: its low nibbles, scales and mins as Q4_K's, then the fifth bits
  * (sw_q5k16.qh). */
-static void pack_q5k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q5k16 *dst) {
+static void pack_q5k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q5k16 *dst)
+{
     for (int r = 0; r < 16; r++) {
         const block_q5_k *b = (const block_q5_k *)(w + (size_t)r * row_size) + i;
         pack_q4k16_row(b->d, b->dmin, b->scales, b->qs, r, &dst->q4);
@@ -470,7 +494,8 @@ static void pack_q5k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q5
     }
 }
 
-static void pack_q6k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q6k16 *dst) {
+static void pack_q6k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q6k16 *dst)
+{
     memset(dst->pad, 0, sizeof dst->pad);
     for (int r = 0; r < 16; r++) {
         const block_q6_k *b = (const block_q6_k *)(w + (size_t)r * row_size) + i;
@@ -493,7 +518,8 @@ static void pack_q6k16_block(const uint8_t *w, size_t row_size, int64_t i, sw_q6
     }
 }
 
-bool sw_i8x16_ref_block(sw_type type, const uint8_t *w, size_t row_size, int64_t i, sw_i8x16 *dst) {
+bool sw_i8x16_ref_block(sw_type type, const uint8_t *w, size_t row_size, int64_t i, sw_i8x16 *dst)
+{
     if (type != SW_TYPE_Q4_K && type != SW_TYPE_Q5_K && type != SW_TYPE_Q6_K) return false;
     const float qmax = type == SW_TYPE_Q4_K ? 15.0f : type == SW_TYPE_Q5_K ? 31.0f : 63.0f;
     const size_t bs = sw_type_info(type)->type_size;
@@ -526,7 +552,8 @@ bool sw_i8x16_ref_block(sw_type type, const uint8_t *w, size_t row_size, int64_t
 
 /* Block i of 16 rows of a 32-weight type into the sw_q32x16 form
  * (kernels_impl.h): quants at q, d (and m) at sc. */
-static void pack_q32x16_block(sw_type type, const uint8_t *w, size_t row_size, int64_t i, uint8_t *q, uint16_t *sc) {
+static void pack_q32x16_block(sw_type type, const uint8_t *w, size_t row_size, int64_t i, uint8_t *q, uint16_t *sc)
+{
     const size_t bs = sw_type_info(type)->type_size;
     for (int r = 0; r < 16; r++) {
         const uint8_t *b = w + (size_t)r * row_size + (size_t)i * bs;
@@ -571,7 +598,8 @@ static void pack_q32x16_block(sw_type type, const uint8_t *w, size_t row_size, i
 }
 
 /* Group g of p from the source rows. */
-static void pack_group(sw_packed *p, const uint8_t *src, size_t row_size, int64_t g) {
+static void pack_group(sw_packed *p, const uint8_t *src, size_t row_size, int64_t g)
+{
     const uint8_t *rows16 = src + (size_t)g * 16 * row_size;
     uint8_t *dst = p->blocks + (size_t)g * p->group_bytes;
     if (sw_is_q32(p->type)) {
@@ -591,7 +619,8 @@ static void pack_group(sw_packed *p, const uint8_t *src, size_t row_size, int64_
 
 /* Bytes of one packed 16-row group of `type` over `cols`, 0 when this
  * ISA has no packed kernel for it. */
-static size_t packed_group_bytes(const sw_kernel_table *kt, sw_type type, int64_t cols) {
+static size_t packed_group_bytes(const sw_kernel_table *kt, sw_type type, int64_t cols)
+{
     if (sw_is_q32(type)) {
         if (!kt->q32x16[type]) return 0;
         size_t b = (size_t)(cols / 32) * (sw_q32x16_qbytes(type) + sw_q32x16_sbytes(type));
@@ -603,7 +632,8 @@ static size_t packed_group_bytes(const sw_kernel_table *kt, sw_type type, int64_
     return bb * (size_t)(cols / QK_K);
 }
 
-sw_packed *sw_pack_tensor(const gguf_tensor *w) {
+sw_packed *sw_pack_tensor(const gguf_tensor *w)
+{
     int64_t rows, cols;
     const sw_kernel_table *kt = ktab();
     if (!w || !tensor_dims(w, &rows, &cols) || rows < 16) return NULL;
@@ -625,24 +655,28 @@ sw_packed *sw_pack_tensor(const gguf_tensor *w) {
     return p;
 }
 
-void sw_packed_free(sw_packed *p) {
+void sw_packed_free(sw_packed *p)
+{
     if (!p) return;
     free(p->blocks);
     free(p);
 }
 
-const uint8_t *sw_packed_group(const sw_packed *p, int64_t g) {
+const uint8_t *sw_packed_group(const sw_packed *p, int64_t g)
+{
     return p->blocks + (size_t)g * p->group_bytes;
 }
 
-size_t sw_packed_bytes(const sw_packed *p) {
+size_t sw_packed_bytes(const sw_packed *p)
+{
     return p ? (size_t)p->groups * p->group_bytes : 0;
 }
 
 /* Per token and block: Q4_K and Q5_K 4 dwords, the int16 pairs of 32-sums
  * (bsums[4q] + bsums[4q+1], bsums[4q+2] + bsums[4q+3]); Q6_K 16 dwords
  * -32 * bsums[k]. See sw_q4k16_fn / sw_q6k16_fn. */
-static void packed_bsums(sw_type type, const block_q8_k *a, int64_t nb, int32_t *out) {
+static void packed_bsums(sw_type type, const block_q8_k *a, int64_t nb, int32_t *out)
+{
     for (int64_t i = 0; i < nb; i++) {
         const int16_t *s = a[i].bsums;
         if (type != SW_TYPE_Q6_K) {
@@ -657,7 +691,8 @@ static void packed_bsums(sw_type type, const block_q8_k *a, int64_t nb, int32_t 
 }
 
 /* Per token and 32-weight block of Q8_0 activations: see sw_q32_aux. */
-static void q32_aux(const block_q8_0 *a, int64_t nb, sw_q32_aux *out) {
+static void q32_aux(const block_q8_0 *a, int64_t nb, sw_q32_aux *out)
+{
     for (int64_t i = 0; i < nb; i++) {
         int32_t sum = 0;
         for (int k = 0; k < QK8_0; k++) sum += a[i].qs[k];
@@ -668,7 +703,8 @@ static void q32_aux(const block_q8_0 *a, int64_t nb, sw_q32_aux *out) {
 
 /* Per token and block of Q8_K activations: -128 times the sum of the
  * block's quants (the int8 form's sw_i8x16_fn nsum). */
-static void i8_nsums(const block_q8_k *a, int64_t nb, int32_t *out) {
+static void i8_nsums(const block_q8_k *a, int64_t nb, int32_t *out)
+{
     for (int64_t i = 0; i < nb; i++) {
         int32_t sum = 0;
         for (int k = 0; k < QK_K / 16; k++) sum += a[i].bsums[k];
@@ -676,14 +712,16 @@ static void i8_nsums(const block_q8_k *a, int64_t nb, int32_t *out) {
     }
 }
 
-int sw_set_i8_min_tokens(int n) {
+int sw_set_i8_min_tokens(int n)
+{
     pthread_once(&isa_once, isa_init);
     int old = i8_min_tokens;
     i8_min_tokens = n > 0 ? n : 0;
     return old;
 }
 
-int sw_i8_min_tokens(void) {
+int sw_i8_min_tokens(void)
+{
     return ktab()->i8x16 ? i8_min_tokens : 0;
 }
 
@@ -691,14 +729,16 @@ int sw_i8_min_tokens(void) {
  * Rows wider than 4096 need twice the tokens: at 8192 columns and 64
  * tokens the form lost to the packed kernels, from about 96 it gained
  * (docs/perf/cpu.md, "The int8 form"). */
-static bool job_i8(const sw_kernel_table *kt, const sw_packed_job *j) {
+static bool job_i8(const sw_kernel_table *kt, const sw_packed_job *j)
+{
     const int min = j->p->cols > 4096 ? 2 * i8_min_tokens : i8_min_tokens;
     return i8_min_tokens > 0 && j->n_tok >= min && kt->i8x16 && kt->i8x16_expand[j->p->type];
 }
 
 /* Leftover rows (past the 16-row groups) from the original tensor. Runs
  * before the packed part takes the scratch (sw_matmul uses the same buffer). */
-static bool packed_tail(const sw_packed *p, const float *x, int n_tok, float *y) {
+static bool packed_tail(const sw_packed *p, const float *x, int n_tok, float *y)
+{
     const int64_t rows = p->rows, r_tail = p->groups * 16, nt = rows - r_tail;
     if (nt <= 0) return true;
     size_t rs = sw_row_size(p->type, (uint64_t)p->cols);
@@ -718,7 +758,8 @@ static bool packed_tail(const sw_packed *p, const float *x, int n_tok, float *y)
 #define SW_L2_TILE_BYTES (512u << 10)
 #endif
 
-static bool packed_usable(const sw_kernel_table *kt, const sw_packed *p) {
+static bool packed_usable(const sw_kernel_table *kt, const sw_packed *p)
+{
     return packed_group_bytes(kt, p->type, p->cols) == p->group_bytes;
 }
 
@@ -738,7 +779,8 @@ typedef struct {
 /* One 16-row group g of p times tokens t..t+cnt-1 (cnt <= SW_DOTN_MAX) of
  * the activation set `as`, whose forms are in buf. */
 static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t g, const act_set *as,
-                         const uint8_t *buf, int t, int cnt, float *y) {
+                         const uint8_t *buf, int t, int cnt, float *y)
+{
     const uint8_t *grp = p->blocks + (size_t)g * p->group_bytes;
     float *out = y + (size_t)t * p->rows + g * 16;
     if (sw_is_q32(p->type)) {
@@ -768,7 +810,8 @@ static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t 
  * then every token slice over the tile. False (nothing done) when the
  * buffer cannot be had: the caller then runs the packed kernels. */
 static bool i8_part(const sw_kernel_table *kt, const sw_packed_job *jb, const act_set *as, const uint8_t *buf,
-                    int64_t g0, int64_t g1) {
+                    int64_t g0, int64_t g1)
+{
     const sw_packed *p = jb->p;
     const int64_t nb = p->cols / QK_K;
     const size_t gw = (size_t)nb * sizeof(sw_i8x16);
@@ -796,7 +839,8 @@ static bool i8_part(const sw_kernel_table *kt, const sw_packed_job *jb, const ac
 static int64_t job_groups(const sw_packed_job *j) { return j->n_tok > 0 ? j->p->groups : 0; }
 
 /* Finds or adds the activation set of job j (same x, tokens and width). */
-static int act_set_of(act_set *sets, int *n_sets, const sw_packed_job *j) {
+static int act_set_of(act_set *sets, int *n_sets, const sw_packed_job *j)
+{
     for (int s = 0; s < *n_sets; s++)
         if (sets[s].x == j->x && sets[s].n_tok == j->n_tok && sets[s].cols == j->p->cols) return s;
     sets[*n_sets] = (act_set){ .x = j->x, .n_tok = j->n_tok, .cols = j->p->cols };
@@ -812,7 +856,8 @@ typedef struct {
 } packed_plan;
 
 /* Whether every live job's packing suits the selected ISA; *live counts them. */
-static bool jobs_usable(const sw_kernel_table *kt, const sw_packed_job *jobs, int n, int *live) {
+static bool jobs_usable(const sw_kernel_table *kt, const sw_packed_job *jobs, int n, int *live)
+{
     bool usable = true;
     *live = 0;
     for (int j = 0; j < n; j++)
@@ -824,7 +869,8 @@ static bool jobs_usable(const sw_kernel_table *kt, const sw_packed_job *jobs, in
 }
 
 /* Another ISA was selected after packing: each job from its original. */
-static void matmul_each(const sw_kernel_table *kt, const sw_packed_job *jobs, int n) {
+static void matmul_each(const sw_kernel_table *kt, const sw_packed_job *jobs, int n)
+{
     for (int j = 0; j < n; j++)
         if (jobs[j].p && jobs[j].n_tok > 0) {
             if (packed_usable(kt, jobs[j].p)) sw_matmul_packed_jobs(&jobs[j], 1);
@@ -835,7 +881,8 @@ static void matmul_each(const sw_kernel_table *kt, const sw_packed_job *jobs, in
 /* The activation sets of the jobs, the forms each needs, and where each
  * job's groups start in the shared count (first[0..n]). */
 static void plan_sets(const sw_kernel_table *kt, const sw_packed_job *jobs, int n, act_set *sets, int *set_of,
-                      int64_t *first, packed_plan *pl) {
+                      int64_t *first, packed_plan *pl)
+{
     for (int j = 0; j < n; j++) {
         first[j] = pl->groups;
         if (!jobs[j].p || jobs[j].n_tok <= 0) continue;
@@ -861,7 +908,8 @@ static void plan_sets(const sw_kernel_table *kt, const sw_packed_job *jobs, int 
 }
 
 /* Places each set's forms in the scratch (64-byte aligned); returns its size. */
-static size_t layout_sets(act_set *sets, packed_plan *pl) {
+static size_t layout_sets(act_set *sets, packed_plan *pl)
+{
     size_t bytes = 0;
     for (int s = 0; s < pl->n_sets; s++) {
         act_set *a = &sets[s];
@@ -885,7 +933,8 @@ static size_t layout_sets(act_set *sets, packed_plan *pl) {
 }
 
 /* Each activation row once, with the bsum forms its products need. */
-static void quantize_sets(const sw_kernel_table *kt, const act_set *sets, int total_tok, uint8_t *buf) {
+static void quantize_sets(const sw_kernel_table *kt, const act_set *sets, int total_tok, uint8_t *buf)
+{
     #pragma omp parallel for if (total_tok >= 4) schedule(static)
     for (int i = 0; i < total_tok; i++) {
         int s = 0, t = i;
@@ -915,7 +964,8 @@ static void quantize_sets(const sw_kernel_table *kt, const act_set *sets, int to
  * across the tile, and the tile's weights are read from memory once for
  * all the slices. */
 static inline void run_part(const sw_kernel_table *kt, const sw_packed_job *jb, const act_set *as, const uint8_t *buf,
-                            int64_t a0, int64_t a1, int64_t base, int64_t tile) {
+                            int64_t a0, int64_t a1, int64_t base, int64_t tile)
+{
     if (as->ns && job_i8(kt, jb) && i8_part(kt, jb, as, buf, a0 - base, a1 - base)) return;
     for (int64_t s0 = a0; s0 < a1; s0 += tile) {
         int64_t s1 = s0 + tile < a1 ? s0 + tile : a1;
@@ -939,7 +989,8 @@ static inline void run_part(const sw_kernel_table *kt, const sw_packed_job *jb, 
  * ramps up again at each new run (measured: docs/perf/cpu.md, session 6's
  * log). */
 static void run_groups(const sw_kernel_table *kt, const sw_packed_job *jobs, const act_set *sets, const int *set_of,
-                       const int64_t *first, const uint8_t *buf, const packed_plan *pl) {
+                       const int64_t *first, const uint8_t *buf, const packed_plan *pl)
+{
     const int64_t groups = pl->groups, max_tok = pl->max_tok;
     const int64_t min_run = max_tok < 16 ? 4 : 1;
     const int64_t tile = (int64_t)(SW_L2_TILE_BYTES / pl->group_bytes) > 1 ? (int64_t)(SW_L2_TILE_BYTES / pl->group_bytes) : 1;
@@ -966,7 +1017,8 @@ static void run_groups(const sw_kernel_table *kt, const sw_packed_job *jobs, con
     }
 }
 
-void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
+void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n)
+{
     const sw_kernel_table *kt = ktab();
     int live;
     const bool usable = jobs_usable(kt, jobs, n, &live);
@@ -1009,7 +1061,8 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n) {
     }
 }
 
-void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n_tok, float *const *y) {
+void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n_tok, float *const *y)
+{
     sw_packed_job jobs[SW_PACKED_FUSE_MAX];
     if (np > SW_PACKED_FUSE_MAX) {
         for (int m = 0; m < np; m++) sw_matmul_packed_n(&p[m], 1, x, n_tok, &y[m]);
@@ -1019,6 +1072,7 @@ void sw_matmul_packed_n(const sw_packed *const *p, int np, const float *x, int n
     sw_matmul_packed_jobs(jobs, np);
 }
 
-void sw_matmul_packed(const sw_packed *p, const float *x, int n_tok, float *y) {
+void sw_matmul_packed(const sw_packed *p, const float *x, int n_tok, float *y)
+{
     sw_matmul_packed_n(&p, 1, x, n_tok, &y);
 }

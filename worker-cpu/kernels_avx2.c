@@ -19,7 +19,8 @@
 #include "worker-cpu/kernels_x86_common.h"
 
 /* 8 int32 -> 8 int8 with saturation, as the reference clamps. */
-static inline void store_q8x32(int8_t *dst, __m256i a, __m256i b, __m256i c, __m256i d) {
+static inline void store_q8x32(int8_t *dst, __m256i a, __m256i b, __m256i c, __m256i d)
+{
     __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
     __m256i q = _mm256_packs_epi16(ab, cd);
     q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -28,7 +29,8 @@ static inline void store_q8x32(int8_t *dst, __m256i a, __m256i b, __m256i c, __m
 
 /* ---- activation quantization (bit-identical to the reference) ------------------ */
 
-static void quant_q8_k_avx2(const float *x, void *dst, int64_t n) {
+static void quant_q8_k_avx2(const float *x, void *dst, int64_t n)
+{
     block_q8_k *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         __m256 vmax = _mm256_set1_ps(-INFINITY), vmin = _mm256_set1_ps(INFINITY);
@@ -69,7 +71,8 @@ static void quant_q8_k_avx2(const float *x, void *dst, int64_t n) {
     }
 }
 
-static void quant_q8_0_avx2(const float *x, void *dst, int64_t n) {
+static void quant_q8_0_avx2(const float *x, void *dst, int64_t n)
+{
     block_q8_0 *y = dst;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
@@ -92,7 +95,8 @@ static void quant_q8_0_avx2(const float *x, void *dst, int64_t n) {
 
 /* ---- float dots ------------------------------------------------------------------- */
 
-static float dot_f32_avx2(int64_t n, const void *w, const void *act) {
+static float dot_f32_avx2(int64_t n, const void *w, const void *act)
+{
     const float *a = w, *b = act;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
@@ -105,7 +109,8 @@ static float dot_f32_avx2(int64_t n, const void *w, const void *act) {
     return s;
 }
 
-static float dot_f16_avx2(int64_t n, const void *w, const void *act) {
+static float dot_f16_avx2(int64_t n, const void *w, const void *act)
+{
     const uint16_t *a = w;
     const float *b = act;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -120,7 +125,8 @@ static float dot_f16_avx2(int64_t n, const void *w, const void *act) {
     return s;
 }
 
-static float dot_bf16_avx2(int64_t n, const void *w, const void *act) {
+static float dot_bf16_avx2(int64_t n, const void *w, const void *act)
+{
     const uint16_t *a = w;
     const float *b = act;
     __m256 acc = _mm256_setzero_ps();
@@ -137,13 +143,15 @@ static float dot_bf16_avx2(int64_t n, const void *w, const void *act) {
 /* ---- 32-weight blocks x Q8_0 ---------------------------------------------------------- */
 
 /* 8 int32 partial sums of s8 w x s8 a (|a| <= 127; w = -128 is fine). */
-static inline __m256i dot_s8s8(__m256i w, __m256i a) {
+static inline __m256i dot_s8s8(__m256i w, __m256i a)
+{
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
 /* 8 int32 partial sums of u8 w (<= 31) x s8 a. */
-static inline __m256i dot_u8s8(__m256i w, __m256i a) {
+static inline __m256i dot_u8s8(__m256i w, __m256i a)
+{
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
 }
 
@@ -156,7 +164,8 @@ static inline __m256i dot_u8s8(__m256i w, __m256i a) {
 #define ACT_BLOCK(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
 
 /* Q4_K / Q5_K 6-bit scales and mins as 16 words: 0..7 scales, 8..15 mins. */
-static inline __m256i k_scales_words(const uint8_t *s) {
+static inline __m256i k_scales_words(const uint8_t *s)
+{
     uint32_t w0, w1, w2;
     memcpy(&w0, s, 4); memcpy(&w1, s + 4, 4); memcpy(&w2, s + 8, 4);
     uint32_t sc_lo = w0 & 0x3f3f3f3f, m_lo = w1 & 0x3f3f3f3f;
@@ -166,7 +175,8 @@ static inline __m256i k_scales_words(const uint8_t *s) {
 }
 
 /* shuffle_epi8 patterns broadcasting word j (0..7) of each lane */
-static inline __m256i word_bcast(__m256i v, int j) {
+static inline __m256i word_bcast(__m256i v, int j)
+{
     __m256i pat = _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8)));
     return _mm256_shuffle_epi8(v, pat);
 }
@@ -174,7 +184,8 @@ static inline __m256i word_bcast(__m256i v, int j) {
 /* Q4_K (qh == NULL) and Q5_K. */
 static inline __attribute__((always_inline)) void
 k45_rows(int64_t n, const uint8_t *wbase, size_t bsize, bool five, const void *act, size_t stride, const int NT,
-         float *out, size_t ostride) {
+         float *out, size_t ostride)
+{
     const __m256i m4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
     const __m256i dup_lo = _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7,
                                             8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15);
@@ -229,17 +240,20 @@ k45_rows(int64_t n, const uint8_t *wbase, size_t bsize, bool five, const void *a
 }
 
 static inline __attribute__((always_inline)) void
-q4_k_rows(int64_t n, const void *w, const void *act, size_t stride, const int NT, float *out, size_t ostride) {
+q4_k_rows(int64_t n, const void *w, const void *act, size_t stride, const int NT, float *out, size_t ostride)
+{
     k45_rows(n, w, sizeof(block_q4_k), false, act, stride, NT, out, ostride);
 }
 
 static inline __attribute__((always_inline)) void
-q5_k_rows(int64_t n, const void *w, const void *act, size_t stride, const int NT, float *out, size_t ostride) {
+q5_k_rows(int64_t n, const void *w, const void *act, size_t stride, const int NT, float *out, size_t ostride)
+{
     k45_rows(n, w, sizeof(block_q5_k), true, act, stride, NT, out, ostride);
 }
 
 static inline __attribute__((always_inline)) void
-q6_k_rows(int64_t n, const void *wv, const void *act, size_t stride, const int NT, float *out, size_t ostride) {
+q6_k_rows(int64_t n, const void *wv, const void *act, size_t stride, const int NT, float *out, size_t ostride)
+{
     const block_q6_k *b = wv;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     __m256 facc[SW_DOTN_MAX];
@@ -332,7 +346,8 @@ KQ_ENTRY(q6_k)
 
 /* s16 + the word products (vpmaddubsw) of w against activation bytes
  * a[0..3], broadcast to the 8 rows' dwords. */
-static inline __attribute__((always_inline)) __m256i add_products(__m256i s16, __m256i w, const int8_t *a) {
+static inline __attribute__((always_inline)) __m256i add_products(__m256i s16, __m256i w, const int8_t *a)
+{
     int32_t x;
     memcpy(&x, a, 4);
     return _mm256_add_epi16(s16, _mm256_maddubs_epi16(w, _mm256_set1_epi32(x)));
@@ -340,7 +355,8 @@ static inline __attribute__((always_inline)) __m256i add_products(__m256i s16, _
 
 /* s16 + the products of lo against a[0..3] and of hi against a[4..7]. */
 static inline __attribute__((always_inline)) __m256i add_pair_products(__m256i s16, __m256i lo, __m256i hi,
-                                                                       const int8_t *a) {
+                                                                       const int8_t *a)
+{
     return add_products(add_products(s16, lo, a), hi, a + 4);
 }
 
@@ -351,7 +367,8 @@ typedef struct {
     __m256 d, dmin;
 } k_block_rows;
 
-static inline __attribute__((always_inline)) k_block_rows k_block_load(const sw_q4k16 *p, int r0) {
+static inline __attribute__((always_inline)) k_block_rows k_block_load(const sw_q4k16 *p, int r0)
+{
     k_block_rows kb;
     _Pragma("GCC unroll 4")
     for (int q = 0; q < 4; q++) kb.mn[q] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p->mn[q][r0]));
@@ -363,7 +380,8 @@ static inline __attribute__((always_inline)) k_block_rows k_block_load(const sw_
 /* total + da * (d * acc - dmin * mins . bs): the block's end for one token,
  * acc its scaled sums, bs its 4 dwords of paired 32-sums, da its scale. */
 static inline __attribute__((always_inline)) __m256 k_block_add(const k_block_rows *kb, __m256i acc, const int32_t *bs,
-                                                                 float da, __m256 total) {
+                                                                 float da, __m256 total)
+{
     __m256i m = _mm256_madd_epi16(kb->mn[0], _mm256_set1_epi32(bs[0]));
     m = _mm256_add_epi32(m, _mm256_madd_epi16(kb->mn[1], _mm256_set1_epi32(bs[1])));
     m = _mm256_add_epi32(m, _mm256_madd_epi16(kb->mn[2], _mm256_set1_epi32(bs[2])));
@@ -386,7 +404,8 @@ static inline __attribute__((always_inline)) __m256 k_block_add(const k_block_ro
  * memory. (Both measured: docs/perf/cpu.md, "CPUs without AVX-512".) */
 static inline __attribute__((always_inline)) void
 q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                size_t bsp_stride, const int NT, float *out, size_t ostride) {
+                size_t bsp_stride, const int NT, float *out, size_t ostride)
+{
     enum { NH = 2 };   /* the two 8-row halves of the group */
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 total[NH][2];
@@ -438,7 +457,8 @@ q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, c
 }
 
 static void q4k16_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                       size_t bsp_stride, int ntok, float *out, size_t ostride) {
+                       size_t bsp_stride, int ntok, float *out, size_t ostride)
+{
     for (int t0 = 0; t0 < ntok; t0 += 2) {
         const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
         const int32_t *b = bsp + (size_t)t0 * bsp_stride;
@@ -458,7 +478,8 @@ static void q4k16_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t st
  * scale every 8 products (two vectors). Mins as in Q4_K's kernel. */
 static inline __attribute__((always_inline)) void
 q5k16_half_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                size_t bsp_stride, const int NT, float *out, size_t ostride, const int h) {
+                size_t bsp_stride, const int NT, float *out, size_t ostride, const int h)
+{
     const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
     const int r0 = 8 * h;
     __m256 total[4];
@@ -509,7 +530,8 @@ q5k16_half_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, c
 }
 
 static void q5k16_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                       size_t bsp_stride, int ntok, float *out, size_t ostride) {
+                       size_t bsp_stride, int ntok, float *out, size_t ostride)
+{
     for (int t0 = 0; t0 < ntok; t0 += 4) {
         const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
         const int32_t *b = bsp + (size_t)t0 * bsp_stride;
@@ -536,7 +558,8 @@ static void q5k16_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t st
 
 /* Token t's (-bsum_2j, -bsum_2j+1) int16 pairs for one block as dwords
  * j = 0..7, from its 16 dwords of -32 bsums (sw_q6k16_fn's bsp). */
-static inline __attribute__((always_inline)) void q6k_bsum_pairs(const int32_t *bs, int32_t *pairs) {
+static inline __attribute__((always_inline)) void q6k_bsum_pairs(const int32_t *bs, int32_t *pairs)
+{
     __m256i b0 = _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)bs), 5);
     __m256i b1 = _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(bs + 8)), 5);
     /* packs interleaves the lanes: b0[0..3] b1[0..3] | b0[4..7] b1[4..7] */
@@ -546,7 +569,8 @@ static inline __attribute__((always_inline)) void q6k_bsum_pairs(const int32_t *
 
 static inline __attribute__((always_inline)) void
 q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                size_t bsp_stride, const int NT, float *out, size_t ostride, const int h) {
+                size_t bsp_stride, const int NT, float *out, size_t ostride, const int h)
+{
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     /* word 0 / word 1 of each dword into both of its words */
     const __m256i dup0 = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,
@@ -608,7 +632,8 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
 }
 
 static void q6k16_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                       size_t bsp_stride, int ntok, float *out, size_t ostride) {
+                       size_t bsp_stride, int ntok, float *out, size_t ostride)
+{
     for (int t0 = 0; t0 < ntok; t0 += 4) {
         const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
         const int32_t *b = bsp + (size_t)t0 * bsp_stride;
@@ -624,7 +649,8 @@ static void q6k16_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t st
 
 /* 8 E8M0 exponents (bytes) as the floats 2^(e - 128), sw_e8m0_half's
  * values: e - 1 in the exponent field, and for e = 0, 1 the denormals. */
-static inline __m256 e8m0_half8(const uint8_t *e8) {
+static inline __m256 e8m0_half8(const uint8_t *e8)
+{
     const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e8));
     const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
     const __m256i denormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
@@ -703,7 +729,8 @@ nibble_products(const uint8_t *qh, const int8_t *const *a, const int NT, __m256i
 static inline __attribute__((always_inline)) void
 q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,
                  const sw_q32_aux *aux, size_t aux_stride, const int NT, float *out, size_t ostride, const int h0,
-                 const int NH, const sw_type type) {
+                 const int NH, const sw_type type)
+{
     const bool q8 = type == SW_TYPE_Q8_0, q5 = type == SW_TYPE_Q5_0 || type == SW_TYPE_Q5_1;
     const bool has_m = type == SW_TYPE_Q4_1 || type == SW_TYPE_Q5_1, mx = type == SW_TYPE_MXFP4;
     /* the unsigned quants' offset; Q8_0 is multiplied signed, the _1 types have m instead */
@@ -750,7 +777,8 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
  * pass per half; `type` is a constant in each entry point below. */
 static inline __attribute__((always_inline)) void
 q32x16_entry_avx2(const sw_type type, const uint8_t *q, const uint16_t *s, int64_t nb, const void *act,
-                  size_t stride, const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) {
+                  size_t stride, const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride)
+{
     for (int t0 = 0; t0 < ntok; t0 += 4) {
         const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
         const sw_q32_aux *x = aux + (size_t)t0 * aux_stride;
@@ -773,7 +801,8 @@ SW_Q32_TYPES(SW_Q32_ENTRY)
 
 #pragma GCC pop_options
 
-void sw_kernels_fill_avx2(sw_kernel_table *t) {
+void sw_kernels_fill_avx2(sw_kernel_table *t)
+{
     t->quant_q8_k = quant_q8_k_avx2;
     t->quant_q8_0 = quant_q8_0_avx2;
     t->dot[SW_TYPE_F32] = dot_f32_avx2;

@@ -38,7 +38,8 @@ static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 #include "worker-cpu/kernels_x86_common.h"
 
 /* Q4_K / Q5_K 6-bit scales and mins as 16 words: 0..7 scales, 8..15 mins. */
-static inline __m256i k_scales_words(const uint8_t *s) {
+static inline __m256i k_scales_words(const uint8_t *s)
+{
     uint32_t w0, w1, w2;
     memcpy(&w0, s, 4); memcpy(&w1, s + 4, 4); memcpy(&w2, s + 8, 4);
     uint32_t sc_lo = w0 & 0x3f3f3f3f, m_lo = w1 & 0x3f3f3f3f;
@@ -50,7 +51,8 @@ static inline __m256i k_scales_words(const uint8_t *s) {
 /* ---- activation quantization ---------------------------------------------- */
 
 /* Q8_K: the same float operations as the reference, so the same bytes. */
-static void quant_q8_k_avx512(const float *x, void *dst, int64_t n) {
+static void quant_q8_k_avx512(const float *x, void *dst, int64_t n)
+{
     block_q8_k *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         __m512 vmax = _mm512_set1_ps(-INFINITY), vmin = _mm512_set1_ps(INFINITY);
@@ -88,7 +90,8 @@ static void quant_q8_k_avx512(const float *x, void *dst, int64_t n) {
 }
 
 /* Q8_0: d = amax/127, q = rne(x/d) like the reference. */
-static void quant_q8_0_avx512(const float *x, void *dst, int64_t n) {
+static void quant_q8_0_avx512(const float *x, void *dst, int64_t n)
+{
     block_q8_0 *y = dst;
     const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
@@ -106,7 +109,8 @@ static void quant_q8_0_avx512(const float *x, void *dst, int64_t n) {
 
 /* ---- float dots ------------------------------------------------------------- */
 
-static float dot_f32_avx512(int64_t n, const void *w, const void *act) {
+static float dot_f32_avx512(int64_t n, const void *w, const void *act)
+{
     const float *a = w, *b = act;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;
@@ -121,7 +125,8 @@ static float dot_f32_avx512(int64_t n, const void *w, const void *act) {
     return hsum512(_mm512_add_ps(acc0, acc1));
 }
 
-static float dot_f16_avx512(int64_t n, const void *w, const void *act) {
+static float dot_f16_avx512(int64_t n, const void *w, const void *act)
+{
     const uint16_t *a = w;
     const float *b = act;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
@@ -139,7 +144,8 @@ static float dot_f16_avx512(int64_t n, const void *w, const void *act) {
     return hsum512(_mm512_add_ps(acc0, acc1));
 }
 
-static float dot_bf16_avx512(int64_t n, const void *w, const void *act) {
+static float dot_bf16_avx512(int64_t n, const void *w, const void *act)
+{
     const uint16_t *a = w;
     const float *b = act;
     __m512 acc = _mm512_setzero_ps();
@@ -165,10 +171,12 @@ static float dot_bf16_avx512(int64_t n, const void *w, const void *act) {
 
 /* 32-weight blocks with ymm vpdpbusd: one instruction per 32 products and no
  * int16 saturation. s8 x s8 moves the weight's sign onto the activation. */
-static inline __m256i dot_s8s8(__m256i w, __m256i a) {
+static inline __m256i dot_s8s8(__m256i w, __m256i a)
+{
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
 }
-static inline __m256i dot_u8s8(__m256i w, __m256i a) {
+static inline __m256i dot_u8s8(__m256i w, __m256i a)
+{
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a);
 }
 #define Q32_SFX(name) name##_vnni
@@ -187,7 +195,8 @@ static inline __m256i dot_u8s8(__m256i w, __m256i a) {
  * instruction per 64 MACs (measured: docs/perf/cpu.md, "What the kernels
  * can reach"). */
 typedef int32_t __attribute__((may_alias, aligned(1))) i32_any;
-static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __m512i w, const int8_t *a) {
+static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __m512i w, const int8_t *a)
+{
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const i32_any *)a));
     return acc;
 }
@@ -219,7 +228,8 @@ static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __
 #endif
 /* h shifted left by s (right by -s) in 16-bit lanes: with s in -3..4 and the
  * result masked to bit 4 of each byte, no bit crosses a byte. */
-static inline __attribute__((always_inline)) __m512i shift_bits(__m512i h, int s) {
+static inline __attribute__((always_inline)) __m512i shift_bits(__m512i h, int s)
+{
     return s >= 0 ? _mm512_slli_epi16(h, (unsigned)s) : _mm512_srli_epi16(h, (unsigned)-s);
 }
 
@@ -228,7 +238,8 @@ static inline __attribute__((always_inline)) __m512i shift_bits(__m512i h, int s
  * ternary-logic OR each). The rest is one code. */
 static inline __attribute__((always_inline)) void
 qk16_rows(const uint8_t *blocks, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
-          const int NT, float *out, size_t ostride, const bool q5) {
+          const int NT, float *out, size_t ostride, const bool q5)
+{
     const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
     const size_t bb = q5 ? sizeof(sw_q5k16) : sizeof(sw_q4k16);
     __m512 total[SW_DOTN_MAX];
@@ -294,13 +305,15 @@ qk16_rows(const uint8_t *blocks, int64_t nb, const void *act, size_t stride, con
 
 static inline __attribute__((always_inline)) void
 q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
-           const int NT, float *out, size_t ostride) {
+           const int NT, float *out, size_t ostride)
+{
     qk16_rows((const uint8_t *)p, nb, act, stride, bsp, bsp_stride, NT, out, ostride, false);
 }
 
 static inline __attribute__((always_inline)) void
 q5k16_rows(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
-           const int NT, float *out, size_t ostride) {
+           const int NT, float *out, size_t ostride)
+{
     qk16_rows((const uint8_t *)p, nb, act, stride, bsp, bsp_stride, NT, out, ostride, true);
 }
 
@@ -310,7 +323,8 @@ q5k16_rows(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, const 
  * 16 weights as float vectors over the rows. */
 static inline __attribute__((always_inline)) void
 q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
-           const int NT, float *out, size_t ostride) {
+           const int NT, float *out, size_t ostride)
+{
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     __m512 total[SW_DOTN_MAX];
     _Pragma("GCC unroll 8")
@@ -367,7 +381,8 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
 
 /* 16 E8M0 exponents (bytes) as the floats 2^(e - 128), sw_e8m0_half's
  * values: e - 1 in the exponent field, and for e = 0, 1 the denormals. */
-static inline __m512 e8m0_half16(const void *e8) {
+static inline __m512 e8m0_half16(const void *e8)
+{
     const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)e8));
     __m512i bits = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
     bits = _mm512_mask_sllv_epi32(bits, _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)),
@@ -385,7 +400,8 @@ static inline __m512 e8m0_half16(const void *e8) {
  * 8 of 10 vector-pipe slots are products, as for Q4_K's 64 of 79. */
 static inline __attribute__((always_inline)) void
 q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride, const sw_q32_aux *aux,
-            size_t aux_stride, const int NT, float *out, size_t ostride, const sw_type type) {
+            size_t aux_stride, const int NT, float *out, size_t ostride, const sw_type type)
+{
     const bool q8 = type == SW_TYPE_Q8_0, q5 = type == SW_TYPE_Q5_0 || type == SW_TYPE_Q5_1;
     const bool has_m = type == SW_TYPE_Q4_1 || type == SW_TYPE_Q5_1, mx = type == SW_TYPE_MXFP4;
     const int off = sw_q32_offset(type);   /* the unsigned quants' offset (Q4_1 / Q5_1: none) */
@@ -457,7 +473,8 @@ q32x16_rows(const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, si
 #define SW_Q32_CALL(k) q32x16_rows(q, s, nb, act, stride, aux, aux_stride, k, out, ostride, type)
 static inline __attribute__((always_inline)) void
 q32x16_entry(const sw_type type, const uint8_t *q, const uint16_t *s, int64_t nb, const void *act, size_t stride,
-             const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride) {
+             const sw_q32_aux *aux, size_t aux_stride, int ntok, float *out, size_t ostride)
+{
     SW_FOR_NT(ntok, SW_Q32_CALL)
 }
 #undef SW_Q32_CALL
@@ -499,7 +516,8 @@ SW_Q16_ENTRY(q6k16_vnni, sw_q6k16)
  * v = (q A - B + 64) >> 7 in words: unpacklo widens 128-bit lane L's rows
  * 4L and 4L + 1, unpackhi rows 4L + 2 and 4L + 3, A and C = 64 - B come
  * spread to match (i8_spread), and the pack undoes the unpacks' order. */
-static inline __attribute__((always_inline)) __m512i i8_bytes(__m512i q, const __m512i *A, const __m512i *C) {
+static inline __attribute__((always_inline)) __m512i i8_bytes(__m512i q, const __m512i *A, const __m512i *C)
+{
     const __m512i z = _mm512_setzero_si512();
     const __m512i lo = _mm512_srai_epi16(_mm512_add_epi16(_mm512_mullo_epi16(_mm512_unpacklo_epi8(q, z), A[0]), C[0]), 7);
     const __m512i hi = _mm512_srai_epi16(_mm512_add_epi16(_mm512_mullo_epi16(_mm512_unpackhi_epi8(q, z), A[1]), C[1]), 7);
@@ -508,7 +526,8 @@ static inline __attribute__((always_inline)) __m512i i8_bytes(__m512i q, const _
 
 /* The row-block's scale from its nsub sub-blocks' factors (stored to d);
  * returns 127 / amax (0 where amax is 0). */
-static inline __m512 i8_scale(const __m512 *a, const __m512 *b, int nsub, float qmax, float *d) {
+static inline __m512 i8_scale(const __m512 *a, const __m512 *b, int nsub, float qmax, float *d)
+{
     const __m512 qm = _mm512_set1_ps(qmax), k127 = _mm512_set1_ps(127.0f);
     __m512 amax = _mm512_setzero_ps();
     for (int s = 0; s < nsub; s++)
@@ -527,7 +546,8 @@ static const uint16_t i8_rows_of_word[2][32] __attribute__((aligned(64))) = {
 /* One sub-block's factors (float lanes over the rows) as i8_bytes wants
  * them: A = rint(128 a id) and C = 64 - rint(128 b id), words spread by
  * i8_rows_of_word. */
-static inline __attribute__((always_inline)) void i8_spread(__m512 a, __m512 b, __m512 id, __m512i *A, __m512i *C) {
+static inline __attribute__((always_inline)) void i8_spread(__m512 a, __m512 b, __m512 id, __m512i *A, __m512i *C)
+{
     const __m512 k128 = _mm512_set1_ps(128.0f);
     const __m512i a7 = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(a, id), k128))));
     const __m512i c7 = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(
@@ -541,7 +561,8 @@ static inline __attribute__((always_inline)) void i8_spread(__m512 a, __m512 b, 
 
 /* Q4_K and Q5_K (q5): a_j = d sc_j, b_j = dmin m_j per 32-weight sub-block. */
 static inline __attribute__((always_inline)) void i8_expand_qk(const uint8_t *blocks, int64_t nb, sw_i8x16 *out,
-                                                               const bool q5) {
+                                                               const bool q5)
+{
     const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
     const __m512i lo8 = _mm512_set1_epi32(0xff);
     const size_t bb = q5 ? sizeof(sw_q5k16) : sizeof(sw_q4k16);
@@ -581,7 +602,8 @@ static void i8_q5k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out) { i8_expa
 
 /* Q6_K: a_s = d sc_s, b_s = 32 a_s per 16-weight sub-block; the quants
  * rebuilt from ql and qh as in q6k16_rows. */
-static void i8_q6k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out) {
+static void i8_q6k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out)
+{
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     const sw_q6k16 *p = blocks;
     for (int64_t i = 0; i < nb; i++, p++, out++) {
@@ -620,7 +642,8 @@ static void i8_q6k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out) {
  * second chain each, so as not to wait on the instruction's latency. */
 static inline __attribute__((always_inline)) void
 i8x16_rows(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum, size_t nsum_stride,
-           const int NT, float *out, size_t ostride) {
+           const int NT, float *out, size_t ostride)
+{
     __m512 total[SW_DOTN_MAX];
     _Pragma("GCC unroll 8")
     for (int t = 0; t < NT; t++) total[t] = _mm512_setzero_ps();
@@ -662,7 +685,8 @@ i8x16_rows(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const 
 
 #define SW_I8_CALL(k) i8x16_rows(p, nb, act, stride, nsum, nsum_stride, k, out, ostride)
 static void i8x16_vnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum,
-                       size_t nsum_stride, int ntok, float *out, size_t ostride) {
+                       size_t nsum_stride, int ntok, float *out, size_t ostride)
+{
     SW_FOR_NT(ntok, SW_I8_CALL)
 }
 #undef SW_I8_CALL
@@ -671,7 +695,8 @@ static void i8x16_vnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t st
 /* The vpdpbusd peak: 12 independent accumulator chains, enough to cover the
  * instruction's latency (4-5 cycles) at up to two issues a cycle. asm, so
  * the compiler keeps every instruction. */
-static int64_t int8_peak_vnni(int64_t iters) {
+static int64_t int8_peak_vnni(int64_t iters)
+{
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
     __m512i a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
     const __m512i w = _mm512_set1_epi32(0x01010101), x = _mm512_set1_epi32(0x01020304);
@@ -695,7 +720,8 @@ static int64_t int8_peak_vnni(int64_t iters) {
 
 #pragma GCC pop_options
 
-void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni) {
+void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni)
+{
     t->quant_q8_k = quant_q8_k_avx512;
     t->quant_q8_0 = quant_q8_0_avx512;
     t->dot[SW_TYPE_F32] = dot_f32_avx512;

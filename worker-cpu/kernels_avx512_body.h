@@ -38,7 +38,8 @@ static const int16_t IDX_K6_1[32] = {8,8,8,8,12,12,12,12, 9,9,9,9,13,13,13,13, 1
 static inline __attribute__((always_inline)) void
 SW_SFX(k_tokens)(const __m512i w[4], __m512i s01, __m512i s23, float d, __m256i words, float factor,
                  const void *act, size_t stride, const float *aux, size_t aux_stride, int64_t i,
-                 const int NT, const bool has_aux, __m512 *facc, __m256 *macc) {
+                 const int NT, const bool has_aux, __m512 *facc, __m256 *macc)
+{
     const __m512i zero = _mm512_setzero_si512();
     __m512 dvec = _mm512_setzero_ps(), g16 = _mm512_setzero_ps();
     if (NT > 1) {
@@ -76,7 +77,8 @@ SW_SFX(k_tokens)(const __m512i w[4], __m512i s01, __m512i s23, float d, __m256i 
 /* ---- Q4_K / Q5_K ------------------------------------------------------------ */
 
 static inline __attribute__((always_inline)) void
-SW_SFX(kq_scales)(const uint8_t *scales, __m512i *s01, __m512i *s23, __m256i *mins) {
+SW_SFX(kq_scales)(const uint8_t *scales, __m512i *s01, __m512i *s23, __m256i *mins)
+{
     __m256i sw = k_scales_words(scales);
     __m512i swz = _mm512_castsi256_si512(sw);
     *s01 = _mm512_permutexvar_epi16(_mm512_loadu_si512(IDX_K4_0), swz);
@@ -88,7 +90,8 @@ SW_SFX(kq_scales)(const uint8_t *scales, __m512i *s01, __m512i *s23, __m256i *mi
  * high bits) as w[0..3]: the quants that meet activation bytes 0-63,
  * 64-127, 128-191 and 192-255. Shared by the dot kernels and pack16. */
 static inline __attribute__((always_inline)) void
-SW_SFX(kq_unpack)(const uint8_t *qs, const uint8_t *qh, __m512i w[4]) {
+SW_SFX(kq_unpack)(const uint8_t *qs, const uint8_t *qh, __m512i w[4])
+{
     const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
     __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
     __m512i lo0 = _mm512_and_si512(q0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
@@ -111,7 +114,8 @@ SW_SFX(kq_unpack)(const uint8_t *qs, const uint8_t *qh, __m512i w[4]) {
 
 /* The 256 quants of a Q6_K block, stored +32 (0..63), in the same order. */
 static inline __attribute__((always_inline)) void
-SW_SFX(k6_unpack)(const block_q6_k *b, __m512i q[4]) {
+SW_SFX(k6_unpack)(const block_q6_k *b, __m512i q[4])
+{
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     _Pragma("GCC unroll 2")
     for (int h = 0; h < 2; h++) {
@@ -127,7 +131,8 @@ SW_SFX(k6_unpack)(const block_q6_k *b, __m512i q[4]) {
 /* Q4_K and Q5_K rows: the same block layout but for Q5_K's high bits. */
 static inline __attribute__((always_inline)) void
 SW_SFX(kq_rows)(int64_t n, const void *wv, const void *act, size_t stride, const float *aux, size_t aux_stride,
-                const int NT, const bool has_aux, float *out, size_t ostride, const bool q5) {
+                const int NT, const bool has_aux, float *out, size_t ostride, const bool q5)
+{
     const uint8_t *blk = wv;
     const size_t bsize = q5 ? sizeof(block_q5_k) : sizeof(block_q4_k);
     __m512 facc[SW_DOTN_MAX];
@@ -152,13 +157,15 @@ SW_SFX(kq_rows)(int64_t n, const void *wv, const void *act, size_t stride, const
 
 static inline __attribute__((always_inline)) void
 SW_SFX(q4_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, const float *aux, size_t aux_stride,
-                  const int NT, const bool has_aux, float *out, size_t ostride) {
+                  const int NT, const bool has_aux, float *out, size_t ostride)
+{
     SW_SFX(kq_rows)(n, wv, act, stride, aux, aux_stride, NT, has_aux, out, ostride, false);
 }
 
 static inline __attribute__((always_inline)) void
 SW_SFX(q5_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, const float *aux, size_t aux_stride,
-                  const int NT, const bool has_aux, float *out, size_t ostride) {
+                  const int NT, const bool has_aux, float *out, size_t ostride)
+{
     SW_SFX(kq_rows)(n, wv, act, stride, aux, aux_stride, NT, has_aux, out, ostride, true);
 }
 
@@ -166,7 +173,8 @@ SW_SFX(q5_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, con
 
 static inline __attribute__((always_inline)) void
 SW_SFX(q6_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, const float *aux, size_t aux_stride,
-                  const int NT, const bool has_aux, float *out, size_t ostride) {
+                  const int NT, const bool has_aux, float *out, size_t ostride)
+{
     const block_q6_k *b = wv;
     const __m512i idx0 = _mm512_loadu_si512(IDX_K6_0), idx1 = _mm512_loadu_si512(IDX_K6_1);
     __m512 facc[SW_DOTN_MAX];
@@ -194,7 +202,8 @@ SW_SFX(q6_k_rows)(int64_t n, const void *wv, const void *act, size_t stride, con
  * the 16 results per token are stored with one instruction. */
 static inline __attribute__((always_inline)) void
 SW_SFX(gemm16_rows)(const sw_kpack16 *p, int64_t nb, const int nsub, const void *act, size_t stride,
-                    const float *aux, size_t aux_stride, const int NT, float *out, size_t ostride) {
+                    const float *aux, size_t aux_stride, const int NT, float *out, size_t ostride)
+{
     const int steps = QK_K / nsub / 4, sublen = QK_K / nsub;
     __m512 total[SW_DOTN_MAX];
     _Pragma("GCC unroll 8")
@@ -235,7 +244,8 @@ SW_SFX(gemm16_rows)(const sw_kpack16 *p, int64_t nb, const int nsub, const void 
 
 /* sw_kpack16_rows with the unpacking of the dot kernels and scatters for
  * the row interleave: row r's dword m goes to dword 16m + r. */
-static int SW_SFX(pack16)(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk) {
+static int SW_SFX(pack16)(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk)
+{
     if (type != SW_TYPE_Q4_K && type != SW_TYPE_Q5_K && type != SW_TYPE_Q6_K) return 0;
     const __m512i lane16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                               _mm512_set1_epi32(16));
@@ -279,7 +289,8 @@ static int SW_SFX(pack16)(sw_type type, const uint8_t *w, size_t row_size, int64
     (nsub == 8 ? SW_SFX(gemm16_rows)(p, nb, 8, act, stride, aux, aux_stride, k, out, ostride)      \
                : SW_SFX(gemm16_rows)(p, nb, 16, act, stride, aux, aux_stride, k, out, ostride))
 static void SW_SFX(gemm16)(const sw_kpack16 *p, int64_t nb, int nsub, const void *act, size_t stride,
-                           const float *aux, size_t aux_stride, int ntok, float *out, size_t ostride) {
+                           const float *aux, size_t aux_stride, int ntok, float *out, size_t ostride)
+{
     SW_FOR_NT(ntok, SW_G16_CALL)
 }
 #undef SW_G16_CALL

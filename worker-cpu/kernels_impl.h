@@ -130,19 +130,23 @@ typedef void (*sw_q6k16_fn)(const sw_q6k16 *p, int64_t nb, const void *act, size
  *   scales     d[16] (fp16), and for Q4_1 / Q5_1 then m[16]; MXFP4: the
  *              16 E8M0 exponents as they are.
  * Row-block sizes equal the originals': 34, 18, 20, 22, 24, 17 bytes. */
-static inline bool sw_is_q32(sw_type t) {
+static inline bool sw_is_q32(sw_type t)
+{
     return t == SW_TYPE_Q4_0 || t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 || t == SW_TYPE_Q8_0 ||
            t == SW_TYPE_MXFP4;
 }
-static inline size_t sw_q32x16_qbytes(sw_type t) {
+static inline size_t sw_q32x16_qbytes(sw_type t)
+{
     return t == SW_TYPE_Q8_0 ? 512 : t == SW_TYPE_Q5_0 || t == SW_TYPE_Q5_1 ? 320 : 256;
 }
-static inline size_t sw_q32x16_sbytes(sw_type t) {
+static inline size_t sw_q32x16_sbytes(sw_type t)
+{
     return t == SW_TYPE_Q4_1 || t == SW_TYPE_Q5_1 ? 64 : t == SW_TYPE_MXFP4 ? 16 : 32;
 }
 /* The offset a type's unsigned packed quants carry: 128 (Q8_0), 8, 16,
  * 12 (MXFP4's looked-up values), none for Q4_1 / Q5_1 (m instead). */
-static inline int sw_q32_offset(sw_type t) {
+static inline int sw_q32_offset(sw_type t)
+{
     return t == SW_TYPE_Q8_0 ? 128 : t == SW_TYPE_Q4_0 ? 8 : t == SW_TYPE_Q5_0 ? 16 : t == SW_TYPE_MXFP4 ? 12 : 0;
 }
 /* MXFP4's nibble -> its doubled E2M1 value + 12, for vpshufb. */
@@ -250,7 +254,8 @@ typedef struct {
 #define SW_INT8_PEAK_MACS (12 * 64)
 
 /* aux for one Q8_K row of n values (n/256 blocks): out[16*b + k] = d_b * bsums_b[k]. */
-static inline void sw_q8k_aux(const block_q8_k *y, int64_t n, float *out) {
+static inline void sw_q8k_aux(const block_q8_k *y, int64_t n, float *out)
+{
     for (int64_t b = 0; b < n / QK_K; b++)
         for (int k = 0; k < QK_K / 16; k++) out[16 * b + k] = y[b].d * (float)y[b].bsums[k];
 }

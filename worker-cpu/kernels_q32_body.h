@@ -7,14 +7,16 @@
  * and the helpers hsum256 and load_2h (kernels_x86_common.h). Not a standalone header. */
 
 /* 32 nibbles of a Q4_0/Q4_1 block as bytes: weights 0..15 low nibbles, 16..31 high. */
-static inline __m256i nibbles32(const uint8_t *qs) {
+static inline __m256i nibbles32(const uint8_t *qs)
+{
     __m128i x = _mm_loadu_si128((const __m128i *)qs);
     __m128i m4 = _mm_set1_epi8(0x0f);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
 }
 
 /* Bit j of qh (32 bits) -> 0x10 in byte j. */
-static inline __m256i qh_bits32(const uint8_t *qh4) {
+static inline __m256i qh_bits32(const uint8_t *qh4)
+{
     uint32_t qh;
     memcpy(&qh, qh4, 4);
     __m256i v = _mm256_set1_epi32((int)qh);
@@ -25,7 +27,8 @@ static inline __m256i qh_bits32(const uint8_t *qh4) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-static float Q32_SFX(dot_q8_0)(int64_t n, const void *w, const void *act) {
+static float Q32_SFX(dot_q8_0)(int64_t n, const void *w, const void *act)
+{
     const block_q8_0 *x = w, *y = act;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK8_0; i++) {
@@ -36,7 +39,8 @@ static float Q32_SFX(dot_q8_0)(int64_t n, const void *w, const void *act) {
     return hsum256(acc);
 }
 
-static float Q32_SFX(dot_q4_0)(int64_t n, const void *w, const void *act) {
+static float Q32_SFX(dot_q4_0)(int64_t n, const void *w, const void *act)
+{
     const block_q4_0 *x = w;
     const block_q8_0 *y = act;
     __m256 acc = _mm256_setzero_ps();
@@ -51,7 +55,8 @@ static float Q32_SFX(dot_q4_0)(int64_t n, const void *w, const void *act) {
 
 /* MXFP4: each nibble looked up (vpshufb) as its doubled E2M1 value, an
  * integer within +-12; the block scale is a power of two. */
-static float Q32_SFX(dot_mxfp4)(int64_t n, const void *w, const void *act) {
+static float Q32_SFX(dot_mxfp4)(int64_t n, const void *w, const void *act)
+{
     const block_mxfp4 *x = w;
     const block_q8_0 *y = act;
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)sw_fp4_values));
@@ -65,7 +70,8 @@ static float Q32_SFX(dot_mxfp4)(int64_t n, const void *w, const void *act) {
     return hsum256(acc);
 }
 
-static float Q32_SFX(dot_q5_0)(int64_t n, const void *w, const void *act) {
+static float Q32_SFX(dot_q5_0)(int64_t n, const void *w, const void *act)
+{
     const block_q5_0 *x = w;
     const block_q8_0 *y = act;
     __m256 acc = _mm256_setzero_ps();
@@ -80,7 +86,8 @@ static float Q32_SFX(dot_q5_0)(int64_t n, const void *w, const void *act) {
 }
 
 /* Q4_1 / Q5_1: d*q + m, so sum = d*da*sum(q*a) + m*da*sum(a). */
-static float Q32_SFX(dot_q4_1)(int64_t n, const void *w, const void *act) {
+static float Q32_SFX(dot_q4_1)(int64_t n, const void *w, const void *act)
+{
     const block_q4_1 *x = w;
     const block_q8_0 *y = act;
     const __m256i ones8 = _mm256_set1_epi8(1);
@@ -96,7 +103,8 @@ static float Q32_SFX(dot_q4_1)(int64_t n, const void *w, const void *act) {
     return hsum256(acc);
 }
 
-static float Q32_SFX(dot_q5_1)(int64_t n, const void *w, const void *act) {
+static float Q32_SFX(dot_q5_1)(int64_t n, const void *w, const void *act)
+{
     const block_q5_1 *x = w;
     const block_q8_0 *y = act;
     const __m256i ones8 = _mm256_set1_epi8(1);

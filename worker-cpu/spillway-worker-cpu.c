@@ -63,7 +63,8 @@ typedef struct {
     double fail_rate; /* --test-fail-rate, test mode only */
 } options;
 
-static int usage_error(const char *fmt, const char *arg) {
+static int usage_error(const char *fmt, const char *arg)
+{
     fprintf(stderr, "spillway-worker-cpu: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n%s", usage_text);
@@ -71,7 +72,8 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 /* Whole string, decimal, within [lo, hi]. */
-static int parse_int(const char *s, long lo, long hi, int *out) {
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
     long v;
     if (!sw_parse_long(s, lo, hi, &v)) return -1;
     *out = (int)v;
@@ -79,7 +81,8 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 }
 
 /* Asks ZeroMQ itself whether it can connect to the endpoint. */
-static int valid_endpoint(const char *ep) {
+static int valid_endpoint(const char *ep)
+{
     if (strncmp(ep, "tcp://", 6) != 0 && strncmp(ep, "ipc://", 6) != 0) return 0;
     void *ctx = zmq_ctx_new();
     void *s = zmq_socket(ctx, ZMQ_DEALER);
@@ -93,7 +96,8 @@ static int valid_endpoint(const char *ep) {
 
 /* Returns 0 to run, 1 after --help, or 2 (a usage error, already reported). */
 /* Option a (known, with its value v) into o: 0, or usage_error's code. */
-static int set_option(options *o, const char *a, const char *v, int *have_model) {
+static int set_option(options *o, const char *a, const char *v, int *have_model)
+{
     if (!strcmp(a, "--gateway")) {
         if (!valid_endpoint(v))
             return usage_error("--gateway: '%s' is not a valid tcp:// or ipc:// endpoint", v);
@@ -153,7 +157,8 @@ static int set_option(options *o, const char *a, const char *v, int *have_model)
 
 /* The rules across options, once all are read, and the defaults that
  * depend on them: 0, or the exit code. */
-static int check_options(options *o, int have_model) {
+static int check_options(options *o, int have_model)
+{
     if (!o->gateway) return usage_error("%s is required", "--gateway");
     if (!o->pool) return usage_error("%s is required", "--pool");
     if (!have_model) return usage_error("%s is required", "--model NAME=PATH");
@@ -173,7 +178,8 @@ static int check_options(options *o, int have_model) {
     return 0;
 }
 
-static int parse_args(int argc, char **argv, options *o) {
+static int parse_args(int argc, char **argv, options *o)
+{
     memset(o, 0, sizeof *o);
     o->parallel = -1;
     int have_model = 0;
@@ -198,7 +204,8 @@ static int parse_args(int argc, char **argv, options *o) {
     return check_options(o, have_model);
 }
 
-static int run_echo(const options *o) {
+static int run_echo(const options *o)
+{
     sw_worker_log("TEST MODE (--test-echo %g tokens/s): no model is loaded, output is placeholder "
                   "text; registering '%s' (%s is not opened)",
                   o->echo_rate, o->model_name, o->model_path);
@@ -223,7 +230,8 @@ static int run_echo(const options *o) {
     return rc;
 }
 
-static int run_model(const options *o) {
+static int run_model(const options *o)
+{
     char err[512] = "";
     if (o->threads > 0) omp_set_num_threads(o->threads);
     sw_model *m = sw_model_load(o->model_path, err, sizeof err);
@@ -263,7 +271,8 @@ static int run_model(const options *o) {
     return rc;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     options o;
     int rc = parse_args(argc, argv, &o);
     if (rc == 1) return 0;

@@ -14,7 +14,8 @@ static const char *const PERSON =
     "                  \"pets\": {\"type\": \"array\", \"items\": {\"enum\": [\"cat\", \"dog\"]}, \"maxItems\": 3}},"
     " \"required\": [\"name\", \"age\"], \"additionalProperties\": false}";
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc != 4) { fprintf(stderr, "usage: extract ENDPOINT MODEL TEXT\n"); return 2; }
     char err[256];
     spillway_client *c = spillway_connect(argv[1], err, sizeof err);

@@ -4,7 +4,8 @@
 #include "sdk/spillway.h"
 #include <stdio.h>
 
-static int on_delta(void *user, const char *delta, size_t len) {
+static int on_delta(void *user, const char *delta, size_t len)
+{
     int *chunks = user;
     (*chunks)++;
     fwrite(delta, 1, len, stdout);
@@ -12,14 +13,16 @@ static int on_delta(void *user, const char *delta, size_t len) {
 }
 
 /* A failed request still owes its result and the client their memory. */
-static int fail(spillway_client *c, spillway_result *res, const char *err) {
+static int fail(spillway_client *c, spillway_result *res, const char *err)
+{
     fprintf(stderr, "%s\n", err);
     spillway_result_free(res);
     spillway_close(c);
     return 1;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc != 3) { fprintf(stderr, "usage: hello ENDPOINT MODEL\n"); return 2; }
     char err[256];
     spillway_client *c = spillway_connect(argv[1], err, sizeof err);

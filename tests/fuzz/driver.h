@@ -35,7 +35,8 @@ typedef struct { const uint8_t *bytes; size_t size; } fuzz_seed;
 /* check(data, n) -> whether the input was accepted (for the summary line). */
 typedef bool (*fuzz_check_fn)(const uint8_t *data, size_t n);
 
-static inline bool fuzz_one(fuzz_check_fn check, const uint8_t *data, size_t n) {
+static inline bool fuzz_one(fuzz_check_fn check, const uint8_t *data, size_t n)
+{
     uint8_t *copy = malloc(n ? n : 1);
     if (n) memcpy(copy, data, n);
     bool ok = check(copy, n);
@@ -44,7 +45,8 @@ static inline bool fuzz_one(fuzz_check_fn check, const uint8_t *data, size_t n) 
 }
 
 /* Runs the whole program; returns its exit status (0: nothing broke). */
-static inline int fuzz_main(const char *name, const fuzz_seed *seeds, int n_seeds, fuzz_check_fn check) {
+static inline int fuzz_main(const char *name, const fuzz_seed *seeds, int n_seeds, fuzz_check_fn check)
+{
     const char *e = getenv("SPILLWAY_FUZZ_SECONDS");
     double max_secs = e ? atof(e) : 0;
     e = getenv("SPILLWAY_FUZZ_ITERS");
@@ -77,7 +79,8 @@ static inline int fuzz_main(const char *name, const fuzz_seed *seeds, int n_seed
 #ifdef SW_LIBFUZZER
 static bool check(const uint8_t *data, size_t n);   /* each program's */
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
+{
     check(data, n);
     if (broken) abort();
     return 0;
@@ -85,7 +88,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
 #endif
 
 /* A whole file as a seed (for seeds given on the command line). */
-static inline bool fuzz_read_file(const char *path, fuzz_seed *s) {
+static inline bool fuzz_read_file(const char *path, fuzz_seed *s)
+{
     FILE *f = fopen(path, "rb");
     if (!f) { perror(path); return false; }
     uint8_t *b = NULL;

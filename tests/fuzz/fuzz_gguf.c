@@ -14,14 +14,16 @@
 
 #include "tests/fuzz/driver.h"
 
-static bool inside(const gguf_file *f, const void *p, uint64_t n) {
+static bool inside(const gguf_file *f, const void *p, uint64_t n)
+{
     const uint8_t *b = p;
     return b >= f->base && b <= f->base + f->size && n <= (uint64_t)(f->base + f->size - b);
 }
 
 /* Touches everything a consumer could touch; returns a checksum so the
  * compiler cannot drop the reads. */
-static uint64_t walk(const gguf_file *f) {
+static uint64_t walk(const gguf_file *f)
+{
     uint64_t sum = 0;
     char buf[64];
     for (uint64_t i = 0; i < f->n_kv; i++) {
@@ -71,7 +73,8 @@ static uint64_t walk(const gguf_file *f) {
 
 static volatile uint64_t walk_sum;   /* keeps walk()'s reads */
 
-static bool check(const uint8_t *data, size_t n) {
+static bool check(const uint8_t *data, size_t n)
+{
     char err[256];
     gguf_file *f = gguf_open_buffer(data, n, err, sizeof err);
     if (!f) {
@@ -85,7 +88,8 @@ static bool check(const uint8_t *data, size_t n) {
 
 #ifndef SW_LIBFUZZER
 
-static uint8_t *make_seed(size_t *size) {
+static uint8_t *make_seed(size_t *size)
+{
     static float f32[8 * 4];
     static uint16_t f16[64 * 2];
     static uint8_t q8[34 * 2 * 2], q4k[144 * 2];
@@ -137,7 +141,8 @@ static uint8_t *make_seed(size_t *size) {
     return b;
 }
 
-int main(void) {
+int main(void)
+{
     size_t seed_len;
     uint8_t *seed = make_seed(&seed_len);
     if (!seed) return 2;

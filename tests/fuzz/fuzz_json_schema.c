@@ -14,13 +14,15 @@
 
 #include "tests/fuzz/driver.h"
 
-static bool has_surrogate_escape(const char *s, size_t n) {
+static bool has_surrogate_escape(const char *s, size_t n)
+{
     for (size_t i = 0; i + 2 < n; i++)
         if (s[i] == '\\' && s[i + 1] == 'u' && (s[i + 2] == 'd' || s[i + 2] == 'D')) return true;
     return false;
 }
 
-static bool check(const uint8_t *data, size_t n) {
+static bool check(const uint8_t *data, size_t n)
+{
     const uint8_t *nul = memchr(data, 0, n);
     if (!nul) return false;
     cJSON *schema = cJSON_ParseWithLength((const char *)data, (size_t)(nul - data));
@@ -51,7 +53,8 @@ static bool check(const uint8_t *data, size_t n) {
 }
 
 #ifndef SW_LIBFUZZER
-int main(void) {
+int main(void)
+{
     static const char *const pairs[][2] = {
         { "{\"type\":\"object\"}", "{\"a\": [1, -2.5e3, \"x\\n\\u00e9\", null, true, {\"b\": false}]}" },
         { "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":4},"

@@ -28,7 +28,8 @@
 
 typedef struct { const char *path; uint8_t *bytes; size_t size, data_offset; } seed_file;
 
-static bool read_seed(const char *path, seed_file *s) {
+static bool read_seed(const char *path, seed_file *s)
+{
     s->path = path;
     fuzz_seed f;
     if (!fuzz_read_file(path, &f)) return false;
@@ -50,7 +51,8 @@ static const uint16_t bad_f16[] = { 0x7e00, 0x7c00, 0xfc00, 0x7bff, 0x0001, 0x80
 #define MUTANT_SLACK MUTATE_MAX_GROWTH
 
 /* One mutant of s into buf (s->size + MUTANT_SLACK bytes); returns its length. */
-static size_t make_mutant(const seed_file *s, uint8_t *buf) {
+static size_t make_mutant(const seed_file *s, uint8_t *buf)
+{
     size_t head = s->data_offset, n;
     if (rnd_below(8) || head >= s->size) {
         /* the header: its length may change, the data follows it */
@@ -70,7 +72,8 @@ static size_t make_mutant(const seed_file *s, uint8_t *buf) {
 }
 
 /* Uses a loaded model as the worker would. */
-static void exercise(sw_model *m) {
+static void exercise(sw_model *m)
+{
     static const char text[] = "Once upon a time <s> \xC3\xA9 \xF0\x9F\x98\x80 <|im_start|>";
     if (m->tok) {
         int32_t ids[128];
@@ -102,7 +105,8 @@ static void exercise(sw_model *m) {
     sw_ctx_free(c);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     seed_file seeds[8];
     int n_seeds = 0;
     for (int i = 1; i < argc && n_seeds < 8; i++)

@@ -27,7 +27,8 @@ static sw_policy *policy;
 
 /* Each "data: {...}\n\n" event of an SSE buffer must parse; returns the text
  * of the first event's delta (content or text), or NULL. */
-static char *check_events(const sw_sbuf *b, bool chat) {
+static char *check_events(const sw_sbuf *b, bool chat)
+{
     char *first = NULL;
     const char *p = b->s ? b->s : "";
     while (*p) {
@@ -53,7 +54,8 @@ static char *check_events(const sw_sbuf *b, bool chat) {
 
 /* A chat delta of reasoning (and an answer, when `answer`): one event whose
  * delta gives both back exactly, and no content key without an answer. */
-static void check_reasoning_delta(sw_req *r, const char *text, bool answer) {
+static void check_reasoning_delta(sw_req *r, const char *text, bool answer)
+{
     sw_sbuf b = { 0 };
     sw_openai_sse_delta(r, &b, answer ? "A" : NULL, answer ? 1 : 0, text, strlen(text), false);
     const char *end = b.s ? strstr(b.s, "\n\n") : NULL;
@@ -68,7 +70,8 @@ static void check_reasoning_delta(sw_req *r, const char *text, bool answer) {
     sw_sbuf_free(&b);
 }
 
-static void check_accepted(sw_req *r, bool chat) {
+static void check_accepted(sw_req *r, bool chat)
+{
     char err[256] = "";
     sw_env *e = sw_wire_decode(r->gen, r->gen_len, err, sizeof err);
     INVARIANT(e && e->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE, "the encoded request does not decode: %s", err);
@@ -104,7 +107,8 @@ static void check_accepted(sw_req *r, bool chat) {
     sw_wire_free(e);
 }
 
-static bool check(const uint8_t *data, size_t n) {
+static bool check(const uint8_t *data, size_t n)
+{
     if (n == 0) return false;
     bool chat = data[0] & 1;
     sw_req *r = sw_req_new();
@@ -158,7 +162,8 @@ static const char *const BODIES[] = {
 };
 
 /* "small" is an alias, so resolution is exercised too. */
-static bool load_policy(void) {
+static bool load_policy(void)
+{
     static const char y[] = "pools:\n  - {name: cpu-pool, kind: cpu}\nroutes:\n  - {model: llama, target: cpu-pool}\n"
                             "aliases:\n  small: llama\n";
     char err[512];
@@ -168,12 +173,14 @@ static bool load_policy(void) {
 }
 
 #ifdef SW_LIBFUZZER
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
     if (!load_policy()) abort();
     return 0;
 }
 #else
-int main(void) {
+int main(void)
+{
     if (!load_policy()) return 2;
     enum { N = sizeof BODIES / sizeof BODIES[0] };
     fuzz_seed seeds[N];

@@ -49,7 +49,8 @@ static const char BUILTIN[] =
     "  error_rate_threshold: 0.5\n";
 
 /* "NAME:L:C: text" with L, C >= 1, or the truncation tail. */
-static bool error_line_ok(const char *s, size_t n) {
+static bool error_line_ok(const char *s, size_t n)
+{
     if (n >= 8 && !strncmp(s, "... and ", 8)) return true;
     if (n < sizeof NAME || strncmp(s, NAME ":", sizeof NAME)) return false;
     const char *p = s + sizeof NAME;
@@ -62,7 +63,8 @@ static bool error_line_ok(const char *s, size_t n) {
     return *p == ' ';
 }
 
-static void check_rejection(const char *err) {
+static void check_rejection(const char *err)
+{
     INVARIANT(err[0], "rejected without a message");
     for (const char *line = err; *line;) {
         const char *nl = strchr(line, '\n');
@@ -72,7 +74,8 @@ static void check_rejection(const char *err) {
     }
 }
 
-static void check_policy(const sw_policy *p) {
+static void check_policy(const sw_policy *p)
+{
     char *json = sw_policy_to_json(p);
     cJSON *o = json ? cJSON_Parse(json) : NULL;
     INVARIANT(o != NULL, "the policy's JSON does not parse: %.200s", json ? json : "(null)");
@@ -87,7 +90,8 @@ static void check_policy(const sw_policy *p) {
         INVARIANT(p->routes[i].model && p->routes[i].target, "route %zu lacks model or target", i);
 }
 
-static bool check(const uint8_t *data, size_t n) {
+static bool check(const uint8_t *data, size_t n)
+{
     char err[8192];
     sw_policy *p = sw_policy_parse(NAME, (const char *)data, n, err, sizeof err);
     if (!p) {
@@ -100,7 +104,8 @@ static bool check(const uint8_t *data, size_t n) {
 }
 
 #ifndef SW_LIBFUZZER
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     fuzz_seed seeds[16] = { { (const uint8_t *)BUILTIN, sizeof BUILTIN - 1 } };
     int n_seeds = 1;
     for (int i = 1; i < argc && n_seeds < 16; i++)

@@ -13,7 +13,8 @@ enum { MAX_FAMILIES = 64 };
 static sw_pretok *families[MAX_FAMILIES];
 static int n_families;
 
-static void open_families(void) {
+static void open_families(void)
+{
     char err[200];
     for (int i = 0; sw_pretok_family(i) && n_families < MAX_FAMILIES; i++) {
         const char *names = sw_pretok_family(i);
@@ -23,7 +24,8 @@ static void open_families(void) {
     }
 }
 
-static bool check(const uint8_t *data, size_t n) {
+static bool check(const uint8_t *data, size_t n)
+{
     if (n == 0 || n_families == 0) return false;
     sw_pretok *p = families[data[0] % n_families];
     const char *text = (const char *)data + 1;
@@ -42,7 +44,8 @@ static bool check(const uint8_t *data, size_t n) {
 }
 
 #ifndef SW_LIBFUZZER
-int main(void) {
+int main(void)
+{
     open_families();
     static const char *texts[] = {
         "Hello  world's 42!\n\n  x", "HelloWorld ПриветМир iPhone's", "def f(x):\n  return x+12 # 東京",
@@ -63,7 +66,8 @@ int main(void) {
     return rc;
 }
 #else
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
     (void)argc; (void)argv;
     open_families();
     return 0;

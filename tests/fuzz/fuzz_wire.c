@@ -11,7 +11,8 @@
 
 #include "tests/fuzz/driver.h"
 
-static bool check(const uint8_t *data, size_t n) {
+static bool check(const uint8_t *data, size_t n)
+{
     char err[256] = "";
     sw_env *e = sw_wire_decode(data, n, err, sizeof err);
     if (!e) {
@@ -39,14 +40,16 @@ static bool check(const uint8_t *data, size_t n) {
 static fuzz_seed seeds[16];
 static int n_seeds;
 
-static void add_seed(Spillway__Envelope *e) {
+static void add_seed(Spillway__Envelope *e)
+{
     uint8_t *out = NULL;
     size_t n = sw_wire_encode(e, &out);
     if (n && out && n_seeds < 16) seeds[n_seeds++] = (fuzz_seed){ out, n };
     else free(out);
 }
 
-int main(void) {
+int main(void)
+{
     Spillway__Envelope e = SPILLWAY__ENVELOPE__INIT;
     Spillway__ModelInfo mi = SPILLWAY__MODEL_INFO__INIT;
     mi.name = "m"; mi.quantization = "q4_k_m"; mi.context_length = 4096;

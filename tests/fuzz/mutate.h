@@ -11,7 +11,8 @@
 
 /* xorshift64*: deterministic, seedable. */
 static uint64_t rng_state;
-static uint64_t rnd(void) {
+static uint64_t rnd(void)
+{
     rng_state ^= rng_state >> 12;
     rng_state ^= rng_state << 25;
     rng_state ^= rng_state >> 27;
@@ -30,7 +31,8 @@ static const uint64_t interesting[] = {
 #define MUTATE_MAX_GROWTH (4 * 16)
 
 /* Applies 1-4 random mutations to buf (capacity cap), returns the new length. */
-static size_t mutate(uint8_t *buf, size_t n, size_t cap) {
+static size_t mutate(uint8_t *buf, size_t n, size_t cap)
+{
     int rounds = 1 + (int)rnd_below(4);
     for (int r = 0; r < rounds; r++) {
         switch (rnd_below(7)) {

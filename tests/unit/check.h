@@ -15,7 +15,8 @@ static int sw_checks_failed, sw_checks_run;
 #define SKIP_TEST(...) do { printf("skipped: " __VA_ARGS__); printf("\n"); exit(77); } while (0)
 
 /* $SPILLWAY_SHARED/rel into buf; defaults to ../shared relative to the project root. */
-static inline const char *shared_path(char *buf, size_t n, const char *rel) {
+static inline const char *shared_path(char *buf, size_t n, const char *rel)
+{
     const char *s = getenv("SPILLWAY_SHARED");
     snprintf(buf, n, "%s/%s", s && *s ? s : "../shared", rel);
     return buf;

@@ -16,7 +16,8 @@ static float frand(void) {   /* uniform in [-1, 1) */
 
 static bool is_nan_half(sw_f16 h) { return (h & 0x7c00) == 0x7c00 && (h & 0x03ff); }
 
-static void test_to_f16(sw_isa isa, const sw_attn_kernels *k) {
+static void test_to_f16(sw_isa isa, const sw_attn_kernels *k)
+{
     enum { N = 67 };   /* not a multiple of 8 or 16: the tails too */
     float x[N];
     sw_f16 y[N];
@@ -54,7 +55,8 @@ static double ref_dot(const float *a, const sw_f16 *h, size_t hs, int n, double 
 }
 
 /* Scores and P.V of M query rows over N cached positions, head size hd. */
-static void test_tiles(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int N) {
+static void test_tiles(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int N)
+{
     const int pad = (N + 31) & ~31, ss = pad;
     float *Q = malloc(sizeof(float) * (size_t)M * hd), *S = malloc(sizeof(float) * (size_t)M * ss);
     float *P = malloc(sizeof(float) * (size_t)M * ss), *O = malloc(sizeof(float) * (size_t)M * hd);
@@ -85,7 +87,8 @@ static void test_tiles(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int 
     free(Q); free(S); free(P); free(O); free(zero); free(KT); free(V);
 }
 
-int main(void) {
+int main(void)
+{
     sw_isa best = sw_isa_active();
     for (int i = 0; i <= (int)best; i++) {
         sw_isa isa = (sw_isa)i;

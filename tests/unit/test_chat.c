@@ -94,13 +94,15 @@ static const sw_chat_msg CONV[] = {
 };
 static const size_t N_CONV = sizeof CONV / sizeof CONV[0];
 
-static void expect(sw_chat_template t, const sw_chat_msg *m, size_t n, const char *want) {
+static void expect(sw_chat_template t, const sw_chat_msg *m, size_t n, const char *want)
+{
     char *got = sw_chat_format(t, m, n, NULL);
     CHECK(got && strcmp(got, want) == 0, "%s:\n--- got ---\n%s\n--- want ---\n%s", sw_chat_name(t), got ? got : "(null)", want);
     free(got);
 }
 
-static void test_detect(void) {
+static void test_detect(void)
+{
     CHECK(sw_chat_detect(LLAMA2_T) == SW_CHAT_LLAMA2, "llama2");
     CHECK(sw_chat_detect(LLAMA3_T) == SW_CHAT_LLAMA3, "llama3");
     CHECK(sw_chat_detect(CHATML_T) == SW_CHAT_CHATML, "chatml");
@@ -124,7 +126,8 @@ static void test_detect(void) {
     CHECK(strcmp(sw_chat_name(SW_CHAT_CHATML), "chatml") == 0, "chatml name");
 }
 
-static void test_formats(void) {
+static void test_formats(void)
+{
     /* Every family over the shared conversation (CONV). */
     static const struct { sw_chat_template t; const char *want; } FORMATS[] = {
         { SW_CHAT_CHATML,
@@ -228,7 +231,8 @@ static void test_formats(void) {
     expect((sw_chat_template)99, one, 1, "user: Hello\nassistant:");
 }
 
-static void test_gguf_detect(void) {
+static void test_gguf_detect(void)
+{
     char path[] = "/tmp/sw_test_chat_XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0, "mkstemp");
@@ -254,7 +258,8 @@ static void test_gguf_detect(void) {
  * json.dumps form after the system text, an assistant's calls after its
  * text, a run of tool results as one user turn. Families without a tool
  * format say so. */
-static void test_tools(void) {
+static void test_tools(void)
+{
     cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
                                "\"parameters\":{\"type\":\"object\",\"required\":[\"city\"]}}},"
                                "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]");
@@ -363,7 +368,8 @@ static void test_tools(void) {
 }
 
 /* JSON as Python's json.dumps writes it. */
-static void test_json_form(void) {
+static void test_json_form(void)
+{
     static const struct { const char *in, *want; } cases[] = {
         { "{\"a\":1,\"b\":[true,false,null],\"c\":{}}", "{\"a\": 1, \"b\": [true, false, null], \"c\": {}}" },
         { "[0.5,-2,1e21,1.25e-7,3.141592653589793]", "[0.5, -2, 1e+21, 1.25e-07, 3.141592653589793]" },
@@ -386,7 +392,8 @@ static void test_json_form(void) {
     }
 }
 
-int main(void) {
+int main(void)
+{
     test_detect();
     test_formats();
     test_gguf_detect();

@@ -14,13 +14,15 @@
 
 static char tmpdir[256];
 
-static const char *tmp_path(char *buf, size_t n, const char *name) {
+static const char *tmp_path(char *buf, size_t n, const char *name)
+{
     snprintf(buf, n, "%s/%s", tmpdir, name);
     return buf;
 }
 
 /* Opens a private copy of exactly `n` bytes, so any over-read is caught by ASan. */
-static gguf_file *open_copy(const uint8_t *src, size_t n, char *err, size_t errlen, uint8_t **keep) {
+static gguf_file *open_copy(const uint8_t *src, size_t n, char *err, size_t errlen, uint8_t **keep)
+{
     uint8_t *b = malloc(n ? n : 1);
     memcpy(b, src, n);
     gguf_file *f = gguf_open_buffer(b, n, err, errlen);
@@ -36,7 +38,8 @@ static float f32_data[4 * 3];
 static uint16_t f16_data[64 * 2];
 static uint8_t q8_data[2 * 34 * 2];   /* Q8_0: 64 per row = 2 blocks of 34 bytes, 2 rows */
 
-static void build_roundtrip(gguf_writer *w, bool custom_align) {
+static void build_roundtrip(gguf_writer *w, bool custom_align)
+{
     uint8_t u8 = 200; int8_t i8 = -100; uint16_t u16 = 60000; int16_t i16 = -30000;
     int64_t i64 = -5000000000LL; double f64 = 2.718281828459045;
     gguf_w_scalar(w, "t.u8", GGUF_VT_UINT8, &u8);
@@ -84,17 +87,20 @@ static void build_roundtrip(gguf_writer *w, bool custom_align) {
     gguf_w_tensor(w, "d.norm", SW_TYPE_F32, 1, ne_d, f32_data);
 }
 
-static bool fill_pattern(void *ctx, void *dst, uint64_t n, char *err, size_t errlen) {
+static bool fill_pattern(void *ctx, void *dst, uint64_t n, char *err, size_t errlen)
+{
     uint8_t *p = dst;
     for (uint64_t i = 0; i < n; i++) p[i] = (uint8_t)(i ^ (uintptr_t)ctx);
     return true;
 }
-static bool fill_fails(void *ctx, void *dst, uint64_t n, char *err, size_t errlen) {
+static bool fill_fails(void *ctx, void *dst, uint64_t n, char *err, size_t errlen)
+{
     snprintf(err, errlen, "synthetic failure");
     return false;
 }
 
-static void check_roundtrip(const gguf_file *f, uint64_t align) {
+static void check_roundtrip(const gguf_file *f, uint64_t align)
+{
     CHECK(f->version == 3);
     CHECK(f->n_kv == 23 + (align != 32), "n_kv %llu", (unsigned long long)f->n_kv);
     CHECK(f->n_tensors == 4);
@@ -167,7 +173,8 @@ static void check_roundtrip(const gguf_file *f, uint64_t align) {
     CHECK(!strcmp(gguf_vtype_name(GGUF_VT_FLOAT64), "float64"));
 }
 
-static void test_roundtrip(void) {
+static void test_roundtrip(void)
+{
     char path[300], err[512];
     for (int custom = 0; custom <= 1; custom++) {
         gguf_writer *w = gguf_writer_new();
@@ -203,7 +210,8 @@ static void test_roundtrip(void) {
     }
 }
 
-static void test_writer_errors(void) {
+static void test_writer_errors(void)
+{
     char path[300], err[512];
     tmp_path(path, sizeof path, "bad.gguf");
     uint64_t ne[] = { 33, 1 };
@@ -255,7 +263,8 @@ static void test_writer_errors(void) {
 
 /* ---- 2. truncation at every byte ---- */
 
-static void test_truncation(void) {
+static void test_truncation(void)
+{
     char path[300], err[512];
     tmp_path(path, sizeof path, "rt.gguf");
     size_t size;
@@ -313,24 +322,28 @@ static void r_put(raw *r, const void *p, size_t n) { memcpy(r->b + r->n, p, n); 
 static void r_u32(raw *r, uint32_t v) { r_put(r, &v, 4); }
 static void r_u64(raw *r, uint64_t v) { r_put(r, &v, 8); }
 static void r_str(raw *r, const char *s) { r_u64(r, strlen(s)); r_put(r, s, strlen(s)); }
-static void r_hdr(raw *r, uint32_t version, uint64_t nt, uint64_t nkv) {
+static void r_hdr(raw *r, uint32_t version, uint64_t nt, uint64_t nkv)
+{
     r->n = 0;
     r_put(r, "GGUF", 4); r_u32(r, version); r_u64(r, nt); r_u64(r, nkv);
 }
 static void r_kv_u32(raw *r, const char *k, uint32_t v) { r_str(r, k); r_u32(r, GGUF_VT_UINT32); r_u32(r, v); }
-static void r_tinfo(raw *r, const char *name, uint32_t nd, const uint64_t *ne, uint32_t type, uint64_t off) {
+static void r_tinfo(raw *r, const char *name, uint32_t nd, const uint64_t *ne, uint32_t type, uint64_t off)
+{
     r_str(r, name); r_u32(r, nd);
     for (uint32_t i = 0; i < nd; i++) r_u64(r, ne[i]);
     r_u32(r, type); r_u64(r, off);
 }
-static void r_pad_data(raw *r, size_t align, size_t data_bytes) {
+static void r_pad_data(raw *r, size_t align, size_t data_bytes)
+{
     while (r->n % align) r->b[r->n++] = 0;
     memset(r->b + r->n, 0, data_bytes);
     r->n += data_bytes;
 }
 
 /* Expects failure with every `want` substring present in the message. */
-static void expect_fail(const char *what, const raw *r, const char *want1, const char *want2) {
+static void expect_fail(const char *what, const raw *r, const char *want1, const char *want2)
+{
     char err[512] = "";
     uint8_t *keep;
     gguf_file *f = open_copy(r->b, r->n, err, sizeof err, &keep);
@@ -341,7 +354,8 @@ static void expect_fail(const char *what, const raw *r, const char *want1, const
     free(keep);
 }
 
-static void test_malformed(void) {
+static void test_malformed(void)
+{
     raw r;
     uint64_t ne[] = { 8, 2 };
     char err[512];
@@ -446,7 +460,8 @@ static void test_malformed(void) {
 
 /* ---- 4. real files ---- */
 
-static void test_real_files(void) {
+static void test_real_files(void)
+{
     char p[512], err[512], s[64];
     uint32_t u;
     shared_path(p, sizeof p, "models/stories260K.gguf");
@@ -516,7 +531,8 @@ static void test_real_files(void) {
     }
 }
 
-int main(void) {
+int main(void)
+{
     snprintf(tmpdir, sizeof tmpdir, "/tmp/test_gguf.XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
     test_roundtrip();

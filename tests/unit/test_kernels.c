@@ -19,7 +19,8 @@ static const sw_type WTYPES[] = {SW_TYPE_F32, SW_TYPE_F16, SW_TYPE_BF16, SW_TYPE
 
 /* Offsets of the fp16 scale fields in a block; -1 ends. The second entry of
  * Q4_1/Q5_1/Q4_K/Q5_K is the min / offset field. */
-static void scale_fields(sw_type t, int off[3]) {
+static void scale_fields(sw_type t, int off[3])
+{
     off[0] = off[1] = off[2] = -1;
     switch (t) {
     case SW_TYPE_Q4_0: case SW_TYPE_Q5_0: case SW_TYPE_Q8_0: off[0] = 0; break;
@@ -30,7 +31,8 @@ static void scale_fields(sw_type t, int off[3]) {
 }
 
 /* A random fp16 scale of magnitude around 2^e (e from -24: subnormal). */
-static sw_f16 rand_scale(int mode) {
+static sw_f16 rand_scale(int mode)
+{
     float mag;
     switch (mode) {
     case 0: mag = 1e-3f; break;
@@ -45,7 +47,8 @@ static sw_f16 rand_scale(int mode) {
 }
 
 /* Fills a row of n weights of type t with random content at scale `mode`. */
-static void random_weights(sw_type t, uint8_t *w, int64_t n, int mode) {
+static void random_weights(sw_type t, uint8_t *w, int64_t n, int mode)
+{
     const sw_type_traits *tr = sw_type_info(t);
     size_t rs = sw_row_size(t, (uint64_t)n);
     if (t == SW_TYPE_F32) {
@@ -78,7 +81,8 @@ static void random_weights(sw_type t, uint8_t *w, int64_t n, int mode) {
 
 /* A rows x cols tensor of `type` in t, row r random at scale mode
  * (r + mode0) % 4; returns its data (the caller frees it). */
-static uint8_t *random_tensor(gguf_tensor *t, sw_type type, int64_t rows, int64_t cols, int mode0) {
+static uint8_t *random_tensor(gguf_tensor *t, sw_type type, int64_t rows, int64_t cols, int mode0)
+{
     memset(t, 0, sizeof *t);
     t->n_dims = 2;
     t->type = type;
@@ -92,7 +96,8 @@ static uint8_t *random_tensor(gguf_tensor *t, sw_type type, int64_t rows, int64_
 }
 
 /* Activation rows: floats (half of them with an outlier), quantized by the reference. */
-static void random_x(float *x, int64_t n, int mode) {
+static void random_x(float *x, int64_t n, int mode)
+{
     float s = mode == 2 ? 1e3f : mode == 1 ? 1e-4f : 1.0f;
     for (int64_t i = 0; i < n; i++) x[i] = rng_normal() * s;
     if (rng_u64() & 1) x[rng_u64() % n] = 50 * s;
@@ -101,7 +106,8 @@ static void random_x(float *x, int64_t n, int mode) {
 /* Sum of |terms| of the dot, the scale float rounding is relative to. The
  * min/offset term of Q4_1/Q5_1/Q4_K/Q5_K is counted separately because it
  * can cancel against the scaled quants. */
-static double dot_magnitude(sw_type t, const uint8_t *w, const uint8_t *act, int64_t n) {
+static double dot_magnitude(sw_type t, const uint8_t *w, const uint8_t *act, int64_t n)
+{
     const sw_type_traits *tr = sw_type_info(t);
     size_t rs = sw_row_size(t, (uint64_t)n);
     float *wf = malloc((size_t)n * 4), *w0 = malloc((size_t)n * 4), *af = malloc((size_t)n * 4);
@@ -120,11 +126,13 @@ static double dot_magnitude(sw_type t, const uint8_t *w, const uint8_t *act, int
     return mag;
 }
 
-static bool close_enough(double got, double ref, double mag, double rel) {
+static bool close_enough(double got, double ref, double mag, double rel)
+{
     return fabs(got - ref) <= rel * mag + 1e-35;
 }
 
-static void test_quantize_act(sw_isa isa) {
+static void test_quantize_act(sw_isa isa)
+{
     float x[4096];
     uint8_t a[8192], r[8192];
     sw_type kinds[] = {SW_TYPE_Q4_K, SW_TYPE_Q4_0, SW_TYPE_F16};
@@ -147,7 +155,8 @@ static void test_quantize_act(sw_isa isa) {
     }
 }
 
-static void test_dots(sw_isa isa) {
+static void test_dots(sw_isa isa)
+{
     enum { NMAX = 4096 };
     static uint8_t w[NMAX * 4], act[NMAX * 4];
     static float x[NMAX];
@@ -177,7 +186,8 @@ static void test_dots(sw_isa isa) {
     }
 }
 
-static void test_matmul(sw_isa isa) {
+static void test_matmul(sw_isa isa)
+{
     static const int64_t ROWS[] = {1, 7, 33};
     static const int TOKS[] = {1, 2, 3, 5, 7, 11, 12, 14, 16, 37}; /* every dotn width 1..8; 37: packed path */
     for (int k = 0; k < NW; k++) {
@@ -218,7 +228,8 @@ static void test_matmul(sw_isa isa) {
 }
 
 /* Larger shapes through the GGUF-tensor entry points (and several threads). */
-static void test_tensor_paths(sw_isa isa) {
+static void test_tensor_paths(sw_isa isa)
+{
     gguf_tensor t;
     memset(&t, 0, sizeof t);
     strcpy(t.name, "test.weight");
@@ -259,7 +270,8 @@ static void test_tensor_paths(sw_isa isa) {
 
 /* The AVX-512 table without VNNI (vpmaddubsw path) is not what this CPU
  * selects when it has VNNI, so test its entries directly. */
-static void test_avx512_bw_table(void) {
+static void test_avx512_bw_table(void)
+{
     if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl") ||
         !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx2")) return;
     sw_kernel_table t;
@@ -342,7 +354,8 @@ static void test_avx512_bw_table(void) {
 }
 
 /* One activation row x for weight type t, quantized by the reference. */
-static void ref_act(sw_type t, const float *x, int64_t cols, uint8_t *a) {
+static void ref_act(sw_type t, const float *x, int64_t cols, uint8_t *a)
+{
     sw_quantize_row(sw_type_info(t)->vec_dot_type, x, a, cols);
 }
 
@@ -352,7 +365,8 @@ static void ref_act(sw_type t, const float *x, int64_t cols, uint8_t *a) {
  * types odd block counts (the scale blocks' padding). On ISAs without a
  * packed kernel there is no pack, and sw_matmul_tensor must be used; that
  * is checked too. */
-static void test_packed(sw_isa isa) {
+static void test_packed(sw_isa isa)
+{
     static const int64_t ROWS[] = {16, 17, 33, 48, 15};
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q4_0,
                                     SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_MXFP4};
@@ -430,7 +444,8 @@ static void test_packed(sw_isa isa) {
  * (all-equal inputs quantize to -128 in Q8_K, 127 in Q8_0). A kernel that
  * sums too many word products before widening them, or that mishandles
  * Q8_0's -128, fails here where random blocks rarely reach the bounds. */
-static void test_packed_extremes(sw_isa isa) {
+static void test_packed_extremes(sw_isa isa)
+{
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q4_0,
                                     SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_MXFP4};
     static const int NTOK[] = {1, 2, 3, 8};
@@ -486,7 +501,8 @@ static void test_packed_extremes(sw_isa isa) {
 /* np packs sharing one input (q/k/v style) through one sw_matmul_packed_n,
  * for each token count in ntoks, against the reference. */
 static void check_fused(sw_isa isa, const char *what, int np, const sw_type *types, const int64_t *rows, int cols,
-                        const int *ntoks, int n_ntoks) {
+                        const int *ntoks, int n_ntoks)
+{
     enum { MAXNP = 3 };
     int maxtok = 0;
     for (int n = 0; n < n_ntoks; n++) maxtok = ntoks[n] > maxtok ? ntoks[n] : maxtok;
@@ -531,7 +547,8 @@ static void check_fused(sw_isa isa, const char *what, int np, const sw_type *typ
 }
 
 /* A Q4_K with leftover rows, a Q6_K and a Q5_K in one fused product. */
-static void test_packed_n(sw_isa isa) {
+static void test_packed_n(sw_isa isa)
+{
     static const int64_t ROWS[] = {33, 32, 64};
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q5_K};
     static const int NTOK[] = {11};
@@ -555,7 +572,8 @@ static void test_packed_n(sw_isa isa) {
  * only 4 groups): runs longer than a tile, tiles that cross from one matrix
  * to the next, leftover rows, a few tokens and many. Checks the matmul's
  * work split, not the kernels. */
-static void test_packed_wide(sw_isa isa) {
+static void test_packed_wide(sw_isa isa)
+{
     static const int64_t ROWS[] = {264, 512};
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K};
     static const int NTOKS[] = {3, 20};
@@ -567,7 +585,8 @@ static void test_packed_wide(sw_isa isa) {
  * sharing an input (a Q4_K and a Q8_0: both activation forms of it), a job
  * without a pack, leftover rows, K-quants beside 32-weight types; each
  * against the reference with its own activations. */
-static void test_packed_jobs(sw_isa isa) {
+static void test_packed_jobs(sw_isa isa)
+{
     enum { NJ = 7 };
     static const sw_type TYPES[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q8_0, SW_TYPE_Q6_K, SW_TYPE_Q5_K, SW_TYPE_Q4_1,
                                       SW_TYPE_Q4_K, SW_TYPE_Q5_K};
@@ -624,7 +643,8 @@ static void test_packed_jobs(sw_isa isa) {
 /* ---- the int8 form (sw_i8x16) ---- */
 
 /* Group g of a w (16 rows, row size rs, nb blocks) in the int8 form, by the reference. */
-static sw_i8x16 *i8_ref_group(sw_type type, const uint8_t *w, size_t rs, int64_t g, int64_t nb) {
+static sw_i8x16 *i8_ref_group(sw_type type, const uint8_t *w, size_t rs, int64_t g, int64_t nb)
+{
     sw_i8x16 *b = aligned_alloc(64, sizeof(sw_i8x16) * (size_t)nb);
     for (int64_t i = 0; i < nb; i++) CHECK(sw_i8x16_ref_block(type, w + (size_t)g * 16 * rs, rs, i, &b[i]));
     return b;
@@ -632,7 +652,8 @@ static sw_i8x16 *i8_ref_group(sw_type type, const uint8_t *w, size_t rs, int64_t
 
 /* Row r of an int8-form group times one Q8_K row, in double: the form's
  * exact value, and in *mag the sum of the terms' sizes. */
-static double i8_ref_dot(const sw_i8x16 *b, int64_t nb, int r, const block_q8_k *a, double *mag) {
+static double i8_ref_dot(const sw_i8x16 *b, int64_t nb, int r, const block_q8_k *a, double *mag)
+{
     double y = 0;
     *mag = 0;
     for (int64_t i = 0; i < nb; i++) {
@@ -651,7 +672,8 @@ static double i8_ref_dot(const sw_i8x16 *b, int64_t nb, int r, const block_q8_k 
 /* How far the int8 form may move one row's product from the exact one:
  * per weight, half a step (d) for v's rounding and (q_max + 1) / 256 for
  * the factors' (sw_i8x16_ref_block), times the activations' sizes. */
-static double i8_bound(sw_type type, const sw_i8x16 *b, int64_t nb, int r, const block_q8_k *a) {
+static double i8_bound(sw_type type, const sw_i8x16 *b, int64_t nb, int r, const block_q8_k *a)
+{
     const double steps = 0.5 + (type == SW_TYPE_Q4_K ? 16 : type == SW_TYPE_Q5_K ? 32 : 64) / 256.0;
     double bound = 0;
     for (int64_t i = 0; i < nb; i++) {
@@ -672,7 +694,8 @@ static double i8_bound(sw_type type, const sw_i8x16 *b, int64_t nb, int r, const
  *   - sw_matmul_packed_jobs with the threshold at 5 tokens puts jobs at
  *     and past it on the form (tiles of a 8192-wide Q6_K, leftover rows
  *     from the original, a Q5_K) and leaves those below it exact. */
-static void test_int8_form(void) {
+static void test_int8_form(void)
+{
     if (sw_isa_set(SW_ISA_AVX512) != SW_ISA_AVX512 || !__builtin_cpu_supports("avx512vnni")) {
         printf("int8 form: skipped (no AVX-512 VNNI on this CPU)\n");
         return;
@@ -798,7 +821,8 @@ static void test_int8_form(void) {
     for (int j = 0; j < NJ; j++) { sw_packed_free((sw_packed *)jobs[j].p); free(w[j]); free(x[j]); free(y[j]); }
 }
 
-static void test_bad_input(void) {
+static void test_bad_input(void)
+{
     float x[100] = {0}, y[10];
     uint8_t w[1000] = {0};
     sw_matmul(SW_TYPE_Q4_K, w, 2, 100, x, 1, y);   /* 100 is not a multiple of 256 */
@@ -809,7 +833,8 @@ static void test_bad_input(void) {
     CHECK(sw_act_row_size((sw_type)99, 32) == 0, "unknown type has no act size");
 }
 
-int main(void) {
+int main(void)
+{
     sw_isa best = sw_isa_set(SW_ISA_AVX512);
     printf("best ISA on this CPU: %s\n", sw_isa_name(best));
     for (int i = 0; i <= (int)best; i++) {

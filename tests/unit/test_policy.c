@@ -31,12 +31,14 @@ static const char SEED[] =
 
 static char err[16384];
 
-static sw_policy *parse(const char *text) {
+static sw_policy *parse(const char *text)
+{
     return sw_policy_parse("t.yaml", text, strlen(text), err, sizeof err);
 }
 
 /* Does err hold a line "t.yaml:LINE:COL: ...needle..."? */
-static bool has_error(int line, int col, const char *needle) {
+static bool has_error(int line, int col, const char *needle)
+{
     char prefix[64];
     snprintf(prefix, sizeof prefix, "t.yaml:%d:%d: ", line, col);
     for (const char *l = err; l && *l; ) {
@@ -50,7 +52,8 @@ static bool has_error(int line, int col, const char *needle) {
     return false;
 }
 
-static int count_lines(const char *s) {
+static int count_lines(const char *s)
+{
     if (!*s) return 0;
     int n = 1;
     for (; *s; s++) n += *s == '\n' && s[1] != '\0';
@@ -58,7 +61,8 @@ static int count_lines(const char *s) {
 }
 
 /* The seed with line `lineno` (1-based) replaced. */
-static char *seed_with_line(int lineno, const char *replacement) {
+static char *seed_with_line(int lineno, const char *replacement)
+{
     static char buf[4096];
     const char *s = SEED;
     size_t o = 0;
@@ -73,7 +77,8 @@ static char *seed_with_line(int lineno, const char *replacement) {
     return buf;
 }
 
-static void test_seed(void) {
+static void test_seed(void)
+{
     sw_policy *p = parse(SEED);
     CHECK(p != NULL, "seed must load: %s", err);
     if (!p) return;
@@ -120,7 +125,8 @@ static void test_seed(void) {
 }
 
 /* The copy in docs/examples must stay the seed, byte for byte. */
-static void test_seed_file(void) {
+static void test_seed_file(void)
+{
     const char *path = "docs/examples/seed-routes.yaml";
     FILE *f = fopen(path, "rb");
     CHECK(f != NULL, "%s: %s (run from the project root)", path, strerror(errno));
@@ -152,7 +158,8 @@ static void test_seed_file(void) {
     sw_policy_unref(p);
 }
 
-static void test_positions(void) {
+static void test_positions(void)
+{
     /* "    max_concurrency: " is 21 characters, so the value is at column 22. */
     CHECK(!parse(seed_with_line(5, "    max_concurrency: -3")));
     CHECK(has_error(5, 22, "max_concurrency must not be negative"), "%s", err);
@@ -193,7 +200,8 @@ static void test_positions(void) {
     CHECK(has_error(7, 19, "invalid character"), "%s", err);
 }
 
-static void test_duplicates(void) {
+static void test_duplicates(void)
+{
     CHECK(!parse(seed_with_line(4, "    target: \"gpu-pool\"\n    target: \"cpu-pool\"")));
     CHECK(has_error(5, 5, "duplicate key 'target' in route (first given at line 4)"), "%s", err);
 
@@ -224,7 +232,8 @@ static void test_duplicates(void) {
     CHECK(has_error(3, 12, "duplicate pool 'gpu' (first defined at line 2)"), "%s", err);
 }
 
-static void test_many_errors(void) {
+static void test_many_errors(void)
+{
     const char *text =
         "pools:\n"                                    /* 1 */
         "  gpu-pool: {kind: gpu, max_queue: -1}\n"    /* 2 */
@@ -273,7 +282,8 @@ static void test_many_errors(void) {
     CHECK(ok, "errors not in line order:\n%s", err);
 }
 
-static void test_syntax_and_empty(void) {
+static void test_syntax_and_empty(void)
+{
     CHECK(!parse("routes:\n  - model: \"x\n    target: y\n"));
     CHECK(strstr(err, "t.yaml:") && strstr(err, "YAML syntax error"), "%s", err);
     CHECK(!parse("routes:\n  - model: x\n    target: [a\n"));
@@ -306,7 +316,8 @@ static void test_syntax_and_empty(void) {
     CHECK(has_error(3, 1, "only one YAML document"), "%s", err);
 }
 
-static void test_full_schema_and_aliases(void) {
+static void test_full_schema_and_aliases(void)
+{
     const char *text =
         "pools:\n"
         "  - name: gpu-pool\n"
@@ -416,7 +427,8 @@ static void test_full_schema_and_aliases(void) {
     CHECK(has_error(2, 17, "duplicate key 'b' in aliases"), "%s", err);
 }
 
-static void test_refcount_version_load(void) {
+static void test_refcount_version_load(void)
+{
     sw_policy *a = parse(SEED);
     sw_policy *b = parse(SEED);
     CHECK(a && b);
@@ -470,7 +482,8 @@ static void test_refcount_version_load(void) {
 }
 
 /* A small err buffer gets whole lines and a count of what did not fit. */
-static void test_truncation(void) {
+static void test_truncation(void)
+{
     char text[8192] = "routes:\n";
     for (int i = 0; i < 40; i++) {
         char line[128];
@@ -496,7 +509,8 @@ static void test_truncation(void) {
 }
 
 /* Every line of an error text must be "t.yaml:L:C: ..." with L within the file. */
-static bool errors_well_formed(const char *e, int max_line) {
+static bool errors_well_formed(const char *e, int max_line)
+{
     if (!*e) return false;
     for (const char *l = e; l && *l; ) {
         if (!strncmp(l, "... and ", 8)) goto next;
@@ -514,13 +528,15 @@ static bool errors_well_formed(const char *e, int max_line) {
 }
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void) {
+static uint32_t rnd(void)
+{
     rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
     return (uint32_t)(rng_state >> 16);
 }
 
 /* Random damage to the seed: characters YAML cares about, bytes, line moves. */
-static size_t mutate(char *buf, size_t len, size_t cap) {
+static size_t mutate(char *buf, size_t len, size_t cap)
+{
     static const char special[] = ":-[]{}\"'#&*!|>%@,? \n\t0123456789abcxyz~.";
     int edits = 1 + (int)(rnd() % 4);
     for (int e = 0; e < edits && len > 0; e++) {
@@ -549,7 +565,8 @@ static size_t mutate(char *buf, size_t len, size_t cap) {
 #define FUZZ_ITERS 4000   /* -DFUZZ_ITERS=N for a longer run by hand */
 #endif
 
-static void test_fuzz(void) {
+static void test_fuzz(void)
+{
     char buf[2048];
     int loaded = 0, rejected = 0, bad = 0;
     for (int it = 0; it < FUZZ_ITERS; it++) {
@@ -580,7 +597,8 @@ static void test_fuzz(void) {
     printf("fuzz: %d loaded, %d rejected\n", loaded, rejected);
 }
 
-int main(void) {
+int main(void)
+{
     test_seed();
     test_seed_file();
     test_positions();

@@ -8,7 +8,8 @@
 
 #include <stdint.h>
 
-static sw_pretok *open_pretok(const char *name) {
+static sw_pretok *open_pretok(const char *name)
+{
     char err[200] = "";
     sw_pretok *p = sw_pretok_new(name, strlen(name), err, sizeof err);
     CHECK(p != NULL, "%s: %s", name, err);
@@ -16,7 +17,8 @@ static sw_pretok *open_pretok(const char *name) {
 }
 
 /* Pieces are non-empty, in order, and cover text[0..len) exactly. */
-static bool covers(const sw_span *w, size_t n, size_t len) {
+static bool covers(const sw_span *w, size_t n, size_t len)
+{
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
         if (w[i].off != at || w[i].len == 0) return false;
@@ -25,7 +27,8 @@ static bool covers(const sw_span *w, size_t n, size_t len) {
     return at == len;
 }
 
-static void test_every_family_compiles(void) {
+static void test_every_family_compiles(void)
+{
     int families = 0, names = 0;
     for (int i = 0; sw_pretok_family(i); i++, families++) {
         const char *s = sw_pretok_family(i);
@@ -53,7 +56,8 @@ static void test_every_family_compiles(void) {
     sw_pretok_free(l3); sw_pretok_free(tk); sw_pretok_free(ds);
 }
 
-static void test_known_splits(void) {
+static void test_known_splits(void)
+{
     static const struct { const char *pre, *text, *pieces[16]; } cases[] = {
         { "tekken", "HelloWorld ПриветМир iPhone's\n\n  x",
           { "Hello", "World", " Привет", "Мир", " i", "Phone", "'s", "\n\n", " ", " x" } },
@@ -88,7 +92,8 @@ static void test_known_splits(void) {
 
 /* Random bytes (ill-formed UTF-8 included) and long runs that make the
  * regexes backtrack: every family still covers its input exactly. */
-static void test_any_bytes(void) {
+static void test_any_bytes(void)
+{
     uint64_t rng = 0x9E3779B97F4A7C15u;
     size_t big = 1 << 20;
     char *buf = malloc(big);
@@ -127,7 +132,8 @@ static void test_any_bytes(void) {
     free(buf);
 }
 
-int main(void) {
+int main(void)
+{
     test_every_family_compiles();
     test_known_splits();
     test_any_bytes();

@@ -13,13 +13,15 @@ static float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint32_t f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 /* Exact fp16 value of a finite code, computed independently with ldexp. */
-static double f16_value(uint16_t h) {
+static double f16_value(uint16_t h)
+{
     int e = (h >> 10) & 31, m = h & 1023;
     double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
     return (h & 0x8000) ? -v : v;
 }
 
-static void test_f16(void) {
+static void test_f16(void)
+{
     int bad_rt = 0, bad_val = 0;
     for (uint32_t h = 0; h < 65536; h++) {
         float f = sw_f16_to_f32((sw_f16)h);
@@ -90,7 +92,8 @@ static void test_f16(void) {
     CHECK(bad_bf == 0, "%d bf16 codes do not round-trip", bad_bf);
 }
 
-static void test_traits(void) {
+static void test_traits(void)
+{
     static const struct { sw_type t; const char *name; uint32_t bs, ts; sw_type vd; } want[] = {
         {SW_TYPE_F32, "f32", 1, 4, SW_TYPE_F32}, {SW_TYPE_F16, "f16", 1, 2, SW_TYPE_F32},
         {SW_TYPE_BF16, "bf16", 1, 2, SW_TYPE_F32}, {SW_TYPE_Q4_0, "q4_0", 32, 18, SW_TYPE_Q8_0},
@@ -130,19 +133,22 @@ static const qcase QTYPES[] = {
 
 #define NMAX 2048
 
-static double rel_rms(const float *x, const float *y, int n) {
+static double rel_rms(const float *x, const float *y, int n)
+{
     double e = 0, s = 0;
     for (int i = 0; i < n; i++) { e += ((double)x[i] - y[i]) * ((double)x[i] - y[i]); s += (double)x[i] * x[i]; }
     return s > 0 ? sqrt(e / s) : sqrt(e);
 }
 
-static bool all_finite(const float *y, int n) {
+static bool all_finite(const float *y, int n)
+{
     for (int i = 0; i < n; i++) if (!isfinite(y[i])) return false;
     return true;
 }
 
 /* kind: 0 gaussian, 1 zeros, 2 huge, 3 tiny, 4 one outlier, 5 all positive, 6 constant */
-static void make_row(float *x, int n, int kind) {
+static void make_row(float *x, int n, int kind)
+{
     for (int i = 0; i < n; i++) x[i] = rng_normal();
     switch (kind) {
     case 1: memset(x, 0, (size_t)n * sizeof *x); break;
@@ -154,7 +160,8 @@ static void make_row(float *x, int n, int kind) {
     }
 }
 
-static void test_roundtrip(void) {
+static void test_roundtrip(void)
+{
     static float x[NMAX], y[NMAX];
     static uint8_t q[NMAX * 4];
     const int n = NMAX;
@@ -185,7 +192,8 @@ static void test_roundtrip(void) {
 }
 
 /* vec_dot_ref(w, a) == dot(dequant(w), dequant(a)) up to float rounding. */
-static void test_vec_dot_ref(void) {
+static void test_vec_dot_ref(void)
+{
     static float x[NMAX], xa[NMAX], wf[NMAX], af[NMAX];
     static uint8_t wq[NMAX * 4], aq[NMAX * 4];
     for (size_t k = 0; k < sizeof QTYPES / sizeof QTYPES[0]; k++) {
@@ -226,7 +234,8 @@ static void test_vec_dot_ref(void) {
  * Random-normal weights, scaled: every row must dequantize to finite values
  * of a plausible spread, and requantizing with our quantizer must reproduce
  * them within that format's error. */
-static void test_golden(void) {
+static void test_golden(void)
+{
     static const char *files[] = {"golden/synth-spm-d256-q4km.gguf", "golden/synth-gpt2-d512-q4km.gguf"};
     int opened = 0, checked[SW_TYPE_COUNT] = {0};
     for (int f = 0; f < 2; f++) {
@@ -273,7 +282,8 @@ static void test_golden(void) {
     CHECK(checked[SW_TYPE_Q4_K] > 0 && checked[SW_TYPE_Q6_K] > 0, "golden files hold Q4_K and Q6_K");
 }
 
-int main(void) {
+int main(void)
+{
     test_traits();
     test_f16();
     test_roundtrip();

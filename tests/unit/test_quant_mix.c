@@ -8,16 +8,19 @@
 
 #pragma GCC diagnostic ignored "-Wformat-zero-length"
 
-static sw_type mix_in(sw_ftype ft, const char *name, uint64_t ne0, sw_mix_model mm) {
+static sw_type mix_in(sw_ftype ft, const char *name, uint64_t ne0, sw_mix_model mm)
+{
     uint64_t ne[2] = { ne0, 64 };
     return sw_mix_type(ft, name, 2, ne, &mm);
 }
 
-static sw_type mix(sw_ftype ft, const char *name, uint64_t ne0, uint32_t n_layers) {
+static sw_type mix(sw_ftype ft, const char *name, uint64_t ne0, uint32_t n_layers)
+{
     return mix_in(ft, name, ne0, (sw_mix_model){ n_layers, 0, false });
 }
 
-int main(void) {
+int main(void)
+{
     sw_ftype ft;
     CHECK(sw_ftype_parse("q4_k_m", &ft) && ft == SW_FTYPE_MOSTLY_Q4_K_M);
     CHECK(sw_ftype_parse("Q8_0", &ft) && ft == SW_FTYPE_MOSTLY_Q8_0);

@@ -7,27 +7,31 @@
 #include <math.h>
 #include <stdint.h>
 
-static sw_sampling_params params(float temp, int32_t top_k, float top_p, float min_p, uint64_t seed) {
+static sw_sampling_params params(float temp, int32_t top_k, float top_p, float min_p, uint64_t seed)
+{
     sw_sampling_params p = { 0 };
     p.temperature = temp; p.top_k = top_k; p.top_p = top_p; p.min_p = min_p; p.seed = seed;
     return p;
 }
 
 /* Deterministic pseudo-random logits (an LCG, independent of the sampler's RNG). */
-static void fill_logits(float *x, int n, uint32_t seed) {
+static void fill_logits(float *x, int n, uint32_t seed)
+{
     for (int i = 0; i < n; i++) {
         seed = seed * 1664525u + 1013904223u;
         x[i] = (float)((seed >> 8) % 20000) / 1000.0f - 10.0f;
     }
 }
 
-static int32_t sample_copy(sw_sampler *s, const float *logits, int n) {
+static int32_t sample_copy(sw_sampler *s, const float *logits, int n)
+{
     float tmp[4096];
     memcpy(tmp, logits, (size_t)n * sizeof *tmp);
     return sw_sampler_sample(s, tmp, n);
 }
 
-static void test_greedy(void) {
+static void test_greedy(void)
+{
     float x[] = { 0.5f, 3.0f, -1.0f, 3.0f, 2.9f };
     CHECK(sw_argmax(x, 5) == 1, "argmax takes the lowest id on ties");
     float nanfirst[] = { NAN, 1.0f, 2.0f };
@@ -50,7 +54,8 @@ static void test_greedy(void) {
     sw_sampler_free(&s);
 }
 
-static void test_seed_determinism(void) {
+static void test_seed_determinism(void)
+{
     float logits[1000];
     fill_logits(logits, 1000, 7);
     for (int i = 0; i < 1000; i++) logits[i] *= 0.3f;   /* flatter: many tokens in play */
@@ -75,7 +80,8 @@ static void test_seed_determinism(void) {
     CHECK(distinct > 5, "sampling is not exploring (%d distinct tokens)", distinct);
 }
 
-static void test_top_k(void) {
+static void test_top_k(void)
+{
     float logits[4096];
     sw_sampler s;
     for (int r = 0; r < 10; r++) {
@@ -137,7 +143,8 @@ static void test_top_k(void) {
     sw_sampler_free(&s);
 }
 
-static void test_nucleus(void) {
+static void test_nucleus(void)
+{
     float logits[4096], sorted[4096];
     sw_sampler s;
     sw_sampling_params p;
@@ -205,7 +212,8 @@ static void test_nucleus(void) {
 
 /* Plain sampling is what a device sampler implements: temperature, top-k,
  * top-p and the seed; each other field, set, makes it not plain. */
-static void test_is_plain(void) {
+static void test_is_plain(void)
+{
     sw_sampling_params p = params(0.8f, 40, 0.9f, 0, 5);
     CHECK(sw_sampler_is_plain(&p), "temperature, top_k, top_p, seed are plain");
     p.repetition_penalty = 1.0f;
@@ -222,7 +230,8 @@ static void test_is_plain(void) {
     for (int i = 0; i < 5; i++) CHECK(!sw_sampler_is_plain(&not_plain[i]), "field %d set is not plain", i);
 }
 
-static void test_penalty(void) {
+static void test_penalty(void)
+{
     /* Token 0 leads 2.0 vs 1.8; after it was seen, 2.0/1.3 < 1.8 so token 1 wins.
      * A negative logit is multiplied: -1 -> -1.3. */
     float x[3] = { 2.0f, 1.8f, -1.0f };
@@ -247,7 +256,8 @@ static void test_penalty(void) {
     sw_sampler_free(&s);
 }
 
-static void test_distribution(void) {
+static void test_distribution(void)
+{
     /* At temperature 1 with no filters, draw frequencies follow the softmax. */
     float logits[8] = { 1.0f, 0.5f, 0.0f, -0.5f, 2.0f, -1.0f, 0.2f, 1.5f };
     double pr[8], z = 0;
@@ -287,7 +297,8 @@ static void test_distribution(void) {
 
 /* sw_logprobs against a double-precision log-softmax: the chosen token's
  * value, the k best in order with ties to the lower id, k above n. */
-static void test_logprobs(void) {
+static void test_logprobs(void)
+{
     float x[3000];
     fill_logits(x, 3000, 7);
     x[100] = x[2000] = 30.0f;   /* a tie at the top: the lower id first */
@@ -317,7 +328,8 @@ static void test_logprobs(void) {
 
 /* OpenAI's presence and frequency penalties: over generated tokens only,
  * once per token (presence) and once per occurrence (frequency). */
-static void test_presence_frequency(void) {
+static void test_presence_frequency(void)
+{
     const float base[4] = { 3.0f, 2.0f, 1.0f, 0.5f };
     float x[4];
     sw_sampling_params p = params(0, 0, 0, 0, 1);
@@ -348,7 +360,8 @@ static void test_presence_frequency(void) {
 }
 
 /* logit_bias: added to the raw logits; the sampler keeps its own copy. */
-static void test_logit_bias(void) {
+static void test_logit_bias(void)
+{
     int32_t ids[2] = { 3, 0 };
     float bias[2] = { 10.0f, -5.0f };
     sw_sampling_params p = params(0, 0, 0, 0, 1);
@@ -361,7 +374,8 @@ static void test_logit_bias(void) {
     sw_sampler_free(&s);
 }
 
-int main(void) {
+int main(void)
+{
     test_logit_bias();
     test_presence_frequency();
     test_logprobs();

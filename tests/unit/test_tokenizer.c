@@ -13,7 +13,8 @@
 #include <unistd.h>
 
 /* Decodes ids with the streaming detokenizer into a malloc'd string. */
-static char *detok_all(const sw_tokenizer *t, const int32_t *ids, int n, bool strip) {
+static char *detok_all(const sw_tokenizer *t, const int32_t *ids, int n, bool strip)
+{
     size_t cap = 64, len = 0;
     char *s = malloc(cap), buf[1024];
     sw_detok d;
@@ -30,7 +31,8 @@ static char *detok_all(const sw_tokenizer *t, const int32_t *ids, int n, bool st
 }
 
 /* Runs every case of NAME.inp against NAME.out; returns the case count. */
-static int run_vocab_file(const char *name, bool check_roundtrip) {
+static int run_vocab_file(const char *name, bool check_roundtrip)
+{
     char path[512], rel[256];
     snprintf(rel, sizeof rel, "vocab/%s", name);
     shared_path(path, sizeof path, rel);
@@ -103,7 +105,8 @@ static int run_vocab_file(const char *name, bool check_roundtrip) {
 /* Arbitrary bytes (invalid UTF-8 included) encode without trouble and the
  * raw pieces give the bytes back: byte fallback (SPM) and the byte-level
  * mapping (BPE) lose nothing. SPM adds its dummy-prefix space. */
-static void test_random_bytes(const char *rel) {
+static void test_random_bytes(const char *rel)
+{
     gguf_file *f;
     char path[512], err[256];
     shared_path(path, sizeof path, rel);
@@ -149,7 +152,8 @@ static void test_random_bytes(const char *rel) {
 
 /* The golden models' token files are llama.cpp's tokenization of the text
  * in NAME.json (with BOS where the vocab adds one): ours must agree. */
-static void test_golden_tokens(const char *name) {
+static void test_golden_tokens(const char *name)
+{
     char rel[256], path[512], err[256];
     snprintf(rel, sizeof rel, "golden/%s.json", name);
     shared_path(path, sizeof path, rel);
@@ -187,7 +191,8 @@ static void test_golden_tokens(const char *name) {
     free(want_s);
 }
 
-static void test_stories(void) {
+static void test_stories(void)
+{
     char path[512], err[256];
     shared_path(path, sizeof path, "models/stories260K.gguf");
     if (access(path, R_OK) != 0) { printf("stories260K.gguf missing: its test is skipped\n"); return; }
@@ -217,7 +222,8 @@ static void test_stories(void) {
     gguf_close(f);
 }
 
-static sw_tokenizer *load_shared(const char *rel, gguf_file **fp) {
+static sw_tokenizer *load_shared(const char *rel, gguf_file **fp)
+{
     char path[512], err[256];
     shared_path(path, sizeof path, rel);
     *fp = gguf_open(path, err, sizeof err);
@@ -228,7 +234,8 @@ static sw_tokenizer *load_shared(const char *rel, gguf_file **fp) {
 }
 
 /* UTF-8 hold-back, U+FFFD for invalid bytes, special tokens, lookups. */
-static void test_spm_details(void) {
+static void test_spm_details(void)
+{
     gguf_file *f;
     sw_tokenizer *t = load_shared("vocab/ggml-vocab-llama-spm.gguf", &f);
     if (!t) { if (f) gguf_close(f); return; }
@@ -301,7 +308,8 @@ static void test_spm_details(void) {
 /* ---- a byte-level BPE vocab built here, to test the Llama-3 split ---- */
 
 /* The byte-level form of raw text (what the vocab stores). */
-static char *mapped(const char *s) {
+static char *mapped(const char *s)
+{
     char *o = malloc(strlen(s) * 2 + 1), *p = o;
     for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
         int c = gpt2_byte_cp(*q);
@@ -312,7 +320,8 @@ static char *mapped(const char *s) {
     return o;
 }
 
-static void test_llama3_split(void) {
+static void test_llama3_split(void)
+{
     /* The Llama-3 tokenizer emits a pre-token that is itself in the vocab
      * whole, so with all 256 byte tokens plus the expected pre-tokens, each
      * correctly split word comes out as one token and a wrong split shows up
@@ -383,7 +392,8 @@ static void test_llama3_split(void) {
 
 /* A small SPM vocab built here: merge order by score, a user-defined token
  * matched even without parse_special, no byte tokens (unknown chars -> <unk>). */
-static void test_constructed_spm(void) {
+static void test_constructed_spm(void)
+{
     const char *toks[] = { "<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a", "ab", "<tag>" };
     const float scores[] = { 0, 0, 0, -1.0f, -2.0f, -2.0f, -0.5f, -0.1f, 0 };
     const int32_t types[] = { 2, 3, 3, 1, 1, 1, 1, 1, 4 };
@@ -424,7 +434,8 @@ static void test_constructed_spm(void) {
     unlink(path);
 }
 
-static void test_bad_metadata(void) {
+static void test_bad_metadata(void)
+{
     char path[] = "/tmp/sw_test_badtok_XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) return;
@@ -450,7 +461,8 @@ static void test_bad_metadata(void) {
 
 /* A writer holding a byte-level BPE vocabulary: its tokens, merges and
  * pre-tokenizer. */
-static gguf_writer *bpe_vocab(const char *pre, const char **toks, int nt, const char **merges, int nm) {
+static gguf_writer *bpe_vocab(const char *pre, const char **toks, int nt, const char **merges, int nm)
+{
     gguf_writer *w = gguf_writer_new();
     gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_w_str(w, "tokenizer.ggml.pre", pre);
@@ -462,7 +474,8 @@ static gguf_writer *bpe_vocab(const char *pre, const char **toks, int nt, const 
 /* Whether BOS goes first when the file has no tokenizer.ggml.add_bos_token:
  * yes for Llama 3's and Tekken's BPE, no for GPT-2's or DeepSeek's (as llama.cpp decides it); the key,
  * when present, wins. */
-static void test_add_bos_default(void) {
+static void test_add_bos_default(void)
+{
     char path[] = "/tmp/sw_test_addbos_XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) return;
@@ -498,7 +511,8 @@ static void test_add_bos_default(void) {
  * with a merge "1 2", llama-bpe makes "123" -> "12" "3", qwen2 keeps every
  * digit apart, and so does refact (StarCoder's digits-first split, Granite
  * 3's files), where gpt2 takes the digits as one word. */
-static void test_qwen2_digits(void) {
+static void test_qwen2_digits(void)
+{
     char path[] = "/tmp/sw_test_qwen2_XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) return;
@@ -527,7 +541,8 @@ static void test_qwen2_digits(void) {
     unlink(path);
 }
 
-int main(void) {
+int main(void)
+{
     char path[512];
     if (access(shared_path(path, sizeof path, "vocab/ggml-vocab-llama-spm.gguf"), R_OK) != 0)
         SKIP_TEST("%s missing", path);

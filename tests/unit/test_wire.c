@@ -15,7 +15,8 @@
 static char err[256];
 
 /* Encodes env, decodes it back; NULL (and a failed check) if that fails. */
-static sw_env *roundtrip(sw_env *env, uint8_t **frame, size_t *len) {
+static sw_env *roundtrip(sw_env *env, uint8_t **frame, size_t *len)
+{
     *len = sw_wire_encode(env, frame);
     CHECK(*frame && *len > 0, "encode failed");
     sw_env *d = sw_wire_decode(*frame, *len, err, sizeof err);
@@ -24,7 +25,8 @@ static sw_env *roundtrip(sw_env *env, uint8_t **frame, size_t *len) {
 }
 
 /* Decoding must fail with a non-empty error message. */
-static void expect_reject(const void *buf, size_t len, const char *why, const char *needle) {
+static void expect_reject(const void *buf, size_t len, const char *why, const char *needle)
+{
     err[0] = 0;
     sw_env *d = sw_wire_decode(buf, len, err, sizeof err);
     CHECK(d == NULL, "%s: accepted", why);
@@ -33,7 +35,8 @@ static void expect_reject(const void *buf, size_t len, const char *why, const ch
     sw_wire_free(d);
 }
 
-static void expect_env_reject(sw_env *env, const char *why, const char *needle) {
+static void expect_env_reject(sw_env *env, const char *why, const char *needle)
+{
     uint8_t *buf;
     size_t n = sw_wire_encode(env, &buf);
     CHECK(buf != NULL, "%s: encode failed", why);
@@ -61,7 +64,8 @@ static uint32_t prompt_ids[3] = {1, 15043, 32000};
 static uint32_t out_ids[2] = {278, 29889};
 static char *stops[2] = {"\n\n", "THE END"};
 
-static void init_messages(void) {
+static void init_messages(void)
+{
     model_a.name = "llama-3-70b"; model_a.quantization = "q4_k_m"; model_a.context_length = 8192;
     model_b.name = "stories260K"; model_b.quantization = "f32"; model_b.context_length = 512;
     reg.worker_id = "host-123-abcd"; reg.pool = "cpu-pool";
@@ -90,7 +94,8 @@ static void init_messages(void) {
     disc.reason = "shutdown";
 }
 
-static void test_roundtrips(void) {
+static void test_roundtrips(void)
+{
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     uint8_t *frame;
     size_t len;
@@ -142,7 +147,8 @@ static void test_roundtrips(void) {
     sw_wire_free(d); free(frame);
 }
 
-static void test_roundtrips_generate(void) {
+static void test_roundtrips_generate(void)
+{
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     uint8_t *frame;
     size_t len;
@@ -210,12 +216,14 @@ static void test_roundtrips_generate(void) {
 /* ---- malformed input ----------------------------------------------------- */
 
 static uint64_t rng_state;
-static uint32_t rnd(void) {
+static uint32_t rnd(void)
+{
     rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
     return (uint32_t)rng_state;
 }
 
-static void test_garbage(void) {
+static void test_garbage(void)
+{
     uint8_t buf[512];
     int accepted = 0;
     for (int seed = 1; seed <= 20000; seed++) {
@@ -256,7 +264,8 @@ static void test_garbage(void) {
     free(frame);
 }
 
-static void test_truncations(void) {
+static void test_truncations(void)
+{
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     void *bodies[] = {&reg, &hb, &gen, &chunk, &cancel_, &error_, &disc};
     int cases[] = {SPILLWAY__ENVELOPE__BODY_REGISTER, SPILLWAY__ENVELOPE__BODY_HEARTBEAT,
@@ -291,7 +300,8 @@ static void test_truncations(void) {
     expect_reject(NULL, 0, "NULL frame", "empty");
 }
 
-static void test_envelope_errors(void) {
+static void test_envelope_errors(void)
+{
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_CANCEL; env.cancel = &cancel_;
     uint8_t *frame;
@@ -339,20 +349,23 @@ static void test_envelope_errors(void) {
 }
 
 /* Encodes a generate request built by `tweak` and expects it to be rejected. */
-static void reject_generate(const char *why, const char *needle) {
+static void reject_generate(const char *why, const char *needle)
+{
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE; env.generate = &gen;
     expect_env_reject(&env, why, needle);
 }
 
 /* An id one byte longer than SW_MAX_ID_LEN. */
-static const char *long_id(void) {
+static const char *long_id(void)
+{
     static char id[SW_MAX_ID_LEN + 2];
     memset(id, 'a', sizeof id - 1);
     return id;
 }
 
-static void test_register_errors(void) {
+static void test_register_errors(void)
+{
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     char *longid = (char *)long_id();
 
@@ -383,7 +396,8 @@ static void test_register_errors(void) {
     hb.kv_utilization = 0.5f;
 }
 
-static void test_generate_errors(void) {
+static void test_generate_errors(void)
+{
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     char *longid = (char *)long_id();
 
@@ -463,7 +477,8 @@ static void test_generate_errors(void) {
 /* llm/limits.h's bounds, the gateway's too: a stop string of
  * SW_MAX_STOP_LEN bytes passes, one byte more does not; and so for the
  * count and the schema's length. */
-static void test_limit_errors(void) {
+static void test_limit_errors(void)
+{
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     static char long_stop[SW_MAX_STOP_LEN + 2];
     memset(long_stop, 'x', SW_MAX_STOP_LEN);
@@ -489,7 +504,8 @@ static void test_limit_errors(void) {
     gen.json_schema = "";
 }
 
-static void test_chunk_errors(void) {
+static void test_chunk_errors(void)
+{
     sw_env env = SPILLWAY__ENVELOPE__INIT;
 
     /* Chunk */
@@ -549,7 +565,8 @@ static void test_chunk_errors(void) {
     chunk.request_id = "cmpl-0001";
 }
 
-static void test_other_errors(void) {
+static void test_other_errors(void)
+{
     sw_env env = SPILLWAY__ENVELOPE__INIT;
 
     /* Cancel / Error / Disconnect */
@@ -568,7 +585,8 @@ static void test_other_errors(void) {
 
 /* sw_wire_send over real (inproc) sockets: DEALER -> ROUTER gets
  * [identity, envelope]; ROUTER -> DEALER with that identity gets [envelope]. */
-static void test_send(void) {
+static void test_send(void)
+{
     void *ctx = zmq_ctx_new();
     void *router = zmq_socket(ctx, ZMQ_ROUTER), *dealer = zmq_socket(ctx, ZMQ_DEALER);
     int zero = 0;
@@ -615,7 +633,8 @@ static void test_send(void) {
     zmq_ctx_term(ctx);
 }
 
-int main(void) {
+int main(void)
+{
     init_messages();
     test_roundtrips();
     test_roundtrips_generate();
