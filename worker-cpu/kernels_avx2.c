@@ -529,21 +529,26 @@ q5k16_half_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, c
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + r0, total[t]);
 }
 
-static void q5k16_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                       size_t bsp_stride, int ntok, float *out, size_t ostride)
-{
-    for (int t0 = 0; t0 < ntok; t0 += 4) {
-        const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
-        const int32_t *b = bsp + (size_t)t0 * bsp_stride;
-        float *o = out + (size_t)t0 * ostride;
-        for (int h = 0; h < 2; h++) switch (ntok - t0) {
-            case 1: q5k16_half_avx2(p, nb, a, stride, b, bsp_stride, 1, o, ostride, h); break;
-            case 2: q5k16_half_avx2(p, nb, a, stride, b, bsp_stride, 2, o, ostride, h); break;
-            case 3: q5k16_half_avx2(p, nb, a, stride, b, bsp_stride, 3, o, ostride, h); break;
-            default: q5k16_half_avx2(p, nb, a, stride, b, bsp_stride, 4, o, ostride, h); break;
-            }
+/* The entry point of a kernel written one 8-row half at a time: tokens 4
+ * at a time, the constant token count picked per pass, both halves. */
+#define HALF_ENTRY(name, block, half)                                                                   \
+    static void name(const block *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,    \
+                     size_t bsp_stride, int ntok, float *out, size_t ostride)                            \
+    {                                                                                                    \
+        for (int t0 = 0; t0 < ntok; t0 += 4) {                                                           \
+            const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;                               \
+            const int32_t *b = bsp + (size_t)t0 * bsp_stride;                                            \
+            float *o = out + (size_t)t0 * ostride;                                                       \
+            for (int h = 0; h < 2; h++) switch (ntok - t0) {                                             \
+                case 1: half(p, nb, a, stride, b, bsp_stride, 1, o, ostride, h); break;                  \
+                case 2: half(p, nb, a, stride, b, bsp_stride, 2, o, ostride, h); break;                  \
+                case 3: half(p, nb, a, stride, b, bsp_stride, 3, o, ostride, h); break;                  \
+                default: half(p, nb, a, stride, b, bsp_stride, 4, o, ostride, h); break;                 \
+                }                                                                                        \
+        }                                                                                                \
     }
-}
+
+HALF_ENTRY(q5k16_avx2, sw_q5k16, q5k16_half_avx2)
 
 /* ---- prepacked Q6_K x tokens (sw_q6k16), without VNNI ----
  * Q5_K's structure: one 8-row half per pass, up to 4 tokens sharing each
@@ -631,21 +636,7 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + r0, total[t]);
 }
 
-static void q6k16_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                       size_t bsp_stride, int ntok, float *out, size_t ostride)
-{
-    for (int t0 = 0; t0 < ntok; t0 += 4) {
-        const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
-        const int32_t *b = bsp + (size_t)t0 * bsp_stride;
-        float *o = out + (size_t)t0 * ostride;
-        for (int h = 0; h < 2; h++) switch (ntok - t0) {
-            case 1: q6k16_half_avx2(p, nb, a, stride, b, bsp_stride, 1, o, ostride, h); break;
-            case 2: q6k16_half_avx2(p, nb, a, stride, b, bsp_stride, 2, o, ostride, h); break;
-            case 3: q6k16_half_avx2(p, nb, a, stride, b, bsp_stride, 3, o, ostride, h); break;
-            default: q6k16_half_avx2(p, nb, a, stride, b, bsp_stride, 4, o, ostride, h); break;
-            }
-    }
-}
+HALF_ENTRY(q6k16_avx2, sw_q6k16, q6k16_half_avx2)
 
 /* 8 E8M0 exponents (bytes) as the floats 2^(e - 128), sw_e8m0_half's
  * values: e - 1 in the exponent field, and for e = 0, 1 the denormals. */
