@@ -5,11 +5,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export SPILLWAY_BUILD=${SPILLWAY_BUILD:-build}
 export SPILLWAY_SHARED=${SPILLWAY_SHARED:-$(cd .. && pwd)/shared}
-case "$SPILLWAY_BUILD" in *build-san|*-san)
+case "$SPILLWAY_BUILD" in *-san)
   # Leak checking stays on; abort on the first error so pytest sees a failure.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:protect_shadow_gap=0}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1};;
-*build-tsan|*-tsan)
+*-tsan)
   # OpenMP on one thread: libgomp is not built with TSan (tests/tsan.supp).
   export OMP_NUM_THREADS=1
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp};;
