@@ -158,9 +158,8 @@ void sw_metrics_reload(bool ok)
     pthread_mutex_unlock(&M.mu);
 }
 
-/* A gauge with one series per pool; `field` is the offset of its int64_t in
- * pool_m. Called with M.mu held. */
-/* One series per pool of the int64_t at `field` of pool_m; type "gauge" or "counter". */
+/* One series per pool of the int64_t at `field` (an offset) of pool_m;
+ * type "gauge" or "counter". Called with M.mu held. */
 static void put_pool_series(sw_sbuf *b, const char *name, const char *type, const char *help, size_t field)
 {
     char line[512];

@@ -233,7 +233,7 @@ static int message_tools(cJSON *it, Spillway__ChatMessage *cm, perr *e)
 /* tools (function definitions) and tool_choice. The worker renders the
  * definitions in the model's own format; "none" leaves them out;
  * "required" or a named function makes the worker's constrained decoding
- * write a call (llm/generate.c, "forced calls"). */
+ * write a call (llm/gen_tools.c, "forced calls"). */
 static int request_tools(cJSON *o, Spillway__GenerateRequest *g, perr *e)
 {
     cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
