@@ -26,7 +26,7 @@ struct sw_gen {
     sw_sbuf out;                  /* the delta returned by sw_gen_accept */
     uint32_t n_generated;         /* tokens accepted (completion_tokens) */
     int finish;                   /* SW_FINISH_*, sticky */
-    /* Reasoning models (generate.c, "reasoning"): think chats (DeepSeek R1,
+    /* Reasoning models (gen_reasoning.c): think chats (DeepSeek R1,
      * Qwen3) and harmony chats (gpt-oss). r_mode 0: the output is all answer. */
     int r_mode, r_state;
     int32_t think_open, think_close;                   /* <think> </think> */
@@ -36,7 +36,7 @@ struct sw_gen {
     char h_to[SW_MAX_TOOL_NAME + 1];  /* the function a commentary message calls */
     sw_sbuf reasoning;            /* the reasoning delta of the last sw_gen_accept */
     uint32_t n_reasoning_tokens;  /* accepted tokens that were reasoning or its markers */
-    /* Tool calls (generate.c, "tool calls"): <tool_call> JSON </tool_call>
+    /* Tool calls (gen_tools.c): <tool_call> JSON </tool_call>
      * spans of the answer, parsed into calls instead of shown. */
     bool calls_on;                /* tools offered to a family with a call format */
     int32_t call_open, call_close;    /* chatml's markers' ids (Mistral: [TOOL_CALLS], no close); -1: none */
@@ -57,8 +57,6 @@ struct sw_gen {
     float *lp_row;                /* the raw logits of the last sample (log probabilities and the structured-output mask read them) */
     sw_logprob lp;
     bool lp_valid;                /* lp is the last sampled token's */
-    /* Structured output (generate.c, "structured output"): tokens that
-     * cannot continue the answer's JSON are masked before sampling. */
     /* The prompt's log probabilities (prompt_logprobs): one entry a prompt
      * token, filled in order by sw_gen_prompt_logprob; the first has bytes
      * only. The bytes are the prompt's text as decoded from its start. */
@@ -66,6 +64,8 @@ struct sw_gen {
     int n_plp;
     sw_detok plp_detok;
     sw_sbuf echo;                 /* the prompt's text, for the first delta (echo); freed once sent */
+    /* Structured output (generate.c, "structured output"): tokens that
+     * cannot continue the answer's JSON are masked before sampling. */
     sw_js *js;
     sw_js_state js_st;
     int forced;                   /* a forced call's progress (FC_*), 0: none */
