@@ -255,7 +255,10 @@ void sw_gen_limit_ctx(sw_gen *g, int n_ctx)
     if (n_ctx >= g->n_prompt && n_ctx < g->n_ctx) g->n_ctx = n_ctx;
 }
 const sw_sampling_params *sw_gen_sampling(const sw_gen *g) { return &g->sampler.p; }
-const char *sw_gen_error(const sw_gen *g) { return g->error ? g->error : SW_GEN_NAN_ERROR; }
+const char *sw_gen_error(const sw_gen *g)
+{
+    return g->error ? g->error : "the model computed NaN logits (are its weights damaged?)";
+}
 const sw_logprob *sw_gen_logprob(const sw_gen *g) { return g->lp_valid ? &g->lp : NULL; }
 
 /* A forced call and a schema mask the row; log probabilities read it raw. */

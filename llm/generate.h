@@ -43,8 +43,6 @@
 enum { SW_FINISH_NONE = 0, SW_FINISH_STOP = 1, SW_FINISH_LENGTH = 2,
        SW_FINISH_CANCELLED = 3, SW_FINISH_ERROR = 4 };
 
-#define SW_GEN_NAN_ERROR "the model computed NaN logits (are its weights damaged?)"
-
 /* A token with its log probability and its bytes (truncated to 128). */
 typedef struct { int32_t id; float logprob; uint8_t n_bytes; char bytes[128]; } sw_token_logprob;
 /* The sampled token's, and the likeliest tokens' at its position. */
@@ -144,6 +142,8 @@ bool sw_gen_check_forced(const cJSON *tools, const char *tool_choice, char *err,
  * when it cannot (a NaN in the row, no token continues a structured
  * answer, out of memory): the caller fails the request with sw_gen_error. */
 int32_t sw_gen_sample(sw_gen *g, float *logits, int32_t n_logits);
+/* Why sampling failed: the reason sw_gen_sample gave, else NaN logits (a
+ * device sampler's -1 too). */
 const char *sw_gen_error(const sw_gen *g);
 /* Accepts a generated token. *delta (NUL-terminated, valid until the next
  * call) receives the text to emit now, possibly empty. Returns SW_FINISH_NONE
