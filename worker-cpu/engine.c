@@ -93,6 +93,8 @@ struct sw_cpu_engine {
     sw_load snapshot;
 };
 
+static int publish_load(sw_cpu_engine *e);
+
 sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n_ctx, char *err, size_t errlen)
 {
     if (n_parallel < 1 || n_parallel > 1024) {
@@ -106,7 +108,6 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n
     sw_cpu_engine *e = calloc(1, sizeof *e);
     if (!e) { sw_errf(err, errlen, "out of memory"); return NULL; }
     pthread_mutex_init(&e->load_mu, NULL);
-    e->snapshot.slots = (uint32_t)n_parallel;
     e->m = m;
     e->n_slots = n_slots;
     e->n_parallel = n_parallel;
@@ -128,6 +129,7 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n
         sw_cpu_engine_free(e);
         return NULL;
     }
+    publish_load(e);   /* load() before the first submit sees the slots too */
     return e;
 }
 
@@ -173,8 +175,9 @@ static bool id_in_use(const sw_cpu_engine *e, const char *id)
     return false;
 }
 
-/* The figures load() reports, from the compute thread's state. */
-static void publish_load(sw_cpu_engine *e)
+/* Publishes the figures load() reports, from the compute thread's state.
+ * Returns the requests in hand (running + queued), the count step() reports. */
+static int publish_load(sw_cpu_engine *e)
 {
     uint64_t used_pos = 0;
     uint32_t active = 0;
@@ -195,6 +198,7 @@ static void publish_load(sw_cpu_engine *e)
     pthread_mutex_lock(&e->load_mu);
     e->snapshot = l;
     pthread_mutex_unlock(&e->load_mu);
+    return (int)active + e->n_queued;
 }
 
 static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *err, size_t errlen)
@@ -510,10 +514,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ectx)
     /* Admit now too, so load() right after a finishing step is accurate and
      * the next step starts with full slots. */
     admit(e);
-    publish_load(e);
-    int active = 0;
-    for (int i = 0; i < e->n_slots; i++) active += e->slots[i].used;
-    return active + e->n_queued;
+    return publish_load(e);
 }
 
 /* Link thread: the snapshot only (see sw_engine_ops). */
