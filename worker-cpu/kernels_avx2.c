@@ -344,6 +344,12 @@ KQ_ENTRY(q6_k)
 #define SW_AVX2_PF (16 * (int)sizeof(sw_q4k16))
 #endif
 
+/* Prefetches the n bytes at p's place SW_AVX2_PF ahead into L2, a line at a time. */
+static inline __attribute__((always_inline)) void prefetch_ahead(const void *p, size_t n)
+{
+    for (size_t l = 0; l < n; l += 64) _mm_prefetch((const char *)p + l + SW_AVX2_PF, _MM_HINT_T1);
+}
+
 /* s16 + the word products (vpmaddubsw) of w against activation bytes
  * a[0..3], broadcast to the 8 rows' dwords. */
 static inline __attribute__((always_inline)) __m256i add_products(__m256i s16, __m256i w, const int8_t *a)
@@ -487,7 +493,7 @@ q5k16_half_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, c
     for (int t = 0; t < NT; t++) total[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++, p++) {
         if (h == 0)
-            for (size_t l = 0; l < sizeof *p; l += 64) _mm_prefetch((const char *)p + l + SW_AVX2_PF, _MM_HINT_T1);
+            prefetch_ahead(p, sizeof *p);
         __m256i acc[4];
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
@@ -587,7 +593,7 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
     for (int t = 0; t < NT; t++) total[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++, p++) {
         if (h == 0)
-            for (size_t l = 0; l < sizeof *p; l += 64) _mm_prefetch((const char *)p + l + SW_AVX2_PF, _MM_HINT_T1);
+            prefetch_ahead(p, sizeof *p);
         int32_t pairs[4][8] __attribute__((aligned(32)));
         __m256i acc[4];
         _Pragma("GCC unroll 4")
@@ -736,7 +742,7 @@ q32x16_rows_avx2(const uint8_t *q, const uint16_t *s, int64_t nb, const void *ac
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) a[t] = ((const block_q8_0 *)((const uint8_t *)act + (size_t)t * stride) + i)->qs;
         if (h0 == 0) {   /* the pass that reads the lines from memory */
-            for (size_t l = 0; l < qb; l += 64) _mm_prefetch((const char *)q + l + SW_AVX2_PF, _MM_HINT_T1);
+            prefetch_ahead(q, qb);
             _mm_prefetch((const char *)s + SW_AVX2_PF / qb * sw * 2, _MM_HINT_T1);
         }
         for (int h = 0; h < NH; h++) {
