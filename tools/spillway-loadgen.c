@@ -188,10 +188,25 @@ typedef struct {
     bool mode, req, dur, workers, wait;
 } seen_flags;
 
+/* Flag a's value v as a whole number in lo..hi into *out: 0, or flag_error's code. */
+static int whole_flag(const char *a, const char *v, long lo, long hi, long *out)
+{
+    if (sw_parse_long(v, lo, hi, out)) return 0;
+    return flag_error("%s: '%s' is not a whole number in %ld..%ld", a, v, lo, hi);
+}
+
+/* Flag a's value v as seconds in lo..hi into *out: 0, or flag_error's code. */
+static int seconds_flag(const char *a, const char *v, double lo, double hi, double *out)
+{
+    if (sw_parse_double(v, lo, hi, out)) return 0;
+    return flag_error("%s: '%s' is not a number of seconds in %g..%g", a, v, lo, hi);
+}
+
 /* Flag a (known, with its value v) into o: 0, or flag_error's code. */
 static int set_option(options *o, const char *a, const char *v, seen_flags *seen)
 {
     long ll;
+    int rc;
     if (!strcmp(a, "--http") || !strcmp(a, "--direct")) {
         if (seen->mode) return flag_error("give exactly one of --http and --direct");
         seen->mode = true;
@@ -200,48 +215,33 @@ static int set_option(options *o, const char *a, const char *v, seen_flags *seen
     } else if (!strcmp(a, "--model")) {
         o->model = v;
     } else if (!strcmp(a, "--concurrency")) {
-        if (!sw_parse_long(v, 1, MAX_CONCURRENCY, &ll))
-            return flag_error("--concurrency: '%s' is not a whole number in 1..%d", v,
-                              MAX_CONCURRENCY);
+        if ((rc = whole_flag(a, v, 1, MAX_CONCURRENCY, &ll))) return rc;
         o->concurrency = (int)ll;
     } else if (!strcmp(a, "--requests")) {
-        if (!sw_parse_long(v, 1, MAX_REQUESTS, &ll))
-            return flag_error("--requests: '%s' is not a whole number in 1..%lld", v,
-                              MAX_REQUESTS);
+        if ((rc = whole_flag(a, v, 1, MAX_REQUESTS, &ll))) return rc;
         o->requests = ll;
         seen->req = true;
     } else if (!strcmp(a, "--duration")) {
-        if (!sw_parse_double(v, 0.1, MAX_DURATION_S, &o->duration_s))
-            return flag_error("--duration: '%s' is not a number of seconds in 0.1..%g", v,
-                              MAX_DURATION_S);
+        if ((rc = seconds_flag(a, v, 0.1, MAX_DURATION_S, &o->duration_s))) return rc;
         seen->dur = true;
     } else if (!strcmp(a, "--max-tokens")) {
-        if (!sw_parse_long(v, 1, MAX_MAX_TOKENS, &ll))
-            return flag_error("--max-tokens: '%s' is not a whole number in 1..%d", v,
-                              MAX_MAX_TOKENS);
+        if ((rc = whole_flag(a, v, 1, MAX_MAX_TOKENS, &ll))) return rc;
         o->max_tokens = (int)ll;
     } else if (!strcmp(a, "--prompt")) {
         o->prompt = v;
     } else if (!strcmp(a, "--timeout")) {
-        if (!sw_parse_double(v, 0.01, MAX_TIMEOUT_S, &o->timeout_s))
-            return flag_error("--timeout: '%s' is not a number of seconds in 0.01..%g", v,
-                              MAX_TIMEOUT_S);
+        if ((rc = seconds_flag(a, v, 0.01, MAX_TIMEOUT_S, &o->timeout_s))) return rc;
     } else if (!strcmp(a, "--samples")) {
         if (!*v) return flag_error("--samples needs a file name");
         o->samples_path = v;
     } else if (!strcmp(a, "--ramp")) {
-        if (!sw_parse_double(v, 0, MAX_DURATION_S, &o->ramp_s))
-            return flag_error("--ramp: '%s' is not a number of seconds in 0..%g", v,
-                              MAX_DURATION_S);
+        if ((rc = seconds_flag(a, v, 0, MAX_DURATION_S, &o->ramp_s))) return rc;
     } else if (!strcmp(a, "--workers")) {
-        if (!sw_parse_long(v, 1, MAX_WORKERS, &ll))
-            return flag_error("--workers: '%s' is not a whole number in 1..%d", v, MAX_WORKERS);
+        if ((rc = whole_flag(a, v, 1, MAX_WORKERS, &ll))) return rc;
         o->workers = (int)ll;
         seen->workers = true;
     } else if (!strcmp(a, "--wait")) {
-        if (!sw_parse_double(v, 0.1, MAX_TIMEOUT_S, &o->wait_s))
-            return flag_error("--wait: '%s' is not a number of seconds in 0.1..%g", v,
-                              MAX_TIMEOUT_S);
+        if ((rc = seconds_flag(a, v, 0.1, MAX_TIMEOUT_S, &o->wait_s))) return rc;
         seen->wait = true;
     }
     return 0;
