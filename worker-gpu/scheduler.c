@@ -325,7 +325,6 @@ static void publish_load(sw_gpu_engine *e, int batch_seqs, int sampled)
     pthread_mutex_lock(&e->mu);
     e->load.active = (uint32_t)e->n_running;
     e->load.queued = (uint32_t)e->n_waiting;
-    e->load.slots = (uint32_t)e->cfg.max_batch;
     e->load.kv_utilization = 1.0f - (float)e->n_free / (float)e->be->n_kv_blocks;
     if (batch_seqs >= 0) e->load.batch_size = (uint32_t)batch_seqs;
     if (batch_seqs > 0 && (uint32_t)batch_seqs > e->batch_max_since_read) e->batch_max_since_read = (uint32_t)batch_seqs;
@@ -644,7 +643,7 @@ sw_gpu_engine *sw_gpu_engine_new(const sw_model *m, sw_backend *be, const sw_sch
     /* lowest block ids handed out first */
     e->fhead = e->ftail = -1;
     for (uint32_t i = 0; i < nb; i++) free_push(e, (int32_t)i);
-    e->load.slots = (uint32_t)e->cfg.max_batch;
+    e->load.slots = (uint32_t)e->cfg.max_batch;   /* fixed; publish_load keeps the rest current */
     return e;
 }
 
