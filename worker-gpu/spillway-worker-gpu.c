@@ -330,11 +330,10 @@ static int run_tokens(const opts *o)
     float *logits = malloc((size_t)max_tok * V * sizeof(float));
     int rc = 0;
     ref_compare cmp = { .min_cos = 2.0 };
-    FILE *rf = NULL;
     if (o->ref_logits) {
-        rf = cmp.rf = fopen(o->ref_logits, "rb");
+        cmp.rf = fopen(o->ref_logits, "rb");
         cmp.ref = malloc((size_t)V * sizeof(float));
-        if (!rf || !cmp.ref) { fprintf(stderr, PROG ": %s: %s\n", o->ref_logits, rf ? "out of memory" : strerror(errno)); rc = 1; }
+        if (!cmp.rf || !cmp.ref) { fprintf(stderr, PROG ": %s: %s\n", o->ref_logits, cmp.rf ? "out of memory" : strerror(errno)); rc = 1; }
     }
     if (!table || !pos || !seqs || !lidx || !logits) { fprintf(stderr, PROG ": out of memory\n"); rc = 1; }
     for (uint32_t i = 0; table && i < blocks; i++) table[i] = (int32_t)i;
@@ -353,14 +352,14 @@ static int run_tokens(const opts *o)
             fprintf(stderr, PROG ": %s: write failed\n", o->logits_out);
             rc = 1;
         }
-        if (rf && !rc) rc = compare_rows(o, &cmp, logits, nb, V, n);
-        if (!lf && !rf && start + nb == n) print_argmax(logits + (size_t)(nb - 1) * V, V);
+        if (cmp.rf && !rc) rc = compare_rows(o, &cmp, logits, nb, V, n);
+        if (!lf && !cmp.rf && start + nb == n) print_argmax(logits + (size_t)(nb - 1) * V, V);
     }
     if (lf && fclose(lf)) { fprintf(stderr, PROG ": %s: %s\n", o->logits_out, strerror(errno)); rc = 1; }
-    if (rf) {
+    if (cmp.rf) {
         if (!rc) printf("compare: rows %d min_cosine %.5f mean_cosine %.5f top1 %.4f\n", n, cmp.min_cos,
                         cmp.sum_cos / n, (double)cmp.top1 / n);
-        fclose(rf);
+        fclose(cmp.rf);
     }
     free(cmp.ref);
     free(table); free(pos); free(seqs); free(lidx); free(logits); free(ids);
