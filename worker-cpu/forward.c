@@ -6,7 +6,7 @@
  *               x += Wdown * (silu(Wgate*norm(x)) * Wup*norm(x))
  *   logits = Wout * norm(x)
  *
- * The other architectures' differences (model.h, sw_arch) are switches
+ * The other architectures' differences (llm/model.h, sw_arch) are switches
  * along the way: biases, q/k norms, GELU, scaled embeddings, Gemma 2/3's
  * post-norms, soft-caps and sliding-window layers, and a mixture of experts
  * in place of the FFN (each token through the few experts its router picks).
@@ -525,7 +525,7 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
         sw_ctx_free(c);
         return NULL;
     }
-    /* RoPE frequencies (model.c): sliding layers may have their own. */
+    /* RoPE frequencies (llm/model.c): sliding layers may have their own. */
     if ((hp->rope_theta_swa != hp->rope_theta || hp->rope_scale_swa != hp->rope_scale) &&
         !(c->inv_freq_swa = falloc(hp->n_rot / 2))) {
         sw_errf(err, errlen, "out of memory");

@@ -94,7 +94,6 @@ static int valid_endpoint(const char *ep)
     return ok;
 }
 
-/* Returns 0 to run, 1 after --help, or 2 (a usage error, already reported). */
 /* Option a (known, with its value v) into o: 0, or usage_error's code. */
 static int set_option(options *o, const char *a, const char *v, int *have_model)
 {
@@ -178,6 +177,7 @@ static int check_options(options *o, int have_model)
     return 0;
 }
 
+/* Returns 0 to run, 1 after --help, or 2 (a usage error, already reported). */
 static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
