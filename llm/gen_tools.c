@@ -195,10 +195,19 @@ static int forced_harmony(sw_gen *g, const sw_gen_params *p, const char *only, c
     return 0;
 }
 
+/* Whether tool_choice forces a call: "required" any tool (*only NULL), a
+ * name that function (*only); NULL, "" and "auto" force none. */
+static bool forces_call(const char *tool_choice, const char **only)
+{
+    if (!tool_choice || !*tool_choice || !strcmp(tool_choice, "auto")) return false;
+    *only = strcmp(tool_choice, "required") ? tool_choice : NULL;
+    return true;
+}
+
 bool sw_gen_check_forced(const cJSON *tools, const char *tool_choice, char *err, size_t errlen)
 {
-    if (!tool_choice || !*tool_choice || !strcmp(tool_choice, "auto")) return true;
-    const char *only = strcmp(tool_choice, "required") ? tool_choice : NULL;
+    const char *only;
+    if (!forces_call(tool_choice, &only)) return true;
     cJSON *schema = call_schema(tools, only, "arguments", false, false, err, errlen);
     if (!schema) return false;
     char why[256];
@@ -210,8 +219,8 @@ bool sw_gen_check_forced(const cJSON *tools, const char *tool_choice, char *err,
 
 int gen_forced_init(sw_gen *g, sw_chat_template chat, const sw_gen_params *p, char *err, size_t errlen)
 {
-    if (!p->tool_choice || !*p->tool_choice || !strcmp(p->tool_choice, "auto")) return 0;
-    const char *only = strcmp(p->tool_choice, "required") ? p->tool_choice : NULL;
+    const char *only;
+    if (!forces_call(p->tool_choice, &only)) return 0;
     if (g->calls_on && g->r_mode == R_HARMONY) return forced_harmony(g, p, only, err, errlen);
     if (!g->calls_on || (!g->call_json && g->call_open < 0)) {
         sw_errf(err, errlen, "tool_choice: forcing a call is not supported for this model's chat format "
