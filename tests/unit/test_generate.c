@@ -1,8 +1,9 @@
 /* llm/generate.c with the real stories260K tokenizer: prompt building, stop
  * strings held back across tokens and never emitted, EOS, max_tokens and
- * context limits, request validation. And reasoning models' output (gpt-oss's
- * harmony channels, <think> spans) on a byte-level vocabulary built here:
- * the reasoning apart from the answer. */
+ * context limits, request validation, structured output. And, on a
+ * byte-level vocabulary built here, reasoning models' output
+ * (llm/gen_reasoning.c: gpt-oss's harmony channels, <think> spans) apart
+ * from the answer, and tool calls (llm/gen_tools.c). */
 #include "tests/unit/check.h"
 #include "tests/unit/testutil.h"
 #include "llm/gen_impl.h"
