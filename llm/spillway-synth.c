@@ -435,6 +435,12 @@ int main(int argc, char **argv)
 
     uint32_t n_t = 3 + (sh->experts ? 10 : 9) * sh->layers;
     synth_tensor *ts = calloc(n_t, sizeof *ts);
+    if (!ts) {
+        fprintf(stderr, "spillway-synth: out of memory\n");
+        gguf_writer_free(w);
+        free_vocab(&v);
+        return 1;
+    }
     bool verbose = strncmp(sh->name, "tiny", 4) != 0;
     add_tensors(w, ts, n_t, &o, verbose);
     if (verbose)
