@@ -975,12 +975,8 @@ void sw_broker_stop(sw_gateway *g)
     zmq_close(B.router);
     if (B.sdk) zmq_close(B.sdk);
     zmq_ctx_term(g->zctx);
-    while (B.stats) {
-        sw_route_stats *n = B.stats->next;
-        free(B.stats->key);
-        free(B.stats);
-        B.stats = n;
-    }
+    sw_route_stats_free(B.stats);
+    B.stats = NULL;
     pthread_mutex_lock(&g->reg.mu);
     while (g->reg.head) sw_registry_remove(&g->reg, g->reg.head);
     pthread_mutex_unlock(&g->reg.mu);

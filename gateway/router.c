@@ -24,11 +24,24 @@ sw_route_stats *sw_route_stats_get(sw_route_stats **head, const sw_route *r)
     for (sw_route_stats *s = *head; s; s = s->next)
         if (strcmp(s->key, key) == 0) return s;
     sw_route_stats *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
-    s->key = strdup(key);
+    if (s) s->key = strdup(key);
+    if (!s || !s->key) {
+        free(s);
+        return NULL;
+    }
     s->next = *head;
     *head = s;
     return s;
+}
+
+void sw_route_stats_free(sw_route_stats *head)
+{
+    while (head) {
+        sw_route_stats *next = head->next;
+        free(head->key);
+        free(head);
+        head = next;
+    }
 }
 
 void sw_route_stats_outcome(sw_route_stats *s, bool error)

@@ -50,7 +50,11 @@ typedef struct {
     const char *spill_from, *spill_reason;
 } sw_decision;
 
+/* The counter of route r in the list at *head, added (zeroed) if new;
+ * NULL out of memory. */
 sw_route_stats *sw_route_stats_get(sw_route_stats **head, const sw_route *r);
+/* Frees the whole list sw_route_stats_get built. */
+void sw_route_stats_free(sw_route_stats *head);
 void sw_route_stats_outcome(sw_route_stats *s, bool error);
 void sw_route_stats_service(sw_route_stats *s, int64_t ms);
 void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,

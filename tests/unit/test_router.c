@@ -303,16 +303,6 @@ static void check_decision(const row *t, const sw_policy *p, const sw_route_requ
           str(d->spill_reason), str(e->spill_reason));
 }
 
-static void free_stats(sw_route_stats *stats)
-{
-    while (stats) {
-        sw_route_stats *next = stats->next;
-        free(stats->key);
-        free(stats);
-        stats = next;
-    }
-}
-
 static void run_row(const row *t)
 {
     char err[4096] = "";
@@ -331,7 +321,7 @@ static void run_row(const row *t)
     check_decision(t, p, &rq, &d);
     while (reg.head) sw_registry_remove(&reg, reg.head);
     pthread_mutex_destroy(&reg.mu);
-    free_stats(stats);
+    sw_route_stats_free(stats);
     sw_policy_unref(p);
 }
 
@@ -348,7 +338,7 @@ static void test_stats_survive_reload(void)
     sw_route_stats *sa = sw_route_stats_get(&stats, &a->routes[0]);
     CHECK(sa && sa == sw_route_stats_get(&stats, &b->routes[0]));
     CHECK(sa != sw_route_stats_get(&stats, &b->routes[1]));
-    free_stats(stats);
+    sw_route_stats_free(stats);
     sw_policy_unref(a);
     sw_policy_unref(b);
 }
