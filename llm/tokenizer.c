@@ -18,6 +18,7 @@
 #include "llm/tokenizer.h"
 #include "llm/pretok.h"
 #include "llm/text.h"
+#include "llm/util.h"
 
 #include <limits.h>
 #include <math.h>
@@ -105,11 +106,6 @@ struct sw_tokenizer {
     int32_t *by_first;         /* ids with a piece, grouped by its first byte */
     uint32_t first_off[257];
 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, const char *a)
-{
-    if (err && errlen) snprintf(err, errlen, fmt, a);
-}
 
 /* An id from metadata, or -1 when absent or out of range (files use
  * 0xFFFFFFFF and negative values for "none"). */
@@ -202,15 +198,15 @@ static bool load_tokens(sw_tokenizer *t, const gguf_kv *kv, char *err, size_t er
     uint64_t n = kv->v.arr.n, total = 0;
     for (uint64_t i = 0; i < n; i++) {
         gguf_str s = gguf_arr_str(kv, i);
-        if (s.len > UINT32_MAX / 2) { set_err(err, errlen, "tokenizer.ggml.tokens: %s", "token text too long"); return false; }
+        if (s.len > UINT32_MAX / 2) { sw_errf(err, errlen, "tokenizer.ggml.tokens: %s", "token text too long"); return false; }
         total += s.len + 1;
     }
-    if (total > UINT32_MAX) { set_err(err, errlen, "tokenizer.ggml.tokens: %s", "texts too large"); return false; }
+    if (total > UINT32_MAX) { sw_errf(err, errlen, "tokenizer.ggml.tokens: %s", "texts too large"); return false; }
     t->arena = malloc(total ? total : 1);
     t->off = malloc(n * sizeof *t->off);
     t->len = malloc(n * sizeof *t->len);
     if (!t->arena || !t->off || !t->len || !map_init(&t->vocab, n)) {
-        set_err(err, errlen, "%s", "out of memory loading the vocabulary");
+        sw_errf(err, errlen, "%s", "out of memory loading the vocabulary");
         return false;
     }
     uint64_t pos = 0;
@@ -232,22 +228,22 @@ static bool load_merges(sw_tokenizer *t, const gguf_file *f, char *err, size_t e
 {
     const gguf_kv *kv = gguf_find(f, "tokenizer.ggml.merges");
     if (!kv || kv->type != GGUF_VT_ARRAY || kv->v.arr.type != GGUF_VT_STRING) {
-        set_err(err, errlen, "%s", "tokenizer.ggml.merges: missing or not a string array (needed by gpt2 tokenizers)");
+        sw_errf(err, errlen, "%s", "tokenizer.ggml.merges: missing or not a string array (needed by gpt2 tokenizers)");
         return false;
     }
     uint64_t n = kv->v.arr.n, total = 0;
-    if (n > MAX_VOCAB * 4ull) { set_err(err, errlen, "%s", "tokenizer.ggml.merges: too many merges"); return false; }
+    if (n > MAX_VOCAB * 4ull) { sw_errf(err, errlen, "%s", "tokenizer.ggml.merges: too many merges"); return false; }
     for (uint64_t i = 0; i < n; i++) total += gguf_arr_str(kv, i).len + 1;
-    if (total > UINT32_MAX) { set_err(err, errlen, "%s", "tokenizer.ggml.merges: texts too large"); return false; }
+    if (total > UINT32_MAX) { sw_errf(err, errlen, "%s", "tokenizer.ggml.merges: texts too large"); return false; }
     t->merge_arena = malloc(total ? total : 1);
     if (!t->merge_arena || !map_init(&t->merges, n)) {
-        set_err(err, errlen, "%s", "out of memory loading merges");
+        sw_errf(err, errlen, "%s", "out of memory loading merges");
         return false;
     }
     uint64_t pos = 0;
     for (uint64_t i = 0; i < n; i++) {
         gguf_str s = gguf_arr_str(kv, i);
-        if (s.len > UINT32_MAX / 2) { set_err(err, errlen, "%s", "tokenizer.ggml.merges: entry too long"); return false; }
+        if (s.len > UINT32_MAX / 2) { sw_errf(err, errlen, "%s", "tokenizer.ggml.merges: entry too long"); return false; }
         if (s.len) memcpy(t->merge_arena + pos, s.ptr, s.len);
         t->merge_arena[pos + s.len] = 0;
         /* A merge is "left right"; entries without the separator can never match. */
@@ -291,7 +287,7 @@ static bool finish_load(sw_tokenizer *t, const gguf_file *f, char *err, size_t e
 
     t->special = malloc((size_t)n * sizeof *t->special);
     t->eog = calloc((size_t)n, 1);
-    if (!t->special || !t->eog) { set_err(err, errlen, "%s", "out of memory"); return false; }
+    if (!t->special || !t->eog) { sw_errf(err, errlen, "%s", "out of memory"); return false; }
     for (int32_t i = 0; i < n; i++) {
         if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER) && t->len[i] > 0) {
             t->special[t->n_special++] = i;
@@ -363,7 +359,7 @@ static bool check_vocab(const gguf_file *f, sw_tok_kind *kind, vocab_arrays *va,
 {
     gguf_str model;
     if (!gguf_get_str(f, "tokenizer.ggml.model", &model)) {
-        set_err(err, errlen, "%s", "tokenizer.ggml.model: missing (the file has no tokenizer)");
+        sw_errf(err, errlen, "%s", "tokenizer.ggml.model: missing (the file has no tokenizer)");
         return false;
     }
     if (gguf_str_eq(model, "llama")) *kind = SW_TOK_SPM;
@@ -371,22 +367,22 @@ static bool check_vocab(const gguf_file *f, sw_tok_kind *kind, vocab_arrays *va,
     else {
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(model.len < 60 ? model.len : 60), model.ptr);
-        set_err(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%s' (want llama or gpt2)", name);
+        sw_errf(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%s' (want llama or gpt2)", name);
         return false;
     }
     const gguf_kv *tokens = gguf_find(f, "tokenizer.ggml.tokens");
     if (!tokens || tokens->type != GGUF_VT_ARRAY || tokens->v.arr.type != GGUF_VT_STRING) {
-        set_err(err, errlen, "%s", "tokenizer.ggml.tokens: missing or not a string array");
+        sw_errf(err, errlen, "%s", "tokenizer.ggml.tokens: missing or not a string array");
         return false;
     }
     uint64_t n = tokens->v.arr.n;
     if (n == 0 || n > MAX_VOCAB) {
-        set_err(err, errlen, "%s", "tokenizer.ggml.tokens: vocabulary size out of range");
+        sw_errf(err, errlen, "%s", "tokenizer.ggml.tokens: vocabulary size out of range");
         return false;
     }
     const gguf_kv *scores = gguf_find(f, "tokenizer.ggml.scores");
     if (scores && (scores->type != GGUF_VT_ARRAY || scores->v.arr.type != GGUF_VT_FLOAT32 || scores->v.arr.n != n)) {
-        set_err(err, errlen, "%s", "tokenizer.ggml.scores: not a float32 array as long as tokenizer.ggml.tokens");
+        sw_errf(err, errlen, "%s", "tokenizer.ggml.scores: not a float32 array as long as tokenizer.ggml.tokens");
         return false;
     }
     const gguf_kv *types = gguf_find(f, "tokenizer.ggml.token_type");
@@ -395,7 +391,7 @@ static bool check_vocab(const gguf_file *f, sw_tok_kind *kind, vocab_arrays *va,
                        types->v.arr.type != GGUF_VT_FLOAT32 && types->v.arr.type != GGUF_VT_FLOAT64 &&
                        types->v.arr.type != GGUF_VT_BOOL;
         if (!int_arr || types->v.arr.n != n) {
-            set_err(err, errlen, "%s", "tokenizer.ggml.token_type: not an integer array as long as tokenizer.ggml.tokens");
+            sw_errf(err, errlen, "%s", "tokenizer.ggml.token_type: not an integer array as long as tokenizer.ggml.tokens");
             return false;
         }
     }
@@ -440,7 +436,7 @@ static bool load_specials(sw_tokenizer *t, const gguf_file *f, bool has_types, c
             fprintf(stderr, "tokenizer: %s, using gpt2's split\n", why);
             t->pretok = sw_pretok_new(NULL, 0, why, sizeof why);
         }
-        if (!t->pretok) { set_err(err, errlen, "tokenizer: %s", why); return false; }
+        if (!t->pretok) { sw_errf(err, errlen, "tokenizer: %s", why); return false; }
     }
     /* Without the key, BOS goes first for SentencePiece and for the BPE
      * families trained with it first (Llama 3's <|begin_of_text|>, Tekken's
@@ -457,24 +453,24 @@ static bool load_specials(sw_tokenizer *t, const gguf_file *f, bool has_types, c
 
 sw_tokenizer *sw_tok_load(const gguf_file *f, char *err, size_t errlen)
 {
-    if (!f) { set_err(err, errlen, "%s", "no file"); return NULL; }
+    if (!f) { sw_errf(err, errlen, "%s", "no file"); return NULL; }
     sw_tok_kind kind;
     vocab_arrays va;
     if (!check_vocab(f, &kind, &va, err, errlen)) return NULL;
 
     sw_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) { set_err(err, errlen, "%s", "out of memory"); return NULL; }
+    if (!t) { sw_errf(err, errlen, "%s", "out of memory"); return NULL; }
     t->kind = kind;
     t->n_vocab = (int32_t)va.n;
     t->score = calloc(va.n, sizeof *t->score);
     t->type = malloc(va.n);
-    if (!t->score || !t->type) { set_err(err, errlen, "%s", "out of memory"); goto fail; }
+    if (!t->score || !t->type) { sw_errf(err, errlen, "%s", "out of memory"); goto fail; }
     if (!load_tokens(t, va.tokens, err, errlen)) goto fail;
     load_scores_types(t, &va);
     if (kind == SW_TOK_BPE && !load_merges(t, f, err, errlen)) goto fail;
     if (!load_specials(t, f, va.types != NULL, err, errlen)) goto fail;
     if (!finish_load(t, f, err, errlen)) goto fail;
-    if (!build_pieces(t)) { set_err(err, errlen, "%s", "tokenizer: out of memory"); goto fail; }
+    if (!build_pieces(t)) { sw_errf(err, errlen, "%s", "tokenizer: out of memory"); goto fail; }
     return t;
 fail:
     sw_tok_free(t);
