@@ -49,11 +49,8 @@ bool sw_front_model_exists(sw_registry *reg, const sw_policy *p, const char *mod
 {
     if (sw_policy_has_model(p, model)) return true;
     /* Not in the policy: known only if some live worker registered it. */
-    int64_t now = sw_now_ms();
-    bool known = false;
     pthread_mutex_lock(&reg->mu);
-    for (sw_worker *w = reg->head; w && !known; w = w->next)
-        known = sw_worker_alive(w, now) && sw_worker_serves(w, model, NULL);
+    bool known = sw_registry_count(reg, NULL, model, NULL, sw_now_ms()) > 0;
     pthread_mutex_unlock(&reg->mu);
     return known;
 }
