@@ -40,7 +40,7 @@ JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 CFLAGS  := $(OPT) -g -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter \
            -fopenmp -pthread -I. -I$(B)/gen -MMD -MP $(SANFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS := -fopenmp -pthread $(SANFLAGS)
-SYSLIBS := -lzmq -lprotobuf-c -lyaml -lmicrohttpd -lcjson -lpcre2-8 -lm
+SYSLIBS := -lzmq -lsodium -lprotobuf-c -lyaml -lmicrohttpd -lcjson -lpcre2-8 -lm
 
 # CUDA: located through nvcc on PATH, never a hard-coded path.
 NVCC := $(shell command -v nvcc 2>/dev/null)

@@ -44,6 +44,15 @@ typedef struct sw_gateway {
     const char *workers_ep;
     const char *sdk_ep;          /* NULL = no SDK endpoint */
     bool sdk_ep_optional;        /* the default: failing to bind it is only a warning */
+
+    /* Security settings, from the command line (spillway-gateway.c). Each
+     * file is read by the module that enforces it. */
+    const char *admin_token_file;  /* NULL: the admin endpoints answer 403 */
+    const char *api_keys_file;     /* NULL: clients need no key */
+    const char *curve_secret_file; /* the gateway's CURVE keypair; NULL: plaintext links */
+    const char *worker_keys_file;  /* CURVE public keys of the workers allowed in */
+    const char *client_keys_file;  /* CURVE public keys of the SDK clients allowed in */
+    bool insecure_workers;         /* allow a non-loopback worker endpoint without CURVE */
     pthread_mutex_t policy_mu;
     sw_policy *policy;           /* current; swap under policy_mu */
     pthread_mutex_t reload_mu;   /* serializes reloads */

@@ -37,31 +37,46 @@ static sw_gateway G;
 static void usage(FILE *f)
 {
     fprintf(f, "usage: spillway-gateway --config FILE [--http HOST:PORT] [--workers ENDPOINT]\n"
-               "                        [--sdk ENDPOINT] [--check]\n"
+               "                        [--sdk ENDPOINT] [--check] [security options]\n"
                "  --config FILE       routing policy (routes.yaml, see docs/routing.md)\n"
-               "  --http HOST:PORT    HTTP listen address (default 0.0.0.0:8080)\n"
-               "  --workers ENDPOINT  ZeroMQ endpoint workers connect to (default tcp://*:5555)\n"
+               "  --http HOST:PORT    HTTP listen address (default 127.0.0.1:8080; 0.0.0.0:PORT\n"
+               "                      serves beyond this host)\n"
+               "  --workers ENDPOINT  ZeroMQ endpoint workers connect to (default tcp://127.0.0.1:5555)\n"
                "  --sdk ENDPOINT      ZeroMQ endpoint for native SDK clients (default\n"
                "                      tcp://127.0.0.1:5556; 'none' disables it)\n"
                "  --check             validate the policy, print OK or the errors, and exit\n"
+               "Security (docs/security.md):\n"
+               "  --admin-token-file FILE  the token /admin/* requires (without it they answer 403)\n"
+               "  --api-keys FILE          client API keys (hashed), their models, routes and limits\n"
+               "  --curve-secret FILE      the gateway's CURVE keypair (spillway keygen)\n"
+               "  --worker-keys FILE       CURVE public keys of the workers allowed to register\n"
+               "  --client-keys FILE       CURVE public keys of the SDK clients allowed in\n"
+               "  --insecure-workers       allow a non-loopback --workers endpoint without CURVE\n"
                "Signals: SIGHUP reloads the policy; SIGINT/SIGTERM stop.\n");
 }
 
 typedef struct {
     const char *config, *http, *workers, *sdk;
-    bool sdk_given, check;
+    const char *admin_token, *api_keys, *curve_secret, *worker_keys, *client_keys;
+    bool sdk_given, check, insecure_workers;
 } args;
 
 /* Fills a from argv: -1 to go on, else the exit code. */
 static int parse_args(int argc, char **argv, args *a)
 {
-    *a = (args){.http = "0.0.0.0:8080", .workers = "tcp://*:5555", .sdk = "tcp://127.0.0.1:5556"};
+    *a = (args){.http = "127.0.0.1:8080", .workers = "tcp://127.0.0.1:5555", .sdk = "tcp://127.0.0.1:5556"};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "--config") && i + 1 < argc) a->config = argv[++i];
         else if (!strcmp(s, "--http") && i + 1 < argc) a->http = argv[++i];
         else if (!strcmp(s, "--workers") && i + 1 < argc) a->workers = argv[++i];
         else if (!strcmp(s, "--sdk") && i + 1 < argc) { a->sdk = argv[++i]; a->sdk_given = true; }
+        else if (!strcmp(s, "--admin-token-file") && i + 1 < argc) a->admin_token = argv[++i];
+        else if (!strcmp(s, "--api-keys") && i + 1 < argc) a->api_keys = argv[++i];
+        else if (!strcmp(s, "--curve-secret") && i + 1 < argc) a->curve_secret = argv[++i];
+        else if (!strcmp(s, "--worker-keys") && i + 1 < argc) a->worker_keys = argv[++i];
+        else if (!strcmp(s, "--client-keys") && i + 1 < argc) a->client_keys = argv[++i];
+        else if (!strcmp(s, "--insecure-workers")) a->insecure_workers = true;
         else if (!strcmp(s, "--check")) a->check = true;
         else if (!strcmp(s, "-h") || !strcmp(s, "--help")) { usage(stdout); return 0; }
         else {
@@ -98,6 +113,12 @@ static void init_gateway(const args *a, sw_policy *p)
     G.workers_ep = a->workers;
     G.sdk_ep = strcmp(a->sdk, "none") == 0 ? NULL : a->sdk;
     G.sdk_ep_optional = !a->sdk_given;   /* a busy default port is not worth refusing to start */
+    G.admin_token_file = a->admin_token;
+    G.api_keys_file = a->api_keys;
+    G.curve_secret_file = a->curve_secret;
+    G.worker_keys_file = a->worker_keys;
+    G.client_keys_file = a->client_keys;
+    G.insecure_workers = a->insecure_workers;
     G.started_ms = sw_now_ms();
     pthread_mutex_init(&G.policy_mu, NULL);
     pthread_mutex_init(&G.reload_mu, NULL);

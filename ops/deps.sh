@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBS=(build-essential pkg-config libzmq3-dev libyaml-dev libprotobuf-c-dev protobuf-c-compiler
-      libmicrohttpd-dev libcjson-dev libpcre2-dev python3 python3-venv curl)
+      libmicrohttpd-dev libcjson-dev libpcre2-dev libsodium-dev python3 python3-venv curl)
 
 missing=()
 for p in "${DEBS[@]}"; do

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${SPILLWAY_BIN:-build/bin}
-HTTP=${HTTP:-0.0.0.0:8080}
+HTTP=${HTTP:-127.0.0.1:8080}
 WORKERS=${WORKERS:-tcp://127.0.0.1:5555}
 THREADS=${THREADS:-$(nproc)}
 
@@ -39,7 +39,7 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-"$BIN/spillway-gateway" --config "$CONFIG" --http "$HTTP" --workers "tcp://*:${WORKERS##*:}" & pids+=($!)
+"$BIN/spillway-gateway" --config "$CONFIG" --http "$HTTP" --workers "$WORKERS" & pids+=($!)
 "$BIN/spillway-worker-cpu" --gateway "$WORKERS" --pool cpu-pool --model "$NAME=$MODEL" --threads "$THREADS" & pids+=($!)
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   "$BIN/spillway-worker-gpu" --gateway "$WORKERS" --pool gpu-pool --model "$NAME=$MODEL" & pids+=($!)
