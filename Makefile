@@ -166,6 +166,34 @@ bench-gateway: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash ops/bench-gateway.sh
 
+# ---- coverage-guided fuzzing (libFuzzer) ---------------------------------
+# make fuzz builds the project's libraries and each tests/fuzz/fuzz_*.c entry
+# point (-DSW_LIBFUZZER) with clang and -fsanitize=fuzzer,address,undefined
+# into $(FUZZ_B), then tests/fuzz/run.sh runs each FUZZ_SECONDS from its seed
+# corpus tests/fuzz/corpus/NAME/ (copied to a scratch folder, so the repo is
+# never written), FUZZ_JOBS at a time, prints the executions per target and
+# fails on any crash. fuzz_model is left out: its inputs are whole model
+# files that make test's mutation run covers.
+FUZZ_B       ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS    ?= 1
+FUZZ_TARGETS ?= $(filter-out fuzz_model,$(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+.PHONY: fuzz fuzz-build
+fuzz: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) fuzz-build B=$(FUZZ_B) CC=clang OPT=-O1 \
+	  SANFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link"
+	@bash tests/fuzz/run.sh $(FUZZ_B)/fuzz $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS)
+# (run in the sub-make above, where B and CC are the fuzz build's). Only the
+# libraries the harnesses use: the CPU worker's SIMD kernels rely on GCC's
+# target pragmas, which clang does not take.
+FUZZ_LIBS := $(LIB_gateway) $(LIB_proto) $(LIB_llm)
+fuzz-build: $(patsubst %,$(B)/fuzz/%,$(FUZZ_TARGETS))
+$(B)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DSW_LIBFUZZER -fsanitize=fuzzer $< $(FUZZ_LIBS) $(SYSLIBS) -o $@
+-include $(wildcard $(B)/fuzz/*.d)
+
 clean:
 	rm -rf build build-san build-tsan
 

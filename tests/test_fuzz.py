@@ -12,7 +12,14 @@ shared expert), Granite (its four multipliers), SmolLM3, gpt-oss (sinks and
 biases) and OLMo 2 files from tests/archmodels.py.
 fuzz_policy starts from the repository's routes.yaml and the documented
 examples as well as its own. fuzz_pretok runs every BPE pre-tokenizer
-family's regexes (PCRE2) over mutated text, ill-formed UTF-8 included.
+family's regexes (PCRE2) over mutated text, ill-formed UTF-8 included;
+fuzz_tokenizer encodes and decodes it with small SentencePiece and BPE
+vocabularies of its own (tests/fuzz/vocab.h).
+
+The same programs built with -DSW_LIBFUZZER are make fuzz's coverage-guided
+targets (all but fuzz_model); each starts from tests/fuzz/corpus/NAME/,
+where every crash it found is kept. test_fuzz_corpus replays each of those
+files through the program here, so a fixed crash stays fixed.
 """
 import os
 import subprocess
@@ -24,6 +31,7 @@ from conftest import BUILD, ROOT, SHARED, bin_path
 
 FUZZ_DIR = ROOT / "tests" / "fuzz"
 PROGRAMS = sorted(p.stem for p in FUZZ_DIR.glob("fuzz_*.c"))
+CORPORA = sorted(p.name for p in (FUZZ_DIR / "corpus").iterdir() if p.is_dir())
 SECONDS = 20
 
 
@@ -58,3 +66,21 @@ def test_fuzz_program(name, tmp_path):
         pytest.skip(r.stderr.strip())
     assert r.returncode == 0, f"{name} failed (rc={r.returncode})\n{r.stdout[-4000:]}\n{r.stderr[-6000:]}"
     assert " 0 invariant failures" in r.stdout, r.stdout
+
+
+def test_every_libfuzzer_target_has_a_corpus():
+    assert CORPORA == [p for p in PROGRAMS if p != "fuzz_model"]
+    for name in CORPORA:
+        assert any((FUZZ_DIR / "corpus" / name).iterdir()), f"{name}: empty seed corpus"
+
+
+@pytest.mark.parametrize("name", CORPORA)
+def test_fuzz_corpus(name):
+    exe = BUILD / "tests" / "fuzz" / name
+    assert exe.exists(), f"{exe} not built"
+    corpus = FUZZ_DIR / "corpus" / name
+    env = dict(os.environ, SPILLWAY_FUZZ_REPLAY=str(corpus))
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert r.returncode == 0, f"{name} failed on its corpus (rc={r.returncode})\n{r.stdout[-4000:]}\n{r.stderr[-6000:]}"
+    n = sum(1 for p in corpus.iterdir() if not p.name.startswith("."))
+    assert f": {n} inputs replayed" in r.stdout and " 0 invariant failures" in r.stdout, r.stdout

@@ -5,6 +5,12 @@
  *   SPILLWAY_FUZZ_SECONDS=N   stop after N seconds (the test suite sets it)
  *   SPILLWAY_FUZZ_ITERS=N     at most N inputs (default 100000)
  *   SPILLWAY_FUZZ_SEED=S      the generator's seed (default 1)
+ *   SPILLWAY_FUZZ_REPLAY=DIR  instead of mutating, feed each file of DIR
+ *                             once (tests/fuzz/corpus/NAME: the libFuzzer
+ *                             corpus and the crashes it found, kept as
+ *                             regression cases that make test replays)
+ *   SPILLWAY_FUZZ_DUMP=DIR    write the seeds into DIR as seed-NN and stop
+ *                             (how the corpus was started)
  *
  * Every seed must pass its check unmutated first: a seed the program itself
  * rejects would make the whole run test nothing. Each input is copied into a
@@ -22,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
 
 #include "tests/fuzz/mutate.h"
 
@@ -44,9 +51,50 @@ static inline bool fuzz_one(fuzz_check_fn check, const uint8_t *data, size_t n)
     return ok;
 }
 
+static inline bool fuzz_read_file(const char *path, fuzz_seed *s);
+
+/* SPILLWAY_FUZZ_REPLAY: every regular file of dir through check, once. */
+static inline int fuzz_replay(const char *name, const char *dir, fuzz_check_fn check)
+{
+    DIR *d = opendir(dir);
+    if (!d) { perror(dir); return 2; }
+    long done = 0, accepted = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char path[4096];
+        fuzz_seed s;
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (!fuzz_read_file(path, &s)) { broken++; continue; }
+        int before = broken;
+        accepted += fuzz_one(check, s.bytes, s.size);
+        if (broken > before) fprintf(stderr, "%s: invariant broken by %s\n", name, path);
+        free((void *)s.bytes);
+        done++;
+    }
+    closedir(d);
+    printf("%s: %ld inputs replayed, %ld accepted, %d invariant failures\n", name, done, accepted, broken);
+    return broken ? 1 : 0;
+}
+
+/* SPILLWAY_FUZZ_DUMP: the seeds as files seed-NN of dir. */
+static inline int fuzz_dump(const char *dir, const fuzz_seed *seeds, int n_seeds)
+{
+    for (int i = 0; i < n_seeds; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/seed-%02d", dir, i);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(seeds[i].bytes, 1, seeds[i].size, f) != seeds[i].size) { perror(path); return 2; }
+        fclose(f);
+    }
+    return 0;
+}
+
 /* Runs the whole program; returns its exit status (0: nothing broke). */
 static inline int fuzz_main(const char *name, const fuzz_seed *seeds, int n_seeds, fuzz_check_fn check)
 {
+    if (getenv("SPILLWAY_FUZZ_DUMP")) return fuzz_dump(getenv("SPILLWAY_FUZZ_DUMP"), seeds, n_seeds);
+    if (getenv("SPILLWAY_FUZZ_REPLAY")) return fuzz_replay(name, getenv("SPILLWAY_FUZZ_REPLAY"), check);
     const char *e = getenv("SPILLWAY_FUZZ_SECONDS");
     double max_secs = e ? atof(e) : 0;
     e = getenv("SPILLWAY_FUZZ_ITERS");

@@ -132,6 +132,7 @@ static bool check(const uint8_t *data, size_t n)
     return rc == 0;
 }
 
+#ifndef SW_LIBFUZZER
 static const char *const BODIES[] = {
     "\x01{\"model\":\"small\",\"messages\":[{\"role\":\"system\",\"content\":\"Be \\\"nice\\\"\\n\"},"
     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi \\u00e9\\t\\u0001\"}]}],\"max_tokens\":5,"
@@ -160,6 +161,8 @@ static const char *const BODIES[] = {
     "\x01{\"model\":\"llama\",\"messages\":[{\"role\":\"user\",\"content\":\"t\"}],\"tools\":[{\"type\":"
     "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
 };
+
+#endif
 
 /* "small" is an alias, so resolution is exercised too. */
 static bool load_policy(void)

@@ -17,6 +17,8 @@
 
 #define NAME "fuzz.yaml"
 
+#ifndef SW_LIBFUZZER   /* the libFuzzer build starts from tests/fuzz/corpus/ */
+
 static const char BUILTIN[] =
     "pools:\n"
     "  - name: gpu-pool\n"
@@ -47,6 +49,7 @@ static const char BUILTIN[] =
     "  request_timeout_ms: 600000\n"
     "  first_token_timeout_ms: 120000\n"
     "  error_rate_threshold: 0.5\n";
+#endif
 
 /* "NAME:L:C: text" with L, C >= 1, or the truncation tail. */
 static bool error_line_ok(const char *s, size_t n)
