@@ -22,6 +22,8 @@
 #include "gateway/registry.h"
 #include "gateway/router.h"
 #include "gateway/util.h"
+#include "gateway/zap.h"
+#include "proto/curve.h"
 
 #define NBUCKETS 4096
 #define MAX_MSGS_PER_ROUND 512   /* then look at the inbox again: fairness */
@@ -462,22 +464,133 @@ static void worker_dead(sw_worker *w, const char *why)
     free(retry);
 }
 
+/* ---- authentication (CURVE) and registration ---------------------------------
+ * With --curve-secret the worker ROUTER (and, with --client-keys, the SDK
+ * ROUTER) is a CURVE server whose ZAP handler (zap.c) admits listed keys and
+ * sets each connection's User-Id to its key. drain() reads it into
+ * AUTHN.key for the message being handled. */
+static struct {
+    bool workers_curve, sdk_curve;    /* which ROUTERs authenticate */
+    char key[SW_CURVE_Z85_LEN + 1];   /* the current message's key; "" on plaintext */
+    unsigned zap_gen;                 /* sw_zap_generation at the last revocation sweep */
+    int64_t log_window_ms;
+    int logged, suppressed;           /* refusal lines this second, and those held back */
+} AUTHN;
+
+/* Refusals are logged at most 5 a second, with a count of the rest: a
+ * hostile peer retrying must not flood the log. */
+static void log_refusal(const char *fmt, const char *a, const char *b)
+{
+    int64_t now = sw_now_ms();
+    if (now - AUTHN.log_window_ms >= 1000) {
+        if (AUTHN.suppressed) fprintf(stderr, "gateway: (%d more refused registrations not logged)\n", AUTHN.suppressed);
+        AUTHN.log_window_ms = now;
+        AUTHN.logged = AUTHN.suppressed = 0;
+    }
+    if (++AUTHN.logged > 5) { AUTHN.suppressed++; return; }
+    fprintf(stderr, fmt, a, b);
+}
+
+/* Tells the peer why its Register was refused (an Error without a request
+ * id, code 403, which the worker logs), logs and counts it. */
+static void refuse_register(const uint8_t *id, size_t idlen, const char *wid, const char *why, const char *reason)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "registration refused: %s", why);
+    Spillway__Error e = SPILLWAY__ERROR__INIT;
+    e.request_id = "";
+    e.code = 403;
+    e.message = msg;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    sw_wire_send(B.router, id, idlen, &env, ZMQ_DONTWAIT);
+    log_refusal("gateway: refused to register worker '%.128s': %s\n", wid, why);
+    sw_metrics_registration_refused(reason);
+}
+
+/* Whether w's connection is still open: ROUTER_MANDATORY fails a send to a
+ * peer whose connection closed (a killed worker) with EHOSTUNREACH. The probe
+ * is a heartbeat, which a live worker takes as one. */
+static bool connection_open(sw_worker *w)
+{
+    Spillway__Heartbeat h = SPILLWAY__HEARTBEAT__INIT;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &h;
+    return !(send_env(w, &env) < 0 && errno == EHOSTUNREACH);
+}
+
+/* A Register for the id of `old`, a worker on another connection. The id is
+ * bound to old's connection and key, so the newcomer gets it only when that
+ * worker is gone: its key is the newcomer's (the holder of the secret key
+ * reconnected, e.g. after its link died), its connection closed, or it
+ * missed its heartbeats. Then old is removed; else why is filled. */
+static bool may_take_id(sw_worker *old, int64_t now, char *why, size_t whylen)
+{
+    const char *gone = NULL;
+    if (AUTHN.workers_curve && old->key[0] && !strcmp(old->key, AUTHN.key)) gone = "reconnected (same key)";
+    else if (!connection_open(old)) gone = "its connection closed";
+    else if (!sw_worker_alive(old, now)) gone = "missed heartbeats";
+    if (gone) {
+        worker_dead(old, gone);
+        return true;
+    }
+    snprintf(why, whylen, "worker id '%.128s' belongs to a live worker on another connection%s", old->id,
+             AUTHN.workers_curve ? " and key" : "");
+    return false;
+}
+
+/* Drops live workers whose key an allowlist reload removed, or whose pool
+ * it no longer allows (broker thread, at the first message after a reload). */
+static void drop_revoked(void)
+{
+    unsigned gen = sw_zap_generation();
+    if (!AUTHN.workers_curve || gen == AUTHN.zap_gen) return;
+    AUTHN.zap_gen = gen;
+    for (bool again = true; again;) {
+        again = false;
+        for (sw_worker *w = B.g->reg.head; w; w = w->next) {
+            char why[300];
+            if (sw_zap_worker_may_serve(w->key, w->pool, why, sizeof why, NULL, 0)) continue;
+            sw_metrics_auth_refused(false, "revoked");
+            worker_dead(w, why);   /* frees w: walk again */
+            again = true;
+            break;
+        }
+    }
+}
+
 static void on_register(const uint8_t *id, size_t idlen, const Spillway__Register *reg)
 {
     int64_t now = sw_now_ms();
-    /* Same worker id from a new socket: the old connection is dead. */
-    sw_worker *old = sw_registry_find_id(&B.g->reg, reg->worker_id ? reg->worker_id : "");
-    if (old && (old->ident_len != idlen || memcmp(old->ident, id, idlen) != 0))
-        worker_dead(old, "re-registered from a new connection");
+    const char *wid = reg->worker_id ? reg->worker_id : "";
+    char why[400], name[SW_CURVE_NAME_LEN] = "";
+    if (AUTHN.workers_curve && !sw_zap_worker_may_serve(AUTHN.key, reg->pool, why, sizeof why, name, sizeof name)) {
+        refuse_register(id, idlen, wid, why, strstr(why, "no longer") ? "key_revoked" : "pool_not_allowed");
+        return;
+    }
+    /* The same id from another connection is refused, never an eviction,
+     * unless its holder is gone (may_take_id). */
+    sw_worker *old = sw_registry_find_id(&B.g->reg, wid);
+    if (old && (old->ident_len != idlen || memcmp(old->ident, id, idlen) != 0) &&
+        !may_take_id(old, now, why, sizeof why)) {
+        refuse_register(id, idlen, wid, why, "id_in_use");
+        return;
+    }
     pthread_mutex_lock(&B.g->reg.mu);
     sw_worker *w = sw_registry_upsert(&B.g->reg, id, idlen, reg, now);
+    if (w) {
+        snprintf(w->key, sizeof w->key, "%s", AUTHN.key);
+        snprintf(w->key_name, sizeof w->key_name, "%s", name);
+    }
     pthread_mutex_unlock(&B.g->reg.mu);
     if (!w) {
         fprintf(stderr, "gateway: cannot register worker (identity too long)\n");
         return;
     }
-    fprintf(stderr, "gateway: worker %s registered: pool %s, %zu model(s), %u slots\n",
-            w->id, w->pool, w->n_models, w->slots);
+    fprintf(stderr, "gateway: worker %s registered: pool %s, %zu model(s), %u slots%s%s\n",
+            w->id, w->pool, w->n_models, w->slots, w->key[0] ? ", key " : "", w->key_name);
     B.capacity_changed = true;
 }
 
@@ -675,6 +788,16 @@ static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, 
         sw_wire_free(env);
         return;
     }
+    if (AUTHN.sdk_curve && !sw_zap_client_allowed(AUTHN.key)) {
+        /* Admitted at connect, removed from --client-keys since: refuse its requests. */
+        const char *rid = env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE ? env->generate->request_id
+                          : env->body_case == SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST ? env->status_request->request_id
+                          : NULL;
+        if (rid) sdk_send_error(ident, idlen, rid, 403, "this client's CURVE key is no longer in --client-keys");
+        sw_metrics_auth_refused(true, "revoked");
+        sw_wire_free(env);
+        return;
+    }
     switch (env->body_case) {
     case SPILLWAY__ENVELOPE__BODY_GENERATE: on_sdk_generate(ident, idlen, env->generate); break;
     case SPILLWAY__ENVELOPE__BODY_CANCEL:
@@ -704,6 +827,19 @@ static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, 
     sw_wire_free(env);
 }
 
+/* The CURVE key (Z85) the ZAP handler bound to the connection a message
+ * came on, into AUTHN.key for its handler; "" on a plaintext socket. A
+ * reload of the allowlists is acted on here, first. */
+static void message_key(void *sock, zmq_msg_t *body)
+{
+    AUTHN.key[0] = 0;
+    bool curve = sock == B.router ? AUTHN.workers_curve : AUTHN.sdk_curve;
+    if (!curve) return;
+    if (sock == B.router) drop_revoked();
+    const char *uid = zmq_msg_gets(body, "User-Id");
+    if (uid && strlen(uid) == SW_CURVE_Z85_LEN) memcpy(AUTHN.key, uid, SW_CURVE_Z85_LEN + 1);
+}
+
 /* Receives [identity][one frame] messages from a ROUTER. */
 static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void *, size_t))
 {
@@ -727,11 +863,13 @@ static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void
             else extra++;
             zmq_msg_close(&part);
         }
-        if (!have_body || extra)
+        if (!have_body || extra) {
             fprintf(stderr, "gateway: dropped a message with %d frames (want exactly 1 after the identity)\n",
                     have_body ? 1 + extra : 0);
-        else
+        } else {
+            message_key(sock, &body);
             handle(zmq_msg_data(&idm), zmq_msg_size(&idm), zmq_msg_data(&body), zmq_msg_size(&body));
+        }
         zmq_msg_close(&body);
         zmq_msg_close(&idm);
     }
@@ -914,6 +1052,46 @@ void sw_broker_post(sw_gateway *g, sw_cmd_kind kind, sw_req *req)
     if (write(g->inbox_fd, &one, sizeof one) < 0) perror("gateway: eventfd write");
 }
 
+/* With --curve-secret: the gateway's keypair into kp, and the ZAP handler
+ * started before any socket binds (unbound, libzmq would admit every key).
+ * The worker ROUTER then authenticates, and the SDK one too with
+ * --client-keys (without, the SDK link stays plaintext: spillway-gateway.c
+ * allows that on loopback only). */
+static int setup_curve(sw_gateway *g, sw_curve_keypair *kp, char *err, size_t errlen)
+{
+    memset(&AUTHN, 0, sizeof AUTHN);
+    memset(kp, 0, sizeof *kp);
+    if (!g->curve_secret_file) return 0;
+    char e[1024];
+    if (sw_curve_load_keypair(g->curve_secret_file, kp, e, sizeof e) != 0) {
+        snprintf(err, errlen, "--curve-secret: %s", e);
+        return -1;
+    }
+    if (sw_zap_start(g->zctx, g->worker_keys_file, g->client_keys_file, e, sizeof e) != 0) {
+        snprintf(err, errlen, "%s", e);
+        explicit_bzero(kp, sizeof *kp);
+        return -1;
+    }
+    AUTHN.workers_curve = true;
+    AUTHN.sdk_curve = g->client_keys_file != NULL;
+    AUTHN.zap_gen = sw_zap_generation();
+    return 0;
+}
+
+/* Makes sock a CURVE server whose handshakes the ZAP handler decides in domain. */
+static int curve_server(void *sock, const sw_curve_keypair *kp, const char *domain, char *err, size_t errlen)
+{
+    int one = 1;
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, kp->public_z85, SW_CURVE_Z85_LEN) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, kp->secret_z85, SW_CURVE_Z85_LEN) != 0 ||
+        zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, domain, strlen(domain)) != 0) {
+        snprintf(err, errlen, "cannot make the %s socket a CURVE server: %s", domain, zmq_strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int sw_broker_start(sw_gateway *g, char *err, size_t errlen)
 {
     memset(&B, 0, sizeof B);
@@ -921,6 +1099,11 @@ int sw_broker_start(sw_gateway *g, char *err, size_t errlen)
     g->inbox_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (g->inbox_fd < 0) { snprintf(err, errlen, "eventfd: %s", strerror(errno)); return -1; }
     g->zctx = zmq_ctx_new();
+    sw_curve_keypair kp;
+    if (setup_curve(g, &kp, err, errlen) != 0) {
+        zmq_ctx_term(g->zctx);
+        return -1;
+    }
     B.router = zmq_socket(g->zctx, ZMQ_ROUTER);
     int one = 1, zero = 0, hwm = 100000;
     zmq_setsockopt(B.router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
@@ -930,8 +1113,11 @@ int sw_broker_start(sw_gateway *g, char *err, size_t errlen)
     int maxsz = SW_MAX_FRAME;
     int64_t maxmsg = maxsz;
     zmq_setsockopt(B.router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-    if (zmq_bind(B.router, g->workers_ep) != 0) {
-        snprintf(err, errlen, "cannot bind the worker endpoint %s: %s", g->workers_ep, zmq_strerror(errno));
+    bool secured = !AUTHN.workers_curve || curve_server(B.router, &kp, SW_ZAP_DOMAIN_WORKERS, err, errlen) == 0;
+    if (!secured || zmq_bind(B.router, g->workers_ep) != 0) {
+        if (secured)
+            snprintf(err, errlen, "cannot bind the worker endpoint %s: %s", g->workers_ep, zmq_strerror(errno));
+        explicit_bzero(&kp, sizeof kp);
         zmq_close(B.router);
         zmq_ctx_term(g->zctx);
         return -1;
@@ -943,6 +1129,13 @@ int sw_broker_start(sw_gateway *g, char *err, size_t errlen)
         zmq_setsockopt(B.sdk, ZMQ_SNDHWM, &hwm, sizeof hwm);
         zmq_setsockopt(B.sdk, ZMQ_RCVHWM, &hwm, sizeof hwm);
         zmq_setsockopt(B.sdk, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+        if (AUTHN.sdk_curve && curve_server(B.sdk, &kp, SW_ZAP_DOMAIN_SDK, err, errlen) != 0) {
+            explicit_bzero(&kp, sizeof kp);
+            zmq_close(B.sdk);
+            zmq_close(B.router);
+            zmq_ctx_term(g->zctx);
+            return -1;
+        }
         if (zmq_bind(B.sdk, g->sdk_ep) != 0) {
             int e = errno;
             zmq_close(B.sdk);
@@ -957,6 +1150,7 @@ int sw_broker_start(sw_gateway *g, char *err, size_t errlen)
                             "serving without it\n", g->sdk_ep, zmq_strerror(e));
         }
     }
+    explicit_bzero(&kp, sizeof kp);   /* the sockets hold their copies */
     B.last_tick_ms = sw_now_ms();
     B.last_reload_check_ms = B.last_tick_ms;
     if (pthread_create(&g->broker, NULL, broker_main, NULL) != 0) {

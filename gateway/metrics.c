@@ -229,6 +229,58 @@ static void put_workers(sw_sbuf *bp, const sw_metrics_worker *snap, int n_snap, 
     sw_sbuf_put(bp, line);
 }
 
+/* ---- CURVE authentication counters (helper "curve"): fixed reason sets,
+ * so labels stay bounded; a reason outside them counts as "other". */
+static const char *auth_reasons[] = {"unlisted_key", "not_curve", "revoked", "other"};
+static const char *reg_reasons[] = {"pool_not_allowed", "id_in_use", "key_revoked", "other"};
+#define N_AUTH_REASONS 4
+static struct { uint64_t refused[2][N_AUTH_REASONS], reg_refused[N_AUTH_REASONS]; } AUTH;
+
+static int reason_index(const char *const *names, const char *reason)
+{
+    for (int i = 0; i < N_AUTH_REASONS - 1; i++)
+        if (reason && !strcmp(names[i], reason)) return i;
+    return N_AUTH_REASONS - 1;
+}
+
+void sw_metrics_auth_refused(bool sdk, const char *reason)
+{
+    pthread_mutex_lock(&M.mu);
+    AUTH.refused[sdk][reason_index(auth_reasons, reason)]++;
+    pthread_mutex_unlock(&M.mu);
+}
+
+void sw_metrics_registration_refused(const char *reason)
+{
+    pthread_mutex_lock(&M.mu);
+    AUTH.reg_refused[reason_index(reg_reasons, reason)]++;
+    pthread_mutex_unlock(&M.mu);
+}
+
+/* The authentication series. Called with M.mu held. */
+static void put_auth(sw_sbuf *b)
+{
+    char line[256];
+    static const char *names[2] = {"spillway_worker_auth_refused_total", "spillway_sdk_auth_refused_total"};
+    for (int s = 0; s < 2; s++) {
+        snprintf(line, sizeof line, "# HELP %s Connections the CURVE authentication refused.\n# TYPE %s counter\n",
+                 names[s], names[s]);
+        sw_sbuf_put(b, line);
+        for (int i = 0; i < N_AUTH_REASONS; i++) {
+            snprintf(line, sizeof line, "%s{reason=\"%s\"} %llu\n", names[s], auth_reasons[i],
+                     (unsigned long long)AUTH.refused[s][i]);
+            sw_sbuf_put(b, line);
+        }
+    }
+    sw_sbuf_put(b, "# HELP spillway_worker_registration_refused_total Worker registrations refused.\n"
+                   "# TYPE spillway_worker_registration_refused_total counter\n");
+    for (int i = 0; i < N_AUTH_REASONS; i++) {
+        snprintf(line, sizeof line, "spillway_worker_registration_refused_total{reason=\"%s\"} %llu\n",
+                 reg_reasons[i], (unsigned long long)AUTH.reg_refused[i]);
+        sw_sbuf_put(b, line);
+    }
+}
+
 char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deaths)
 {
     sw_sbuf b = {0};
@@ -274,6 +326,7 @@ char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deat
     sw_sbuf_put(&b, line);
 
     put_workers(&b, snap, n_snap, deaths);
+    put_auth(&b);
     pthread_mutex_unlock(&M.mu);
     if (b.oom) sw_sbuf_free(&b);
     return b.s;

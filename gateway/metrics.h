@@ -29,6 +29,14 @@ void sw_metrics_queue(const char *pool, int delta);
 void sw_metrics_overflow(const char *from, const char *to, const char *reason);
 void sw_metrics_latency(sw_lat_stage stage, int64_t ns);
 void sw_metrics_reload(bool ok);
+/* ---- CURVE authentication (gateway/zap.c, broker.c's registration) ----
+ * A connection the ZAP handler refused (sdk: the SDK endpoint, else the
+ * worker endpoint); reason: "unlisted_key", "not_curve" or "revoked". */
+void sw_metrics_auth_refused(bool sdk, const char *reason);
+/* A Register the broker refused; reason: "pool_not_allowed", "id_in_use"
+ * or "key_revoked". */
+void sw_metrics_registration_refused(const char *reason);
+
 /* The exposition text, with n workers and the death count from a registry
  * snapshot; NULL out of memory. Caller frees. */
 char *sw_metrics_render(const sw_metrics_worker *w, int n, uint64_t deaths);

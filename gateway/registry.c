@@ -227,6 +227,10 @@ char *sw_registry_json(sw_registry *r)
         cJSON_AddNumberToObject(o, "batch_size", w->hb_batch);
         cJSON_AddNumberToObject(o, "tokens_generated", (double)w->hb_tokens);
         cJSON_AddNumberToObject(o, "last_seen_ms_ago", (double)(now - w->last_seen_ms));
+        if (w->key[0]) {   /* a public key: no secret, and it tells an operator which key is in use */
+            cJSON_AddStringToObject(o, "curve_key", w->key);
+            cJSON_AddStringToObject(o, "key_name", w->key_name);
+        }
         cJSON *ms = cJSON_AddArrayToObject(o, "models");
         for (size_t i = 0; i < w->n_models; i++) {
             cJSON *m = cJSON_CreateObject();

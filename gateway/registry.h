@@ -34,6 +34,11 @@ typedef struct sw_worker {
     uint32_t inflight;                      /* requests we dispatched, not finished */
     uint64_t dispatched;                    /* requests we ever sent it (retries included) */
     int64_t last_seen_ms, last_sent_ms, registered_ms;
+    /* The CURVE public key (Z85) its connection authenticated with, and the
+     * allowlist's label for it; empty on a plaintext link. Its id stays
+     * bound to this connection and key (broker.c's on_register). */
+    char key[41];
+    char key_name[64];
     struct sw_worker *next;
 } sw_worker;
 

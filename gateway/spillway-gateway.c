@@ -24,12 +24,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 #include <sys/stat.h>
 #include "gateway/broker.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
 #include "gateway/metrics.h"
 #include "gateway/util.h"
+#include "gateway/zap.h"
 #include "llm/cli.h"
 
 static sw_gateway G;
@@ -52,13 +54,14 @@ static void usage(FILE *f)
                "  --worker-keys FILE       CURVE public keys of the workers allowed to register\n"
                "  --client-keys FILE       CURVE public keys of the SDK clients allowed in\n"
                "  --insecure-workers       allow a non-loopback --workers endpoint without CURVE\n"
+               "  --insecure-sdk           allow a non-loopback --sdk endpoint without CURVE client keys\n"
                "Signals: SIGHUP reloads the policy; SIGINT/SIGTERM stop.\n");
 }
 
 typedef struct {
     const char *config, *http, *workers, *sdk;
     const char *admin_token, *api_keys, *curve_secret, *worker_keys, *client_keys;
-    bool sdk_given, check, insecure_workers;
+    bool sdk_given, check, insecure_workers, insecure_sdk;
 } args;
 
 /* Fills a from argv: -1 to go on, else the exit code. */
@@ -77,6 +80,7 @@ static int parse_args(int argc, char **argv, args *a)
         else if (!strcmp(s, "--worker-keys") && i + 1 < argc) a->worker_keys = argv[++i];
         else if (!strcmp(s, "--client-keys") && i + 1 < argc) a->client_keys = argv[++i];
         else if (!strcmp(s, "--insecure-workers")) a->insecure_workers = true;
+        else if (!strcmp(s, "--insecure-sdk")) a->insecure_sdk = true;
         else if (!strcmp(s, "--check")) a->check = true;
         else if (!strcmp(s, "-h") || !strcmp(s, "--help")) { usage(stdout); return 0; }
         else {
@@ -90,6 +94,58 @@ static int parse_args(int argc, char **argv, args *a)
         usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+/* Whether a ZeroMQ endpoint can be reached from this host only: ipc:// and
+ * inproc://, or tcp:// bound to a loopback address (or the "lo" interface).
+ * Anything else (*, 0.0.0.0, an interface, a routable address) is not. */
+static bool local_endpoint(const char *ep)
+{
+    if (!strncmp(ep, "ipc://", 6) || !strncmp(ep, "inproc://", 9)) return true;
+    if (strncmp(ep, "tcp://", 6) != 0) return false;
+    const char *h = ep + 6, *colon = strrchr(h, ':');
+    char host[256];
+    size_t n = colon ? (size_t)(colon - h) : strlen(h);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') { h++; n -= 2; }
+    if (n >= sizeof host) return false;
+    memcpy(host, h, n);
+    host[n] = 0;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+    return !strcmp(host, "localhost") || !strcmp(host, "lo");
+}
+
+/* The security options must make sense together, and a link beyond this
+ * host must be authenticated unless the operator says otherwise: a
+ * plaintext worker endpoint lets anyone register and read users' prompts
+ * (docs/security.md). -1 to go on, else the exit code. */
+static int check_security(const args *a)
+{
+    const char *why = NULL;
+    if ((a->worker_keys || a->client_keys) && !a->curve_secret)
+        why = "--worker-keys and --client-keys need --curve-secret FILE, the gateway's own keypair "
+              "(spillway keygen --out gateway)";
+    else if (a->curve_secret && !a->worker_keys)
+        why = "--curve-secret needs --worker-keys FILE, the public keys of the workers allowed in "
+              "(without it every worker would be refused)";
+    else if (!a->curve_secret && !a->insecure_workers && !local_endpoint(a->workers))
+        why = "the worker endpoint is reachable beyond this host but not authenticated: anyone who can "
+              "reach it could register as a worker and read users' prompts. Give --curve-secret and "
+              "--worker-keys (docs/security.md), bind it to 127.0.0.1, or pass --insecure-workers";
+    else if (strcmp(a->sdk, "none") && !(a->curve_secret && a->client_keys) && !a->insecure_sdk &&
+             !local_endpoint(a->sdk))
+        why = "the SDK endpoint is reachable beyond this host but not authenticated: give --curve-secret "
+              "and --client-keys (docs/security.md), bind it to 127.0.0.1, or pass --insecure-sdk";
+    if (why) {
+        fprintf(stderr, "spillway-gateway: refusing to start: %s\n", why);
+        return 2;
+    }
+    if (!a->curve_secret && !local_endpoint(a->workers))
+        fprintf(stderr, "spillway-gateway: WARNING: --insecure-workers: workers on %s are not authenticated\n",
+                a->workers);
     return -1;
 }
 
@@ -154,6 +210,7 @@ static void wait_for_stop(sigset_t *sigs)
         if (sigwait(sigs, &sig) != 0) continue;
         if (sig != SIGHUP) return;
         __atomic_store_n(&G.reload_requested, 1, __ATOMIC_RELEASE);   /* broker reloads at its next tick */
+        sw_zap_reload();                                               /* and the key allowlists */
     }
 }
 
@@ -170,6 +227,10 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!p) return 1;
+    if ((rc = check_security(&a)) >= 0) {
+        sw_policy_unref(p);
+        return rc;
+    }
     char host[256];
     int port;
     if (!sw_parse_hostport(a.http, host, sizeof host, &port)) {
@@ -197,6 +258,7 @@ int main(int argc, char **argv)
     wait_for_stop(&sigs);
     fprintf(stderr, "spillway-gateway: stopping\n");
     sw_broker_stop(&G);          /* answers every waiting request first */
+    sw_zap_join();               /* it ended with the ZeroMQ context */
     usleep(100 * 1000);          /* let resumed connections send their answers */
     sw_http_stop(&G);
     sw_policy_unref(G.policy);
