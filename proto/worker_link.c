@@ -40,6 +40,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "llm/clock.h"
+#include "proto/curve.h"
 
 #define PIPE_EP "inproc://sw-worker-link"
 #define LOAD_POLL_MS 20           /* how often the link thread samples load */
@@ -150,6 +151,9 @@ typedef struct {
     void *zctx;
     void *pipe;           /* connected by sw_worker_run, then owned by the link thread */
     const char *worker_id;
+    bool curve;                          /* keys loaded by sw_worker_run */
+    sw_curve_keypair kp;
+    char gateway_key[SW_CURVE_Z85_LEN + 1];
     /* Requests in flight, published by the compute thread after every
      * iteration. The link thread watches it to send a heartbeat as soon as
      * the load changes, without calling load() more often than it reports. */
@@ -159,6 +163,10 @@ typedef struct {
 typedef struct {
     link_args *a;
     void *pipe, *dealer;
+    void *mon;            /* the dealer's handshake events (curve.h), or NULL */
+    int64_t refused_until; /* a refused Register is sent again then; 0: not refused */
+    char last_failure[256];
+    int64_t last_failure_ms;
     int64_t last_recv, last_send, last_hb, last_load_check;
     int64_t backoff_ms, reconnect_at;
     int heard;            /* heard from the gateway since this connection began */
@@ -168,7 +176,10 @@ typedef struct {
 static int link_send(link_state *L, sw_env *env)
 {
     if (sw_wire_send(L->dealer, NULL, 0, env, ZMQ_DONTWAIT) < 0) {
-        sw_worker_log("send %s to gateway failed: %s", sw_wire_kind(env), zmq_strerror(errno));
+        /* EAGAIN: no connection to queue on (a handshake failing, say), which
+         * repeats every heartbeat: through the rate limit. */
+        if (errno == EAGAIN) log_bad_frame("send %s to gateway failed: no connection yet", sw_wire_kind(env));
+        else sw_worker_log("send %s to gateway failed: %s", sw_wire_kind(env), zmq_strerror(errno));
         return -1;
     }
     L->last_send = sw_clock_ms();
@@ -204,7 +215,8 @@ static void send_heartbeat(link_state *L, const sw_load *l)
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &h;
-    if (link_send(L, &env) == 0) L->last_hb = L->last_send;
+    link_send(L, &env);
+    L->last_hb = sw_clock_ms();   /* sent or not: a failed one waits for the next interval, not a spin */
 }
 
 static int open_dealer(link_state *L)
@@ -221,8 +233,20 @@ static int open_dealer(link_state *L)
     /* Chunks must not be dropped under a burst; a gateway that stops reading
      * also stops heartbeating, so liveness bounds this queue to a few seconds. */
     zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
+    char err[256];
+    if (L->a->curve && sw_curve_client_setup(s, &L->a->kp, L->a->gateway_key, err, sizeof err) != 0) {
+        sw_worker_log("%s", err);
+        zmq_close(s);
+        return -1;
+    }
+    static int n_monitors;   /* link thread only: a fresh inproc name per socket */
+    char mon_ep[64];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://sw-worker-handshake-%d", n_monitors++);
+    L->mon = sw_curve_monitor_open(L->a->zctx, s, mon_ep);
     if (zmq_connect(s, L->a->cfg->gateway) != 0) {
         sw_worker_log("cannot connect to %s: %s", L->a->cfg->gateway, zmq_strerror(errno));
+        if (L->mon) zmq_close(L->mon);
+        L->mon = NULL;
         zmq_close(s);
         return -1;
     }
@@ -231,8 +255,9 @@ static int open_dealer(link_state *L)
     L->last_recv = L->last_hb = L->last_load_check = now;
     L->heard = 0;
     L->reported_inflight = 0;
-    sw_worker_log("connecting to %s as %s (pool %s), registering", L->a->cfg->gateway,
-                  L->a->worker_id, L->a->cfg->pool);
+    L->refused_until = 0;
+    sw_worker_log("connecting to %s as %s (pool %s%s), registering", L->a->cfg->gateway,
+                  L->a->worker_id, L->a->cfg->pool, L->a->curve ? ", CURVE" : ", plaintext");
     send_register(L);
     return 0;
 }
@@ -240,6 +265,11 @@ static int open_dealer(link_state *L)
 static void close_dealer(link_state *L, int linger_ms)
 {
     if (!L->dealer) return;
+    if (L->mon) {
+        zmq_socket_monitor(L->dealer, NULL, 0);
+        zmq_close(L->mon);
+        L->mon = NULL;
+    }
     zmq_setsockopt(L->dealer, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
     zmq_close(L->dealer);
     L->dealer = NULL;
@@ -276,6 +306,32 @@ static void reject_invalid_generate(link_state *L, const void *buf, size_t len, 
 
 /* One message from the gateway. Only its last frame is the envelope: a
  * gateway that adds an empty delimiter (REQ-style) still works. */
+/* The gateway refused our Register (our key may not serve this pool, or
+ * another live worker holds our id): say so, and try again later rather
+ * than at its every "register again". */
+static void on_register_refused(link_state *L, const char *msg)
+{
+    sw_worker_log("the gateway refused to register us: %s (trying again in %d s)", msg && *msg ? msg : "no reason",
+                  SW_REGISTER_RETRY_MS / 1000);
+    L->refused_until = sw_clock_ms() + SW_REGISTER_RETRY_MS;
+}
+
+/* Logs a failed handshake (our key refused, CURVE on one side only): else
+ * libzmq retries in silence. The same failure is logged at most every 10 s. */
+static void on_monitor_events(link_state *L)
+{
+    char what[256];
+    int rc;
+    while ((rc = sw_curve_monitor_read(L->mon, what, sizeof what)) >= 0) {
+        if (rc == 0) continue;
+        int64_t now = sw_clock_ms();
+        if (!strcmp(what, L->last_failure) && now - L->last_failure_ms < 10000) continue;
+        snprintf(L->last_failure, sizeof L->last_failure, "%s", what);
+        L->last_failure_ms = now;
+        sw_worker_log("cannot connect to %s: %s", L->a->cfg->gateway, what);
+    }
+}
+
 static void on_gateway_message(link_state *L)
 {
     zmq_msg_t m;
@@ -321,11 +377,16 @@ static void on_gateway_message(link_state *L)
         /* The gateway does not know us (it restarted): whatever we were
          * doing was for its previous life, so drop it and register again on
          * this connection. */
-        sw_worker_log("gateway says: %s; registering again", env->disconnect->reason);
         pipe_send_ctrl(L->pipe, CTRL_RESET);
+        if (L->refused_until) break;   /* refused: the retry timer registers again */
+        sw_worker_log("gateway says: %s; registering again", env->disconnect->reason);
         send_register(L);
         break;
     case SPILLWAY__ENVELOPE__BODY_ERROR:
+        if (!env->error->request_id[0] && env->error->code == 403) {
+            on_register_refused(L, env->error->message);
+            break;
+        }
         sw_worker_log("gateway reports error %u%s%s: %s", env->error->code,
                       env->error->request_id[0] ? " for " : "", env->error->request_id,
                       env->error->message);
@@ -394,6 +455,50 @@ static void maybe_heartbeat(link_state *L, int64_t now)
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* How long the link thread may sleep: until the gateway's liveness runs
+ * out, the next load check or heartbeat, a registration retry, or (while
+ * disconnected) the reconnect. */
+static long poll_timeout(const link_state *L, int64_t now)
+{
+    int64_t wake = L->reconnect_at;
+    if (L->dealer) {
+        wake = min64(L->last_recv + SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS,
+                     min64(L->last_load_check + LOAD_POLL_MS, L->last_hb + SW_HEARTBEAT_MS));
+        if (L->refused_until) wake = min64(wake, L->refused_until);
+    }
+    return wake > now ? (long)(wake - now) : 0;
+}
+
+/* Clean shutdown: the compute thread has already sent its last errors
+ * through the pipe, so they precede the Disconnect. */
+static void send_disconnect(link_state *L)
+{
+    if (!L->dealer) return;
+    Spillway__Disconnect d = SPILLWAY__DISCONNECT__INIT;
+    d.reason = "shutdown";
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_DISCONNECT;
+    env.disconnect = &d;
+    link_send(L, &env);
+    sw_worker_log("sent disconnect to gateway");
+}
+
+/* Liveness, a refused registration's retry, and heartbeats, after a poll. */
+static void link_timers(link_state *L)
+{
+    int64_t now = sw_clock_ms();
+    if (L->dealer && now - L->last_recv >= SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS) {
+        declare_gateway_dead(L, now);
+        return;
+    }
+    if (L->dealer && L->refused_until && now >= L->refused_until) {
+        L->refused_until = 0;
+        send_register(L);
+    }
+    if (L->dealer) maybe_heartbeat(L, now);
+    if (bad_suppressed) flush_bad_frame_count(now);
+}
+
 static void *link_main(void *arg)
 {
     link_state L;
@@ -412,34 +517,20 @@ static void *link_main(void *arg)
             pipe_send_ctrl(L.pipe, CTRL_FATAL);
             break;
         }
-        int64_t wake;
-        if (L.dealer)
-            wake = min64(L.last_recv + SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS,
-                         min64(L.last_load_check + LOAD_POLL_MS, L.last_hb + SW_HEARTBEAT_MS));
-        else
-            wake = L.reconnect_at;
-        long timeout = wake > now ? (long)(wake - now) : 0;
-        zmq_pollitem_t items[2] = {{L.pipe, 0, ZMQ_POLLIN, 0}, {L.dealer, 0, ZMQ_POLLIN, 0}};
-        int rc = zmq_poll(items, L.dealer ? 2 : 1, timeout);
+        zmq_pollitem_t items[3] = {{L.pipe, 0, ZMQ_POLLIN, 0}, {L.dealer, 0, ZMQ_POLLIN, 0},
+                                   {L.mon, 0, ZMQ_POLLIN, 0}};
+        int n_items = !L.dealer ? 1 : L.mon ? 3 : 2;
+        int rc = zmq_poll(items, n_items, poll_timeout(&L, now));
         if (rc < 0 && errno != EINTR) {
             sw_worker_log("poll failed: %s", zmq_strerror(errno));
             pipe_send_ctrl(L.pipe, CTRL_FATAL);
             break;
         }
         if (rc > 0 && (items[0].revents & ZMQ_POLLIN) && on_pipe_messages(&L)) {
-            /* Clean shutdown: the compute thread has already sent its last
-             * errors through the pipe, so they precede the Disconnect. */
-            if (L.dealer) {
-                Spillway__Disconnect d = SPILLWAY__DISCONNECT__INIT;
-                d.reason = "shutdown";
-                sw_env env = SPILLWAY__ENVELOPE__INIT;
-                env.body_case = SPILLWAY__ENVELOPE__BODY_DISCONNECT;
-                env.disconnect = &d;
-                link_send(&L, &env);
-                sw_worker_log("sent disconnect to gateway");
-            }
+            send_disconnect(&L);
             break;
         }
+        if (n_items > 2 && rc > 0 && (items[2].revents & ZMQ_POLLIN)) on_monitor_events(&L);
         if (L.dealer && rc > 0 && (items[1].revents & ZMQ_POLLIN)) {
             /* Bounded batch, so a flood cannot starve heartbeats and output. */
             for (int i = 0; i < 1000; i++) {
@@ -450,13 +541,7 @@ static void *link_main(void *arg)
                 on_gateway_message(&L);
             }
         }
-        now = sw_clock_ms();
-        if (L.dealer && now - L.last_recv >= SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS) {
-            declare_gateway_dead(&L, now);
-            continue;
-        }
-        if (L.dealer) maybe_heartbeat(&L, now);
-        if (bad_suppressed) flush_bad_frame_count(now);
+        link_timers(&L);
     }
     close_dealer(&L, DISCONNECT_LINGER_MS);
     zmq_close(L.pipe);
@@ -832,6 +917,27 @@ static int compute_loop(compute *C, _Atomic size_t *inflight)
     return 0;
 }
 
+/* The CURVE keys the config names, into la: 0 (none named, or loaded), or
+ * 1 with the reason logged. A worker told to use CURVE never falls back to
+ * plaintext. */
+static int load_curve(const sw_worker_config *cfg, link_args *la)
+{
+    if (!cfg->curve_secret_file && !cfg->gateway_key) return 0;
+    char err[512];
+    if (!cfg->curve_secret_file || !cfg->gateway_key) {
+        sw_worker_log("CURVE needs both the worker's keypair (--curve-secret) and the gateway's public key "
+                      "(--gateway-key)");
+        return 1;
+    }
+    if (sw_curve_load_keypair(cfg->curve_secret_file, &la->kp, err, sizeof err) != 0 ||
+        sw_curve_load_public(cfg->gateway_key, la->gateway_key, err, sizeof err) != 0) {
+        sw_worker_log("%s", err);
+        return 1;
+    }
+    la->curve = true;
+    return 0;
+}
+
 int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *eng)
 {
     if (!cfg || !cfg->gateway || !cfg->pool || !cfg->n_models || !ops || !ops->submit ||
@@ -839,6 +945,8 @@ int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *e
         sw_worker_log("sw_worker_run: incomplete configuration");
         return 1;
     }
+    link_args la = {.cfg = cfg, .ops = ops, .eng = eng};
+    if (load_curve(cfg, &la) != 0) return 1;
     g_stop = 0;
     char worker_id[SW_MAX_ID_LEN + 1];
     if (cfg->worker_id) snprintf(worker_id, sizeof worker_id, "%s", cfg->worker_id);
@@ -859,7 +967,9 @@ int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *e
     C.pipe = new_pair(zctx);
     void *link_pipe = new_pair(zctx);
     pthread_t link;
-    link_args la = {cfg, ops, eng, zctx, link_pipe, worker_id, 0};
+    la.zctx = zctx;
+    la.pipe = link_pipe;
+    la.worker_id = worker_id;
     if (!C.reqs.b || zmq_bind(C.pipe, PIPE_EP) != 0 || zmq_connect(link_pipe, PIPE_EP) != 0 ||
         pthread_create(&link, NULL, link_main, &la) != 0) {
         sw_worker_log("worker setup failed: %s", C.reqs.b ? zmq_strerror(errno) : "out of memory");
@@ -892,6 +1002,7 @@ int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *e
     free(C.reqs.b);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    explicit_bzero(&la.kp, sizeof la.kp);
     sw_worker_log("stopped");
     return fatal ? 1 : 0;
 }

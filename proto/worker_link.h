@@ -22,6 +22,10 @@
  *   503 busy/shutting down, 504 deadline, or the engine's code); Disconnect
  *   on SIGINT/SIGTERM. The gateway must send something (a Heartbeat at least)
  *   after each SW_HEARTBEAT_MS of silence, or the worker reconnects.
+ *   A refused Register (an Error without a request id, code 403: a key not
+ *   allowed into this pool, or a worker id another live worker holds) is
+ *   logged and tried again every SW_REGISTER_RETRY_MS. A failed handshake
+ *   (key refused, CURVE on one side only) is logged as it happens.
  */
 #ifndef SW_WORKER_LINK_H
 #define SW_WORKER_LINK_H
@@ -32,6 +36,8 @@
 #include "wire.h"
 #include "llm/chat.h"
 #include "proto/worker_request.h"
+
+#define SW_REGISTER_RETRY_MS 10000   /* after a refused registration */
 
 typedef struct {
     uint32_t active, queued, slots, batch_size;
@@ -98,6 +104,12 @@ typedef struct {
     Spillway__ModelInfo **models;
     size_t n_models;
     uint32_t slots;
+    /* CURVE (docs/security.md): the worker's own keypair file (spillway
+     * keygen's PREFIX.key, mode 0600) and the gateway's public key (its .pub
+     * file or the Z85 text). Both NULL: a plaintext link. sw_worker_run
+     * loads them and refuses to run on a bad one. */
+    const char *curve_secret_file;
+    const char *gateway_key;
 } sw_worker_config;
 
 /* Runs until SIGINT/SIGTERM (or sw_worker_stop). Returns 0 on a clean stop. */

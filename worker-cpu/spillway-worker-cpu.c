@@ -3,6 +3,7 @@
  *   spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH
  *       [--threads N] [--parallel N] [--ctx N] [--worker-id ID]
  *       [--quantization Q] [--prefix-cache on|off] [--cache-slots N] [--test-echo TOKENS_PER_S]
+ *       [--curve-secret FILE --gateway-key FILE|Z85]
  *
  * Loads the GGUF model, connects to the gateway, registers and serves
  * generate requests until SIGINT/SIGTERM (see proto/worker_link.h).
@@ -37,6 +38,7 @@ static const char *usage_text =
     "           [--threads N] [--parallel N] [--ctx N] [--worker-id ID]\n"
     "           [--quantization Q] [--prefix-cache on|off] [--cache-slots N]\n"
     "           [--test-echo TOKENS_PER_S [--test-fail-rate F]]\n"
+    "           [--curve-secret FILE --gateway-key FILE|Z85]\n"
     "\n"
     "  --gateway ENDPOINT   gateway worker endpoint, e.g. tcp://127.0.0.1:5555\n"
     "  --pool NAME          pool this worker joins (as in routes.yaml)\n"
@@ -45,6 +47,9 @@ static const char *usage_text =
     "  --parallel N         concurrent sequences (default 4; 256 with --test-echo)\n"
     "  --ctx N              context per sequence (default: the model's, capped by the engine)\n"
     "  --worker-id ID       id to register with (default: host-pid-random)\n"
+    "  --curve-secret FILE  this worker's CURVE keypair (spillway keygen; mode 0600): authenticate\n"
+    "                       to the gateway with it (docs/security.md)\n"
+    "  --gateway-key K      the gateway's CURVE public key: its .pub file or the 40 Z85 characters\n"
     "  --quantization Q     quantization to register (default: the GGUF's; \"test\" with --test-echo)\n"
     "  --prefix-cache on|off reuse the KV cache of a prompt prefix computed before (default on)\n"
     "  --cache-slots N      KV caches kept for it, at least --parallel (default: --parallel); each\n"
@@ -55,6 +60,7 @@ static const char *usage_text =
 
 typedef struct {
     const char *gateway, *pool, *worker_id, *quantization;
+    const char *curve_secret, *gateway_key;   /* CURVE: both or neither */
     char model_name[SW_MAX_ID_LEN + 1];
     const char *model_path;
     int threads, parallel, ctx, cache_slots;
@@ -150,6 +156,10 @@ static int set_option(options *o, const char *a, const char *v, int *have_model)
     } else if (!strcmp(a, "--test-fail-rate")) {
         if (!sw_parse_double(v, 0, 1, &o->fail_rate))
             return usage_error("--test-fail-rate: '%s' is not a fraction in [0, 1]", v);
+    } else if (!strcmp(a, "--curve-secret")) {
+        o->curve_secret = v;   /* read (and its mode checked) by sw_worker_run */
+    } else if (!strcmp(a, "--gateway-key")) {
+        o->gateway_key = v;
     }
     return 0;
 }
@@ -163,6 +173,8 @@ static int check_options(options *o, int have_model)
     if (!have_model) return usage_error("%s is required", "--model NAME=PATH");
     if (o->fail_rate > 0 && o->echo_rate == 0)
         return usage_error("%s", "--test-fail-rate only works with --test-echo");
+    if (!o->curve_secret != !o->gateway_key)
+        return usage_error("%s", "--curve-secret and --gateway-key go together (CURVE needs both keys)");
     if (o->echo_rate > 0) {
         const char *allow = getenv("SPILLWAY_ALLOW_TEST_MODE");
         if (!allow || strcmp(allow, "1") != 0) {
@@ -192,7 +204,8 @@ static int parse_args(int argc, char **argv, options *o)
         if (strncmp(a, "--", 2) != 0) return usage_error("unexpected argument '%s'", a);
         static const char *known[] = {"--gateway", "--pool", "--model", "--threads", "--parallel",
                                       "--ctx", "--worker-id", "--test-echo", "--quantization",
-                                      "--test-fail-rate", "--prefix-cache", "--cache-slots"};
+                                      "--test-fail-rate", "--prefix-cache", "--cache-slots",
+                                      "--curve-secret", "--gateway-key"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= !strcmp(a, known[k]);
         if (!is_known) return usage_error("unknown option '%s'", a);
@@ -223,7 +236,7 @@ static int run_echo(const options *o)
     sw_worker_config cfg = {
         .gateway = o->gateway, .pool = o->pool, .worker_id = o->worker_id,
         .kind = SPILLWAY__WORKER_KIND__WORKER_KIND_CPU, .models = models, .n_models = 1,
-        .slots = (uint32_t)o->parallel,
+        .slots = (uint32_t)o->parallel, .curve_secret_file = o->curve_secret, .gateway_key = o->gateway_key,
     };
     int rc = sw_worker_run(&cfg, &sw_echo_engine_ops, e);
     sw_echo_engine_free(e);
@@ -258,7 +271,7 @@ static int run_model(const options *o)
     sw_worker_config cfg = {
         .gateway = o->gateway, .pool = o->pool, .worker_id = o->worker_id,
         .kind = SPILLWAY__WORKER_KIND__WORKER_KIND_CPU, .models = models, .n_models = 1,
-        .slots = (uint32_t)o->parallel,
+        .slots = (uint32_t)o->parallel, .curve_secret_file = o->curve_secret, .gateway_key = o->gateway_key,
     };
     char i8[48] = "";
     if (sw_i8_min_tokens()) snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());

@@ -37,6 +37,7 @@
 
 typedef struct {
     const char *backend, *gateway, *pool, *model_spec, *model_path, *worker_id;
+    const char *curve_secret, *gateway_key;   /* CURVE (docs/security.md): both or neither */
     const char *tokens, *logits_out, *ref_logits, *prompt, *bench_decode, *bench_shape;
     int n_predict, max_batch, max_tokens_per_step, n_ctx, threads, bench_layers, bench_ctx, bench_steps;
     long kv_blocks;
@@ -67,6 +68,8 @@ static void usage(FILE *f)
         "  --ctx N                    per-sequence context (default: the model's)\n"
         "  --prefix-cache on|off      share the KV blocks of prompt prefixes computed before (default on)\n"
         "  --worker-id ID             (default host-pid-random)\n"
+        "  --curve-secret FILE        this worker's CURVE keypair (spillway keygen; mode 0600)\n"
+        "  --gateway-key FILE|Z85     the gateway's CURVE public key: its .pub file or the Z85 text\n"
         "  -t, --threads N            CPU threads for the emulation backend\n"
         "  -n N, --temp T, --top-k K, --top-p P, --seed S   generation (text mode)\n"
         "  --repeat R                 text mode: run the request R times in one engine; runs 2..R take\n"
@@ -86,6 +89,8 @@ static double parse_num(const char *flag, const char *s, double lo, double hi)
 {
     return sw_cli_double(PROG, flag, s, lo, hi);
 }
+
+static void check_opts(const opts *o);
 
 static opts parse_args(int argc, char **argv)
 {
@@ -107,6 +112,8 @@ static opts parse_args(int argc, char **argv)
         else if (TAKES("--model")) o.model_spec = v;
         else if (TAKES("-m")) o.model_path = v;
         else if (TAKES("--worker-id")) o.worker_id = v;
+        else if (TAKES("--curve-secret")) o.curve_secret = v;
+        else if (TAKES("--gateway-key")) o.gateway_key = v;
         else if (TAKES("--tokens")) o.tokens = v;
         else if (TAKES("--logits-out")) o.logits_out = v;
         else if (TAKES("--ref-logits")) o.ref_logits = v;
@@ -144,6 +151,15 @@ static opts parse_args(int argc, char **argv)
         else sw_cli_die(PROG, "unexpected argument '%s'", a);
 #undef TAKES
     }
+    check_opts(&o);
+    if (!o.seed_set) o.seed = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 16);
+    return o;
+}
+
+/* The rules across options, once all are read; exits on a broken one. */
+static void check_opts(const opts *op)
+{
+    opts o = *op;
     int modes = !!o.gateway + !!o.tokens + !!o.prompt + !!o.bench_decode + o.selftest;
     if (modes != 1) {
         fprintf(stderr, PROG ": choose one mode: --gateway (daemon), --tokens, -p, --bench-decode or --selftest\n");
@@ -164,8 +180,8 @@ static opts parse_args(int argc, char **argv)
     if (o.bench_decode && !o.model_path == !o.bench_shape) sw_cli_die(PROG, "--bench-decode needs either -m MODEL or --bench-shape 8b");
     if (o.bench_shape && !o.tokens && !o.bench_decode) sw_cli_die(PROG, "--bench-shape goes with --bench-decode or --tokens");
     if (o.bench_layers && !o.bench_shape) sw_cli_die(PROG, "--bench-layers needs --bench-shape");
-    if (!o.seed_set) o.seed = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 16);
-    return o;
+    if (!o.curve_secret != !o.gateway_key) sw_cli_die(PROG, "--curve-secret and --gateway-key go together");
+    if (o.curve_secret && !o.gateway) sw_cli_die(PROG, "--curve-secret and --gateway-key are for daemon mode");
 }
 
 /* Fails fast when the cuda backend cannot run here. */
@@ -611,7 +627,8 @@ static int run_daemon(const opts *o)
     Spillway__ModelInfo *models[1] = { &mi };
     sw_worker_config wc = { .gateway = o->gateway, .pool = o->pool, .worker_id = o->worker_id,
                             .kind = SPILLWAY__WORKER_KIND__WORKER_KIND_GPU, .models = models, .n_models = 1,
-                            .slots = (uint32_t)o->max_batch };
+                            .slots = (uint32_t)o->max_batch, .curve_secret_file = o->curve_secret,
+                            .gateway_key = o->gateway_key };
     int rc = sw_worker_run(&wc, &sw_gpu_engine_ops, e);
     sw_gpu_engine_free(e);
     sw_backend_free(be);
