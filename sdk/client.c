@@ -1,5 +1,6 @@
 /* libspillway client: a DEALER socket to the gateway's SDK ROUTER. */
 #include "sdk/spillway.h"
+#include "proto/curve.h"
 #include "proto/wire.h"
 
 #include <zmq.h>
@@ -12,9 +13,12 @@
 #include "llm/clock.h"
 #include "llm/util.h"
 
+#define HANDSHAKE_EP "inproc://spillway-handshake"   /* one context per client: the name is ours */
+
 struct spillway_client {
     void *ctx;
     void *sock;
+    void *mon;          /* the socket's handshake events (proto/curve.h), or NULL */
     uint64_t next_id;
     unsigned pid;
 };
@@ -24,13 +28,23 @@ static void set_err(char *err, size_t n, const char *fmt, const char *detail)
     if (err && n) snprintf(err, n, fmt, detail);
 }
 
-spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen)
+/* A client, with CURVE when kp is given. The handshake monitor lets a
+ * refused client fail at once, saying why, instead of timing out. */
+static spillway_client *connect_with(const char *endpoint, const sw_curve_keypair *kp, const char *gateway_key,
+                                     char *err, size_t errlen)
 {
     spillway_client *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->ctx = zmq_ctx_new();
     c->sock = c->ctx ? zmq_socket(c->ctx, ZMQ_DEALER) : NULL;
     int zero = 0;
+    char cerr[256];
+    if (kp && c->sock && sw_curve_client_setup(c->sock, kp, gateway_key, cerr, sizeof cerr) != 0) {
+        set_err(err, errlen, "spillway: %s", cerr);
+        spillway_close(c);
+        return NULL;
+    }
+    if (c->sock) c->mon = sw_curve_monitor_open(c->ctx, c->sock, HANDSHAKE_EP);
     if (!c->sock || zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
         zmq_connect(c->sock, endpoint ? endpoint : SPILLWAY_DEFAULT_ENDPOINT) != 0) {
         set_err(err, errlen, "spillway: cannot connect: %s", zmq_strerror(zmq_errno()));
@@ -41,9 +55,35 @@ spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen
     return c;
 }
 
+spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen)
+{
+    return connect_with(endpoint, NULL, NULL, err, errlen);
+}
+
+spillway_client *spillway_connect_curve(const char *endpoint, const char *key_file, const char *gateway_key,
+                                        char *err, size_t errlen)
+{
+    sw_curve_keypair kp;
+    char server[SW_CURVE_Z85_LEN + 1], kerr[512];
+    if (!key_file || !gateway_key || sw_curve_load_keypair(key_file, &kp, kerr, sizeof kerr) != 0 ||
+        sw_curve_load_public(gateway_key, server, kerr, sizeof kerr) != 0) {
+        set_err(err, errlen, "spillway: %s", key_file && gateway_key ? kerr : "CURVE needs a key file and the "
+                                                                           "gateway's public key");
+        explicit_bzero(&kp, sizeof kp);
+        return NULL;
+    }
+    spillway_client *c = connect_with(endpoint, &kp, server, err, errlen);
+    explicit_bzero(&kp, sizeof kp);   /* the socket keeps its own copy */
+    return c;
+}
+
 void spillway_close(spillway_client *c)
 {
     if (!c) return;
+    if (c->mon) {
+        zmq_socket_monitor(c->sock, NULL, 0);
+        zmq_close(c->mon);
+    }
     if (c->sock) zmq_close(c->sock);
     if (c->ctx) zmq_ctx_term(c->ctx);
     free(c);
@@ -214,6 +254,19 @@ static void send_cancel(spillway_client *c, const char *id)
     sw_wire_send(c->sock, NULL, 0, &env, ZMQ_DONTWAIT);
 }
 
+/* Whether the monitor reports a failed handshake (err says why). */
+static bool handshake_failed(spillway_client *c, char *err, size_t errlen)
+{
+    char what[256];
+    int rc;
+    while ((rc = sw_curve_monitor_read(c->mon, what, sizeof what)) >= 0)
+        if (rc == 1) {
+            set_err(err, errlen, "spillway: cannot talk to the gateway: %s", what);
+            return true;
+        }
+    return false;
+}
+
 /* Receives the next envelope within the deadline; NULL on timeout or garbage
  * (err says which). Replies to other (abandoned) requests are skipped by the caller. */
 static sw_env *recv_env(spillway_client *c, int64_t deadline, char *err, size_t errlen)
@@ -221,14 +274,15 @@ static sw_env *recv_env(spillway_client *c, int64_t deadline, char *err, size_t 
     for (;;) {
         int64_t left = deadline - sw_clock_ms();
         if (left <= 0) { set_err(err, errlen, "spillway: %s", "timed out waiting for the gateway"); return NULL; }
-        zmq_pollitem_t it = { c->sock, 0, ZMQ_POLLIN, 0 };
-        int n = zmq_poll(&it, 1, (long)left);
+        zmq_pollitem_t it[2] = {{ c->sock, 0, ZMQ_POLLIN, 0 }, { c->mon, 0, ZMQ_POLLIN, 0 }};
+        int n = zmq_poll(it, c->mon ? 2 : 1, (long)left);
         if (n < 0) {
             if (zmq_errno() == EINTR) continue;
             set_err(err, errlen, "spillway: poll: %s", zmq_strerror(zmq_errno()));
             return NULL;
         }
-        if (n == 0) continue;
+        if (c->mon && (it[1].revents & ZMQ_POLLIN) && handshake_failed(c, err, errlen)) return NULL;
+        if (!(it[0].revents & ZMQ_POLLIN)) continue;
         zmq_msg_t m;
         zmq_msg_init(&m);
         if (zmq_msg_recv(&m, c->sock, 0) < 0) { zmq_msg_close(&m); continue; }

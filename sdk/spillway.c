@@ -4,14 +4,16 @@
  *   spillway chat     -m MODEL [--system TEXT] [--reasoning-effort E] [--tools FILE [--tool-choice C]]
  *                     [--json | --json-schema FILE] [-n N] [--temp T] MESSAGE
  *   spillway status
+ *   spillway keygen [--out PREFIX]   a CURVE keypair: PREFIX.key (mode 0600) and PREFIX.pub
  * Common: -e ENDPOINT (default tcp://127.0.0.1:5556 or $SPILLWAY_ENDPOINT),
- *         --timeout MS. Text streams to stdout, then each function call the
+ *         --timeout MS, --key FILE --gateway-key FILE|Z85 (CURVE, docs/security.md). Text streams to stdout, then each function call the
  *         model made as "[tool_call] name(arguments)"; a reasoning model's
  *         reasoning streams to stderr, and the summary follows it there.
  */
 #include "sdk/spillway.h"
 #include "llm/cli.h"
 #include "llm/util.h"
+#include "proto/curve.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@
 /* Everything the command line says; req points into the arrays. */
 typedef struct {
     const char *cmd, *endpoint, *system_msg, *tools_path, *schema_path;
+    const char *key_file, *gateway_key;   /* CURVE: this client's keypair, the gateway's public key */
     const char *stops[16];
     uint32_t bias_ids[64];
     float bias[64];
@@ -35,10 +38,13 @@ static void usage(FILE *f)
         "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high]\n"
         "                     [--tools FILE [--tool-choice auto|required|NAME]] [options] MESSAGE\n"
         "       spillway status\n"
+        "       spillway keygen [--out PREFIX]   (writes PREFIX.key, mode 0600, and PREFIX.pub;\n"
+        "                                         default prefix 'spillway')\n"
         "options: -e ENDPOINT  -n MAX_TOKENS  --temp T  --top-p P  --top-k K  --seed S\n"
         "         --stop TEXT (repeatable)  --timeout MS  -q (no summary)\n"
         "         --json (the answer is a JSON object)  --json-schema FILE (... fitting that schema)\n"
-        "         --logprobs N (each token's, and N alternatives, on stderr)  --logit-bias ID=BIAS (repeatable)\n");
+        "         --logprobs N (each token's, and N alternatives, on stderr)  --logit-bias ID=BIAS (repeatable)\n"
+        "         --key FILE --gateway-key FILE|Z85  authenticate with CURVE (a gateway with --client-keys)\n");
 }
 
 static int parse_num(const char *flag, const char *s, double lo, double hi, double *out)
@@ -164,6 +170,8 @@ static int parse_option(int c, const char *arg, cli_args *a)
     case 'J': req->json_schema = "{\"type\":\"object\"}"; break;
     case 'b': return parse_bias(arg, a);
     case 'q': a->quiet = 1; break;
+    case 'K': a->key_file = arg; break;
+    case 'G': a->gateway_key = arg; break;
     default: usage(stderr); return -1;
     }
     return 0;
@@ -181,7 +189,8 @@ static int parse_args(int argc, char **argv, cli_args *a)
         {"reasoning-effort", required_argument, 0, 'r'}, {"tools", required_argument, 0, 'o'},
         {"tool-choice", required_argument, 0, 'c'}, {"json-schema", required_argument, 0, 'j'},
         {"json", no_argument, 0, 'J'}, {"logprobs", required_argument, 0, 'l'},
-        {"logit-bias", required_argument, 0, 'b'},
+        {"logit-bias", required_argument, 0, 'b'}, {"key", required_argument, 0, 'K'},
+        {"gateway-key", required_argument, 0, 'G'},
         {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     a->cmd = argv[1];
@@ -259,7 +268,12 @@ static int run_generate(spillway_client *cl, cli_args *a, const char *text)
 static int run(cli_args *a, int argc, char **argv)
 {
     char err[512];
-    spillway_client *cl = spillway_connect(a->endpoint, err, sizeof err);
+    if (!a->key_file != !a->gateway_key) {
+        fprintf(stderr, "spillway: --key and --gateway-key go together (CURVE needs both)\n");
+        return 2;
+    }
+    spillway_client *cl = a->key_file ? spillway_connect_curve(a->endpoint, a->key_file, a->gateway_key, err, sizeof err)
+                                      : spillway_connect(a->endpoint, err, sizeof err);
     if (!cl) { fprintf(stderr, "%s\n", err); return 1; }
     int rc;
     if (!strcmp(a->cmd, "status")) {
@@ -280,12 +294,40 @@ static int run(cli_args *a, int argc, char **argv)
     return rc;
 }
 
+/* spillway keygen [--out PREFIX]: a fresh CURVE keypair into PREFIX.key
+ * (both keys, mode 0600) and PREFIX.pub; the public key on stdout, to paste
+ * into the gateway's allowlist. */
+static int run_keygen(int argc, char **argv)
+{
+    const char *prefix = "spillway";
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc && argv[i + 1][0]) prefix = argv[++i];
+        else {
+            fprintf(stderr, "spillway keygen: unknown or incomplete argument '%s'\nusage: spillway keygen "
+                            "[--out PREFIX]\n", argv[i]);
+            return 2;
+        }
+    }
+    sw_curve_keypair kp;
+    char err[1024];
+    int rc = sw_curve_generate(&kp, err, sizeof err) == 0 && sw_curve_write_keypair(prefix, &kp, err, sizeof err) == 0;
+    if (rc) {
+        printf("%s\n", kp.public_z85);
+        fprintf(stderr, "spillway keygen: wrote %s.key (secret, mode 0600) and %s.pub\n", prefix, prefix);
+    } else {
+        fprintf(stderr, "spillway keygen: %s\n", err);
+    }
+    explicit_bzero(&kp, sizeof kp);
+    return rc ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (!strcmp(argv[1], "keygen")) return run_keygen(argc, argv);
     cli_args a;
     if (parse_args(argc, argv, &a) != 0) return 2;
     /* read after the flags, so that a bad flag leaves nothing to free */

@@ -121,7 +121,17 @@ typedef struct {
  * non-zero to cancel the request. */
 typedef int (*spillway_stream_fn)(void *user, const char *delta, size_t len);
 
+/* A plaintext client: for a gateway whose SDK endpoint has no --client-keys
+ * (loopback only, unless the gateway was told --insecure-sdk). */
 spillway_client *spillway_connect(const char *endpoint, char *err, size_t errlen);
+/* A client that authenticates with CURVE (docs/security.md), for a gateway
+ * started with --curve-secret and --client-keys: key_file is this client's
+ * keypair (`spillway keygen` writes PREFIX.key, mode 0600; a file others may
+ * read is refused), gateway_key the gateway's public key, as its .pub file
+ * or the 40 Z85 characters. NULL with err filled on a bad key. A key the
+ * gateway does not list makes each call fail with a message saying so. */
+spillway_client *spillway_connect_curve(const char *endpoint, const char *key_file, const char *gateway_key,
+                                        char *err, size_t errlen);
 void spillway_close(spillway_client *c);
 
 spillway_request spillway_request_default(const char *model);
