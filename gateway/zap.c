@@ -33,13 +33,13 @@ static struct {
     void *rep;
     pthread_t thread;
     bool started;
-    volatile sig_atomic_t reload_wanted;
+    int reload_wanted;             /* atomic: set by the main thread on SIGHUP */
     unsigned generation;           /* atomic */
     int64_t last_check_ms, log_window_ms;
     int logged, suppressed;        /* refusal log lines in this window, and those held back */
 } Z = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
-void sw_zap_reload(void) { Z.reload_wanted = 1; }
+void sw_zap_reload(void) { __atomic_store_n(&Z.reload_wanted, 1, __ATOMIC_RELEASE); }
 
 unsigned sw_zap_generation(void) { return __atomic_load_n(&Z.generation, __ATOMIC_ACQUIRE); }
 
@@ -75,9 +75,8 @@ static int load_keyfile(keyfile *k, char *err, size_t errlen)
 
 static void maybe_reload(int64_t now)
 {
-    bool forced = Z.reload_wanted;
+    bool forced = __atomic_exchange_n(&Z.reload_wanted, 0, __ATOMIC_ACQ_REL);
     if (!forced && now - Z.last_check_ms < CHECK_MS) return;
-    Z.reload_wanted = 0;
     Z.last_check_ms = now;
     keyfile *files[2] = {&Z.workers, &Z.clients};
     for (int i = 0; i < 2; i++) {

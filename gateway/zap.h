@@ -37,8 +37,8 @@ int sw_zap_start(void *zctx, const char *worker_keys_file, const char *client_ke
 /* Waits for the handler to end; it ends when its context is terminated
  * (zmq_ctx_term), so call this after that. Safe if never started. */
 void sw_zap_join(void);
-/* Asks for a reload of both files at the handler's next wakeup (SIGHUP);
- * async-signal-safe. */
+/* Asks for a reload of both files at the handler's next wakeup (at most a
+ * second later): the main thread calls it on SIGHUP. Lock-free. */
 void sw_zap_reload(void);
 /* Counts successful reloads: changes when the allowlists may have changed. */
 unsigned sw_zap_generation(void);
