@@ -524,14 +524,17 @@ static bool connection_open(sw_worker *w)
 /* A Register for the id of `old`, a worker on another connection. The id is
  * bound to old's connection and key, so the newcomer gets it only when that
  * worker is gone: its key is the newcomer's (the holder of the secret key
- * reconnected, e.g. after its link died), its connection closed, or it
- * missed its heartbeats. Then old is removed; else why is filled. */
+ * reconnected, e.g. after its link died), its connection closed, or it has
+ * been silent for two heartbeat intervals (a live worker is never silent
+ * for one; a worker that gave up on us after SW_HEARTBEAT_LIVENESS silent
+ * intervals reconnects while we may still count it alive). Then old is
+ * removed; else why is filled. */
 static bool may_take_id(sw_worker *old, int64_t now, char *why, size_t whylen)
 {
     const char *gone = NULL;
     if (AUTHN.workers_curve && old->key[0] && !strcmp(old->key, AUTHN.key)) gone = "reconnected (same key)";
     else if (!connection_open(old)) gone = "its connection closed";
-    else if (!sw_worker_alive(old, now)) gone = "missed heartbeats";
+    else if (now - old->last_seen_ms >= 2 * SW_HEARTBEAT_MS) gone = "silent, and its id registered again";
     if (gone) {
         worker_dead(old, gone);
         return true;
