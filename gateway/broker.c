@@ -23,17 +23,29 @@
 #include "gateway/router.h"
 #include "gateway/util.h"
 #include "gateway/zap.h"
+#include "llm/limits.h"
 #include "proto/curve.h"
 
 #define NBUCKETS 4096
 #define MAX_MSGS_PER_ROUND 512   /* then look at the inbox again: fairness */
 #define RELOAD_CHECK_MS 1000
+#define WORKER_STRIKES 8         /* frames for requests it never had, before a worker is dropped */
+
+/* What a running request has received from its worker, against what it may
+ * (llm/limits.h): the relay's bounds. Kept beside the request, keyed by it
+ * (broker only), from dispatch to detach. */
+typedef struct sw_acct {
+    const struct sw_req *r;
+    uint64_t tokens, bytes, max_tokens, max_bytes;
+    struct sw_acct *next;
+} sw_acct;
 
 typedef struct {
     sw_gateway *g;
     void *router;
     void *sdk;                       /* ROUTER for SDK clients, or NULL */
     sw_req *buckets[NBUCKETS];
+    sw_acct *accts[NBUCKETS];
     sw_req *active;                  /* all requests the broker holds */
     sw_req *qhead, *qtail;           /* wait queue (FIFO) */
     int qlen;
@@ -46,6 +58,37 @@ static broker B;
 
 /* The inbox's entries (gateway.h): posted by HTTP threads, drained here. */
 typedef struct sw_cmd { sw_cmd_kind kind; sw_req *req; struct sw_cmd *next; } sw_cmd;
+
+/* ---- throttled logging --------------------------------------------------
+ * What peers send wrong is logged at most `per_s` lines a second of each
+ * kind, then one line with the count held back: a hostile peer must not
+ * flood the log. */
+typedef struct { const char *what; int per_s; int64_t window_ms; int logged, suppressed; } sw_ratelog;
+
+static bool ratelog_ok(sw_ratelog *rl)
+{
+    int64_t now = sw_now_ms();
+    if (now - rl->window_ms >= 1000) {
+        if (rl->suppressed) fprintf(stderr, "gateway: (%d more %s not logged)\n", rl->suppressed, rl->what);
+        rl->window_ms = now;
+        rl->logged = rl->suppressed = 0;
+    }
+    if (++rl->logged > rl->per_s) {
+        rl->suppressed++;
+        return false;
+    }
+    return true;
+}
+
+#define LOG_LIMITED(rl, ...) do { if (ratelog_ok(&(rl))) fprintf(stderr, __VA_ARGS__); } while (0)
+
+static sw_ratelog LOG_REFUSED = {"refused registrations", 5, 0, 0, 0};
+static sw_ratelog LOG_INVALID = {"invalid frames", 1, 0, 0, 0};
+static sw_ratelog LOG_FRAMING = {"messages with the wrong frame count", 1, 0, 0, 0};
+static sw_ratelog LOG_UNEXPECTED = {"unexpected messages", 1, 0, 0, 0};
+static sw_ratelog LOG_UNKNOWN = {"frames for requests a worker was never given", 1, 0, 0, 0};
+static sw_ratelog LOG_CUT = {"responses cut off", 1, 0, 0, 0};
+static sw_ratelog LOG_SLOTS = {"slot claims clamped", 1, 0, 0, 0};
 
 /* Tells r's client side there is news (r->mu held). */
 static void wake(sw_req *r)
@@ -86,6 +129,59 @@ static void table_del(sw_req *r)
     if (r->prev) r->prev->next = r->next; else B.active = r->next;
     if (r->next) r->next->prev = r->prev;
     r->prev = r->next = r->hnext = NULL;
+}
+
+/* ---- relay bounds (sw_acct) ---------------------------------------------- */
+static sw_acct **acct_slot(const sw_req *r)
+{
+    sw_acct **pp = &B.accts[((uintptr_t)r >> 4) % NBUCKETS];
+    while (*pp && (*pp)->r != r) pp = &(*pp)->next;
+    return pp;
+}
+
+static void acct_end(const sw_req *r)
+{
+    sw_acct **pp = acct_slot(r), *a = *pp;
+    if (!a) return;
+    *pp = a->next;
+    free(a);
+}
+
+/* Starts r's count at its dispatch: max_tokens as the request asks (0, "up
+ * to the context", is bounded by the most any request may ask), bytes by
+ * what that many tokens and its prompt (prompt log probabilities) may take.
+ * Out of memory, r goes unbounded rather than failing. */
+static void acct_start(sw_req *r)
+{
+    acct_end(r);
+    sw_acct *a = calloc(1, sizeof *a);
+    if (!a) return;
+    char err[64];
+    sw_env *env = sw_wire_decode(r->gen, r->gen_len, err, sizeof err);
+    uint32_t mt = env && env->generate ? env->generate->max_tokens : 0;
+    sw_wire_free(env);
+    a->r = r;
+    a->max_tokens = mt ? mt : SW_MAX_TOKENS_PER_REQUEST;
+    a->max_bytes = SW_MAX_RESPONSE_BYTES_BASE +
+                   (a->max_tokens + r->prompt_tokens_est) * (uint64_t)SW_MAX_RESPONSE_BYTES_PER_TOKEN;
+    sw_acct **pp = acct_slot(r);
+    a->next = *pp;
+    *pp = a;
+}
+
+/* Counts chunk c (a frame of len bytes) against r's bounds. NULL while r is
+ * within them; else the violation, as the metric names it. */
+static const char *acct_take(const sw_req *r, const Spillway__TokenChunk *c, size_t len)
+{
+    if (len > SW_MAX_CHUNK_BYTES) return "oversize";
+    sw_acct *a = *acct_slot(r);
+    if (!a) return NULL;
+    a->tokens += c->n_token_ids;
+    a->bytes += len;
+    if (a->tokens > a->max_tokens || (c->usage && c->usage->completion_tokens > a->max_tokens))
+        return "over_max_tokens";
+    if (a->bytes > a->max_bytes) return "oversize";
+    return NULL;
 }
 
 static void queue_del(sw_req *r)
@@ -215,8 +311,10 @@ static void detach(sw_req *r, bool error)
         pthread_mutex_lock(&B.g->reg.mu);   /* HTTP threads read it for /admin/workers */
         if (r->w->inflight) r->w->inflight--;
         pthread_mutex_unlock(&B.g->reg.mu);
+        sw_worker_note_left(r->w, r->id);   /* its late chunks are no offence */
         r->w = NULL;
     }
+    acct_end(r);
     if (r->stats) {
         if (r->stats->inflight) r->stats->inflight--;
         sw_route_stats_outcome(r->stats, error);
@@ -291,6 +389,7 @@ static bool dispatch(sw_req *r, sw_decision *d)
     w->dispatched++;
     pthread_mutex_unlock(&B.g->reg.mu);
     r->w = w;
+    acct_start(r);
     r->stats = d->stats;
     if (d->stats) d->stats->inflight++;
     if (d->spilled) sw_metrics_overflow(d->spill_from, d->pool, d->spill_reason);
@@ -473,23 +572,7 @@ static struct {
     bool workers_curve, sdk_curve;    /* which ROUTERs authenticate */
     char key[SW_CURVE_Z85_LEN + 1];   /* the current message's key; "" on plaintext */
     unsigned zap_gen;                 /* sw_zap_generation at the last revocation sweep */
-    int64_t log_window_ms;
-    int logged, suppressed;           /* refusal lines this second, and those held back */
 } AUTHN;
-
-/* Refusals are logged at most 5 a second, with a count of the rest: a
- * hostile peer retrying must not flood the log. */
-static void log_refusal(const char *fmt, const char *a, const char *b)
-{
-    int64_t now = sw_now_ms();
-    if (now - AUTHN.log_window_ms >= 1000) {
-        if (AUTHN.suppressed) fprintf(stderr, "gateway: (%d more refused registrations not logged)\n", AUTHN.suppressed);
-        AUTHN.log_window_ms = now;
-        AUTHN.logged = AUTHN.suppressed = 0;
-    }
-    if (++AUTHN.logged > 5) { AUTHN.suppressed++; return; }
-    fprintf(stderr, fmt, a, b);
-}
 
 /* Tells the peer why its Register was refused (an Error without a request
  * id, code 403, which the worker logs), logs and counts it. */
@@ -505,7 +588,7 @@ static void refuse_register(const uint8_t *id, size_t idlen, const char *wid, co
     env.body_case = SPILLWAY__ENVELOPE__BODY_ERROR;
     env.error = &e;
     sw_wire_send(B.router, id, idlen, &env, ZMQ_DONTWAIT);
-    log_refusal("gateway: refused to register worker '%.128s': %s\n", wid, why);
+    LOG_LIMITED(LOG_REFUSED, "gateway: refused to register worker '%.128s': %s\n", wid, why);
     sw_metrics_registration_refused(reason);
 }
 
@@ -564,6 +647,15 @@ static void drop_revoked(void)
     }
 }
 
+/* A worker claimed more slots than any worker may have (sw_worker_set_slots
+ * clamped it): logged and counted. */
+static void slots_clamped(const sw_worker *w, uint32_t claimed)
+{
+    sw_metrics_worker_violation("too_many_slots");
+    LOG_LIMITED(LOG_SLOTS, "gateway: worker %s claims %u slots; counted as %u (SW_MAX_WORKER_SLOTS)\n", w->id,
+                claimed, w->slots);
+}
+
 static void on_register(const uint8_t *id, size_t idlen, const Spillway__Register *reg)
 {
     int64_t now = sw_now_ms();
@@ -594,6 +686,7 @@ static void on_register(const uint8_t *id, size_t idlen, const Spillway__Registe
     }
     fprintf(stderr, "gateway: worker %s registered: pool %s, %zu model(s), %u slots%s%s\n",
             w->id, w->pool, w->n_models, w->slots, w->key[0] ? ", key " : "", w->key_name);
+    if (reg->slots && w->slots != reg->slots) slots_clamped(w, reg->slots);
     B.capacity_changed = true;
 }
 
@@ -609,11 +702,61 @@ static void take_usage(sw_req *r, const Spillway__TokenChunk *c)
     pthread_mutex_unlock(&r->mu);
 }
 
-static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c)
+/* Tells worker w it is dropped, and drops it (worker_dead): a worker that
+ * breaks the protocol is no longer trusted with requests. */
+static void disconnect_worker(sw_worker *w, const char *why)
+{
+    Spillway__Disconnect d = SPILLWAY__DISCONNECT__INIT;
+    d.reason = (char *)why;
+    sw_env out = SPILLWAY__ENVELOPE__INIT;
+    out.body_case = SPILLWAY__ENVELOPE__BODY_DISCONNECT;
+    out.disconnect = &d;
+    send_env(w, &out);
+    worker_dead(w, why);
+}
+
+/* A chunk or error from w for request `id`, which w does not hold. Normal
+ * if the request left w lately (finished, cancelled, retried elsewhere: the
+ * worker had not heard yet); else a strike, and at WORKER_STRIKES the
+ * worker is dropped. Returns true if it was (w is then freed). */
+static bool stray_frame(sw_worker *w, const char *id)
+{
+    if (sw_worker_recently_left(w, id)) return false;
+    sw_metrics_worker_violation("unknown_request");
+    LOG_LIMITED(LOG_UNKNOWN, "gateway: worker %s sent a frame for request '%.64s', which it was never given\n",
+                w->id, id);
+    if (++w->strikes < WORKER_STRIKES) return false;
+    disconnect_worker(w, "sent frames for requests it was never given");
+    return true;
+}
+
+/* r's worker sent more than r may receive (acct_take's `why`): the client
+ * gets an error instead of the excess, the worker a Cancel. Counted. */
+static void cut_off(sw_worker *w, sw_req *r, const char *why)
+{
+    char msg[256];
+    bool tokens = !strcmp(why, "over_max_tokens");
+    snprintf(msg, sizeof msg, "worker %s sent more than this request allows (%s); the response was cut off",
+             w->id, tokens ? "max_tokens" : "the size bound on a response");
+    sw_metrics_worker_violation(why);
+    LOG_LIMITED(LOG_CUT, "gateway: %s: %s\n", r->id, msg);
+    send_cancel(w, r->id);
+    fail(r, 502, "server_error", "worker_exceeded_limits", msg, SW_ST_ERROR);
+}
+
+static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c, size_t len)
 {
     int64_t t0 = sw_now_ns();
     sw_req *r = table_find(c->request_id);
-    if (!r || r->w != w) return;   /* finished, cancelled, or moved to another worker */
+    if (!r || r->w != w) {   /* finished, cancelled, moved to another worker, or never its */
+        stray_frame(w, c->request_id);
+        return;
+    }
+    const char *over = acct_take(r, c, len);
+    if (over) {
+        cut_off(w, r, over);
+        return;
+    }
     bool final = c->finish_reason != SPILLWAY__FINISH_REASON__FINISH_NONE;
     if (!r->sink->chunk(r, c, t0) && !final) {
         send_cancel(w, r->id);
@@ -648,7 +791,10 @@ static void on_error(sw_worker *w, const Spillway__Error *e)
         return;
     }
     sw_req *r = table_find(e->request_id);
-    if (!r || r->w != w) return;
+    if (!r || r->w != w) {
+        stray_frame(w, e->request_id);
+        return;
+    }
     pthread_mutex_lock(&r->mu);
     bool got = r->got_token;
     pthread_mutex_unlock(&r->mu);
@@ -685,14 +831,21 @@ static sw_env *decode_or_drop(const void *buf, size_t len, const char *from)
 {
     char err[256];
     sw_env *env = sw_wire_decode(buf, len, err, sizeof err);
-    if (!env) fprintf(stderr, "gateway: dropped an invalid frame (%zu bytes) from %s: %s\n", len, from, err);
+    if (!env) LOG_LIMITED(LOG_INVALID, "gateway: dropped an invalid frame (%zu bytes) from %s: %s\n", len, from, err);
     return env;
 }
 
 static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t len)
 {
     sw_env *env = decode_or_drop(buf, len, "a peer");
-    if (!env) return;
+    if (!env) {
+        /* Garbage from a registered worker: it is not speaking our protocol
+         * (or is broken), so it gets no more requests. */
+        sw_metrics_worker_violation("invalid_frame");
+        sw_worker *bad = sw_registry_find(&B.g->reg, id, idlen);
+        if (bad) disconnect_worker(bad, "sent an invalid frame");
+        return;
+    }
     int64_t now = sw_now_ms();
     if (env->body_case == SPILLWAY__ENVELOPE__BODY_REGISTER) {
         on_register(id, idlen, env->register_);
@@ -726,13 +879,14 @@ static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t 
         w->hb_kv = h->kv_utilization;
         w->hb_batch = h->batch_size;
         w->hb_tokens = h->tokens_generated;
-        if (h->slots) w->slots = h->slots;
+        bool clamped = !sw_worker_set_slots(w, h->slots);
         pthread_mutex_unlock(&B.g->reg.mu);
+        if (clamped) slots_clamped(w, h->slots);
         break;
     }
     case SPILLWAY__ENVELOPE__BODY_CHUNK:
         touch(w, now);
-        on_chunk(w, env->chunk);
+        on_chunk(w, env->chunk, len);
         break;
     case SPILLWAY__ENVELOPE__BODY_ERROR:
         touch(w, now);
@@ -742,8 +896,10 @@ static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t 
         worker_dead(w, env->disconnect->reason && *env->disconnect->reason ? env->disconnect->reason
                                                                             : "disconnected");
         break;
-    default:
-        fprintf(stderr, "gateway: unexpected %s message from worker %s\n", sw_wire_kind(env), w->id);
+    default:   /* a Generate, Cancel or status message: no worker sends those */
+        sw_metrics_worker_violation("invalid_frame");
+        LOG_LIMITED(LOG_UNEXPECTED, "gateway: unexpected %s message from worker %s\n", sw_wire_kind(env), w->id);
+        disconnect_worker(w, "sent a message no worker sends");
     }
     sw_wire_free(env);
 }
@@ -825,7 +981,7 @@ static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, 
         break;
     }
     default:
-        fprintf(stderr, "gateway: unexpected %s message from an SDK client\n", sw_wire_kind(env));
+        LOG_LIMITED(LOG_UNEXPECTED, "gateway: unexpected %s message from an SDK client\n", sw_wire_kind(env));
     }
     sw_wire_free(env);
 }
@@ -867,8 +1023,8 @@ static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void
             zmq_msg_close(&part);
         }
         if (!have_body || extra) {
-            fprintf(stderr, "gateway: dropped a message with %d frames (want exactly 1 after the identity)\n",
-                    have_body ? 1 + extra : 0);
+            LOG_LIMITED(LOG_FRAMING, "gateway: dropped a message with %d frames (want exactly 1 after the identity)\n",
+                        have_body ? 1 + extra : 0);
         } else {
             message_key(sock, &body);
             handle(zmq_msg_data(&idm), zmq_msg_size(&idm), zmq_msg_data(&body), zmq_msg_size(&body));

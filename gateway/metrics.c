@@ -281,6 +281,35 @@ static void put_auth(sw_sbuf *b)
     }
 }
 
+/* ---- what workers sent that the broker refused (helper "broker"): a
+ * fixed reason set, as sw_metrics_worker_violation's contract lists. */
+static const char *violation_reasons[] = {"over_max_tokens", "oversize", "too_many_slots", "invalid_frame",
+                                          "unknown_request", "other"};
+#define N_VIOLATIONS (sizeof violation_reasons / sizeof *violation_reasons)
+static uint64_t VIOLATIONS[N_VIOLATIONS];
+
+void sw_metrics_worker_violation(const char *reason)
+{
+    size_t i = 0;
+    while (i < N_VIOLATIONS - 1 && !(reason && !strcmp(violation_reasons[i], reason))) i++;
+    pthread_mutex_lock(&M.mu);
+    VIOLATIONS[i]++;
+    pthread_mutex_unlock(&M.mu);
+}
+
+/* Called with M.mu held. */
+static void put_violations(sw_sbuf *b)
+{
+    char line[256];
+    sw_sbuf_put(b, "# HELP spillway_worker_violations_total Frames or claims from workers the gateway refused.\n"
+                   "# TYPE spillway_worker_violations_total counter\n");
+    for (size_t i = 0; i < N_VIOLATIONS; i++) {
+        snprintf(line, sizeof line, "spillway_worker_violations_total{reason=\"%s\"} %llu\n", violation_reasons[i],
+                 (unsigned long long)VIOLATIONS[i]);
+        sw_sbuf_put(b, line);
+    }
+}
+
 char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deaths)
 {
     sw_sbuf b = {0};
@@ -327,6 +356,7 @@ char *sw_metrics_render(const sw_metrics_worker *snap, int n_snap, uint64_t deat
 
     put_workers(&b, snap, n_snap, deaths);
     put_auth(&b);
+    put_violations(&b);
     pthread_mutex_unlock(&M.mu);
     if (b.oom) sw_sbuf_free(&b);
     return b.s;

@@ -37,6 +37,12 @@ void sw_metrics_auth_refused(bool sdk, const char *reason);
  * or "key_revoked". */
 void sw_metrics_registration_refused(const char *reason);
 
+/* ---- workers the broker distrusts (broker.c) ----
+ * Something a worker sent that the broker refused; reason: "over_max_tokens"
+ * or "oversize" (a response cut off), "too_many_slots" (a claim clamped),
+ * "invalid_frame" or "unknown_request" (frames that disconnect it). */
+void sw_metrics_worker_violation(const char *reason);
+
 /* The exposition text, with n workers and the death count from a registry
  * snapshot; NULL out of memory. Caller frees. */
 char *sw_metrics_render(const sw_metrics_worker *w, int n, uint64_t deaths);

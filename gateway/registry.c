@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include "gateway/registry.h"
 #include "gateway/util.h"
+#include "llm/limits.h"
 #include "llm/util.h"
 
 void sw_registry_init(sw_registry *r)
@@ -59,7 +60,8 @@ sw_worker *sw_registry_upsert(sw_registry *r, const void *ident, size_t len,
     free(w->pool);
     w->pool = strdup(reg->pool ? reg->pool : "");
     w->kind = reg->kind;
-    w->slots = reg->slots;
+    w->slots = 0;
+    sw_worker_set_slots(w, reg->slots);
     free_models(w);
     w->models = calloc(reg->n_models ? reg->n_models : 1, sizeof *w->models);
     for (size_t i = 0; w->models && i < reg->n_models; i++) {
@@ -327,4 +329,24 @@ char *sw_status_json(sw_registry *reg, const sw_policy *p, int64_t started_ms)
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
+}
+
+bool sw_worker_set_slots(sw_worker *w, uint32_t claimed)
+{
+    if (!claimed) return true;
+    w->slots = claimed > SW_MAX_WORKER_SLOTS ? SW_MAX_WORKER_SLOTS : claimed;
+    return claimed <= SW_MAX_WORKER_SLOTS;
+}
+
+void sw_worker_note_left(sw_worker *w, const char *id)
+{
+    snprintf(w->recent[w->n_recent++ % SW_WORKER_RECENT], sizeof w->recent[0], "%s", id);
+}
+
+bool sw_worker_recently_left(const sw_worker *w, const char *id)
+{
+    unsigned n = w->n_recent < SW_WORKER_RECENT ? w->n_recent : SW_WORKER_RECENT;
+    for (unsigned i = 0; i < n; i++)
+        if (!strcmp(w->recent[i], id)) return true;
+    return false;
 }

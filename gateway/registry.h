@@ -20,6 +20,8 @@
 
 typedef struct { char *name, *quant; uint32_t ctx; } sw_wmodel;
 
+#define SW_WORKER_RECENT 256
+
 typedef struct sw_worker {
     uint8_t ident[256]; size_t ident_len;   /* ZeroMQ routing id */
     char id[SW_MAX_ID_LEN + 1];
@@ -39,6 +41,13 @@ typedef struct sw_worker {
      * bound to this connection and key (broker.c's on_register). */
     char key[41];
     char key_name[64];
+    /* The ids of the last SW_WORKER_RECENT requests that left this worker
+     * (finished, cancelled, retried elsewhere): a late chunk for one of them
+     * is normal. A frame for any other id it does not hold is a strike
+     * (broker.c's on_chunk); a few strikes and it is disconnected. */
+    char recent[SW_WORKER_RECENT][48];
+    unsigned n_recent;                      /* entries ever written; the ring is recent[n % SW_WORKER_RECENT] */
+    unsigned strikes;
     struct sw_worker *next;
 } sw_worker;
 
@@ -56,6 +65,13 @@ sw_worker *sw_registry_find_id(sw_registry *r, const char *id);
 sw_worker *sw_registry_upsert(sw_registry *r, const void *ident, size_t len,
                               const Spillway__Register *reg, int64_t now);
 void sw_registry_remove(sw_registry *r, sw_worker *w);   /* caller holds mu; frees w */
+/* Sets w's slots to what it claims, bounded by SW_MAX_WORKER_SLOTS
+ * (llm/limits.h); 0 keeps the old value. Returns false when the claim was
+ * over the bound and clamped. Caller holds mu. */
+bool sw_worker_set_slots(sw_worker *w, uint32_t claimed);
+/* Remembers that request `id` left w; whether `id` left w lately. */
+void sw_worker_note_left(sw_worker *w, const char *id);
+bool sw_worker_recently_left(const sw_worker *w, const char *id);
 bool sw_worker_serves(const sw_worker *w, const char *model, const char *quant);
 bool sw_worker_alive(const sw_worker *w, int64_t now);
 /* A worker among the live ones of `pool` (NULL = any) serving model/quant,

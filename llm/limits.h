@@ -40,4 +40,27 @@
 #define SW_MAX_REPETITION_PENALTY 100.0f
 #define SW_MAX_PENALTY 2.0f               /* presence_penalty, frequency_penalty: -2..2 */
 
+/* ---- what the gateway takes from a worker (gateway/broker.c) ----
+ * A worker is a peer, not a part of the gateway: what it sends is checked
+ * against these, and a worker past one is cut off (the request ends with an
+ * error and is cancelled at the worker) and counted. */
+/* Bytes of one TokenChunk frame; legitimate chunks are a token or a few. */
+#define SW_MAX_CHUNK_BYTES (1u << 20)
+/* Bytes a request may receive in all: this base plus so much per token the
+ * request may carry (its prompt, for prompt log probabilities, and max_tokens). */
+#define SW_MAX_RESPONSE_BYTES_BASE (1u << 20)
+#define SW_MAX_RESPONSE_BYTES_PER_TOKEN 4096u
+/* Slots a worker may claim (Register, Heartbeat); more are clamped to it. */
+#define SW_MAX_WORKER_SLOTS 4096u
+
+/* ---- HTTP connections (gateway/http.c) ----
+ * So one client cannot starve the others: connections in all, connections
+ * from one IP address (a client past it is refused at accept, the others
+ * and /healthz still served), and seconds a connection may sit with
+ * nothing read or written before it is closed (slowloris, a reader that
+ * never drains; a suspended connection, waiting on a worker, is not idle). */
+#define SW_HTTP_MAX_CONNECTIONS 4096u
+#define SW_HTTP_MAX_CONNECTIONS_PER_IP 512u
+#define SW_HTTP_IDLE_TIMEOUT_S 60u
+
 #endif
