@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
@@ -24,6 +25,7 @@
 #include "gateway/registry.h"
 #include "gateway/req.h"
 #include "gateway/util.h"
+#include "llm/limits.h"
 
 #define HTTP_THREADS 4
 #define SW_MAX_BODY (1u << 20)       /* larger request bodies get 413 */
@@ -528,6 +530,61 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     return MHD_YES;
 }
 
+/* ---- message framing (RFC 9112 section 6) -------------------------------- */
+typedef struct { int n_cl, n_te; bool cl_conflict, cl_bad; unsigned long long cl; const char *te; } framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (!key || !value) return MHD_YES;
+    if (strcasecmp(key, "Content-Length") == 0) {
+        char *end;
+        unsigned long long v = strtoull(value, &end, 10);
+        if (end == value || *end || *value == '-' || *value == '+') f->cl_bad = true;
+        else if (f->n_cl && v != f->cl) f->cl_conflict = true;
+        f->cl = v;
+        f->n_cl++;
+    } else if (strcasecmp(key, "Transfer-Encoding") == 0) {
+        f->te = value;
+        f->n_te++;
+    }
+    return MHD_YES;
+}
+
+/* Whether the headers frame the body in more than one way, or in a way we
+ * do not speak. A front proxy may read such a request differently from us
+ * (request smuggling: what it takes for one body we would take for a
+ * second request), so it is refused with 400 and the connection closed,
+ * nothing after it read. NULL when the framing is sound, else the message,
+ * with the header's name in *param. */
+static const char *bad_framing(struct MHD_Connection *c, const char **param)
+{
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    *param = f.n_te ? "Transfer-Encoding" : "Content-Length";
+    if (f.n_te && f.n_cl) return "a request may not carry both Content-Length and Transfer-Encoding";
+    if (f.n_te > 1) return "Transfer-Encoding may be given once";
+    if (f.n_te && strcasecmp(f.te, "chunked") != 0)
+        return "the only transfer coding accepted is \"chunked\"";
+    if (f.cl_bad) return "Content-Length must be a decimal number of bytes";
+    if (f.cl_conflict) return "Content-Length is given more than once with different values";
+    return NULL;
+}
+
+/* The 400 for bad framing, with Connection: close so libmicrohttpd closes
+ * the connection after it instead of reading on. */
+static enum MHD_Result refuse_framing(struct MHD_Connection *c, const char *msg, const char *param)
+{
+    char *body = sw_openai_error_json(msg, "invalid_request_error", param, "bad_framing");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result rc = MHD_queue_response(c, 400, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
 /* ---- dispatch by URL ------------------------------------------------------ */
 static int endpoint(const char *url, const char **allow)
 {
@@ -554,6 +611,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     sw_gateway *g = cls;
     conn_ctx *ctx = *con_cls;
     if (!ctx) {
+        const char *fparam, *fmsg = bad_framing(c, &fparam);
+        if (fmsg) return refuse_framing(c, fmsg, fparam);
         const char *allow = NULL;
         int ep = endpoint(url, &allow);
         if (ep == EP_NONE) {
@@ -640,6 +699,35 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     free(ctx);
 }
 
+/* Seconds a connection may be idle: SW_HTTP_IDLE_TIMEOUT_S, or
+ * SPILLWAY_HTTP_IDLE_TIMEOUT_S (1..86400) where set (tests use a short one). */
+static unsigned idle_timeout_s(void)
+{
+    const char *e = getenv("SPILLWAY_HTTP_IDLE_TIMEOUT_S");
+    if (!e || !*e) return SW_HTTP_IDLE_TIMEOUT_S;
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (*end || v < 1 || v > 86400) {
+        fprintf(stderr, "gateway: ignoring SPILLWAY_HTTP_IDLE_TIMEOUT_S=%s (want 1..86400 seconds)\n", e);
+        return SW_HTTP_IDLE_TIMEOUT_S;
+    }
+    return (unsigned)v;
+}
+
+/* The soft descriptor limit raised (within the hard one) to hold every
+ * connection allowed plus the gateway's own sockets and files, so the
+ * connection limit, not EMFILE at accept, is what a flood meets. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    rlim_t want = SW_HTTP_MAX_CONNECTIONS + 256;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
+        fprintf(stderr, "gateway: only %llu file descriptors (ulimit -n): fewer than the %u connections allowed\n",
+                (unsigned long long)rl.rlim_cur, SW_HTTP_MAX_CONNECTIONS);
+}
+
 int sw_http_start(sw_gateway *g, const char *host, int port, char *err, size_t errlen)
 {
     struct addrinfo hints = {0}, *ai = NULL;
@@ -656,12 +744,17 @@ int sw_http_start(sw_gateway *g, const char *host, int port, char *err, size_t e
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    raise_fd_limit();
+    /* The idle timeout counts inactivity: a stream that sends tokens or
+     * keep-alives is never idle, nor is a connection suspended waiting on
+     * a worker; a client that sends nothing (slowloris) or never reads is. */
     g->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, g,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, g,
                               MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
                               MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
+                              MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_s(),
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)SW_HTTP_MAX_CONNECTIONS,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)SW_HTTP_MAX_CONNECTIONS_PER_IP,
                               MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
                               MHD_OPTION_END);
     freeaddrinfo(ai);

@@ -1,0 +1,165 @@
+"""HTTP hygiene against the real gateway, over raw sockets (RFC 9112): bodies
+framed two ways or in a coding we do not speak are refused with 400 and the
+connection closed, so nothing smuggled after them runs; pipelined requests
+are answered in order; one client's connection flood does not lock others out
+of /healthz; a client that sends nothing is closed after the idle timeout.
+"""
+import json
+import resource
+import socket
+import time
+
+import pytest
+
+from conftest import TWO_POOLS, http_get
+
+POLICY = TWO_POOLS + """\
+routes:
+  - model: "echo"
+    target: gpu-pool
+"""
+IDLE_S = 2   # the gateway's idle timeout in these tests (SPILLWAY_HTTP_IDLE_TIMEOUT_S)
+
+
+@pytest.fixture
+def gw(cluster, monkeypatch):
+    monkeypatch.setenv("SPILLWAY_HTTP_IDLE_TIMEOUT_S", str(IDLE_S))   # inherited by the gateway
+    cluster.start_gateway(POLICY)
+    return cluster
+
+
+def connect(cluster, source="127.0.0.1", timeout=5):
+    s = socket.socket()
+    s.settimeout(timeout)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", cluster.http_port))
+    return s
+
+
+def read_all(s, deadline_s=5):
+    """Everything the server sends until it closes (or the deadline passes:
+    then the second value is False)."""
+    data, end = b"", time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            return data, True
+        if not chunk:
+            return data, True
+        data += chunk
+    return data, False
+
+
+def responses(data):
+    """The status lines in a byte stream of responses."""
+    return [l for l in data.split(b"\r\n") if l.startswith(b"HTTP/1.")]
+
+
+def assert_framing_400(data, closed, param):
+    assert closed, f"connection left open after a bad framing: {data!r}"
+    assert len(responses(data)) == 1, data
+    assert responses(data)[0].startswith(b"HTTP/1.1 400"), data
+    body = json.loads(data.split(b"\r\n\r\n", 1)[1])
+    assert body["error"]["param"] == param and body["error"]["type"] == "invalid_request_error"
+    assert b"connection: close" in data.lower()
+
+
+SMUGGLED = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def test_cl_and_te_is_400_and_smuggled_request_never_runs(gw):
+    body = b"0\r\n\r\n" + SMUGGLED
+    s = connect(gw)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(body) + body)
+    data, closed = read_all(s)
+    assert_framing_400(data, closed, "Transfer-Encoding")
+    assert b'"status":"ok"' not in data
+
+
+def test_conflicting_content_lengths_are_400(gw):
+    s = connect(gw)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 40\r\n\r\n{}"
+              + SMUGGLED)
+    data, closed = read_all(s)
+    assert_framing_400(data, closed, "Content-Length")
+
+
+def test_repeated_equal_content_length_is_fine(gw):
+    s = connect(gw)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}")
+    data, _ = read_all(s)
+    assert responses(data)[0].startswith(b"HTTP/1.1 400"), data   # the body's error, not the framing's
+    assert b"bad_framing" not in data
+
+
+@pytest.mark.parametrize("te", [b"gzip", b"gzip, chunked", b"identity", b"chunked, chunked"])
+def test_unknown_transfer_coding_is_400_at_once(gw, te):
+    s = connect(gw)
+    t0 = time.monotonic()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: " + te + b"\r\n\r\n")
+    data, closed = read_all(s, 3)
+    assert time.monotonic() - t0 < IDLE_S, "answered by the timeout, not the framing check"
+    assert_framing_400(data, closed, "Transfer-Encoding")
+
+
+def test_pipelined_requests_answered_in_order_or_closed_cleanly(gw):
+    """libmicrohttpd answers the first and may then close (Connection: close)
+    rather than read on: whatever is answered comes in order, and the
+    connection ends with a close, not a hang."""
+    s = connect(gw)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data, closed = read_all(s)
+    assert closed
+    got = [l.split()[1] for l in responses(data)]
+    assert got and got == [b"200", b"404", b"200"][:len(got)], data
+    marks = [b'"status":"ok"', b"no such endpoint", b'"object":"list"'][:len(got)]
+    assert [data.index(m) for m in marks] == sorted(data.index(m) for m in marks)
+    if len(got) < 3:
+        assert b"connection: close" in data.lower()
+
+
+def test_idle_connection_is_closed_after_the_timeout(gw):
+    s = connect(gw, timeout=0.2)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")   # slowloris
+    t0 = time.monotonic()
+    data, closed = read_all(s, IDLE_S + 5)
+    assert closed, "a client that stopped sending kept its connection"
+    assert IDLE_S - 0.5 <= time.monotonic() - t0 <= IDLE_S + 4
+    s2 = connect(gw, timeout=0.2)
+    s2.sendall(b"GET /healthz HTTP/1.1\r\nHost: x")   # headers never finished
+    data, closed = read_all(s2, IDLE_S + 5)
+    assert closed
+
+
+def test_connection_flood_from_one_address_leaves_healthz_answerable(gw):
+    n = 4100
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n + 200:
+        if hard < n + 200:
+            pytest.skip(f"ulimit -n hard limit {hard} is below {n + 200}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n + 200, hard))
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.setblocking(False)
+            s.bind(("127.0.0.2", 0))
+            s.connect_ex(("127.0.0.1", gw.http_port))
+            socks.append(s)
+        time.sleep(0.5)   # let the gateway accept (and refuse) them
+        t0 = time.monotonic()
+        st, body = http_get(gw.base + "/healthz", timeout=2)
+        assert st == 200 and json.loads(body)["status"] == "ok"
+        assert time.monotonic() - t0 < 2
+    finally:
+        for s in socks:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert gw.gateway.alive()
