@@ -86,7 +86,7 @@ NEEDS_CUDA = $(if $(findstring gpu,$(notdir $@)),$(CUDA_LIBS))
 # Keep intermediate objects (tests are built through a pattern chain).
 .SECONDARY:
 
-.PHONY: all deps run test test-isa unit-tests bench bench-gateway clean check-cuda
+.PHONY: all deps run test test-isa soak unit-tests bench bench-gateway clean check-cuda
 all: $(PROGS) $(TESTS)
 	@[ -n "$(NVCC)" ] || echo "note: nvcc not found: worker-gpu built with the emulation backend only"
 
@@ -157,6 +157,14 @@ test-isa: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@for isa in avx2 scalar; do echo "== SPILLWAY_ISA=$$isa"; \
 	  SPILLWAY_ISA=$$isa SPILLWAY_BUILD=$(B) bash tests/run.sh $(ISA_TESTS) || exit 1; done
+
+# make soak: many clients for SOAK_MINUTES against real CPU workers and
+# test-mode workers killed and restarted at random (tests/soak.py says what
+# it checks); SANITIZE=1 runs it under ASan/UBSan.
+SOAK_MINUTES ?= 10
+soak: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@SPILLWAY_SOAK_MINUTES=$(SOAK_MINUTES) SPILLWAY_BUILD=$(B) bash tests/run.sh --only tests/soak.py -s
 
 bench: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
