@@ -163,3 +163,30 @@ def test_connection_flood_from_one_address_leaves_healthz_answerable(gw):
             s.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert gw.gateway.alive()
+
+
+def test_slow_answers_outlive_the_idle_timeout(gw):
+    """The timeout counts inactivity on the socket: a stream waiting longer
+    than it between tokens (keep-alives flow) and a non-streaming request
+    waiting on its worker (the connection is suspended) both complete."""
+    import threading
+    from conftest import http_post
+    gw.start_echo("gpu-pool", 0.4)   # a token every 2.5 s, past IDLE_S
+    gw.wait_model("echo")
+    out = {}
+
+    def go(stream):
+        out[stream] = http_post(gw.base + "/v1/completions",
+                                {"model": "echo", "prompt": "hi", "max_tokens": 2, "stream": stream},
+                                timeout=30)
+    ts = [threading.Thread(target=go, args=(s,)) for s in (False, True)]
+    t0 = time.monotonic()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert time.monotonic() - t0 > IDLE_S
+    st, _, body = out[False]
+    assert st == 200 and json.loads(body)["usage"]["completion_tokens"] == 2, body
+    st, _, body = out[True]
+    assert st == 200 and body.rstrip().endswith(b"data: [DONE]"), body
