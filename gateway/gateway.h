@@ -48,6 +48,10 @@ typedef struct sw_gateway {
     /* Security settings, from the command line (spillway-gateway.c). Each
      * file is read by the module that enforces it. */
     const char *admin_token_file;  /* NULL: the admin endpoints answer 403 */
+    /* The token itself, read once at startup (trailing newline stripped,
+     * never empty); NULL when no file was given. http.c compares a
+     * request's "Authorization: Bearer" against it in constant time. */
+    char *admin_token;
     const char *api_keys_file;     /* NULL: clients need no key */
     const char *curve_secret_file; /* the gateway's CURVE keypair; NULL: plaintext links */
     const char *worker_keys_file;  /* CURVE public keys of the workers allowed in */

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
+#include <sodium.h>
 #include "gateway/broker.h"
 #include "gateway/front.h"
 #include "gateway/http.h"
@@ -188,6 +189,95 @@ static enum MHD_Result do_metrics(sw_gateway *g, struct MHD_Connection *c)
     return respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, 0);
 }
 
+/* ---- /admin/policy shows no secret ---------------------------------------- */
+/* Whether a YAML key names a secret: one of its _- separated words is key,
+ * token, secret, password... (api_keys, api_key, token; not prompt_tokens). */
+static bool secret_name(const char *k, size_t n)
+{
+    static const char *const W[] = {"key", "keys", "apikey", "apikeys", "token", "secret", "secrets",
+                                    "password", "passwd", "credential", "credentials", "bearer"};
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && k[j] != '_' && k[j] != '-') j++;
+        for (size_t w = 0; w < sizeof W / sizeof W[0]; w++)
+            if (strlen(W[w]) == j - i && strncasecmp(k + i, W[w], j - i) == 0) return true;
+        i = j + 1;
+    }
+    return false;
+}
+
+/* One source line, redacted. *secret_indent is the indentation of the last
+ * secret-named key whose block (deeper lines, or "- " items at its level)
+ * we are in, -1 if none. */
+static void redact_line(sw_sbuf *out, const char *l, size_t n, int *secret_indent)
+{
+    size_t ind = 0;
+    while (ind < n && l[ind] == ' ') ind++;
+    bool blank = ind == n || l[ind] == '#';
+    if (*secret_indent >= 0 && !blank &&
+        ((int)ind > *secret_indent || ((int)ind == *secret_indent && l[ind] == '-'))) {
+        sw_sbuf_put_n(out, l, ind);
+        sw_sbuf_put(out, l[ind] == '-' ? "- <redacted>" : "<redacted>");
+        return;
+    }
+    if (!blank) *secret_indent = -1;
+    size_t k = ind;
+    while (k + 1 < n && l[k] == '-' && l[k + 1] == ' ') k += 2;     /* "- key: v" */
+    size_t e = k;
+    while (e < n && l[e] != ':' && l[e] != ' ' && l[e] != '#') e++;
+    size_t ks = k, ke = e;
+    if (ke > ks && (l[ks] == '"' || l[ks] == '\'')) { ks++; if (ke > ks && l[ke - 1] == l[k]) ke--; }
+    if (e >= n || l[e] != ':' || !secret_name(l + ks, ke - ks)) {
+        sw_sbuf_put_n(out, l, n);
+        return;
+    }
+    *secret_indent = (int)ind;
+    sw_sbuf_put_n(out, l, e + 1);
+    size_t v = e + 1;
+    while (v < n && l[v] == ' ') v++;
+    if (v < n && l[v] != '#') sw_sbuf_put(out, " <redacted>");
+}
+
+/* Every occurrence of secret in b replaced by <redacted>. */
+static void replace_all(sw_sbuf *b, const char *secret)
+{
+    size_t sl = strlen(secret);
+    if (!sl || !b->s) return;
+    sw_sbuf out = {0};
+    const char *p = b->s, *hit;
+    while ((hit = strstr(p, secret))) {
+        sw_sbuf_put_n(&out, p, (size_t)(hit - p));
+        sw_sbuf_put(&out, "<redacted>");
+        p = hit + sl;
+    }
+    sw_sbuf_put(&out, p);
+    sw_sbuf_free(b);
+    *b = out;
+}
+
+/* The policy's source with every secret replaced: the values of
+ * secret-named keys line by line, then, should YAML have hidden one where
+ * no such key stands (an alias, a multi-line flow sequence), every API key
+ * the policy parsed, wherever it appears. NULL when out of memory. */
+static char *redacted_source(const sw_policy *p)
+{
+    sw_sbuf out = {0};
+    int secret_indent = -1;
+    const char *src = p->source ? p->source : "";
+    for (const char *l = src; *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t n = nl ? (size_t)(nl - l) : strlen(l);
+        redact_line(&out, l, n, &secret_indent);
+        if (nl) sw_sbuf_put(&out, "\n");
+        l += n + (nl ? 1 : 0);
+    }
+    sw_sbuf_put(&out, "");
+    for (size_t i = 0; i < p->n_routes; i++)
+        for (size_t j = 0; j < p->routes[i].n_match_api_keys; j++) replace_all(&out, p->routes[i].match_api_keys[j]);
+    if (out.oom) { sw_sbuf_free(&out); return NULL; }
+    return out.s;
+}
+
 static enum MHD_Result do_policy(sw_gateway *g, struct MHD_Connection *c)
 {
     sw_policy *p = sw_gw_policy(g);
@@ -198,7 +288,9 @@ static enum MHD_Result do_policy(sw_gateway *g, struct MHD_Connection *c)
     cJSON *pol = pj ? cJSON_Parse(pj) : NULL;
     free(pj);
     if (pol) cJSON_AddItemToObject(o, "policy", pol); else cJSON_AddNullToObject(o, "policy");
-    cJSON_AddStringToObject(o, "source", p->source ? p->source : "");
+    char *src = redacted_source(p);
+    if (src) cJSON_AddStringToObject(o, "source", src); else cJSON_AddNullToObject(o, "source");
+    free(src);
     pthread_mutex_lock(&g->reload_mu);
     if (g->last_reload_error[0]) cJSON_AddStringToObject(o, "last_reload_error", g->last_reload_error);
     pthread_mutex_unlock(&g->reload_mu);
@@ -530,6 +622,62 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     return MHD_YES;
 }
 
+/* ---- the admin API: its own token ---------------------------------------- */
+static bool is_admin(int ep)
+{
+    return ep == EP_WORKERS || ep == EP_POLICY || ep == EP_RELOAD || ep == EP_STATUS;
+}
+
+/* Whether "Authorization: Bearer T" carries the admin token. Both sides are
+ * hashed first and the digests compared with sodium_memcmp, so neither the
+ * token's length nor its bytes show in the timing. */
+static bool admin_token_ok(const sw_gateway *g, const char *auth)
+{
+    if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return false;
+    const char *t = auth + 7;
+    while (*t == ' ') t++;
+    unsigned char want[crypto_generichash_BYTES], got[crypto_generichash_BYTES];
+    crypto_generichash(want, sizeof want, (const unsigned char *)g->admin_token, strlen(g->admin_token), NULL, 0);
+    crypto_generichash(got, sizeof got, (const unsigned char *)t, strlen(t), NULL, 0);
+    return sodium_memcmp(want, got, sizeof want) == 0;
+}
+
+/* For a request to the admin API: 0 to go on, or 1 with the refusal
+ * queued (its MHD result in *rc): 403 when no token is configured (the
+ * admin API is off, and says how to turn it on), 401 with WWW-Authenticate
+ * when the token is missing or wrong. Other endpoints: 0. */
+static int admin_refusal(const sw_gateway *g, struct MHD_Connection *c, int ep, enum MHD_Result *rc)
+{
+    if (!is_admin(ep)) return 0;
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (g->admin_token && admin_token_ok(g, auth)) return 0;
+    if (!g->admin_token) {
+        *rc = respond_error(c, 403, "the admin API is disabled: start the gateway with --admin-token-file FILE "
+                            "(a file of mode 0600 holding the token; see docs/security.md, \"Admin token\") "
+                            "and send Authorization: Bearer TOKEN", "permission_error", NULL, "admin_disabled");
+        return 1;
+    }
+    const char *msg = auth ? "wrong admin token (Authorization: Bearer TOKEN, the token in --admin-token-file)"
+                           : "the admin API needs Authorization: Bearer TOKEN (the token in --admin-token-file)";
+    char *body = sw_openai_error_json(msg, "invalid_request_error", NULL,
+                                      auth ? "invalid_admin_token" : "missing_admin_token");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"spillway-admin\"");
+    *rc = MHD_queue_response(c, 401, resp);
+    MHD_destroy_response(resp);
+    return 1;
+}
+
+static enum MHD_Result do_workers(sw_gateway *g, struct MHD_Connection *c)
+{
+    char *arr = sw_registry_json(&g->reg);
+    char *s;
+    if (asprintf(&s, "{\"object\":\"list\",\"data\":%s}", arr) < 0) s = strdup("{}");
+    free(arr);
+    return respond_json(c, 200, s);
+}
+
 /* ---- message framing (RFC 9112 section 6) -------------------------------- */
 typedef struct { int n_cl, n_te; bool cl_conflict, cl_bad; unsigned long long cl; const char *te; } framing;
 
@@ -632,6 +780,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             MHD_destroy_response(resp);
             return rc;
         }
+        enum MHD_Result arc;
+        if (admin_refusal(g, c, ep, &arc)) return arc;
         /* A declared body far beyond the limit is refused at once (the
          * connection then closes). A moderately oversized one is read and
          * discarded first, so clients that send without waiting for
@@ -658,13 +808,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case EP_MODELS: return do_models(g, c);
     case EP_HEALTH: return do_health(g, c);
     case EP_METRICS: return do_metrics(g, c);
-    case EP_WORKERS: {
-        char *arr = sw_registry_json(&g->reg);
-        char *s;
-        if (asprintf(&s, "{\"object\":\"list\",\"data\":%s}", arr) < 0) s = strdup("{}");
-        free(arr);
-        return respond_json(c, 200, s);
-    }
+    case EP_WORKERS: return do_workers(g, c);
     case EP_POLICY: return do_policy(g, c);
     case EP_STATUS: return respond_json(c, 200, sw_gw_status_json(g));
     case EP_RELOAD: return do_reload(g, c);

@@ -19,6 +19,8 @@
  * X-Spillway-Quantization, X-Spillway-Priority, X-Spillway-Max-Queue-Ms; plus
  * X-Spillway-Tenant and Authorization: Bearer KEY for route match conditions.
  * Responses carry X-Spillway-Pool, X-Spillway-Worker and X-Spillway-Request-Id. */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <sys/stat.h>
+#include <sodium.h>
 #include "gateway/broker.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
@@ -149,6 +152,46 @@ static int check_security(const args *a)
     return -1;
 }
 
+/* The admin token from --admin-token-file into *tok (malloc'd; NULL when
+ * none was given). It is a secret: a file that group or others may read is
+ * refused, as are an unreadable one and one that is empty once its trailing
+ * newline is gone. -1 to go on, else the exit code. */
+static int read_admin_token(const char *path, char **tok)
+{
+    *tok = NULL;
+    if (!path) return -1;
+    char buf[4097];
+    const char *why = NULL;
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = -1;
+    if (fd < 0 || fstat(fd, &st) != 0) why = strerror(errno);
+    else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+    else if (st.st_mode & 077) why = "group or others may read it; chmod 600 it";
+    else if ((n = read(fd, buf, sizeof buf - 1)) < 0) why = strerror(errno);
+    else if ((size_t)n == sizeof buf - 1) why = "it is over 4096 bytes";
+    if (fd >= 0) close(fd);
+    if (!why) {
+        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
+        buf[n] = 0;
+        if (n == 0) why = "it is empty";
+        else if (strlen(buf) != (size_t)n) why = "it holds a NUL byte";
+    }
+    if (why) {
+        fprintf(stderr, "spillway-gateway: refusing to start: --admin-token-file %s: %s "
+                "(docs/security.md, \"Admin token\")\n", path, why);
+        sodium_memzero(buf, sizeof buf);
+        return 2;
+    }
+    *tok = strdup(buf);
+    sodium_memzero(buf, sizeof buf);
+    if (!*tok) {
+        fprintf(stderr, "spillway-gateway: out of memory\n");
+        return 1;
+    }
+    return -1;
+}
+
 /* The policy, or NULL with its errors printed (to stdout for --check). */
 static sw_policy *load_policy(const args *a)
 {
@@ -219,6 +262,10 @@ int main(int argc, char **argv)
     args a;
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) return rc;
+    if (sodium_init() < 0) {     /* http.c hashes admin tokens with it */
+        fprintf(stderr, "spillway-gateway: libsodium failed to initialize\n");
+        return 1;
+    }
     sw_policy *p = load_policy(&a);
     if (a.check) {
         if (!p) return 1;
@@ -227,7 +274,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!p) return 1;
-    if ((rc = check_security(&a)) >= 0) {
+    char *admin_token = NULL;
+    if ((rc = check_security(&a)) >= 0 || (rc = read_admin_token(a.admin_token, &admin_token)) >= 0) {
         sw_policy_unref(p);
         return rc;
     }
@@ -236,9 +284,11 @@ int main(int argc, char **argv)
     if (!sw_parse_hostport(a.http, host, sizeof host, &port)) {
         fprintf(stderr, "spillway-gateway: --http wants HOST:PORT, got '%s'\n", a.http);
         sw_policy_unref(p);
+        free(admin_token);
         return 2;
     }
     init_gateway(&a, p);
+    G.admin_token = admin_token;
     sigset_t sigs;
     block_signals(&sigs);
     /* From here on a reload may free p: keep what the banner needs. */
@@ -255,6 +305,8 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "spillway-gateway: serving http://%s:%d (policy %s, version %llu), workers on %s, "
             "SDK on %s\n", host, port, a.config, version, a.workers, G.sdk_ep ? G.sdk_ep : "(none)");
+    if (!G.admin_token)
+        fprintf(stderr, "spillway-gateway: no --admin-token-file: /admin/* answer 403 (docs/security.md)\n");
     wait_for_stop(&sigs);
     fprintf(stderr, "spillway-gateway: stopping\n");
     sw_broker_stop(&G);          /* answers every waiting request first */
@@ -262,5 +314,7 @@ int main(int argc, char **argv)
     usleep(100 * 1000);          /* let resumed connections send their answers */
     sw_http_stop(&G);
     sw_policy_unref(G.policy);
+    if (G.admin_token) sodium_memzero(G.admin_token, strlen(G.admin_token));
+    free(G.admin_token);
     return 0;
 }

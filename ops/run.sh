@@ -4,13 +4,17 @@
 #     it exercises the whole system at realistic speed but writes gibberish);
 #   - MODEL=path/to/model.gguf serves your own model instead, named after the file;
 #   - starts the gateway and one CPU worker, plus a GPU worker when nvidia-smi
-#     finds a GPU; stops them all cleanly on Ctrl-C.
+#     finds a GPU; stops them all cleanly on Ctrl-C;
+#   - the admin API's token is $STATE/admin.token (default build/run), made
+#     once with mode 0600 if absent; ADMIN_TOKEN_FILE=path uses yours.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${SPILLWAY_BIN:-build/bin}
 HTTP=${HTTP:-127.0.0.1:8080}
 WORKERS=${WORKERS:-tcp://127.0.0.1:5555}
 THREADS=${THREADS:-$(nproc)}
+STATE=${STATE:-build/run}
+ADMIN_TOKEN_FILE=${ADMIN_TOKEN_FILE:-$STATE/admin.token}
 
 if [ -n "${MODEL:-}" ]; then
   [ -f "$MODEL" ] || { echo "run: MODEL=$MODEL: no such file" >&2; exit 1; }
@@ -29,6 +33,14 @@ else
   fi
 fi
 
+# The admin token: a secret, so made private from the start (umask), never
+# printed, and never overwritten once it exists.
+if [ ! -e "$ADMIN_TOKEN_FILE" ]; then
+  mkdir -p "$(dirname "$ADMIN_TOKEN_FILE")"
+  (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$ADMIN_TOKEN_FILE"; echo >> "$ADMIN_TOKEN_FILE")
+  echo "run: made the admin token $ADMIN_TOKEN_FILE (mode 0600)"
+fi
+
 pids=()
 stop() {
   trap - INT TERM EXIT
@@ -39,7 +51,8 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-"$BIN/spillway-gateway" --config "$CONFIG" --http "$HTTP" --workers "$WORKERS" & pids+=($!)
+"$BIN/spillway-gateway" --config "$CONFIG" --http "$HTTP" --workers "$WORKERS" \
+  --admin-token-file "$ADMIN_TOKEN_FILE" & pids+=($!)
 "$BIN/spillway-worker-cpu" --gateway "$WORKERS" --pool cpu-pool --model "$NAME=$MODEL" --threads "$THREADS" & pids+=($!)
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   "$BIN/spillway-worker-gpu" --gateway "$WORKERS" --pool gpu-pool --model "$NAME=$MODEL" & pids+=($!)
@@ -54,6 +67,8 @@ Spillway is serving model "$NAME" at http://localhost:$port/v1
   curl http://localhost:$port/v1/completions -H 'Content-Type: application/json' \\
        -d '{"model": "$NAME", "prompt": "Once upon a time", "max_tokens": 32}'
   dashboard metrics: http://localhost:$port/metrics     Ctrl-C stops everything.
+  admin API (token in $ADMIN_TOKEN_FILE):
+  curl http://localhost:$port/admin/status -H "Authorization: Bearer \$(cat $ADMIN_TOKEN_FILE)"
 
 MSG
 wait -n "${pids[@]}" || true

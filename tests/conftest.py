@@ -175,9 +175,21 @@ class Proc:
         return self.p.returncode
 
 
-def http_get(url, timeout=5):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
+def http_get(url, timeout=5, headers=None):
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
         return r.status, r.read()
+
+
+def write_admin_token(path):
+    """A fresh admin token in path, mode 0600 (the gateway refuses a token
+    file others may read); returns the headers that carry it."""
+    import secrets
+    token = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return {"Authorization": f"Bearer {token}"}
 
 
 def http_post(url, body, headers=None, timeout=60):
@@ -215,14 +227,18 @@ class Cluster:
         self.base = f"http://127.0.0.1:{self.http_port}"
         self.worker_ep = f"tcp://127.0.0.1:{self.zmq_port}"
         self.gateway = None
+        # The admin API's token (--admin-token-file); admin_get/admin_post send it.
+        self.admin_token_file = self.tmp / "admin.token"
+        self.admin_headers = write_admin_token(self.admin_token_file)
 
-    def start_gateway(self, config_text, extra_args=(), wait=True):
+    def start_gateway(self, config_text, extra_args=(), wait=True, admin_token=True):
         cfg = self.tmp / "routes.yaml"
         cfg.write_text(config_text)
         self.config_path = cfg
+        admin = ["--admin-token-file", self.admin_token_file] if admin_token else []
         self.gateway = Proc([bin_path("spillway-gateway"), "--config", cfg,
                              "--http", f"127.0.0.1:{self.http_port}",
-                             "--workers", f"tcp://127.0.0.1:{self.zmq_port}", *extra_args],
+                             "--workers", f"tcp://127.0.0.1:{self.zmq_port}", *admin, *extra_args],
                             self.tmp / "gateway.log")
         self.procs.append(self.gateway)
         if wait:
@@ -244,8 +260,16 @@ class Cluster:
         return self.start_worker(pool, model_name, model_path, ["--test-echo", str(rate), *extra_args],
                                  name=name, env=ECHO_ENV)
 
+    def admin_get(self, path, timeout=5):
+        """GET an /admin/ endpoint with the admin token: (status, body)."""
+        return http_get(self.base + path, timeout=timeout, headers=self.admin_headers)
+
+    def admin_post(self, path, body=b"", timeout=60):
+        """POST to an /admin/ endpoint with the admin token: (status, headers, body)."""
+        return http_post(self.base + path, body, headers=self.admin_headers, timeout=timeout)
+
     def workers(self):
-        return json.loads(http_get(self.base + "/admin/workers")[1])["data"]
+        return json.loads(self.admin_get("/admin/workers")[1])["data"]
 
     def wait_workers(self, n, timeout=15):
         wait_until(lambda: len(self.workers()) == n, timeout, what=f"{n} workers registered")

@@ -277,7 +277,7 @@ def test_invalid_utf8_is_400_not_a_hang(gw):
 
 
 def test_admin_status_and_workers(gw):
-    st, body = http_get(gw.base + "/admin/status")
+    st, body = gw.admin_get("/admin/status")
     doc = json.loads(body)
     assert st == 200
     pools = {p["name"]: p for p in doc["pools"]}

@@ -19,7 +19,7 @@ BROKEN = TO_CPU + "  - model: \"echo\"\n    target: gpu-pool\n    max_concurrenc
 
 
 def policy(cluster):
-    return json.loads(http_get(cluster.base + "/admin/policy")[1])
+    return json.loads(cluster.admin_get("/admin/policy")[1])
 
 
 def served_by(cluster):
@@ -62,7 +62,7 @@ def test_reload_under_load(cluster):
 
     # 1. POST /admin/reload
     cluster.config_path.write_text(TO_CPU)
-    st, _, body = http_post(cluster.base + "/admin/reload", b"")
+    st, _, body = cluster.admin_post("/admin/reload")
     assert st == 200, body
     assert json.loads(body)["version"] > v1
     assert served_by(cluster) == "cpu-pool"
@@ -72,7 +72,7 @@ def test_reload_under_load(cluster):
 
     # 2. A bad file: rejected with file:line:column, the old policy stays.
     cluster.config_path.write_text(BROKEN)
-    st, _, body = http_post(cluster.base + "/admin/reload", b"")
+    st, _, body = cluster.admin_post("/admin/reload")
     assert st == 400
     msg = json.loads(body)["error"]["message"]
     assert "routes.yaml:11:" in msg, msg

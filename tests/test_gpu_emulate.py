@@ -201,7 +201,7 @@ def test_eight_concurrent_streams_batch(cluster):
     def poll():   # the gateway's view of the worker, from its heartbeats
         while not stop.is_set():
             try:
-                ws = json.loads(http_get(cluster.base + "/admin/workers")[1])
+                ws = json.loads(cluster.admin_get("/admin/workers")[1])
                 ws = ws.get("data", []) if isinstance(ws, dict) else ws
                 seen[0] = max([seen[0]] + [x.get("batch_size", 0) for x in ws if x.get("kind") == "gpu"])
             except Exception:
