@@ -3,9 +3,11 @@
  * Given the policy, the live workers and the request, it returns a decision:
  * dispatch to (pool, worker), wait in the queue, or reject with a reason.
  * Order: the first primary route with capacity; when every primary route is
- * saturated (in-flight >= max_concurrency) or degraded (no healthy worker,
- * or its recent error rate is above the policy threshold), the first
- * overflow route with capacity, and the spill is reported.
+ * saturated (in-flight >= the route's or its pool's max_concurrency, or
+ * every worker holds its reported slots plus WORKER_QUEUE_SLACK) or
+ * degraded (no healthy worker, or its recent error rate is above the policy
+ * threshold), the first overflow route with capacity, and the spill is
+ * reported.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +116,47 @@ static sw_worker *pick(sw_registry *reg, const char *pool, const sw_route_reques
     return w;
 }
 
+/* Requests a worker may hold beyond its slots: enough that a freed slot is
+ * refilled without a round trip to the gateway, small enough that the
+ * waiting happens in the gateway's queue, where queue_length and
+ * queue_timeout_ms apply and another worker may take it. */
+#define WORKER_QUEUE_SLACK 2
+
+/* True when w can take another request: fewer in flight than the slots it
+ * reports (bounded by the registry) plus the slack. */
+static bool has_room(const sw_worker *w)
+{
+    return w->inflight < w->slots + WORKER_QUEUE_SLACK;
+}
+
+/* w when it has room, else the least-loaded worker of the pool that serves
+ * the request and has room, else NULL: the pool is at capacity. */
+static sw_worker *with_room(sw_registry *reg, sw_worker *w, const char *pool,
+                            const sw_route_request *rq, const char *quant, int64_t now)
+{
+    if (!w || has_room(w)) return w;
+    sw_worker *best = NULL;
+    for (sw_worker *o = reg->head; o; o = o->next)
+        if ((!pool || !strcmp(o->pool, pool)) && sw_worker_alive(o, now) && has_room(o) &&
+            sw_worker_serves(o, rq->model, quant) &&
+            !(rq->exclude_worker && !strcmp(o->id, rq->exclude_worker)) &&
+            (!best || (uint64_t)o->inflight * best->slots < (uint64_t)best->inflight * o->slots))
+            best = o;
+    return best;
+}
+
+/* True when the pool's own max_concurrency (routes.yaml, pools:) is reached
+ * by what is in flight on its workers, whatever route sent it. */
+static bool pool_at_limit(const sw_policy *p, sw_registry *reg, const char *pool, int64_t now)
+{
+    const sw_pool_def *pd = sw_policy_pool(p, pool);
+    if (!pd || !pd->max_concurrency) return false;
+    uint64_t n = 0;
+    for (sw_worker *w = reg->head; w; w = w->next)
+        if (!strcmp(w->pool, pool) && sw_worker_alive(w, now)) n += w->inflight;
+    return n >= pd->max_concurrency;
+}
+
 typedef enum { RS_OK, RS_SATURATED, RS_DEGRADED, RS_QUEUE_WAIT } route_state;
 static const char *state_reason[] = {"ok", "saturated", "degraded", "queue_wait"};
 
@@ -140,6 +183,8 @@ static route_state check_route(const sw_policy *p, sw_registry *reg, sw_route_st
         st->err_ewma > p->defaults.error_rate_threshold)
         return RS_DEGRADED;
     if (r->max_concurrency && st && st->inflight >= r->max_concurrency) return RS_SATURATED;
+    if (pool_at_limit(p, reg, r->target, now)) return RS_SATURATED;
+    if (!(w = with_room(reg, w, r->target, rq, route_quant(r, rq), now))) return RS_SATURATED;
     if (rq->budget_ms > 0 && predicted_wait_ms(w, st) > rq->budget_ms) return RS_QUEUE_WAIT;
     *w_out = w;
     return RS_OK;
@@ -197,10 +242,18 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
         /* No route names the model: serve it from any worker that registered
          * it (an implicit route), so a policy need not list every model. */
         sw_worker *w = pick(reg, rq->want_target, rq, rq->want_quant, now);
-        if (w) {
+        sw_worker *roomy = with_room(reg, w, rq->want_target, rq, rq->want_quant, now);
+        if (roomy) {
             d->kind = SW_DECIDE_DISPATCH;
-            d->worker = w;
+            d->worker = roomy;
+            d->pool = roomy->pool;
+            return;
+        }
+        if (w) {   /* its workers are full: wait in the queue for a slot */
+            d->kind = SW_DECIDE_QUEUE;
             d->pool = w->pool;
+            snprintf(d->message, sizeof d->message, "every worker for model '%s' is at capacity",
+                     rq->model);
             return;
         }
         if (sw_registry_count(reg, NULL, rq->model, NULL, now) > 0)

@@ -33,6 +33,14 @@
 static const char P_SPILL[] = SPILL_ROUTES;
 /* The same with error rates ignored (threshold 0). */
 static const char P_NOERR[] = SPILL_ROUTES "defaults: {error_rate_threshold: 0}\n";
+/* A pool with its own max_concurrency, over whatever routes send to it. */
+static const char P_POOLCAP[] =
+    "pools:\n"
+    "  gpu-pool: {kind: gpu, max_concurrency: 3}\n"
+    "  cpu-pool: {kind: cpu}\n"
+    "routes:\n"
+    "  - {model: dual, target: gpu-pool}\n"
+    "  - {model: dual, target: cpu-pool, priority: overflow}\n";
 /* Match conditions, tried in file order. */
 static const char P_MATCH[] =
     "routes:\n"
@@ -83,6 +91,11 @@ typedef struct {
 #define G1_FULL {"g1", "gpu-pool", "llama:fp8", 1, 1, 1, 0, 0}
 #define C1_FULL {"c1", "cpu-pool", "llama:q4_k_m", 1, 1, 1, 0, 0}
 #define MW(id, pool) {id, pool, "m:f32 t:f32", 2, 0, 0, 0, 0}
+/* The same workers with n requests of ours in flight. */
+#define G1_AT(n) {"g1", "gpu-pool", "llama:fp8 solo:fp8 dual:fp8", 4, 0, 0, n, 0}
+#define G2_AT(n) {"g2", "gpu-pool", "llama:fp8 solo:fp8 dual:fp8", 4, 0, 0, n, 0}
+#define C1_AT(n) {"c1", "cpu-pool", "llama:q4_k_m dual:q4_k_m", 4, 0, 0, n, 0}
+#define F1_AT(n) {"f1", "misc", "free:f32", 2, 0, 0, n, 0}
 /* Decisions. */
 #define TO(pool, w) {SW_DECIDE_DISPATCH, pool, w, 0, NULL, NULL, NULL}
 #define SPILL(pool, w, from, why) {SW_DECIDE_DISPATCH, pool, w, 0, NULL, from, why}
@@ -102,6 +115,22 @@ static const row ROWS[] = {
      WAIT("gpu-pool")},
     {"overflow saturated, primary free", P_SPILL, {G1, C1}, {{2, .inflight = 4}}, {.model = "llama"},
      TO("gpu-pool", "g1")},
+    /* capacity from the workers' slots, for routes without max_concurrency:
+     * a worker takes its slots plus 2 (WORKER_QUEUE_SLACK) */
+    {"unlimited route, worker one below slots+2", P_SPILL, {G1_AT(5), C1}, {{0}}, {.model = "dual"},
+     TO("gpu-pool", "g1")},
+    {"unlimited route, worker at slots+2: next route", P_SPILL, {G1_AT(6), C1}, {{0}}, {.model = "dual"},
+     TO("cpu-pool", "c1")},
+    {"a full worker yields to one with room", P_SPILL, {G1_AT(6), G2, C1}, {{0}}, {.model = "dual"},
+     TO("gpu-pool", "g2")},
+    {"unlimited routes, every worker full: queue", P_SPILL, {G1_AT(6), C1_AT(6)}, {{0}},
+     {.model = "dual"}, WAIT("gpu-pool")},
+    {"unrouted model, its worker full: queue", P_SPILL, {F1_AT(4)}, {{0}}, {.model = "free"},
+     WAIT("misc")},
+    {"pool below its max_concurrency", P_POOLCAP, {G1_AT(2), C1}, {{0}}, {.model = "dual"},
+     TO("gpu-pool", "g1")},
+    {"pool at its max_concurrency spills", P_POOLCAP, {G1_AT(2), G2_AT(1), C1}, {{0}},
+     {.model = "dual"}, SPILL("cpu-pool", "c1", "gpu-pool", "saturated")},
     /* degraded pools */
     {"no primary worker spills degraded", P_SPILL, {C1}, {{0}}, {.model = "llama"},
      SPILL("cpu-pool", "c1", "gpu-pool", "degraded")},
