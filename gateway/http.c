@@ -21,6 +21,7 @@
 #include "gateway/broker.h"
 #include "gateway/front.h"
 #include "gateway/http.h"
+#include "gateway/keys.h"
 #include "gateway/metrics.h"
 #include "gateway/openai.h"
 #include "gateway/registry.h"
@@ -41,7 +42,14 @@ typedef struct {
     bool too_large;
     bool submitted;
     sw_req *req;
+    sw_key_ticket *key;           /* the client key's admission; settled in on_completed */
+    uint32_t key_max_tokens;      /* what the key was charged for completion */
 } conn_ctx;
+
+/* The client API keys (keys.h): opened by sw_http_start, closed by
+ * sw_http_stop once every connection (and so every ticket) is done. One
+ * gateway per process, and gateway.h has no slot for it. */
+static sw_keys *s_keys;
 
 /* ---- plain responses ------------------------------------------------------ */
 static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const char *ctype,
@@ -185,6 +193,14 @@ static enum MHD_Result do_metrics(sw_gateway *g, struct MHD_Connection *c)
     int n = sw_registry_snapshot(&g->reg, &snap, &deaths);
     char *text = sw_metrics_render(snap, n, deaths);
     free(snap);
+    if (text && sw_keys_enabled(s_keys)) {   /* the per-key series after the rest */
+        sw_sbuf b = {0};
+        sw_sbuf_put(&b, text);
+        free(text);
+        sw_keys_metrics(s_keys, &b);
+        text = b.oom ? NULL : b.s;
+        if (!text) sw_sbuf_free(&b);
+    }
     if (!text) return respond_error(c, 500, "out of memory", NULL, NULL, "out_of_memory");
     return respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, 0);
 }
@@ -305,6 +321,8 @@ static enum MHD_Result do_reload(sw_gateway *g, struct MHD_Connection *c)
     char err[4096];
     if (sw_gw_reload(g, err, sizeof err) != 0)
         return respond_error(c, 400, err, "invalid_request_error", NULL, "policy_invalid");
+    if (sw_keys_reload(s_keys, err, sizeof err) != 0)
+        return respond_error(c, 400, err, "invalid_request_error", NULL, "api_keys_invalid");
     sw_policy *p = sw_gw_policy(g);
     char *s;
     if (asprintf(&s, "{\"ok\":true,\"version\":%llu}", (unsigned long long)p->version) < 0) s = NULL;
@@ -550,6 +568,37 @@ static const char *header(struct MHD_Connection *c, const char *name)
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
+/* The request's max_tokens, from its encoded generate request (0 if none). */
+static uint32_t gen_max_tokens(const sw_req *r)
+{
+    Spillway__Envelope *e = spillway__envelope__unpack(NULL, r->gen_len, r->gen);
+    uint32_t m = 0;
+    if (e && e->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE && e->generate) m = e->generate->max_tokens;
+    if (e) spillway__envelope__free_unpacked(e, NULL);
+    return m;
+}
+
+/* Admission by the client's API key (keys.h), after parsing. True when
+ * admitted (ctx->key holds the ticket); false with the refusal queued in *rc. */
+static bool admit_key(struct MHD_Connection *c, conn_ctx *ctx, sw_req *r, enum MHD_Result *rc)
+{
+    if (!sw_keys_enabled(s_keys)) return true;
+    ctx->key_max_tokens = gen_max_tokens(r);
+    sw_key_request kr = { .authorization = header(c, "Authorization"), .model = r->model,
+                          .target = r->want_target, .klass = r->klass,
+                          .prompt_tokens = r->prompt_tokens_est, .max_tokens = ctx->key_max_tokens };
+    sw_key_refusal why;
+    int st = sw_keys_admit(s_keys, &kr, &ctx->key, &why);
+    if (st == 0) {
+        r->klass = sw_key_class(ctx->key, r->klass);
+        return true;
+    }
+    sw_metrics_request(NULL, SW_ST_REJECTED);
+    *rc = respond(c, (unsigned)st, "application/json",
+                  sw_openai_error_json(why.message, why.type, why.param, why.code), why.retry_after_s);
+    return false;
+}
+
 static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, conn_ctx *ctx)
 {
     if (ctx->too_large)
@@ -611,6 +660,11 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
         sw_req_unref(r);
         sw_metrics_request(NULL, SW_ST_REJECTED);
         return respond_error(c, st, msg, NULL, param, NULL);
+    }
+    enum MHD_Result krc;
+    if (!admit_key(c, ctx, r, &krc)) {
+        sw_req_unref(r);
+        return krc;
     }
     r->t_submit_ns = sw_now_ns();
     ctx->req = r;
@@ -816,6 +870,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return MHD_NO;
 }
 
+/* The request is over for its client: give back the key's concurrent slot
+ * and trade its token charge for what was used. The usage is final when the
+ * worker reported it; a request cut off before that is charged in full if
+ * it ever produced a token (the worker spent them), else nothing. */
+static void settle_key(conn_ctx *ctx)
+{
+    if (!ctx->key) return;
+    uint32_t prompt = 0, completion = 0;
+    sw_req *r = ctx->req;
+    if (r) {
+        pthread_mutex_lock(&r->mu);
+        prompt = r->usage_prompt;
+        completion = r->usage_completion;
+        if (!prompt && !completion && r->got_token) {
+            prompt = r->prompt_tokens_est;
+            completion = ctx->key_max_tokens;
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    sw_keys_settle(ctx->key, prompt, completion);
+    ctx->key = NULL;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode why)
 {
@@ -824,6 +901,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     conn_ctx *ctx = *con_cls;
     if (!ctx) return;
     *con_cls = NULL;
+    settle_key(ctx);
     if (ctx->req) {
         sw_req *r = ctx->req;
         pthread_mutex_lock(&r->mu);
@@ -889,6 +967,10 @@ int sw_http_start(sw_gateway *g, const char *host, int port, char *err, size_t e
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     raise_fd_limit();
+    if (!s_keys && !(s_keys = sw_keys_open(g->api_keys_file, err, errlen))) {
+        freeaddrinfo(ai);
+        return -1;
+    }
     /* The idle timeout counts inactivity: a stream that sends tokens or
      * keep-alives is never idle, nor is a connection suspended waiting on
      * a worker; a client that sends nothing (slowloris) or never reads is. */
@@ -913,4 +995,6 @@ void sw_http_stop(sw_gateway *g)
 {
     if (g->mhd) MHD_stop_daemon(g->mhd);
     g->mhd = NULL;
+    sw_keys_close(s_keys);   /* after the daemon: every connection has settled */
+    s_keys = NULL;
 }

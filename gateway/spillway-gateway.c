@@ -32,6 +32,7 @@
 #include "gateway/broker.h"
 #include "gateway/gateway.h"
 #include "gateway/http.h"
+#include "gateway/keys.h"
 #include "gateway/metrics.h"
 #include "gateway/util.h"
 #include "gateway/zap.h"
@@ -254,6 +255,7 @@ static void wait_for_stop(sigset_t *sigs)
         if (sig != SIGHUP) return;
         __atomic_store_n(&G.reload_requested, 1, __ATOMIC_RELEASE);   /* broker reloads at its next tick */
         sw_zap_reload();                                               /* and the key allowlists */
+        sw_keys_reload_soon();                                         /* and the client API keys */
     }
 }
 
