@@ -370,9 +370,38 @@ static void add_logprob(sw_req *r, const Spillway__Logprob *l)
 
 /* The HTTP sink: a chunk's text, reasoning, log probabilities and calls
  * wait in r for the connection's reader (sse_reader or answer_generate). */
+static void fail_locked(sw_req *r, int status, const char *type, const char *code, const char *msg);
+
+/* A stream's output waiting for its reader: text not yet framed, and
+ * framed bytes not yet written. */
+static size_t backlog(const sw_req *r)
+{
+    return r->text.n + r->reasoning.n + (r->out.n - r->out_off);
+}
+
+/* A stream whose reader does not keep up: past SW_MAX_STREAM_BACKLOG_BYTES
+ * it ends in-band with an error (what the reader gets when it reads again)
+ * and the broker cancels it at the worker, rather than letting one slow
+ * client grow the gateway's memory. True when r was cut off. */
+static bool reader_too_slow(sw_req *r, const Spillway__TokenChunk *c)
+{
+    size_t add = (c->text ? strlen(c->text) : 0) + (c->reasoning ? strlen(c->reasoning) : 0);
+    if (!r->stream || r->finished || backlog(r) + add <= SW_MAX_STREAM_BACKLOG_BYTES) return false;
+    char msg[160];
+    snprintf(msg, sizeof msg, "the stream was not read: more than %u bytes of output waited for "
+             "the client, so the request was cancelled", SW_MAX_STREAM_BACKLOG_BYTES);
+    fail_locked(r, 503, "server_error", "stream_backlog", msg);
+    fprintf(stderr, "gateway: %s: %s\n", r->id, msg);
+    return true;
+}
+
 static bool http_chunk(sw_req *r, const Spillway__TokenChunk *c, int64_t rx_ns)
 {
     pthread_mutex_lock(&r->mu);
+    if (reader_too_slow(r, c)) {
+        pthread_mutex_unlock(&r->mu);
+        return false;   /* the broker cancels it at the worker */
+    }
     if (c->text && *c->text) {
         if ((r->text.n == 0 && r->reasoning.n == 0) || !r->stream) r->text_rx_ns = rx_ns;
         sw_sbuf_put_n(&r->text, c->text, strlen(c->text));
@@ -394,9 +423,8 @@ static bool http_chunk(sw_req *r, const Spillway__TokenChunk *c, int64_t rx_ns)
 
 /* Before the HTTP status went out: a real error status. After (a stream
  * already running): finish_reason "error", in-band. */
-static void http_fail(sw_req *r, int status, const char *type, const char *code, const char *msg)
+static void fail_locked(sw_req *r, int status, const char *type, const char *code, const char *msg)
 {
-    pthread_mutex_lock(&r->mu);
     snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
     r->err_type = type;
     r->err_code = code;
@@ -408,6 +436,12 @@ static void http_fail(sw_req *r, int status, const char *type, const char *code,
     }
     r->decided = true;
     wake_locked(r);
+}
+
+static void http_fail(sw_req *r, int status, const char *type, const char *code, const char *msg)
+{
+    pthread_mutex_lock(&r->mu);
+    fail_locked(r, status, type, code, msg);
     pthread_mutex_unlock(&r->mu);
 }
 

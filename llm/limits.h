@@ -62,5 +62,9 @@
 #define SW_HTTP_MAX_CONNECTIONS 4096u
 #define SW_HTTP_MAX_CONNECTIONS_PER_IP 512u
 #define SW_HTTP_IDLE_TIMEOUT_S 60u
+/* Output of one stream waiting for a reader that does not keep up, bytes:
+ * past it the request ends with an error and is cancelled at the worker. A
+ * megabyte is many minutes of tokens for a reader that reads at all. */
+#define SW_MAX_STREAM_BACKLOG_BYTES (1u << 20)
 
 #endif

@@ -190,3 +190,61 @@ def test_slow_answers_outlive_the_idle_timeout(gw):
     assert st == 200 and json.loads(body)["usage"]["completion_tokens"] == 2, body
     st, _, body = out[True]
     assert st == 200 and body.rstrip().endswith(b"data: [DONE]"), body
+
+
+def rss_kb(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def dechunk(data):
+    """The body of one chunked HTTP/1.1 response."""
+    rest = data.split(b"\r\n\r\n", 1)[1]
+    out = b""
+    while rest:
+        size_line, rest = rest.split(b"\r\n", 1)
+        n = int(size_line.split(b";")[0], 16)
+        if n == 0:
+            break
+        out, rest = out + rest[:n], rest[n + 2:]
+    return out
+
+
+def test_slow_reader_is_cut_off_with_bounded_memory(cluster):
+    """A client that asks for a long fast stream and does not read it: the
+    gateway holds at most SW_MAX_STREAM_BACKLOG_BYTES (1 MiB) for it, then
+    cancels the request at the worker (its slot comes back) and, when the
+    client reads at last, the stream ends with finish_reason "error"."""
+    cluster.start_gateway(POLICY)
+    cluster.start_echo("gpu-pool", 200000, name="fast-echo")
+    cluster.wait_workers(1)
+    gw = cluster.gateway.p.pid
+    rss0 = rss_kb(gw)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(5)
+    s.connect(("127.0.0.1", cluster.http_port))
+    body = json.dumps({"model": "echo", "prompt": "hi", "max_tokens": 1000000, "stream": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+              b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    peak = 0
+    t0 = time.monotonic()
+    # Not reading: the worker is told to stop once 1 MiB waits for us.
+    while time.monotonic() - t0 < 20:
+        peak = max(peak, rss_kb(gw))
+        w = cluster.workers()
+        if w and w[0]["active"] == 0 and time.monotonic() - t0 > 0.5:
+            break
+        time.sleep(0.05)
+    cut_after = time.monotonic() - t0
+    assert cluster.workers()[0]["active"] == 0, "the unread stream was not cancelled at the worker"
+    data, closed = read_all(s, 10)
+    s.close()
+    print(f"\ncut off after {cut_after:.1f} s; gateway RSS {rss0} -> peak {peak} kB; "
+          f"{len(data)} bytes read afterwards")
+    assert closed and b"data: [DONE]" in data, data[-300:]
+    body = dechunk(data)
+    assert b'"finish_reason":"error"' in body and b'"code":"stream_backlog"' in body, body[-500:]
+    assert peak - rss0 < 24 * 1024, f"gateway RSS grew {peak - rss0} kB for one unread stream"
