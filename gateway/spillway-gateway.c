@@ -36,6 +36,7 @@
 #include "gateway/metrics.h"
 #include "gateway/util.h"
 #include "gateway/zap.h"
+#include "proto/curve.h"
 #include "llm/cli.h"
 
 static sw_gateway G;
@@ -161,22 +162,14 @@ static int read_admin_token(const char *path, char **tok)
 {
     *tok = NULL;
     if (!path) return -1;
-    char buf[4097];
-    const char *why = NULL;
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n = -1;
-    if (fd < 0 || fstat(fd, &st) != 0) why = strerror(errno);
-    else if (!S_ISREG(st.st_mode)) why = "not a regular file";
-    else if (st.st_mode & 077) why = "group or others may read it; chmod 600 it";
-    else if ((n = read(fd, buf, sizeof buf - 1)) < 0) why = strerror(errno);
-    else if ((size_t)n == sizeof buf - 1) why = "it is over 4096 bytes";
-    if (fd >= 0) close(fd);
-    if (!why) {
-        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
-        buf[n] = 0;
-        if (n == 0) why = "it is empty";
-        else if (strlen(buf) != (size_t)n) why = "it holds a NUL byte";
+    char buf[4098], err[1024];
+    const char *why = err;
+    long got = sw_secret_file_read(path, buf, sizeof buf, err, sizeof err);
+    if (got >= 0) {
+        size_t n = strlen(buf);
+        why = n != (size_t)got ? "it holds a NUL byte" : NULL;
+        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;
+        if (!why && n == 0) why = "it is empty";
     }
     if (why) {
         fprintf(stderr, "spillway-gateway: refusing to start: --admin-token-file %s: %s "

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sodium.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -87,8 +88,9 @@ int sw_curve_write_keypair(const char *prefix, const sw_curve_keypair *kp, char 
     return 0;
 }
 
-/* The whole file (at most MAX_KEY_FILE bytes) into buf, NUL-terminated. *mode gets its mode. */
-static int read_small(const char *path, char *buf, size_t cap, mode_t *mode, char *err, size_t errlen)
+/* The whole file (fewer than cap - 1 bytes) into buf, NUL-terminated:
+ * the bytes read, or -1 with err filled. *mode gets its mode. */
+static long read_small(const char *path, char *buf, size_t cap, mode_t *mode, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
@@ -100,12 +102,26 @@ static int read_small(const char *path, char *buf, size_t cap, mode_t *mode, cha
     ssize_t n = S_ISREG(st.st_mode) ? read(fd, buf, cap - 1) : -1;
     close(fd);
     if (n < 0 || (size_t)n >= cap - 1) {
-        errf(err, errlen, "%s is not a key file (not a regular file, or over %zu bytes)", path, cap - 2);
+        errf(err, errlen, "%s is not a regular file of at most %zu bytes", path, cap - 2);
         return -1;
     }
     buf[n] = 0;
     *mode = st.st_mode;
-    return 0;
+    return (long)n;
+}
+
+long sw_secret_file_read(const char *path, char *buf, size_t cap, char *err, size_t errlen)
+{
+    mode_t mode;
+    long n = read_small(path, buf, cap, &mode, err, errlen);
+    if (n < 0) return -1;
+    if (mode & 077) {
+        sodium_memzero(buf, cap);
+        errf(err, errlen, "%s holds a secret but group or others may read it (mode %03o); "
+                          "chmod 600 %s", path, (unsigned)(mode & 0777), path);
+        return -1;
+    }
+    return n;
 }
 
 /* The value of `name = value` in a key file's text (quotes stripped), into
@@ -134,14 +150,8 @@ static bool key_value(const char *text, const char *name, char out[SW_CURVE_Z85_
 int sw_curve_load_keypair(const char *path, sw_curve_keypair *kp, char *err, size_t errlen)
 {
     char text[MAX_KEY_FILE];
-    mode_t mode;
     memset(kp, 0, sizeof *kp);
-    if (read_small(path, text, sizeof text, &mode, err, errlen) != 0) return -1;
-    if (mode & 077) {
-        errf(err, errlen, "%s holds a secret key but group or others may read it (mode %03o); "
-                          "chmod 600 %s", path, (unsigned)(mode & 0777), path);
-        return -1;
-    }
+    if (sw_secret_file_read(path, text, sizeof text, err, errlen) < 0) return -1;
     char derived[SW_CURVE_Z85_LEN + 1];
     if (!key_value(text, "secret-key", kp->secret_z85) || !sw_curve_valid_z85(kp->secret_z85) ||
         !key_value(text, "public-key", kp->public_z85) || !sw_curve_valid_z85(kp->public_z85)) {
@@ -169,7 +179,7 @@ int sw_curve_load_public(const char *arg, char out[SW_CURVE_Z85_LEN + 1], char *
     }
     char text[MAX_KEY_FILE];
     mode_t mode;
-    if (read_small(arg, text, sizeof text, &mode, err, errlen) != 0) return -1;
+    if (read_small(arg, text, sizeof text, &mode, err, errlen) < 0) return -1;
     if (!key_value(text, "public-key", out) || !sw_curve_valid_z85(out)) {
         errf(err, errlen, "%s: no public-key = Z85 line", arg);
         return -1;

@@ -46,6 +46,14 @@ int sw_curve_generate(sw_curve_keypair *kp, char *err, size_t errlen);
  * err filled. */
 int sw_curve_write_keypair(const char *prefix, const sw_curve_keypair *kp, char *err, size_t errlen);
 
+/* Reads a file that holds a secret (a key file, the gateway's admin token)
+ * whole into buf (cap bytes, NUL-terminated). Refuses, with err filled and
+ * -1, a file that is not regular, holds cap - 1 bytes or more, or that
+ * group or others may read (the message says "chmod 600"). Returns the
+ * bytes read (a NUL among them is the caller's to judge); the caller wipes
+ * buf when done. */
+long sw_secret_file_read(const char *path, char *buf, size_t cap, char *err, size_t errlen);
+
 /* Reads a secret key file. Refuses one that group or others may read, one
  * lacking either key, and one whose public key is not its secret key's. */
 int sw_curve_load_keypair(const char *path, sw_curve_keypair *kp, char *err, size_t errlen);
