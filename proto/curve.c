@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sodium.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -116,7 +115,7 @@ long sw_secret_file_read(const char *path, char *buf, size_t cap, char *err, siz
     long n = read_small(path, buf, cap, &mode, err, errlen);
     if (n < 0) return -1;
     if (mode & 077) {
-        sodium_memzero(buf, cap);
+        explicit_bzero(buf, cap);
         errf(err, errlen, "%s holds a secret but group or others may read it (mode %03o); "
                           "chmod 600 %s", path, (unsigned)(mode & 0777), path);
         return -1;
