@@ -494,7 +494,7 @@ static int request_sampling(cJSON *o, bool chat, Spillway__GenerateRequest *g, p
     if ((rc = get_number(o, "presence_penalty", -SW_MAX_PENALTY, SW_MAX_PENALTY, &presence, e))) return rc;
     if ((rc = get_number(o, "frequency_penalty", -SW_MAX_PENALTY, SW_MAX_PENALTY, &frequency, e))) return rc;
     if ((rc = request_logit_bias(o, sp, e))) return rc;
-    if ((rc = get_int(o, "n", 1, 1, &n, e))) return rc;
+    if ((rc = get_int(o, "n", 1, SW_MAX_CHOICES, &n, e))) return rc;
     if ((rc = request_seed(o, sp, e))) return rc;
     g->max_tokens = (uint32_t)max_tokens;
     sp->temperature = (float)temp;
@@ -590,15 +590,135 @@ static int request_directives(cJSON *o, sw_req *r, perr *e)
     return 0;
 }
 
-/* The body as a JSON object whose text is all UTF-8, or NULL with msg set. */
+/* ---- the raw body: nesting depth and NUL characters ----------------------
+ * Both are read off the text itself: depth before cJSON recurses into it,
+ * and NULs because cJSON decodes "\u0000" (or keeps a raw 0 byte) into a
+ * C string that then ends there, so the text after it would be silently
+ * dropped. Every string in a body is carried as a C string (onto the wire,
+ * into a template, a schema or a stop), so a NUL anywhere is refused, with
+ * the path of the string that holds it as `param`. */
+typedef struct {
+    bool obj;              /* an object (keys) or an array (indices) */
+    bool want_key;         /* object: the next string is a key */
+    size_t index;          /* array: the element being read */
+    const char *key;       /* object: the current key, raw text */
+    size_t key_len;
+} jlevel;
+
+typedef struct {
+    jlevel lv[SW_MAX_JSON_DEPTH];
+    int depth;
+    bool too_deep, nul;
+    char path[256];        /* where the first NUL is, e.g. messages[0].content */
+} jscan;
+
+/* The string whose opening quote is at s[i]: returns the index just past
+ * its closing quote (len if unterminated), *nul set if it holds a NUL.
+ * Every escape is skipped whole, so "\\u0000" (an escaped backslash, then
+ * text) is not taken for one. */
+static size_t scan_string(const char *s, size_t i, size_t len, bool *nul)
+{
+    for (i++; i < len && s[i] != '"'; i++) {
+        if (s[i] == '\0') *nul = true;
+        if (s[i] != '\\' || i + 1 >= len) continue;
+        i++;
+        if (s[i] == 'u' && i + 4 < len && !memcmp(s + i + 1, "0000", 4)) *nul = true;
+    }
+    return i < len ? i + 1 : len;
+}
+
+/* js->path: the keys and indices down to the string just read (and the
+ * string itself, when it is a key). */
+static void scan_path(jscan *js)
+{
+    size_t n = 0, cap = sizeof js->path;
+    js->path[0] = '\0';
+    for (int d = 0; d < js->depth && n < cap; d++) {
+        const jlevel *l = &js->lv[d];
+        int w = l->obj ? snprintf(js->path + n, cap - n, "%s%.*s", n ? "." : "", (int)l->key_len,
+                                  l->key ? l->key : "")
+                       : snprintf(js->path + n, cap - n, "[%zu]", l->index);
+        n += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* One string token at s[i]: a key or a value. Returns the index past it. */
+static size_t scan_token(const char *s, size_t i, size_t len, jscan *js)
+{
+    bool nul = false;
+    size_t end = scan_string(s, i, len, &nul);
+    jlevel *top = js->depth ? &js->lv[js->depth - 1] : NULL;
+    if (top && top->obj && top->want_key) {
+        top->key = s + i + 1;
+        top->key_len = end >= i + 2 ? end - i - 2 : 0;
+        top->want_key = false;
+    }
+    if (nul && !js->nul) {
+        js->nul = true;
+        scan_path(js);
+    }
+    return end;
+}
+
+/* Scans the whole body; stops at the first level past SW_MAX_JSON_DEPTH.
+ * Invalid JSON is scanned too (without harm): cJSON refuses it after. */
+static void scan_body(const char *s, size_t len, jscan *js)
+{
+    for (size_t i = 0; i < len;) {
+        char ch = s[i];
+        jlevel *top = js->depth ? &js->lv[js->depth - 1] : NULL;
+        if (ch == '"') {
+            i = scan_token(s, i, len, js);
+            continue;
+        }
+        if (ch == '{' || ch == '[') {
+            if (js->depth == SW_MAX_JSON_DEPTH) {
+                js->too_deep = true;
+                return;
+            }
+            js->lv[js->depth++] = (jlevel){.obj = ch == '{', .want_key = ch == '{'};
+        } else if ((ch == '}' || ch == ']') && js->depth) {
+            js->depth--;
+        } else if (ch == ',' && top) {
+            if (top->obj) top->want_key = true;
+            else top->index++;
+        }
+        i++;
+    }
+}
+
+/* A NUL's param outlives the call (the caller writes the error after):
+ * kept per HTTP thread until its next parse. */
+static _Thread_local char nul_param[sizeof ((jscan *)0)->path];
+
+/* The body as a JSON object whose text is all UTF-8, no deeper than
+ * SW_MAX_JSON_DEPTH and without NULs, or NULL with msg (and param) set. */
 static cJSON *parse_body(const char *body, size_t len, perr *e)
 {
-    cJSON *o = cJSON_ParseWithLength(body, len);
-    const char *why = !o ? "request body is not valid JSON"
+    jscan *js = calloc(1, sizeof *js);
+    if (!js) {
+        snprintf(e->msg, e->msglen, "out of memory");
+        return NULL;
+    }
+    scan_body(body, len, js);
+    cJSON *o = js->too_deep ? NULL : cJSON_ParseWithLength(body, len);
+    const char *why = js->too_deep ? NULL
+                      : !o ? "request body is not valid JSON"
                       : !cJSON_IsObject(o) ? "request body must be a JSON object"
                       : !json_utf8_ok(o->child) ? "request body contains text that is not valid UTF-8" : NULL;
-    if (!why) return o;
-    snprintf(e->msg, e->msglen, "%s", why);
+    if (js->too_deep)
+        snprintf(e->msg, e->msglen, "request body nests objects and arrays deeper than %d levels",
+                 SW_MAX_JSON_DEPTH);
+    else if (why)
+        snprintf(e->msg, e->msglen, "%s", why);
+    else if (js->nul) {
+        snprintf(nul_param, sizeof nul_param, "%s", js->path);
+        badf(e, nul_param, "'%s' contains a NUL character (U+0000); NUL characters are not accepted",
+             nul_param);
+    }
+    bool ok = !js->too_deep && !why && !js->nul;
+    free(js);
+    if (ok) return o;
     cJSON_Delete(o);
     return NULL;
 }

@@ -34,6 +34,14 @@
 /* A JSON schema (response_format, or the one built from the tools), bytes. */
 #define SW_MAX_SCHEMA_LEN 65536
 
+/* ---- request bodies as a whole (gateway/openai.c) ----
+ * Choices per request (`n`): one, as the engines generate one sequence. */
+#define SW_MAX_CHOICES 1
+/* Nesting of objects and arrays in a request body, counted on the raw text
+ * before it is parsed: enough for deep JSON schemas, far under cJSON's own
+ * limit of 1000 (which would report a deep body as merely "not JSON"). */
+#define SW_MAX_JSON_DEPTH 64
+
 /* Sampling ranges on the wire; the HTTP API narrows temperature to OpenAI's
  * 0..2 and repetition_penalty to 0..10. */
 #define SW_MAX_TEMPERATURE 100.0f

@@ -281,3 +281,55 @@ def test_schema_at(gw):
 def test_still_serving(gw):
     served(gw, **chat())
     assert gw.gateway.alive()
+
+
+# ---- no silent truncation: a NUL anywhere in a body is refused -----------
+# (cJSON would decode "\u0000" into a C string that ends there, and the text
+# after it would be dropped; the gateway reads the raw text first)
+
+@pytest.mark.parametrize("body,param", [
+    (dict(model="stories", prompt="Once upon\u0000 a time", max_tokens=2), "prompt"),
+    (chat(messages=[{"role": "user", "content": "Once\u0000 upon"}]), "messages[0].content"),
+    (chat(messages=[{"role": "system", "content": "Be brief"},
+                    {"role": "user", "content": [{"type": "text", "text": "a\u0000b"}]}]),
+     "messages[1].content[0].text"),
+    (chat(stop=["<a>", "<b\u0000>"]), "stop[1]"),
+])
+def test_nul_is_refused_with_its_path(gw, body, param):
+    path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
+    e = refused(gw, param, path=path, **body)
+    assert "NUL" in e["message"], e
+
+
+def test_nul_in_a_raw_body_byte_is_refused(gw):
+    raw = json.dumps(chat()).encode().replace(b"Once upon", b"Once\x00upon")
+    st, _, body = http_post(gw.base + "/v1/chat/completions", raw, timeout=60)
+    e = json.loads(body)["error"]
+    assert st == 400 and e["param"] == "messages[0].content", e
+
+
+def test_escaped_backslash_before_u0000_text_is_served(gw):
+    """"\\u0000" is a backslash and the text u0000: no NUL, so it is served."""
+    served(gw, **chat(messages=[{"role": "user", "content": "path C:\\u0000 here"}]))
+
+
+def nested(depth):
+    """A body whose metadata nests `depth` levels below the top object."""
+    inner = "1"
+    for _ in range(depth - 1):
+        inner = "[" + inner + "]"
+    return json.dumps(chat())[:-1].encode() + b', "metadata": {"x": ' + inner.encode() + b"}}"
+
+
+def test_nesting_depth_at_and_over(gw):
+    lim = L["SW_MAX_JSON_DEPTH"]
+    # The top object is level 1 and metadata level 2: lim - 1 more levels fit.
+    st, _, body = http_post(gw.base + "/v1/chat/completions", nested(lim - 2), timeout=60)
+    assert st != 400 or "deeper" not in body.decode(), body[:300]
+    st, _, body = http_post(gw.base + "/v1/chat/completions", nested(lim), timeout=60)
+    e = json.loads(body)["error"]
+    assert st == 400 and "deeper than" in e["message"] and e["param"] is None, e
+
+
+def test_n_over(gw):
+    refused(gw, "n", **chat(n=L["SW_MAX_CHOICES"] + 1))
