@@ -236,15 +236,35 @@ class Cluster:
         cfg.write_text(config_text)
         self.config_path = cfg
         admin = ["--admin-token-file", self.admin_token_file] if admin_token else []
-        self.gateway = Proc([bin_path("spillway-gateway"), "--config", cfg,
-                             "--http", f"127.0.0.1:{self.http_port}",
-                             "--workers", f"tcp://127.0.0.1:{self.zmq_port}", *admin, *extra_args],
-                            self.tmp / "gateway.log")
-        self.procs.append(self.gateway)
+        for attempt in range(3):
+            self.gateway = Proc([bin_path("spillway-gateway"), "--config", cfg,
+                                 "--http", f"127.0.0.1:{self.http_port}",
+                                 "--workers", f"tcp://127.0.0.1:{self.zmq_port}", *admin, *extra_args],
+                                self.tmp / "gateway.log")
+            self.procs.append(self.gateway)
+            if not wait or not self._http_port_taken():
+                break
+            # Another process's connection took the port between free_port()
+            # and the gateway's bind (the kernel hands out the same ephemeral
+            # range to both): take another one.
+            self.http_port = free_port()
+            self.base = f"http://127.0.0.1:{self.http_port}"
         if wait:
             wait_until(lambda: http_get(self.base + "/healthz")[0] == 200, 15,
                        what="gateway /healthz")
         return self.gateway
+
+    def _http_port_taken(self, timeout=15):
+        """Waits for the gateway to answer or exit; True when it exited
+        because its HTTP port was in use."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.gateway.alive():
+            try:
+                if http_get(self.base + "/healthz")[0] == 200:
+                    return False
+            except OSError:
+                time.sleep(0.05)
+        return not self.gateway.alive() and "cannot start the HTTP server" in self.gateway.output()
 
     def start_worker(self, pool, model_name, model_path, extra_args=(), name="worker", env=None,
                      binary="spillway-worker-cpu"):
