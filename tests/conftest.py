@@ -231,7 +231,7 @@ class Cluster:
         self.admin_token_file = self.tmp / "admin.token"
         self.admin_headers = write_admin_token(self.admin_token_file)
 
-    def start_gateway(self, config_text, extra_args=(), wait=True, admin_token=True):
+    def start_gateway(self, config_text, extra_args=(), wait=True, admin_token=True, env=None):
         cfg = self.tmp / "routes.yaml"
         cfg.write_text(config_text)
         self.config_path = cfg
@@ -240,7 +240,7 @@ class Cluster:
             self.gateway = Proc([bin_path("spillway-gateway"), "--config", cfg,
                                  "--http", f"127.0.0.1:{self.http_port}",
                                  "--workers", f"tcp://127.0.0.1:{self.zmq_port}", *admin, *extra_args],
-                                self.tmp / "gateway.log")
+                                self.tmp / "gateway.log", env=env)
             self.procs.append(self.gateway)
             if not wait or not self._http_port_taken():
                 break
