@@ -999,8 +999,30 @@ static void message_key(void *sock, zmq_msg_t *body)
     if (uid && strlen(uid) == SW_CURVE_Z85_LEN) memcpy(AUTHN.key, uid, SW_CURVE_Z85_LEN + 1);
 }
 
-/* Receives [identity][one frame] messages from a ROUTER. */
-static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void *, size_t))
+/* A message from a worker's connection with the wrong number of frames: a
+ * registered worker sending one is not speaking our protocol, so it is
+ * dropped, as for an invalid frame. */
+static void on_bad_framing(const uint8_t *id, size_t idlen, int frames)
+{
+    LOG_LIMITED(LOG_FRAMING, "gateway: dropped a message with %d frames (want exactly 1 after the identity)\n",
+                frames);
+    sw_metrics_worker_violation("invalid_frame");
+    sw_worker *bad = sw_registry_find(&B.g->reg, id, idlen);
+    if (bad) disconnect_worker(bad, "sent a message with the wrong frame count");
+}
+
+/* The same from an SDK client: logged; the client only loses that message. */
+static void on_sdk_bad_framing(const uint8_t *id, size_t idlen, int frames)
+{
+    (void)id; (void)idlen;
+    LOG_LIMITED(LOG_FRAMING, "gateway: dropped a message with %d frames (want exactly 1 after the identity)\n",
+                frames);
+}
+
+/* Receives [identity][one frame] messages from a ROUTER; any other shape
+ * goes to bad with its frame count after the identity. */
+static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void *, size_t),
+                  void (*bad)(const uint8_t *, size_t, int))
 {
     for (int i = 0; i < MAX_MSGS_PER_ROUND; i++) {
         zmq_msg_t idm, body;
@@ -1023,8 +1045,7 @@ static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void
             zmq_msg_close(&part);
         }
         if (!have_body || extra) {
-            LOG_LIMITED(LOG_FRAMING, "gateway: dropped a message with %d frames (want exactly 1 after the identity)\n",
-                        have_body ? 1 + extra : 0);
+            bad(zmq_msg_data(&idm), zmq_msg_size(&idm), have_body ? 1 + extra : 0);
         } else {
             message_key(sock, &body);
             handle(zmq_msg_data(&idm), zmq_msg_size(&idm), zmq_msg_data(&body), zmq_msg_size(&body));
@@ -1176,8 +1197,8 @@ static void *broker_main(void *arg)
             break;
         }
         if (items[1].revents & ZMQ_POLLIN) drain_inbox();
-        if (items[0].revents & ZMQ_POLLIN) drain(B.router, on_message);
-        if (n_items > 2 && (items[2].revents & ZMQ_POLLIN)) drain(B.sdk, on_sdk_message);
+        if (items[0].revents & ZMQ_POLLIN) drain(B.router, on_message, on_bad_framing);
+        if (n_items > 2 && (items[2].revents & ZMQ_POLLIN)) drain(B.sdk, on_sdk_message, on_sdk_bad_framing);
         now = sw_now_ms();
         if (now - B.last_tick_ms >= SW_TICK_MS) {
             B.last_tick_ms = now;

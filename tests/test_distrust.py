@@ -169,3 +169,22 @@ def test_garbage_and_stray_frames_disconnect_the_sender_only(cluster):
     assert log.count("dropped an invalid frame") <= 3, log   # rate-limited, not 50 lines
     garbage.close()
     stray.close()
+
+
+def test_wrong_frame_count_disconnects_the_sender_only(cluster):
+    """A registered worker that sends [a][b] (two frames where the protocol
+    has one) is dropped as for garbage; the honest worker keeps serving."""
+    cluster.start_gateway(POLICY, extra_args=["--sdk", "none"])
+    cluster.start_echo("cpu-pool", 200, ["--worker-id", "honest"], name="honest")
+    cluster.wait_workers(1)
+    multi = Hostile(cluster, "multi")
+    cluster.wait_workers(2)
+    for _ in range(20):
+        multi.s.send_multipart([envelope(HEARTBEAT, b""), b"extra"])
+    wait_until(lambda: [w["id"] for w in cluster.workers()] == ["honest"], 10, what="only the honest worker left")
+    assert metric(cluster, "spillway_worker_violations_total", reason="invalid_frame") >= 1
+    st, body = post(cluster, {"model": "echo", "prompt": "hi", "max_tokens": 4})
+    assert st == 200 and json.loads(body)["usage"]["completion_tokens"] == 4, body
+    log = cluster.gateway.output()
+    assert "wrong frame count" in log and log.count("dropped a message with 2 frames") <= 3, log
+    multi.close()
