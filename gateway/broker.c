@@ -835,15 +835,21 @@ static sw_env *decode_or_drop(const void *buf, size_t len, const char *from)
     return env;
 }
 
+/* Garbage (an invalid frame, a wrong frame count) on the worker socket: a
+ * registered worker sending it is not speaking our protocol (or is broken),
+ * so it gets no more requests. */
+static void drop_peer(const uint8_t *id, size_t idlen, const char *why)
+{
+    sw_metrics_worker_violation("invalid_frame");
+    sw_worker *bad = sw_registry_find(&B.g->reg, id, idlen);
+    if (bad) disconnect_worker(bad, why);
+}
+
 static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t len)
 {
     sw_env *env = decode_or_drop(buf, len, "a peer");
     if (!env) {
-        /* Garbage from a registered worker: it is not speaking our protocol
-         * (or is broken), so it gets no more requests. */
-        sw_metrics_worker_violation("invalid_frame");
-        sw_worker *bad = sw_registry_find(&B.g->reg, id, idlen);
-        if (bad) disconnect_worker(bad, "sent an invalid frame");
+        drop_peer(id, idlen, "sent an invalid frame");
         return;
     }
     int64_t now = sw_now_ms();
@@ -999,30 +1005,11 @@ static void message_key(void *sock, zmq_msg_t *body)
     if (uid && strlen(uid) == SW_CURVE_Z85_LEN) memcpy(AUTHN.key, uid, SW_CURVE_Z85_LEN + 1);
 }
 
-/* A message from a worker's connection with the wrong number of frames: a
- * registered worker sending one is not speaking our protocol, so it is
- * dropped, as for an invalid frame. */
-static void on_bad_framing(const uint8_t *id, size_t idlen, int frames)
-{
-    LOG_LIMITED(LOG_FRAMING, "gateway: dropped a message with %d frames (want exactly 1 after the identity)\n",
-                frames);
-    sw_metrics_worker_violation("invalid_frame");
-    sw_worker *bad = sw_registry_find(&B.g->reg, id, idlen);
-    if (bad) disconnect_worker(bad, "sent a message with the wrong frame count");
-}
-
-/* The same from an SDK client: logged; the client only loses that message. */
-static void on_sdk_bad_framing(const uint8_t *id, size_t idlen, int frames)
-{
-    (void)id; (void)idlen;
-    LOG_LIMITED(LOG_FRAMING, "gateway: dropped a message with %d frames (want exactly 1 after the identity)\n",
-                frames);
-}
-
-/* Receives [identity][one frame] messages from a ROUTER; any other shape
- * goes to bad with its frame count after the identity. */
+/* Receives [identity][one frame] messages from a ROUTER. Any other shape
+ * is logged and, when bad is given (the worker socket), handed to it with
+ * the sender's identity. */
 static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void *, size_t),
-                  void (*bad)(const uint8_t *, size_t, int))
+                  void (*bad)(const uint8_t *, size_t, const char *))
 {
     for (int i = 0; i < MAX_MSGS_PER_ROUND; i++) {
         zmq_msg_t idm, body;
@@ -1045,7 +1032,9 @@ static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void
             zmq_msg_close(&part);
         }
         if (!have_body || extra) {
-            bad(zmq_msg_data(&idm), zmq_msg_size(&idm), have_body ? 1 + extra : 0);
+            LOG_LIMITED(LOG_FRAMING, "gateway: dropped a message with %d frames (want exactly 1 after the identity)\n",
+                        have_body ? 1 + extra : 0);
+            if (bad) bad(zmq_msg_data(&idm), zmq_msg_size(&idm), "sent a message with the wrong frame count");
         } else {
             message_key(sock, &body);
             handle(zmq_msg_data(&idm), zmq_msg_size(&idm), zmq_msg_data(&body), zmq_msg_size(&body));
@@ -1197,8 +1186,8 @@ static void *broker_main(void *arg)
             break;
         }
         if (items[1].revents & ZMQ_POLLIN) drain_inbox();
-        if (items[0].revents & ZMQ_POLLIN) drain(B.router, on_message, on_bad_framing);
-        if (n_items > 2 && (items[2].revents & ZMQ_POLLIN)) drain(B.sdk, on_sdk_message, on_sdk_bad_framing);
+        if (items[0].revents & ZMQ_POLLIN) drain(B.router, on_message, drop_peer);
+        if (n_items > 2 && (items[2].revents & ZMQ_POLLIN)) drain(B.sdk, on_sdk_message, NULL);
         now = sw_now_ms();
         if (now - B.last_tick_ms >= SW_TICK_MS) {
             B.last_tick_ms = now;
