@@ -9,6 +9,10 @@ DEBS=(build-essential pkg-config libzmq3-dev libyaml-dev libprotobuf-c-dev proto
 # make fuzz: clang, libFuzzer's runtime (libclang_rt.fuzzer) and clang's
 # OpenMP (the libraries build with -fopenmp)
 DEBS+=(clang libclang-rt-dev libomp-dev)
+# the operations tests: a real Prometheus (and promtool), a real browser for
+# the dashboard (Selenium drives Debian's chromium-driver; nothing is
+# downloaded), network namespaces for the many-host test
+DEBS+=(prometheus chromium chromium-driver iproute2)
 
 missing=()
 for p in "${DEBS[@]}"; do
