@@ -341,3 +341,31 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
+
+
+# Tests of what runs around the gateway (a real Prometheus, a real browser,
+# deployment manifests, network namespaces) run in the plain suite only: under
+# SANITIZE=1 and TSAN=1 the same C paths are run by the other tests, and these
+# would spend the sanitizer runs' CI minutes on the outside tools.
+def pytest_configure(config):
+    config.addinivalue_line("markers", "plain_only: runs in the plain build's suite, "
+                            "skipped (and reported so) under SANITIZE=1 and TSAN=1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not (SANITIZED or TSAN):
+        return
+    skip = pytest.mark.skip(reason="plain_only: an outside-tool test, run by the plain suite")
+    for item in items:
+        if "plain_only" in item.keywords:
+            item.add_marker(skip)
+
+
+def require_tool(name):
+    """Path of an outside program the test drives (ops/deps.sh installs it),
+    or skip the test, saying so, where it is missing."""
+    import shutil
+    p = shutil.which(name)
+    if not p:
+        pytest.skip(f"{name} not installed (ops/deps.sh installs it)")
+    return p
