@@ -98,10 +98,11 @@ int sw_set_i8_min_tokens(int n);
 int sw_i8_min_tokens(void);
 
 /* The CPU's int8 multiply-add peak, measured: every OpenMP thread runs
- * independent chains of the instruction the packed kernels are built on
- * (vpdpbusd, 64 MACs each) for `seconds`; the sum of each thread's best
- * few-millisecond window, in GMAC/s. 0 when the active ISA has no such
- * path. The yardstick for prefill and batched decode, which are bound by it. */
+ * independent chains of the instructions the packed kernels are built on
+ * (AVX-512 VNNI: vpdpbusd, 64 MACs each; AVX2: vpmaddubsw + vpmaddwd +
+ * vpaddd, 32 MACs a triple) for `seconds`; the sum of each thread's best
+ * few-millisecond window, in GMAC/s. 0 on the scalar path. The yardstick
+ * for prefill and batched decode, which are bound by it. */
 double sw_int8_peak_gmac_s(double seconds);
 
 /* Row r of a tensor as floats (embedding lookup). */

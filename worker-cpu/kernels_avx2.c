@@ -796,6 +796,106 @@ q32x16_entry_avx2(const sw_type type, const uint8_t *q, const uint16_t *s, int64
 SW_Q32_TYPES(SW_Q32_ENTRY)
 #undef SW_Q32_ENTRY
 
+
+/* The int8 multiply-add peak without VNNI, in the instruction mix the
+ * kernels here are built on: vpmaddubsw (32 byte products into word pairs),
+ * vpmaddwd widening them to dwords, vpaddd into the accumulator. The first
+ * two share the multiply pipes, so this is one pair per 32 MACs, not one
+ * vpmaddubsw. 8 accumulator chains, 4 temporaries rotated (16 ymm in all);
+ * 24 triples an iteration = SW_INT8_PEAK_MACS (768). asm, so the compiler
+ * keeps every instruction. */
+static int64_t int8_peak_avx2(int64_t iters)
+{
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m256i t0, t1, t2, t3;
+    const __m256i w = _mm256_set1_epi8(1), x = _mm256_set1_epi32(0x01020304), one = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < iters; i++)
+        __asm__ volatile("vpmaddubsw %[x], %[w], %[t0]\n\t"
+                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
+                         "vpaddd %[t0], %[a0], %[a0]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
+                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
+                         "vpaddd %[t1], %[a1], %[a1]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
+                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
+                         "vpaddd %[t2], %[a2], %[a2]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
+                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
+                         "vpaddd %[t3], %[a3], %[a3]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t0]\n\t"
+                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
+                         "vpaddd %[t0], %[a4], %[a4]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
+                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
+                         "vpaddd %[t1], %[a5], %[a5]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
+                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
+                         "vpaddd %[t2], %[a6], %[a6]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
+                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
+                         "vpaddd %[t3], %[a7], %[a7]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t0]\n\t"
+                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
+                         "vpaddd %[t0], %[a0], %[a0]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
+                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
+                         "vpaddd %[t1], %[a1], %[a1]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
+                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
+                         "vpaddd %[t2], %[a2], %[a2]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
+                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
+                         "vpaddd %[t3], %[a3], %[a3]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t0]\n\t"
+                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
+                         "vpaddd %[t0], %[a4], %[a4]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
+                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
+                         "vpaddd %[t1], %[a5], %[a5]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
+                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
+                         "vpaddd %[t2], %[a6], %[a6]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
+                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
+                         "vpaddd %[t3], %[a7], %[a7]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t0]\n\t"
+                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
+                         "vpaddd %[t0], %[a0], %[a0]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
+                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
+                         "vpaddd %[t1], %[a1], %[a1]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
+                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
+                         "vpaddd %[t2], %[a2], %[a2]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
+                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
+                         "vpaddd %[t3], %[a3], %[a3]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t0]\n\t"
+                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
+                         "vpaddd %[t0], %[a4], %[a4]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
+                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
+                         "vpaddd %[t1], %[a5], %[a5]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
+                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
+                         "vpaddd %[t2], %[a6], %[a6]\n\t"
+                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
+                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
+                         "vpaddd %[t3], %[a7], %[a7]\n\t"
+                         : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4),
+                           [a5] "+x"(a5), [a6] "+x"(a6), [a7] "+x"(a7), [t0] "=&x"(t0), [t1] "=&x"(t1),
+                           [t2] "=&x"(t2), [t3] "=&x"(t3)
+                         : [w] "x"(w), [x] "x"(x), [one] "x"(one));
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                                 _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
+    int32_t v[8];
+    _mm256_storeu_si256((__m256i *)v, s);
+    int64_t sum = 0;
+    for (int k = 0; k < 8; k++) sum += v[k];
+    return sum;
+}
+_Static_assert(SW_INT8_PEAK_MACS == 24 * 32, "int8_peak_avx2: 24 vpmaddubsw of 32 products an iteration");
+
 #pragma GCC pop_options
 
 void sw_kernels_fill_avx2(sw_kernel_table *t)
@@ -820,6 +920,7 @@ void sw_kernels_fill_avx2(sw_kernel_table *t)
     t->q4k16 = q4k16_avx2;
     t->q5k16 = q5k16_avx2;
     t->q6k16 = q6k16_avx2;
+    t->int8_peak = int8_peak_avx2;
 #define SW_Q32_FILL(name, type) t->q32x16[type] = name##x16_avx2;
     SW_Q32_TYPES(SW_Q32_FILL)
 #undef SW_Q32_FILL

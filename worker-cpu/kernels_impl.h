@@ -250,7 +250,8 @@ typedef struct {
     int64_t (*int8_peak)(int64_t iters);
 } sw_kernel_table;
 
-/* int8 multiply-adds per iteration of int8_peak: 12 vpdpbusd x 64. */
+/* int8 multiply-adds per iteration of int8_peak: 12 vpdpbusd x 64 (VNNI),
+ * 24 vpmaddubsw x 32 (AVX2). */
 #define SW_INT8_PEAK_MACS (12 * 64)
 
 /* aux for one Q8_K row of n values (n/256 blocks): out[16*b + k] = d_b * bsums_b[k]. */
