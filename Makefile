@@ -119,6 +119,18 @@ $(LIB_$(1)): $(call libobj,$(1)) $(if $(filter proto,$(1)),$(B)/obj/gen/spillway
 endef
 $(foreach d,$(DIRS),$(eval $(call LIBRULE,$(d))))
 
+# The dashboard's files (gateway/dashboard/) go into libsw_gateway as byte
+# arrays, so the gateway serves GET /dashboard from its own binary;
+# embed.sh needs only sh and od.
+DASH_FILES := $(sort $(wildcard gateway/dashboard/*.html gateway/dashboard/*.js gateway/dashboard/*.css))
+$(B)/gen/dashboard_assets.c: $(DASH_FILES) gateway/dashboard/embed.sh
+	@mkdir -p $(dir $@)
+	sh gateway/dashboard/embed.sh $@ $(DASH_FILES)
+$(B)/obj/gen/dashboard_assets.o: $(B)/gen/dashboard_assets.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(LIB_gateway): $(B)/obj/gen/dashboard_assets.o
+
 define PROGRULE
 $(B)/bin/$(basename $(notdir $(1))): $(patsubst %.c,$(B)/obj/%.o,$(1)) $(LIBS)
 	@mkdir -p $$(dir $$@)

@@ -19,6 +19,7 @@
 #include <microhttpd.h>
 #include <sodium.h>
 #include "gateway/broker.h"
+#include "gateway/dashboard/assets.h"
 #include "gateway/front.h"
 #include "gateway/http.h"
 #include "gateway/keys.h"
@@ -821,6 +822,50 @@ static enum MHD_Result refuse_framing(struct MHD_Connection *c, const char *msg,
     return rc;
 }
 
+/* ---- the dashboard: files embedded in the binary (gateway/dashboard/) ---- */
+static bool is_dashboard(const char *url)
+{
+    return strcmp(url, "/dashboard") == 0 || strncmp(url, "/dashboard/", 11) == 0;
+}
+
+static const char *dash_type(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    if (dot && strcmp(dot, ".html") == 0) return "text/html; charset=utf-8";
+    if (dot && strcmp(dot, ".js") == 0) return "text/javascript; charset=utf-8";
+    if (dot && strcmp(dot, ".css") == 0) return "text/css; charset=utf-8";
+    return "application/octet-stream";
+}
+
+/* GET /dashboard (index.html) and /dashboard/<file>; other names get 404.
+ * The files hold no secret, so they need no token: the page asks the
+ * operator for the admin token and sends it itself (docs/dashboard.md).
+ * The CSP lets the page load and fetch from this origin only. */
+static enum MHD_Result do_dashboard(struct MHD_Connection *c, const char *url, const char *method)
+{
+    if (strcmp(method, "GET") != 0)
+        return respond_error(c, 405, "the dashboard answers GET only", NULL, NULL, "method_not_allowed");
+    const char *name = url[10] && url[11] ? url + 11 : "index.html";
+    const sw_dash_file *f = NULL;
+    for (unsigned i = 0; i < sw_dash_n_files && !f; i++)
+        if (strcmp(name, sw_dash_files[i].name) == 0) f = &sw_dash_files[i];
+    if (!f) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "no such dashboard file: %.200s", url);
+        return respond_error(c, 404, msg, "invalid_request_error", NULL, "not_found");
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    MHD_add_response_header(resp, "Content-Type", dash_type(f->name));
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
 /* ---- dispatch by URL ------------------------------------------------------ */
 static int endpoint(const char *url, const char **allow)
 {
@@ -849,6 +894,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!ctx) {
         const char *fparam, *fmsg = bad_framing(c, &fparam);
         if (fmsg) return refuse_framing(c, fmsg, fparam);
+        if (is_dashboard(url)) return do_dashboard(c, url, method);
         const char *allow = NULL;
         int ep = endpoint(url, &allow);
         if (ep == EP_NONE) {
