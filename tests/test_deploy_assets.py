@@ -142,3 +142,22 @@ def test_every_promql_expression_runs(cluster, tmp_path):
         # The counters the dashboard and the alerts build on have data.
         assert prom.query("sum(spillway_completion_tokens_total) > 0")
         assert prom.query("spillway_overflow_total"), "the burst overflowed"
+
+
+def test_systemd_units_verify(tmp_path):
+    """systemd-analyze verify on each unit, its ExecStart pointed at the
+    built binary (the installed path does not exist here)."""
+    exe = require_tool("systemd-analyze")
+    from conftest import bin_path
+    for unit in sorted((OPS / "systemd").glob("*.service")):
+        text = unit.read_text()
+        assert "Restart=on-failure" in text and "ProtectSystem=strict" in text, unit.name
+        assert "NoNewPrivileges=yes" in text and "PrivateTmp=yes" in text, unit.name
+        for name in ("spillway-gateway", "spillway-worker-cpu", "spillway-worker-gpu"):
+            text = text.replace(f"/usr/local/bin/{name} ", bin_path(name) + " ")
+        dest = tmp_path / unit.name.replace("@.", "@test-pool.")
+        dest.write_text(text)
+        r = subprocess.run([exe, "verify", "--man=no", str(dest)], capture_output=True, text=True,
+                           timeout=20, env={"SYSTEMD_LOG_LEVEL": "warning", "PATH": "/usr/bin:/bin"})
+        problems = [l for l in (r.stdout + r.stderr).splitlines() if dest.name in l or "error" in l.lower()]
+        assert r.returncode == 0 and not problems, f"{unit.name}:\n{r.stdout}{r.stderr}"
