@@ -56,11 +56,17 @@ def start(cluster):
                what="both workers registered")
 
 
-def open_dashboard(d, cluster):
-    """Opens the page and types the admin token into its form."""
+def open_dashboard(d, cluster, wrong_first=False):
+    """Opens the page and types the admin token into its form (a wrong one
+    first if asked: the page must ask again)."""
     from selenium.webdriver.common.by import By
     d.get(cluster.base + "/dashboard")
     wait_until(lambda: d.find_element(By.ID, "login").is_displayed(), 5, what="the token form")
+    if wrong_first:
+        d.find_element(By.ID, "token").send_keys("not-the-token")
+        d.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait_until(lambda: "refused" in text(d, "login-msg"), 5, what="the wrong token refused")
+        assert d.execute_script("return sessionStorage.length") == 0
     token = cluster.admin_headers["Authorization"].split(" ", 1)[1]
     d.find_element(By.ID, "token").send_keys(token)
     d.find_element(By.CSS_SELECTOR, "#login button").click()
@@ -114,7 +120,8 @@ def test_files_headers_and_404(cluster):
 def test_dashboard_pools_spill_and_origin(cluster, browser):
     start(cluster)
     d = browser
-    open_dashboard(d, cluster)
+    open_dashboard(d, cluster, wrong_first=True)
+    assert "Bearer" not in d.current_url and "token" not in d.current_url
     pools = text(d, "pools")
     assert "gpu-pool" in pools and "cpu-pool" in pools
     assert "policy version" in text(d, "policy")
@@ -136,6 +143,12 @@ def test_dashboard_pools_spill_and_origin(cluster, browser):
                3, what="no page-wide horizontal scroll at phone width")
     screenshot(d, "dashboard-phone.png")
     assert_same_origin(d, cluster)
+    # once connected, at most one status poll a second (the first two were
+    # the token submissions, wrong then right)
+    starts = d.execute_script("return performance.getEntriesByType('resource')"
+                              ".filter(e => e.name.endsWith('/admin/status')).map(e => e.startTime)")
+    gaps = [b - a for a, b in zip(starts[1:], starts[2:])]
+    assert gaps and min(gaps) >= 950, starts
 
 
 def test_dashboard_shows_drained_worker(cluster, browser):
