@@ -137,6 +137,12 @@ def test_dashboard_pools_spill_and_origin(cluster, browser):
     status = json.loads(cluster.admin_get("/admin/status")[1])
     if "routes" in status:       # the ops helper's routes in /admin/status
         wait_until(lambda: "echo" in text(d, "routes"), 3, what="the route shown")
+    # a policy that fails to load: the page shows the reload error
+    cluster.config_path.write_text("pools: [\n")
+    st, _, _ = cluster.admin_post("/admin/reload")
+    assert st != 200
+    if "last_reload_error" in json.loads(cluster.admin_get("/admin/status")[1]):   # ops adds it
+        wait_until(lambda: "last reload failed" in text(d, "reload-error"), 5, what="the reload error shown")
     screenshot(d, "dashboard.png")
     d.set_window_size(390, 844)
     wait_until(lambda: d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1"),

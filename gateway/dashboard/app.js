@@ -205,8 +205,9 @@ function renderPools(st, m) {
     const healthy = lookup(m, "spillway_pool_healthy_workers", "pool", p.name);
     const cost = lookup(m, "spillway_pool_dollars_per_million_tokens", "pool", p.name);
     const state = p.cordoned ? "cordoned" + (p.cordon_reason ? ": " + p.cordon_reason : "") : "open";
+    const maxc = lookup(m, "spillway_pool_max_concurrency", "pool", p.name);
     const r = row([p.name, p.kind, healthy !== undefined ? healthy + "/" + p.workers : p.workers,
-                   p.slots, p.inflight, p.queued, cost !== undefined ? "$" + fmt(cost, 2) : "-", state],
+                   p.slots, maxc ? p.inflight + " / " + maxc : p.inflight, p.queued, cost !== undefined ? "$" + fmt(cost, 2) : "-", state],
                   p.cordoned ? "cordoned" : "");
     r.dataset.pool = p.name;
     return r;
@@ -245,6 +246,14 @@ function renderRoutes(st, m) {
                 r.forced_overflow ? el("span", "warn", "forced overflow" + (r.reason ? ": " + r.reason : "")) : "normal"]);
   });
   table("routes", ["model", "target", "overflow", "in flight / max", "queued", "state"], rows);
+}
+function renderActions(st) {
+  const acts = st.operator_actions;
+  $("actions-section").hidden = !acts || !acts.length;
+  if (!acts || !acts.length) return;
+  const rows = acts.slice(-10).reverse().map((a) =>
+    row([a.at_ms ? new Date(a.at_ms).toLocaleTimeString() : "-", a.action, a.target, a.by, a.reason]));
+  table("actions", ["at", "action", "target", "by", "reason"], rows);
 }
 function renderHeader(st) {
   $("policy").textContent = "policy version " + st.policy_version;
@@ -286,7 +295,7 @@ async function poll() {
     samples.push({ t: Date.now(), m });
     if (samples.length > HISTORY + QWINDOW) samples.shift();
     $("login").hidden = true; $("main").hidden = false; $("forget").hidden = false;
-    renderHeader(st); renderPools(st, m); renderWorkers(st, m); renderRoutes(st, m); renderCharts(m);
+    renderHeader(st); renderPools(st, m); renderWorkers(st, m); renderRoutes(st, m); renderActions(st); renderCharts(m);
   } catch (e) {
     $("updated").textContent = "gateway unreachable: " + e.message;
   }
