@@ -157,14 +157,14 @@ def test_dashboard_pools_spill_and_origin(cluster, browser):
     assert gaps and min(gaps) >= 950, starts
 
 
-def test_dashboard_shows_drained_worker(cluster, browser):
+def test_dashboard_shows_drained_worker(cluster, request):
     start(cluster)
     wid = next(w["id"] for w in cluster.workers() if w["pool"] == "gpu-pool")
     st, _, b = cluster.admin_post(f"/admin/workers/{wid}/drain", {"reason": "maintenance"})
     if st == 404:
         pytest.skip("POST /admin/workers/<id>/drain answers 404: the ops helper's drain endpoint is not in this tree yet")
     assert st == 200, b
-    d = browser
+    d = request.getfixturevalue("browser")     # started only once there is a drain to show
     open_dashboard(d, cluster)
     from selenium.webdriver.common.by import By
     def drained_row():
