@@ -797,6 +797,205 @@ SW_Q32_TYPES(SW_Q32_ENTRY)
 #undef SW_Q32_ENTRY
 
 
+/* ---- the int8 form (sw_i8x16) on 256-bit registers -------------------------
+ * The expanders: the AVX-512 ones' steps, one 8-row half at a time, to the
+ * same bytes (sw_i8x16_ref_block). */
+
+/* 8 rows' factors of one sub-block (a, b) as the expander's word vectors:
+ * A = rint(128 a id), C = 64 - rint(128 b id), each row's word twice in
+ * its dword, then spread as unpacklo (rows 4L, 4L + 1 of lane L: idx lo)
+ * and unpackhi (rows 4L + 2, 4L + 3) lay them out. */
+static inline __attribute__((always_inline)) void i8_spread_avx2(__m256 a, __m256 b, __m256 id, __m256i *A, __m256i *C)
+{
+    const __m256 k128 = _mm256_set1_ps(128.0f);
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
+    __m256i a7 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(a, id), k128));
+    __m256i c7 = _mm256_sub_epi32(_mm256_set1_epi32(64), _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(b, id), k128)));
+    a7 = _mm256_or_si256(_mm256_and_si256(a7, lo16), _mm256_slli_epi32(a7, 16));
+    c7 = _mm256_or_si256(_mm256_and_si256(c7, lo16), _mm256_slli_epi32(c7, 16));
+    const __m256i ilo = _mm256_setr_epi32(0, 0, 1, 1, 4, 4, 5, 5), ihi = _mm256_setr_epi32(2, 2, 3, 3, 6, 6, 7, 7);
+    A[0] = _mm256_permutevar8x32_epi32(a7, ilo);
+    A[1] = _mm256_permutevar8x32_epi32(a7, ihi);
+    C[0] = _mm256_permutevar8x32_epi32(c7, ilo);
+    C[1] = _mm256_permutevar8x32_epi32(c7, ihi);
+}
+
+/* 32 unsigned quants of 8 rows (lanes 4r + e) to the form's bytes,
+ * v = (q A - B + 64) >> 7 in words, as the VNNI expander. */
+static inline __attribute__((always_inline)) __m256i i8_bytes_avx2(__m256i q, const __m256i *A, const __m256i *C)
+{
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i lo = _mm256_srai_epi16(_mm256_add_epi16(_mm256_mullo_epi16(_mm256_unpacklo_epi8(q, z), A[0]), C[0]), 7);
+    const __m256i hi = _mm256_srai_epi16(_mm256_add_epi16(_mm256_mullo_epi16(_mm256_unpackhi_epi8(q, z), A[1]), C[1]), 7);
+    return _mm256_xor_si256(_mm256_packs_epi16(lo, hi), _mm256_set1_epi8((char)0x80));
+}
+
+/* 8 rows' scale from nsub sub-blocks' factors (stored to d); returns
+ * 127 / amax (0 where amax is 0), as sw_i8x16_ref_block. */
+static inline __m256 i8_scale_avx2(const __m256 *a, const __m256 *b, int nsub, float qmax, float *d)
+{
+    const __m256 qm = _mm256_set1_ps(qmax), k127 = _mm256_set1_ps(127.0f), sign = _mm256_set1_ps(-0.0f);
+    __m256 amax = _mm256_setzero_ps();
+    for (int s = 0; s < nsub; s++)
+        amax = _mm256_max_ps(amax, _mm256_max_ps(_mm256_andnot_ps(sign, b[s]),
+                                                 _mm256_andnot_ps(sign, _mm256_fmsub_ps(qm, a[s], b[s]))));
+    _mm256_storeu_ps(d, _mm256_div_ps(amax, k127));
+    return _mm256_and_ps(_mm256_div_ps(k127, amax), _mm256_cmp_ps(amax, _mm256_setzero_ps(), _CMP_GT_OQ));
+}
+
+static inline __attribute__((always_inline)) __m256i shift_bits_avx2(__m256i h, int s)
+{
+    return s >= 0 ? _mm256_slli_epi16(h, s) : _mm256_srli_epi16(h, -s);
+}
+
+/* Q4_K and Q5_K (q5): a_j = d sc_j, b_j = dmin m_j per 32-weight
+ * sub-block; one 8-row half (hh) at a time. */
+static inline __attribute__((always_inline)) void i8_expand_qk_avx2(const uint8_t *blocks, int64_t nb, sw_i8x16 *out,
+                                                                    const bool q5)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10), lo8 = _mm256_set1_epi32(0xff);
+    const size_t bb = q5 ? sizeof(sw_q5k16) : sizeof(sw_q4k16);
+    for (int64_t i = 0; i < nb; i++, blocks += bb, out++) {
+        const sw_q4k16 *p = (const sw_q4k16 *)blocks;
+        for (int hh = 0; hh < 2; hh++) {
+            const int r0 = 8 * hh;
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->d + r0)));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->dmin + r0)));
+            __m256 a[8], b[8];
+            for (int q = 0; q < 4; q++) {
+                __m256i mw = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p->mn[q][r0]));
+                b[2 * q] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(mw, lo8)));
+                b[2 * q + 1] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(mw, 8)));
+            }
+            for (int j = 0; j < 8; j++)
+                a[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p->sc[j] + r0)))));
+            const __m256 id = i8_scale_avx2(a, b, 8, q5 ? 31.0f : 15.0f, out->d + r0);
+            for (int j = 0; j < 8; j++) {
+                __m256i A[2], C[2];
+                i8_spread_avx2(a[j], b[j], id, A, C);
+                const __m256i h = q5 ? _mm256_load_si256((const __m256i *)(((const sw_q5k16 *)blocks)->qh[j] + 32 * hh))
+                                     : _mm256_setzero_si256();
+                for (int c = 0; c < 4; c++) {
+                    __m256i v = _mm256_load_si256((const __m256i *)(p->qs[j][c] + 32 * hh));
+                    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    if (q5) {
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(shift_bits_avx2(h, 4 - 2 * c), m10));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(shift_bits_avx2(h, 3 - 2 * c), m10));
+                    }
+                    _mm256_storeu_si256((__m256i *)(out->q[8 * j + 2 * c] + 32 * hh), i8_bytes_avx2(lo, A, C));
+                    _mm256_storeu_si256((__m256i *)(out->q[8 * j + 2 * c + 1] + 32 * hh), i8_bytes_avx2(hi, A, C));
+                }
+            }
+        }
+    }
+}
+
+static void i8_q4k_avx2(const void *blocks, int64_t nb, sw_i8x16 *out) { i8_expand_qk_avx2(blocks, nb, out, false); }
+static void i8_q5k_avx2(const void *blocks, int64_t nb, sw_i8x16 *out) { i8_expand_qk_avx2(blocks, nb, out, true); }
+
+/* Q6_K: a_s = d sc_s, b_s = 32 a_s per 16-weight sub-block; the quants
+ * rebuilt from ql and qh as in q6k16_half_avx2. */
+static void i8_q6k_avx2(const void *blocks, int64_t nb, sw_i8x16 *out)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const sw_q6k16 *p = blocks;
+    for (int64_t i = 0; i < nb; i++, p++, out++)
+        for (int hh = 0; hh < 2; hh++) {
+            const int r0 = 8 * hh;
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->d + r0))), k32 = _mm256_set1_ps(32.0f);
+            __m256 a[16], b[16];
+            for (int j = 0; j < 8; j++) {
+                __m256i scw = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p->sc[j][r0]));
+                a[2 * j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(scw, 16), 16)));
+                a[2 * j + 1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(scw, 16)));
+                b[2 * j] = _mm256_mul_ps(k32, a[2 * j]);
+                b[2 * j + 1] = _mm256_mul_ps(k32, a[2 * j + 1]);
+            }
+            const __m256 id = i8_scale_avx2(a, b, 16, 63.0f, out->d + r0);
+            for (int j = 0; j < 8; j++)
+                for (int h = 0; h < 2; h++) {
+                    __m256i A[2], C[2];
+                    i8_spread_avx2(a[2 * j + h], b[2 * j + h], id, A, C);
+                    const __m256i hb = _mm256_load_si256((const __m256i *)(p->qh[j][h] + 32 * hh));
+                    for (int e = 0; e < 2; e++) {
+                        const int c = 2 * h + e;
+                        __m256i v = _mm256_load_si256((const __m256i *)(p->ql[j][c] + 32 * hh));
+                        __m256i hlo = e ? hb : _mm256_slli_epi16(hb, 4);
+                        __m256i hhi = e ? _mm256_srli_epi16(hb, 2) : _mm256_slli_epi16(hb, 2);
+                        __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hlo, m30));
+                        __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_and_si256(hhi, m30));
+                        _mm256_storeu_si256((__m256i *)(out->q[8 * j + 2 * c] + 32 * hh), i8_bytes_avx2(lo, A, C));
+                        _mm256_storeu_si256((__m256i *)(out->q[8 * j + 2 * c + 1] + 32 * hh), i8_bytes_avx2(hi, A, C));
+                    }
+                }
+        }
+}
+
+/* The int8 form's kernel needs AVX-VNNI (vpdpbusd on ymm: Intel Alder
+ * Lake and later, AMD Zen 5): only there is it installed. Without it,
+ * vpmaddubsw cannot take the form's unsigned bytes (its word pairs would
+ * saturate at 2 x 255 x 128), and multiplying |a| by v signed by a,
+ * widened every vector (vpsignb, vpmaddubsw, vpmaddwd, vpaddd per 32
+ * multiply-adds), lost to the packed kernels at 128 tokens: 112 against
+ * 164 GMAC/s (Q4_K), 107 / 135 (Q5_K), 102 / 117 (Q6_K) (docs/perf/cpu.md,
+ * "AVX2 int8"). */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avxvnni")
+
+/* One 8-row half (h) of the int8 form x NT (1..4) tokens: per block and
+ * token 64 vpdpbusd (ymm) from the +128 offset's starting value, then d x
+ * the token's scale, as the AVX-512 kernel; 4 tokens of accumulators and
+ * totals fit the 16 ymm. */
+static inline __attribute__((always_inline)) void
+i8x16_half_avxvnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum,
+                   size_t nsum_stride, const int NT, float *out, size_t ostride, const int h)
+{
+    __m256 total[4];
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) total[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, p++) {
+        __m256i acc[4];
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_set1_epi32(nsum[(size_t)t * nsum_stride + i]);
+        _Pragma("GCC unroll 8")
+        for (int k = 0; k < 64; k++) {
+            const __m256i w = _mm256_load_si256((const __m256i *)(p->q[k] + 32 * h));
+            _Pragma("GCC unroll 4")
+            for (int t = 0; t < NT; t++) {
+                int32_t x;
+                memcpy(&x, ACT_BLOCK(act, stride, t, i)->qs + 4 * k, 4);
+                acc[t] = _mm256_dpbusd_avx_epi32(acc[t], w, _mm256_set1_epi32(x));
+            }
+        }
+        const __m256 d = _mm256_load_ps(p->d + 8 * h);
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++)
+            total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]),
+                                       _mm256_mul_ps(d, _mm256_set1_ps(ACT_BLOCK(act, stride, t, i)->d)), total[t]);
+    }
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + 8 * h, total[t]);
+}
+
+/* Tokens 4 at a time, one 8-row half per pass (the second finds the
+ * form's lines in L1/L2). */
+static void i8x16_avxvnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum,
+                          size_t nsum_stride, int ntok, float *out, size_t ostride)
+{
+    for (int t0 = 0; t0 < ntok; t0 += 4) {
+        const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
+        const int32_t *ns = nsum + (size_t)t0 * nsum_stride;
+        float *o = out + (size_t)t0 * ostride;
+        for (int h = 0; h < 2; h++) switch (ntok - t0) {
+            case 1: i8x16_half_avxvnni(p, nb, a, stride, ns, nsum_stride, 1, o, ostride, h); break;
+            case 2: i8x16_half_avxvnni(p, nb, a, stride, ns, nsum_stride, 2, o, ostride, h); break;
+            case 3: i8x16_half_avxvnni(p, nb, a, stride, ns, nsum_stride, 3, o, ostride, h); break;
+            default: i8x16_half_avxvnni(p, nb, a, stride, ns, nsum_stride, 4, o, ostride, h); break;
+            }
+    }
+}
+#pragma GCC pop_options
+
 /* The int8 multiply-add peak without VNNI, in the instruction mix the
  * kernels here are built on: vpmaddubsw (32 byte products into word pairs),
  * vpmaddwd widening them to dwords, vpaddd into the accumulator. The first
@@ -804,84 +1003,19 @@ SW_Q32_TYPES(SW_Q32_ENTRY)
  * vpmaddubsw. 8 accumulator chains, 4 temporaries rotated (16 ymm in all);
  * 24 triples an iteration = SW_INT8_PEAK_MACS (768). asm, so the compiler
  * keeps every instruction. */
+/* One vpmaddubsw + vpmaddwd + vpaddd into accumulator A through temporary
+ * T; a round is 8 of them, one per accumulator. */
+#define PEAK_TRIPLE(T, A) "vpmaddubsw %[x], %[w], %[" T "]\n\tvpmaddwd %[one], %[" T "], %[" T "]\n\t" \
+                          "vpaddd %[" T "], %[" A "], %[" A "]\n\t"
+#define PEAK_ROUND PEAK_TRIPLE("t0", "a0") PEAK_TRIPLE("t1", "a1") PEAK_TRIPLE("t2", "a2") PEAK_TRIPLE("t3", "a3") \
+                   PEAK_TRIPLE("t0", "a4") PEAK_TRIPLE("t1", "a5") PEAK_TRIPLE("t2", "a6") PEAK_TRIPLE("t3", "a7")
 static int64_t int8_peak_avx2(int64_t iters)
 {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     __m256i t0, t1, t2, t3;
     const __m256i w = _mm256_set1_epi8(1), x = _mm256_set1_epi32(0x01020304), one = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < iters; i++)
-        __asm__ volatile("vpmaddubsw %[x], %[w], %[t0]\n\t"
-                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
-                         "vpaddd %[t0], %[a0], %[a0]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
-                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
-                         "vpaddd %[t1], %[a1], %[a1]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
-                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
-                         "vpaddd %[t2], %[a2], %[a2]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
-                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
-                         "vpaddd %[t3], %[a3], %[a3]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t0]\n\t"
-                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
-                         "vpaddd %[t0], %[a4], %[a4]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
-                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
-                         "vpaddd %[t1], %[a5], %[a5]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
-                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
-                         "vpaddd %[t2], %[a6], %[a6]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
-                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
-                         "vpaddd %[t3], %[a7], %[a7]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t0]\n\t"
-                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
-                         "vpaddd %[t0], %[a0], %[a0]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
-                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
-                         "vpaddd %[t1], %[a1], %[a1]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
-                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
-                         "vpaddd %[t2], %[a2], %[a2]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
-                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
-                         "vpaddd %[t3], %[a3], %[a3]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t0]\n\t"
-                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
-                         "vpaddd %[t0], %[a4], %[a4]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
-                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
-                         "vpaddd %[t1], %[a5], %[a5]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
-                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
-                         "vpaddd %[t2], %[a6], %[a6]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
-                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
-                         "vpaddd %[t3], %[a7], %[a7]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t0]\n\t"
-                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
-                         "vpaddd %[t0], %[a0], %[a0]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
-                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
-                         "vpaddd %[t1], %[a1], %[a1]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
-                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
-                         "vpaddd %[t2], %[a2], %[a2]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
-                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
-                         "vpaddd %[t3], %[a3], %[a3]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t0]\n\t"
-                         "vpmaddwd %[one], %[t0], %[t0]\n\t"
-                         "vpaddd %[t0], %[a4], %[a4]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t1]\n\t"
-                         "vpmaddwd %[one], %[t1], %[t1]\n\t"
-                         "vpaddd %[t1], %[a5], %[a5]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t2]\n\t"
-                         "vpmaddwd %[one], %[t2], %[t2]\n\t"
-                         "vpaddd %[t2], %[a6], %[a6]\n\t"
-                         "vpmaddubsw %[x], %[w], %[t3]\n\t"
-                         "vpmaddwd %[one], %[t3], %[t3]\n\t"
-                         "vpaddd %[t3], %[a7], %[a7]\n\t"
+        __asm__ volatile(PEAK_ROUND PEAK_ROUND PEAK_ROUND
                          : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4),
                            [a5] "+x"(a5), [a6] "+x"(a6), [a7] "+x"(a7), [t0] "=&x"(t0), [t1] "=&x"(t1),
                            [t2] "=&x"(t2), [t3] "=&x"(t3)
@@ -894,6 +1028,8 @@ static int64_t int8_peak_avx2(int64_t iters)
     for (int k = 0; k < 8; k++) sum += v[k];
     return sum;
 }
+#undef PEAK_ROUND
+#undef PEAK_TRIPLE
 _Static_assert(SW_INT8_PEAK_MACS == 24 * 32, "int8_peak_avx2: 24 vpmaddubsw of 32 products an iteration");
 
 #pragma GCC pop_options
@@ -921,6 +1057,12 @@ void sw_kernels_fill_avx2(sw_kernel_table *t)
     t->q5k16 = q5k16_avx2;
     t->q6k16 = q6k16_avx2;
     t->int8_peak = int8_peak_avx2;
+    if (__builtin_cpu_supports("avxvnni")) {   /* the int8 form: see i8x16_avxvnni */
+        t->i8x16 = i8x16_avxvnni;
+        t->i8x16_expand[SW_TYPE_Q4_K] = i8_q4k_avx2;
+        t->i8x16_expand[SW_TYPE_Q5_K] = i8_q5k_avx2;
+        t->i8x16_expand[SW_TYPE_Q6_K] = i8_q6k_avx2;
+    }
 #define SW_Q32_FILL(name, type) t->q32x16[type] = name##x16_avx2;
     SW_Q32_TYPES(SW_Q32_FILL)
 #undef SW_Q32_FILL

@@ -684,7 +684,8 @@ static double i8_bound(sw_type type, const sw_i8x16 *b, int64_t nb, int r, const
     return bound;
 }
 
-/* The int8 form, where this CPU has it (AVX-512 VNNI):
+/* The int8 form, on each ISA that has it and this CPU runs (AVX-512 VNNI,
+ * AVX2 with AVX-VNNI):
  *   - each SIMD expander gives the reference's bytes and scales, exactly,
  *     for random blocks at every scale size and sign and for zero blocks;
  *   - the kernel gives the form's exact product within float rounding at
@@ -694,16 +695,18 @@ static double i8_bound(sw_type type, const sw_i8x16 *b, int64_t nb, int r, const
  *   - sw_matmul_packed_jobs with the threshold at 5 tokens puts jobs at
  *     and past it on the form (tiles of a 8192-wide Q6_K, leftover rows
  *     from the original, a Q5_K) and leaves those below it exact. */
-static void test_int8_form(void)
+static void test_int8_form(sw_isa isa)
 {
-    if (sw_isa_set(SW_ISA_AVX512) != SW_ISA_AVX512 || !__builtin_cpu_supports("avx512vnni")) {
-        printf("int8 form: skipped (no AVX-512 VNNI on this CPU)\n");
+    const bool vnni = isa == SW_ISA_AVX512;   /* else AVX2 with AVX-VNNI (vpdpbusd on ymm) */
+    if (sw_isa_set(isa) != isa || !(vnni ? __builtin_cpu_supports("avx512vnni") : __builtin_cpu_supports("avxvnni"))) {
+        printf("int8 form on %s: skipped (no %s on this CPU)\n", sw_isa_name(isa), vnni ? "AVX-512 VNNI" : "AVX-VNNI");
         return;
     }
     sw_kernel_table kt;
     memset(&kt, 0, sizeof kt);
-    sw_kernels_fill_avx512(&kt, true);
-    CHECK(kt.i8x16 != NULL, "the VNNI table has the int8 kernel");
+    if (vnni) sw_kernels_fill_avx512(&kt, true);
+    else sw_kernels_fill_avx2(&kt);
+    CHECK(kt.i8x16 != NULL, "the %s table has the int8 kernel", sw_isa_name(isa));
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
     const int64_t rows = 32, cols = 1024, nb = cols / QK_K;
     for (int ti = 0; ti < 3 && kt.i8x16; ti++) {
@@ -762,8 +765,8 @@ static void test_int8_form(void)
         CHECK(bad_expand == 0, "%s: the SIMD expander equals the reference (%d blocks differ)", name, bad_expand);
         CHECK(bad_dot == 0 && outside == 0, "%s: int8 kernel %d wrong, %d outside the bound", name, bad_dot, outside);
         CHECK(moved > 16, "%s: the int8 form moves the products (%d of %lld)", name, moved, (long long)rows);
-        printf("int8 form %s: %lld blocks expanded as the reference, kernel at 1..8 tokens, %d of %lld products moved within the bound\n",
-               name, (long long)(rows / 16 * nb), moved, (long long)rows);
+        printf("int8 form %s on %s: %lld blocks expanded as the reference, kernel at 1..8 tokens, %d of %lld products moved within the bound\n",
+               name, sw_isa_name(isa), (long long)(rows / 16 * nb), moved, (long long)rows);
         sw_packed_free(pk);
         free(got); free(w); free(a);
     }
@@ -851,7 +854,8 @@ int main(void)
         test_packed_jobs(isa);
     }
     if (best == SW_ISA_AVX512) test_avx512_bw_table();
-    test_int8_form();
+    test_int8_form(SW_ISA_AVX512);
+    test_int8_form(SW_ISA_AVX2);
     test_bad_input();
     CHECK_DONE();
 }
