@@ -82,7 +82,8 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n);
 
 /* Products of at least this many tokens (per matrix; twice as many for
  * rows wider than 4096) run on the int8 form where this CPU has it
- * (AVX-512 VNNI; Q4_K, Q5_K and Q6_K): each 16-row group is expanded to
+ * (AVX-512 VNNI, or AVX2 with AVX-VNNI's vpdpbusd on ymm; Q4_K, Q5_K and
+ * Q6_K): each 16-row group is expanded to
  * int8 rows with one scale per 256 weights, tile by tile, and every token
  * slice then costs 64 vpdpbusd and two float operations per block instead
  * of 79-82 (its gain on prefill: docs/perf/cpu.md, "The
