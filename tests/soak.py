@@ -103,7 +103,11 @@ def one_request(base, rng):
             return (read_stream(r) if stream else read_whole(r)) + (key,)
     except urllib.error.HTTPError as e:
         err = json.loads(e.read() or b"{}").get("error")
-        return (f"http_{e.code}" if err and err.get("message") else "lost_bad_error", None, None, key)
+        # The error's code goes into the outcome, so the report says why a
+        # request was refused (no live worker, a full queue, ...), not only that.
+        if not (err and err.get("message")):
+            return ("lost_bad_error", None, None, key)
+        return (f"http_{e.code}_{err.get('code') or err.get('type')}", None, None, key)
     except Exception as e:  # noqa: BLE001 - any other end is a lost request
         return (f"lost_{type(e).__name__}", None, None, key)
 
