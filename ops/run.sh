@@ -66,7 +66,8 @@ cat <<MSG
 Spillway is serving model "$NAME" at http://localhost:$port/v1
   curl http://localhost:$port/v1/completions -H 'Content-Type: application/json' \\
        -d '{"model": "$NAME", "prompt": "Once upon a time", "max_tokens": 32}'
-  dashboard metrics: http://localhost:$port/metrics     Ctrl-C stops everything.
+  dashboard: http://localhost:$port/dashboard (asks for the admin token below)
+  metrics:   http://localhost:$port/metrics               Ctrl-C stops everything.
   admin API (token in $ADMIN_TOKEN_FILE):
   curl http://localhost:$port/admin/status -H "Authorization: Bearer \$(cat $ADMIN_TOKEN_FILE)"
 
