@@ -135,7 +135,7 @@ def test_dashboard_pools_spill_and_origin(cluster, browser):
     wait_until(lambda: f"saturated: {spilled} total" in text(d, "overflow-totals"), 5,
                what="the spill on the overflow chart's legend")
     status = json.loads(cluster.admin_get("/admin/status")[1])
-    if "routes" in status:       # the ops helper's routes in /admin/status
+    if "routes" in status:       # once /admin/status lists routes (issue 22)
         wait_until(lambda: "echo" in text(d, "routes"), 3, what="the route shown")
     # a policy that fails to load: the page shows the reload error
     cluster.config_path.write_text("pools: [\n")
@@ -162,7 +162,7 @@ def test_dashboard_shows_drained_worker(cluster, request):
     wid = next(w["id"] for w in cluster.workers() if w["pool"] == "gpu-pool")
     st, _, b = cluster.admin_post(f"/admin/workers/{wid}/drain", {"reason": "maintenance"})
     if st == 404:
-        pytest.skip("POST /admin/workers/<id>/drain answers 404: the ops helper's drain endpoint is not in this tree yet")
+        pytest.skip("POST /admin/workers/<id>/drain answers 404: the drain operation (issue 22) is not built yet")
     assert st == 200, b
     d = request.getfixturevalue("browser")     # started only once there is a drain to show
     open_dashboard(d, cluster)
