@@ -15,21 +15,13 @@ removes) whatever happens inside the block.
 
 import json
 import shutil
-import socket
-import subprocess
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from conftest import require_tool
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import Proc, free_port, require_tool
 
 
 class PrometheusError(RuntimeError):
@@ -83,22 +75,19 @@ class Prometheus:
             raise
 
     def _start(self, exe, cfg):
-        self.port = _free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = self.dir / f"prometheus-{self.port}.log"
         tsdb = self.dir / f"tsdb-{self.port}"
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [exe, f"--config.file={cfg}", f"--storage.tsdb.path={tsdb}",
-                 f"--web.listen-address=127.0.0.1:{self.port}",
-                 "--storage.tsdb.retention.time=1h", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = Proc([exe, f"--config.file={cfg}", f"--storage.tsdb.path={tsdb}",
+                          f"--web.listen-address=127.0.0.1:{self.port}",
+                          "--storage.tsdb.retention.time=1h", "--log.level=warn"],
+                         self.dir / f"prometheus-{self.port}.log")
 
     def _wait_ready(self, timeout):
         """True once /-/ready answers 200; False if the process exited."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+            if not self.proc.alive():
                 return False
             try:
                 with urllib.request.urlopen(self.base + "/-/ready", timeout=2) as r:
@@ -110,17 +99,15 @@ class Prometheus:
         return False
 
     def _kill(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.proc:
+            self.proc.stop()
 
     def stop(self):
+        """Stops it and removes its TSDBs; the logs stay (conftest reads every
+        child's log for sanitizer reports at teardown), under tmp_path."""
         self._kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        for tsdb in self.dir.glob("tsdb-*"):
+            shutil.rmtree(tsdb, ignore_errors=True)
 
     def __exit__(self, *exc):
         if exc[0] is not None and self.proc is not None:
@@ -129,12 +116,8 @@ class Prometheus:
         return False
 
     def log(self):
-        try:
-            return self.log_path.read_text(errors="replace")
-        except (OSError, AttributeError):
-            return ""
+        return self.proc.output() if self.proc else ""
 
-    # ---- API -----------------------------------------------------------
     def api(self, path, **params):
         """GET /api/v1/<path>: its "data", or PrometheusError on an error status."""
         url = f"{self.base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
