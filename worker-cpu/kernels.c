@@ -156,6 +156,12 @@ const char *sw_isa_name(sw_isa isa)
 
 /* ---- the int8 multiply-add peak --------------------------------------------- */
 
+const char *sw_int8_peak_mix(void)
+{
+    const sw_kernel_table *kt = ktab();
+    return kt->int8_peak ? kt->int8_peak_mix : NULL;
+}
+
 static volatile int64_t int8_peak_sink;   /* keeps the chains' results, so their work */
 
 double sw_int8_peak_gmac_s(double seconds)

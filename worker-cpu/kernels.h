@@ -106,6 +106,10 @@ int sw_i8_min_tokens(void);
  * for prefill and batched decode, which are bound by it. */
 double sw_int8_peak_gmac_s(double seconds);
 
+/* The instructions sw_int8_peak_gmac_s times on the active path, for a
+ * table's heading ("vpdpbusd", ...); NULL on the scalar path. */
+const char *sw_int8_peak_mix(void);
+
 /* Row r of a tensor as floats (embedding lookup). */
 void sw_get_row(const gguf_tensor *w, int64_t r, float *out);
 

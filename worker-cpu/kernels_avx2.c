@@ -1057,6 +1057,7 @@ void sw_kernels_fill_avx2(sw_kernel_table *t)
     t->q5k16 = q5k16_avx2;
     t->q6k16 = q6k16_avx2;
     t->int8_peak = int8_peak_avx2;
+    t->int8_peak_mix = "vpmaddubsw+vpmaddwd pairs, 32 MACs each";
     if (__builtin_cpu_supports("avxvnni")) {   /* the int8 form: see i8x16_avxvnni */
         t->i8x16 = i8x16_avxvnni;
         t->i8x16_expand[SW_TYPE_Q4_K] = i8_q4k_avx2;

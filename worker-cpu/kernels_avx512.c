@@ -749,6 +749,7 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni)
         SW_Q32_TYPES(SW_Q32_FILL)
 #undef SW_Q32_FILL
         t->int8_peak = int8_peak_vnni;
+        t->int8_peak_mix = "vpdpbusd";
         t->i8x16 = i8x16_vnni;
         t->i8x16_expand[SW_TYPE_Q4_K] = i8_q4k_vnni;
         t->i8x16_expand[SW_TYPE_Q5_K] = i8_q5k_vnni;

@@ -248,6 +248,7 @@ typedef struct {
      * the instruction the packed kernels are built on (sw_int8_peak_gmac_s);
      * returns a value that depends on all of them. NULL: no such path. */
     int64_t (*int8_peak)(int64_t iters);
+    const char *int8_peak_mix;   /* the instructions int8_peak times, as the bench names them */
 } sw_kernel_table;
 
 /* int8 multiply-adds per iteration of int8_peak: 12 vpdpbusd x 64 (VNNI),

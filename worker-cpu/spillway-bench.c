@@ -302,22 +302,13 @@ static void time_packs(sw_packed **pk, int n_mat, sw_type type, int where, int64
     }
 }
 
-/* The instruction mix sw_int8_peak_gmac_s timed on the active ISA: the
- * one the int8 kernels there are built on (kernels_impl.h, int8_peak). */
-static const char *peak_mix(void)
-{
-    return sw_isa_active() == SW_ISA_AVX512 && __builtin_cpu_supports("avx512vnni")
-               ? "vpdpbusd"
-               : "vpmaddubsw+vpmaddwd pairs, 32 MACs each";
-}
-
 /* The --kernels table, then its JSON line. */
 static void print_kernels(int threads, double bw, double peak, const kernel_result *res, int nres,
                           const char *const *unpacked, int nunpacked)
 {
     printf("packed matmul kernels, %d threads, isa %s; streaming read %.1f GB/s; ", threads,
            sw_isa_name(sw_isa_active()), bw);
-    if (peak > 0) printf("int8 multiply-add peak (%s) %.1f GMAC/s\n", peak_mix(), peak);
+    if (peak > 0) printf("int8 multiply-add peak (%s) %.1f GMAC/s\n", sw_int8_peak_mix(), peak);
     else printf("int8 multiply-add peak not measured (no int8 path on this isa)\n");
     printf("%-6s %-7s %7s %-7s %9s %9s %8s\n", "type", "weights", "tokens", "form", "GB/s", "GMAC/s", "of peak");
     for (int i = 0; i < nres; i++) {
@@ -415,7 +406,7 @@ static void print_table(const options *o, const sw_model *m, int threads, const 
            "interleaved with that batch's steps (one per %d steps)\n", o->mem_mib, threads, rm->best, SEGMENT_STEPS);
     if (peak > 0)
         printf("int8 multiply-add peak (%s, %d threads, measured before the prefill): %.1f GMAC/s;\n"
-               "GMAC/s below = weight multiply-adds (attention not counted)\n", peak_mix(), threads, peak);
+               "GMAC/s below = weight multiply-adds (attention not counted)\n", sw_int8_peak_mix(), threads, peak);
     else
         printf("int8 multiply-add peak: not measured (no int8 path on isa %s)\n", sw_isa_name(sw_isa_active()));
     printf("%-18s %10s %9s %8s %12s %11s %11s %9s %9s\n", "test", "tokens/s", "ms/step", "GB/s", "beside GB/s",
