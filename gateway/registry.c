@@ -104,11 +104,25 @@ bool sw_worker_alive(const sw_worker *w, int64_t now)
     return now - w->last_seen_ms < (int64_t)SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS;
 }
 
-static bool eligible(const sw_worker *w, const char *pool, const char *model,
+bool sw_worker_takes_new(const sw_registry *r, const sw_worker *w, int64_t now)
+{
+    return sw_worker_alive(w, now) && !w->self_draining && !sw_ops_find(&r->ops, SW_OPS_DRAIN, w->id) &&
+           !sw_ops_find(&r->ops, SW_OPS_CORDON, w->pool);
+}
+
+const char *sw_worker_state_name(const sw_registry *r, const sw_worker *w, int64_t now)
+{
+    if (!sw_worker_alive(w, now)) return "stale";
+    if (w->self_draining || sw_ops_find(&r->ops, SW_OPS_DRAIN, w->id)) return w->inflight ? "draining" : "drained";
+    if (sw_ops_find(&r->ops, SW_OPS_CORDON, w->pool)) return "cordoned";
+    return w->slots && w->inflight >= w->slots ? "busy" : "ready";
+}
+
+static bool eligible(const sw_registry *r, const sw_worker *w, const char *pool, const char *model,
                      const char *quant, int64_t now)
 {
     if (pool && strcmp(w->pool, pool) != 0) return false;
-    return sw_worker_alive(w, now) && sw_worker_serves(w, model, quant);
+    return sw_worker_takes_new(r, w, now) && sw_worker_serves(w, model, quant);
 }
 
 /* Load as a fraction of slots, scaled: our own in-flight count is exact and
@@ -122,12 +136,23 @@ static uint64_t load_of(const sw_worker *w)
     return (uint64_t)n * 1000 / (w->slots ? w->slots : 1);
 }
 
+/* Workers of pool that could be given a request for model/quant now. */
+static int count_eligible(const sw_registry *r, const char *pool, const char *model,
+                          const char *quant, int64_t now)
+{
+    int n = 0;
+    for (const sw_worker *w = r->head; w; w = w->next)
+        if (eligible(r, w, pool, model, quant, now)) n++;
+    return n;
+}
+
 int sw_registry_count(sw_registry *r, const char *pool, const char *model,
                       const char *quant, int64_t now)
 {
     int n = 0;
     for (sw_worker *w = r->head; w; w = w->next)
-        if (eligible(w, pool, model, quant, now)) n++;
+        if ((!pool || !strcmp(w->pool, pool)) && sw_worker_alive(w, now) && sw_worker_serves(w, model, quant))
+            n++;
     return n;
 }
 
@@ -176,7 +201,7 @@ static sw_worker *affinity_worker(sw_registry *r, const char *pool, const char *
     sw_worker *best = NULL;
     uint64_t best_score = 0;
     for (sw_worker *w = r->head; w; w = w->next) {
-        if (!eligible(w, pool, model, quant, now)) continue;
+        if (!eligible(r, w, pool, model, quant, now)) continue;
         uint64_t s = fnv1a(key, w->id, strlen(w->id));
         s = sw_splitmix64(&s);   /* FNV's last bytes mix weakly; splitmix spreads them */
         if (!best || s > best_score) { best = w; best_score = s; }
@@ -191,7 +216,7 @@ sw_worker *sw_registry_pick(sw_registry *r, const char *pool, const char *model,
         sw_worker *w = affinity_worker(r, pool, model, quant, now, prefix_key);
         if (w && load_of(w) < 1000) return w;   /* a free slot: its cache may hold the prefix */
     }
-    int n = sw_registry_count(r, pool, model, quant, now);
+    int n = count_eligible(r, pool, model, quant, now);
     if (n == 0) return NULL;
     /* Power of two choices: two distinct random candidates, take the less
      * loaded. Nearly as good as least-loaded, without herding onto one. */
@@ -200,7 +225,7 @@ sw_worker *sw_registry_pick(sw_registry *r, const char *pool, const char *model,
     sw_worker *wa = NULL, *wb = NULL;
     int i = 0;
     for (sw_worker *w = r->head; w; w = w->next) {
-        if (!eligible(w, pool, model, quant, now)) continue;
+        if (!eligible(r, w, pool, model, quant, now)) continue;
         if (i == a) wa = w;
         if (i == b) wb = w;
         i++;
@@ -220,6 +245,7 @@ char *sw_registry_json(sw_registry *r)
         cJSON_AddStringToObject(o, "kind", w->kind == SPILLWAY__WORKER_KIND__WORKER_KIND_GPU ? "gpu"
                                 : w->kind == SPILLWAY__WORKER_KIND__WORKER_KIND_CPU ? "cpu" : "unspecified");
         cJSON_AddBoolToObject(o, "alive", sw_worker_alive(w, now));
+        cJSON_AddStringToObject(o, "state", sw_worker_state_name(r, w, now));
         cJSON_AddNumberToObject(o, "slots", w->slots);
         cJSON_AddNumberToObject(o, "inflight", w->inflight);
         cJSON_AddNumberToObject(o, "dispatched", (double)w->dispatched);

@@ -4,8 +4,8 @@
  * The broker thread is its only writer (under mu); HTTP threads read it
  * under mu for /healthz, /v1/models, /metrics and the /admin endpoints.
  *
- * Layer: below the router and the broker; uses metrics.h (its snapshot type)
- * and proto/.
+ * Layer: below the router and the broker; uses metrics.h (its snapshot type),
+ * ops.h (the operators' marks it holds) and proto/.
  */
 #ifndef SW_GW_REGISTRY_H
 #define SW_GW_REGISTRY_H
@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include "proto/wire.h"
 #include "gateway/metrics.h"
+#include "gateway/ops.h"
 #include "gateway/policy.h"
 
 typedef struct { char *name, *quant; uint32_t ctx; } sw_wmodel;
@@ -48,6 +49,9 @@ typedef struct sw_worker {
     char recent[SW_WORKER_RECENT][48];
     unsigned n_recent;                      /* entries ever written; the ring is recent[n % SW_WORKER_RECENT] */
     unsigned strikes;
+    /* The worker said it is shutting down (SIGTERM): it finishes what it
+     * has and takes nothing new, as if an operator had drained it. */
+    bool self_draining;
     struct sw_worker *next;
 } sw_worker;
 
@@ -56,6 +60,7 @@ typedef struct {
     sw_worker *head;
     int n;
     uint64_t deaths;
+    sw_ops ops;              /* drained workers, cordoned pools, forced routes */
 } sw_registry;
 
 void sw_registry_init(sw_registry *r);
@@ -74,6 +79,14 @@ void sw_worker_note_left(sw_worker *w, const char *id);
 bool sw_worker_recently_left(const sw_worker *w, const char *id);
 bool sw_worker_serves(const sw_worker *w, const char *model, const char *quant);
 bool sw_worker_alive(const sw_worker *w, int64_t now);
+/* Whether w may be given a new request: alive, not drained (by an operator
+ * or by itself) and its pool not cordoned. What it already holds it
+ * finishes either way. Caller holds r->mu. */
+bool sw_worker_takes_new(const sw_registry *r, const sw_worker *w, int64_t now);
+/* "ready", "busy", "stale", or for a worker taking nothing new "cordoned",
+ * "draining" (it still holds requests) or "drained" (it is empty, safe to
+ * stop). Caller holds r->mu. */
+const char *sw_worker_state_name(const sw_registry *r, const sw_worker *w, int64_t now);
 /* A worker among the live ones of `pool` (NULL = any) serving model/quant,
  * or NULL if none. prefix_key (sw_prefix_key; 0 = none) names the request's
  * prompt prefix: the worker that key hashes to is taken while it has a free
@@ -86,6 +99,8 @@ sw_worker *sw_registry_pick(sw_registry *r, const char *pool, const char *model,
  * later turn of the conversation repeats. A prompt: its first 256 bytes (or
  * 64 token ids), typically its fixed preamble. Never 0. */
 uint64_t sw_prefix_key(const Spillway__GenerateRequest *g);
+/* Live workers of pool (NULL = any) serving model/quant, whether or not
+ * they take new requests: the model is known while any is connected. */
 int sw_registry_count(sw_registry *r, const char *pool, const char *model,
                       const char *quant, int64_t now);
 /* JSON array of workers (caller frees); takes r->mu. */

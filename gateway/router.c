@@ -108,7 +108,7 @@ static sw_worker *pick(sw_registry *reg, const char *pool, const sw_route_reques
             if (o && strcmp(o->id, rq->exclude_worker) != 0) return o;
         }
         for (sw_worker *o = reg->head; o; o = o->next)
-            if ((!pool || !strcmp(o->pool, pool)) && sw_worker_alive(o, now) &&
+            if ((!pool || !strcmp(o->pool, pool)) && sw_worker_takes_new(reg, o, now) &&
                 sw_worker_serves(o, rq->model, quant) && strcmp(o->id, rq->exclude_worker) != 0)
                 return o;
         return NULL;   /* the excluded worker is the only one: treat as degraded */
@@ -137,7 +137,7 @@ static sw_worker *with_room(sw_registry *reg, sw_worker *w, const char *pool,
     if (!w || has_room(w)) return w;
     sw_worker *best = NULL;
     for (sw_worker *o = reg->head; o; o = o->next)
-        if ((!pool || !strcmp(o->pool, pool)) && sw_worker_alive(o, now) && has_room(o) &&
+        if ((!pool || !strcmp(o->pool, pool)) && sw_worker_takes_new(reg, o, now) && has_room(o) &&
             sw_worker_serves(o, rq->model, quant) &&
             !(rq->exclude_worker && !strcmp(o->id, rq->exclude_worker)) &&
             (!best || (uint64_t)o->inflight * best->slots < (uint64_t)best->inflight * o->slots))
@@ -157,8 +157,11 @@ static bool pool_at_limit(const sw_policy *p, sw_registry *reg, const char *pool
     return n >= pd->max_concurrency;
 }
 
-typedef enum { RS_OK, RS_SATURATED, RS_DEGRADED, RS_QUEUE_WAIT } route_state;
-static const char *state_reason[] = {"ok", "saturated", "degraded", "queue_wait"};
+/* Why a route cannot take a request; the name is the spill's reason label.
+ * The last three are operators' doing (ops.h): a primary route forced onto
+ * its overflow, its pool cordoned, or every live worker of it drained. */
+typedef enum { RS_OK, RS_SATURATED, RS_DEGRADED, RS_QUEUE_WAIT, RS_FORCED, RS_CORDONED, RS_DRAINED } route_state;
+static const char *state_reason[] = {"ok", "saturated", "degraded", "queue_wait", "forced", "cordoned", "drained"};
 
 /* Predicted wait before a request sent to w starts: the requests ahead of
  * it beyond the worker's slots, each taking the route's typical service
@@ -171,14 +174,24 @@ static int64_t predicted_wait_ms(const sw_worker *w, const sw_route_stats *st)
     return (int64_t)((busy - w->slots + 1) * st->service_ms / w->slots);
 }
 
+/* True when the pool has live workers for the model but none takes new
+ * requests: they are drained, not dead. */
+static bool all_drained(sw_registry *reg, const char *pool, const char *model, const char *quant, int64_t now)
+{
+    return sw_registry_count(reg, pool, model, quant, now) > 0 &&
+           !sw_registry_pick(reg, pool, model, quant, now, 0);
+}
+
 static route_state check_route(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
                                const sw_route *r, const sw_route_request *rq, int64_t now,
                                sw_worker **w_out, sw_route_stats **st_out)
 {
     sw_route_stats *st = sw_route_stats_get(stats, r);
     *st_out = st;
+    if (r->priority == SW_PRIO_PRIMARY && sw_ops_route_forced(&reg->ops, r->model, r->target)) return RS_FORCED;
+    if (sw_ops_find(&reg->ops, SW_OPS_CORDON, r->target)) return RS_CORDONED;
     sw_worker *w = pick(reg, r->target, rq, route_quant(r, rq), now);
-    if (!w) return RS_DEGRADED;
+    if (!w) return all_drained(reg, r->target, rq->model, route_quant(r, rq), now) ? RS_DRAINED : RS_DEGRADED;
     if (st && st->samples >= ERR_MIN_SAMPLES && p->defaults.error_rate_threshold > 0 &&
         st->err_ewma > p->defaults.error_rate_threshold)
         return RS_DEGRADED;
@@ -279,4 +292,7 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
     }
     reject(d, 503, "server_error", "no_worker_available",
            "no healthy worker serves model '%s' right now", rq->model);
+    if (blocked_reason && strcmp(blocked_reason, "degraded") != 0)   /* an operator's doing: say so */
+        snprintf(d->message, sizeof d->message, "no worker can take model '%s' right now (%s: %s, and no "
+                 "overflow route has a worker)", rq->model, blocked_pool, blocked_reason);
 }
