@@ -137,6 +137,8 @@ $(B)/bin/$(basename $(notdir $(1))): $(patsubst %.c,$(B)/obj/%.o,$(1)) $(LIBS)
 	$$(CC) $$(LDFLAGS) $$< $$(LIBS) $$(SYSLIBS) $$(NEEDS_CUDA) -o $$@
 endef
 $(foreach s,$(PROG_SRC),$(eval $(call PROGRULE,$(s))))
+# `spillway ops` talks HTTP to the admin API (sdk/ops.c)
+$(B)/bin/spillway: SYSLIBS += -lcurl
 
 $(B)/tests/%: $(B)/obj/tests/%.o $(LIBS)
 	@mkdir -p $(dir $@)

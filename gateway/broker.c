@@ -49,7 +49,6 @@ typedef struct {
     sw_req *active;                  /* all requests the broker holds */
     sw_req *qhead, *qtail;           /* wait queue (FIFO) */
     int qlen;
-    sw_route_stats *stats;
     bool capacity_changed;
     int64_t last_tick_ms, last_reload_check_ms;
 } broker;
@@ -308,15 +307,15 @@ static const sw_sink sdk_sink = { sdk_sink_chunk, sdk_sink_fail, NULL };
 static void detach(sw_req *r, bool error)
 {
     if (r->w) {
-        pthread_mutex_lock(&B.g->reg.mu);   /* HTTP threads read it for /admin/workers */
+        pthread_mutex_lock(&B.g->reg.mu);   /* HTTP threads read both for /admin/status */
         if (r->w->inflight) r->w->inflight--;
+        if (r->stats && r->stats->inflight) r->stats->inflight--;
         pthread_mutex_unlock(&B.g->reg.mu);
         sw_worker_note_left(r->w, r->id);   /* its late chunks are no offence */
         r->w = NULL;
     }
     acct_end(r);
     if (r->stats) {
-        if (r->stats->inflight) r->stats->inflight--;
         sw_route_stats_outcome(r->stats, error);
         r->stats = NULL;
     }
@@ -387,11 +386,11 @@ static bool dispatch(sw_req *r, sw_decision *d)
     pthread_mutex_lock(&B.g->reg.mu);
     w->inflight++;
     w->dispatched++;
+    if (d->stats) d->stats->inflight++;
     pthread_mutex_unlock(&B.g->reg.mu);
     r->w = w;
     acct_start(r);
     r->stats = d->stats;
-    if (d->stats) d->stats->inflight++;
     if (d->spilled) sw_metrics_overflow(d->spill_from, d->pool, d->spill_reason);
     int64_t now = sw_now_ms();
     r->dispatch_ms = now;
@@ -437,7 +436,7 @@ static void route(sw_req *r, const char *exclude, bool from_queue)
     for (attempt = 0; attempt < 4; attempt++) {
         sw_decision d;
         pthread_mutex_lock(&B.g->reg.mu);
-        sw_route_decide(p, &B.g->reg, &B.stats, &rq, sw_now_ms(), &d);
+        sw_route_decide(p, &B.g->reg, &B.g->route_stats, &rq, sw_now_ms(), &d);
         pthread_mutex_unlock(&B.g->reg.mu);
         if (d.kind == SW_DECIDE_DISPATCH) {
             if (dispatch(r, &d)) break;
@@ -1055,6 +1054,7 @@ static void drain_inbox(void)
     while (c) {
         sw_cmd *next = c->next;
         if (c->kind == SW_CMD_SUBMIT) on_submit(c->req);
+        else if (c->kind == SW_CMD_OPS) B.capacity_changed = true;   /* the queue may move now */
         else { on_cancel(c->req); sw_req_unref(c->req); }
         free(c);
         c = next;
@@ -1211,7 +1211,7 @@ void sw_broker_post(sw_gateway *g, sw_cmd_kind kind, sw_req *req)
     sw_cmd *c = malloc(sizeof *c);
     if (!c) abort();
     c->kind = kind;
-    c->req = sw_req_ref(req);
+    c->req = req ? sw_req_ref(req) : NULL;
     c->next = NULL;
     pthread_mutex_lock(&g->inbox_mu);
     if (g->inbox_tail) g->inbox_tail->next = c; else g->inbox_head = c;
@@ -1338,8 +1338,8 @@ void sw_broker_stop(sw_gateway *g)
     zmq_close(B.router);
     if (B.sdk) zmq_close(B.sdk);
     zmq_ctx_term(g->zctx);
-    sw_route_stats_free(B.stats);
-    B.stats = NULL;
+    sw_route_stats_free(B.g->route_stats);
+    B.g->route_stats = NULL;
     pthread_mutex_lock(&g->reg.mu);
     while (g->reg.head) sw_registry_remove(&g->reg, g->reg.head);
     pthread_mutex_unlock(&g->reg.mu);

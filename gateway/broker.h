@@ -15,13 +15,15 @@
 #define SW_KEEPALIVE_MS 200          /* SSE comment while a stream waits */
 #define SW_TICK_MS 50                /* broker housekeeping period */
 
-typedef enum { SW_CMD_SUBMIT, SW_CMD_CANCEL } sw_cmd_kind;
+/* SW_CMD_OPS (req NULL): an operator changed what may take requests
+ * (ops.h): the wait queue is tried again. */
+typedef enum { SW_CMD_SUBMIT, SW_CMD_CANCEL, SW_CMD_OPS } sw_cmd_kind;
 
 int sw_broker_start(sw_gateway *g, char *err, size_t errlen);
 /* Stops the thread after failing every request it still holds. */
 void sw_broker_stop(sw_gateway *g);
-/* From any thread: submit a request, or cancel one (its client is gone).
- * Takes a reference. */
+/* From any thread: submit a request, or cancel one (its client is gone),
+ * taking a reference; or tell the broker of an operator's change. */
 void sw_broker_post(sw_gateway *g, sw_cmd_kind kind, sw_req *req);
 
 #endif

@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <cjson/cJSON.h>
 #include "gateway/gateway.h"
 #include "gateway/metrics.h"
+#include "gateway/router.h"
 #include "gateway/util.h"
 
 sw_gateway *sw_gw;
@@ -31,8 +33,20 @@ static int64_t file_mtime_ns(const char *path)
 char *sw_gw_status_json(sw_gateway *g)
 {
     sw_policy *p = sw_gw_policy(g);
-    char *s = sw_status_json(&g->reg, p, g->started_ms);
+    cJSON *o = sw_status_build(&g->reg, p, g->started_ms);
+    cJSON *routes = o ? cJSON_AddArrayToObject(o, "routes") : NULL;
+    if (routes) {
+        pthread_mutex_lock(&g->reg.mu);
+        sw_route_status(p, &g->reg, g->route_stats, routes);
+        pthread_mutex_unlock(&g->reg.mu);
+    }
     sw_policy_unref(p);
+    pthread_mutex_lock(&g->reload_mu);
+    if (o && g->last_reload_error[0]) cJSON_AddStringToObject(o, "last_reload_error", g->last_reload_error);
+    else if (o) cJSON_AddNullToObject(o, "last_reload_error");
+    pthread_mutex_unlock(&g->reload_mu);
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
     return s;
 }
 

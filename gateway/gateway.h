@@ -19,7 +19,8 @@
  *   broker.c (and its SDK side)           -> front.c, router.c, control.c
  *   openai.c                              -> front.c
  *   front.c                               -> router.c, registry.c
- *   control.c (policy, reload)            -> registry.c, metrics.c
+ *   admin.c (operators' actions)          -> broker.c, registry.c
+ *   control.c (policy, reload, status)    -> router.c, registry.c, metrics.c
  *   router.c -> registry.c -> metrics.c -> util.c; req.h, policy.c below all
  * Headers, one per module: gateway.h (control.c), broker.h, http.h,
  * front.h, openai.h, req.h (util.c), router.h, registry.h, metrics.h,
@@ -64,6 +65,9 @@ typedef struct sw_gateway {
     char last_reload_error[4096];
 
     sw_registry reg;
+    /* The route counters (router.h): the broker's; the list and their
+     * in-flight counts change under reg.mu, where the status reads them. */
+    struct sw_route_stats *route_stats;
     int64_t started_ms;
 
     /* inbox: HTTP threads -> broker (broker.c) */
@@ -82,7 +86,9 @@ extern sw_gateway *sw_gw;
 sw_policy *sw_gw_policy(sw_gateway *g);      /* returns a reference */
 /* Reloads the config file; on error keeps the old policy and fills err. */
 int sw_gw_reload(sw_gateway *g, char *err, size_t errlen);
-/* sw_status_json for the running policy. Caller frees. */
+/* The status document (GET /admin/status, SDK StatusRequest): the
+ * registry's (registry.h's sw_status_build), the routes with their counters
+ * and forced overflows, and the last reload error. Caller frees. */
 char *sw_gw_status_json(sw_gateway *g);
 
 #endif

@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <sodium.h>
+#include "gateway/admin.h"
 #include "gateway/broker.h"
 #include "gateway/dashboard/assets.h"
 #include "gateway/front.h"
@@ -35,7 +36,7 @@
 #define SW_MAX_DISCARD (64ull << 20) /* up to this, an oversized body is read before the 413 */
 
 enum { EP_NONE, EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_WORKERS,
-       EP_POLICY, EP_RELOAD, EP_STATUS };
+       EP_POLICY, EP_RELOAD, EP_STATUS, EP_OPS };
 
 typedef struct {
     int ep;
@@ -714,7 +715,7 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
 /* ---- the admin API: its own token ---------------------------------------- */
 static bool is_admin(int ep)
 {
-    return ep == EP_WORKERS || ep == EP_POLICY || ep == EP_RELOAD || ep == EP_STATUS;
+    return ep == EP_WORKERS || ep == EP_POLICY || ep == EP_RELOAD || ep == EP_STATUS || ep == EP_OPS;
 }
 
 /* Whether "Authorization: Bearer T" carries the admin token. Both sides are
@@ -756,6 +757,20 @@ static int admin_refusal(const sw_gateway *g, struct MHD_Connection *c, int ep, 
     *rc = MHD_queue_response(c, 401, resp);
     MHD_destroy_response(resp);
     return 1;
+}
+
+/* An operator's action (admin.c), with the client's address for its log. */
+static enum MHD_Result do_ops(sw_gateway *g, struct MHD_Connection *c, const char *url, const sw_sbuf *body)
+{
+    char peer[64] = "";
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr)
+        getnameinfo(ci->client_addr, ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                    : sizeof(struct sockaddr_in), peer, sizeof peer, NULL, 0, NI_NUMERICHOST);
+    if (body->oom) return respond_error(c, 503, "out of memory", NULL, NULL, "out_of_memory");
+    char *json = NULL;
+    int status = sw_admin_action(g, url, body->s ? body->s : "", body->n, peer, &json);
+    return respond_json(c, (unsigned)status, json);
 }
 
 static enum MHD_Result do_workers(sw_gateway *g, struct MHD_Connection *c)
@@ -881,6 +896,10 @@ static int endpoint(const char *url, const char **allow)
             *allow = T[i].method;
             return T[i].ep;
         }
+    if (sw_admin_is_action(url)) {   /* /admin/workers/ID/drain, ...: admin.c reads the rest */
+        *allow = "POST";
+        return EP_OPS;
+    }
     return EP_NONE;
 }
 
@@ -946,6 +965,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case EP_POLICY: return do_policy(g, c);
     case EP_STATUS: return respond_json(c, 200, sw_gw_status_json(g));
     case EP_RELOAD: return do_reload(g, c);
+    case EP_OPS:
+        if (ctx->too_large)
+            return respond_error(c, 413, "request body is larger than 1 MiB", NULL, NULL, "body_too_large");
+        return do_ops(g, c, url, &ctx->body);
     }
     return MHD_NO;
 }

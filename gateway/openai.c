@@ -723,6 +723,13 @@ static cJSON *parse_body(const char *body, size_t len, perr *e)
     return NULL;
 }
 
+cJSON *sw_json_body(const char *body, size_t len, char *msg, size_t msglen, const char **param)
+{
+    perr e = {msg, msglen, param};
+    *param = NULL;
+    return parse_body(body, len, &e);
+}
+
 /* Every part of the body onto g, in the order the errors are reported. */
 static int request_fields(cJSON *o, bool chat, Spillway__GenerateRequest *g, sw_req *r, perr *e)
 {

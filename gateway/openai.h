@@ -21,6 +21,11 @@
  * status with msg (and param, for a field) set. */
 int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat,
                     const sw_policy *p, char *msg, size_t msglen, const char **param);
+/* Any request body (the admin API's too) as a JSON object held to the same
+ * rules as the OpenAI bodies: UTF-8, at most SW_MAX_JSON_DEPTH deep, no
+ * NUL. NULL with msg (and *param, for a field) set; free with cJSON_Delete. */
+struct cJSON;
+struct cJSON *sw_json_body(const char *body, size_t len, char *msg, size_t msglen, const char **param);
 char *sw_openai_error_json(const char *message, const char *type, const char *param,
                            const char *code);
 const char *sw_finish_name(int finish);

@@ -25,7 +25,7 @@ typedef enum { SW_OPS_DRAIN = 0, SW_OPS_CORDON = 1, SW_OPS_FORCE = 2, SW_OPS_N_K
 typedef struct sw_ops_mark {
     char *name;
     char *by, *reason;
-    int64_t since_ms;
+    int64_t since_ms;           /* wall clock (Unix ms): operators read it as a date */
     struct sw_ops_mark *next;
 } sw_ops_mark;
 
@@ -33,7 +33,7 @@ typedef struct sw_ops_mark {
 #define SW_OPS_TEXT_MAX 256     /* longest name, identity or reason accepted */
 
 typedef struct {
-    int64_t at_ms;
+    int64_t at_ms;              /* wall clock (Unix ms) */
     char action[24];            /* "drain", "uncordon", "force-overflow on", ... */
     char target[SW_OPS_TEXT_MAX + 1];
     char by[SW_OPS_TEXT_MAX + 1];

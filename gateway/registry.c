@@ -233,6 +233,18 @@ sw_worker *sw_registry_pick(sw_registry *r, const char *pool, const char *model,
     return load_of(wb) < load_of(wa) ? wb : wa;
 }
 
+/* Who set a mark, when and why, as prefix_by, prefix_reason, prefix_since_ms. */
+static void add_mark(cJSON *o, const char *prefix, const sw_ops_mark *m)
+{
+    char k[64];
+    snprintf(k, sizeof k, "%s_by", prefix);
+    cJSON_AddStringToObject(o, k, m->by);
+    snprintf(k, sizeof k, "%s_reason", prefix);
+    cJSON_AddStringToObject(o, k, m->reason);
+    snprintf(k, sizeof k, "%s_since_ms", prefix);
+    cJSON_AddNumberToObject(o, k, (double)m->since_ms);
+}
+
 char *sw_registry_json(sw_registry *r)
 {
     int64_t now = sw_now_ms();
@@ -246,6 +258,11 @@ char *sw_registry_json(sw_registry *r)
                                 : w->kind == SPILLWAY__WORKER_KIND__WORKER_KIND_CPU ? "cpu" : "unspecified");
         cJSON_AddBoolToObject(o, "alive", sw_worker_alive(w, now));
         cJSON_AddStringToObject(o, "state", sw_worker_state_name(r, w, now));
+        const sw_ops_mark *dm = sw_ops_find(&r->ops, SW_OPS_DRAIN, w->id);
+        cJSON_AddBoolToObject(o, "drained", dm != NULL);
+        cJSON_AddBoolToObject(o, "self_draining", w->self_draining);
+        cJSON_AddBoolToObject(o, "empty", w->inflight == 0);
+        if (dm) add_mark(o, "drain", dm);
         cJSON_AddNumberToObject(o, "slots", w->slots);
         cJSON_AddNumberToObject(o, "inflight", w->inflight);
         cJSON_AddNumberToObject(o, "dispatched", (double)w->dispatched);
@@ -293,7 +310,24 @@ int sw_registry_snapshot(sw_registry *r, sw_metrics_worker **out, uint64_t *deat
     return n;
 }
 
-char *sw_status_json(sw_registry *reg, const sw_policy *p, int64_t started_ms)
+/* The operators' recent actions, oldest first, as "operator_actions". */
+static void add_actions(cJSON *o, const sw_ops *ops)
+{
+    cJSON *arr = cJSON_AddArrayToObject(o, "operator_actions");
+    for (unsigned i = SW_OPS_LOG; i-- > 0;) {
+        const sw_ops_action *a = sw_ops_recent(ops, i);
+        if (!a) continue;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "at_ms", (double)a->at_ms);
+        cJSON_AddStringToObject(e, "action", a->action);
+        cJSON_AddStringToObject(e, "target", a->target);
+        cJSON_AddStringToObject(e, "by", a->by);
+        cJSON_AddStringToObject(e, "reason", a->reason);
+        cJSON_AddItemToArray(arr, e);
+    }
+}
+
+struct cJSON *sw_status_build(sw_registry *reg, const sw_policy *p, int64_t started_ms)
 {
     int64_t now = sw_now_ms();
     cJSON *o = cJSON_CreateObject();
@@ -344,17 +378,19 @@ char *sw_status_json(sw_registry *reg, const sw_policy *p, int64_t started_ms)
             cJSON_AddNumberToObject(po, "inflight", inflight);
             cJSON_AddNumberToObject(po, "active", active);
             cJSON_AddNumberToObject(po, "queued", queued);
+            const sw_ops_mark *cm = sw_ops_find(&reg->ops, SW_OPS_CORDON, names[i]);
+            cJSON_AddBoolToObject(po, "cordoned", cm != NULL);
+            if (cm) add_mark(po, "cordon", cm);
             cJSON_AddItemToArray(pools, po);
         }
     }
+    add_actions(o, &reg->ops);
     pthread_mutex_unlock(&reg->mu);
     char *wj = sw_registry_json(reg);
     cJSON *wa = wj ? cJSON_Parse(wj) : NULL;
     free(wj);
     cJSON_AddItemToObject(o, "workers", wa ? wa : cJSON_CreateArray());
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return o;
 }
 
 bool sw_worker_set_slots(sw_worker *w, uint32_t claimed)

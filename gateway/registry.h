@@ -105,9 +105,13 @@ int sw_registry_count(sw_registry *r, const char *pool, const char *model,
                       const char *quant, int64_t now);
 /* JSON array of workers (caller frees); takes r->mu. */
 char *sw_registry_json(sw_registry *r);
-/* The status document (policy version, pools with load, workers) served by
- * GET /admin/status and to SDK clients; takes r->mu. Caller frees. */
-char *sw_status_json(sw_registry *r, const sw_policy *p, int64_t started_ms);
+/* The registry's part of the status document served by GET /admin/status
+ * and to SDK clients: policy version, pools with load and cordons, workers
+ * with their drains, the operators' recent actions. Takes r->mu. The
+ * caller adds the rest (gateway.h's sw_gw_status_json) and frees it with
+ * cJSON_Delete; NULL out of memory. */
+struct cJSON;
+struct cJSON *sw_status_build(sw_registry *r, const sw_policy *p, int64_t started_ms);
 /* Each worker's pool and state for /metrics, and the deaths so far; takes
  * r->mu. *out is the caller's to free (NULL and 0 when out of memory). */
 int sw_registry_snapshot(sw_registry *r, sw_metrics_worker **out, uint64_t *deaths);

@@ -13,19 +13,31 @@
 #include <string.h>
 #include <strings.h>
 #include <stdio.h>
+#include <cjson/cJSON.h>
 #include "gateway/router.h"
 
 #define ERR_MIN_SAMPLES 10      /* don't call a route degraded on a handful of requests */
 #define ERR_EWMA_ALPHA 0.1f
 
+static void route_key(char *key, size_t n, const sw_route *r)
+{
+    snprintf(key, n, "%s\x1f%s\x1f%s", r->model, r->quantization ? r->quantization : "", r->target);
+}
+
+static sw_route_stats *stats_find(sw_route_stats *head, const char *key)
+{
+    for (sw_route_stats *s = head; s; s = s->next)
+        if (strcmp(s->key, key) == 0) return s;
+    return NULL;
+}
+
 sw_route_stats *sw_route_stats_get(sw_route_stats **head, const sw_route *r)
 {
     char key[512];
-    snprintf(key, sizeof key, "%s\x1f%s\x1f%s", r->model, r->quantization ? r->quantization : "",
-             r->target);
-    for (sw_route_stats *s = *head; s; s = s->next)
-        if (strcmp(s->key, key) == 0) return s;
-    sw_route_stats *s = calloc(1, sizeof *s);
+    route_key(key, sizeof key, r);
+    sw_route_stats *s = stats_find(*head, key);
+    if (s) return s;
+    s = calloc(1, sizeof *s);
     if (s) s->key = strdup(key);
     if (!s || !s->key) {
         free(s);
@@ -295,4 +307,33 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
     if (blocked_reason && strcmp(blocked_reason, "degraded") != 0)   /* an operator's doing: say so */
         snprintf(d->message, sizeof d->message, "no worker can take model '%s' right now (%s: %s, and no "
                  "overflow route has a worker)", rq->model, blocked_pool, blocked_reason);
+}
+
+void sw_route_status(const sw_policy *p, const sw_registry *reg, sw_route_stats *head, struct cJSON *arr)
+{
+    for (size_t i = 0; i < p->n_routes; i++) {
+        const sw_route *r = &p->routes[i];
+        char key[512], name[512];
+        route_key(key, sizeof key, r);
+        snprintf(name, sizeof name, "%s@%s", r->model, r->target);
+        const sw_route_stats *st = stats_find(head, key);
+        const sw_ops_mark *f = sw_ops_find(&reg->ops, SW_OPS_FORCE, name);
+        if (!f) f = sw_ops_find(&reg->ops, SW_OPS_FORCE, r->model);
+        bool forced = f && r->priority == SW_PRIO_PRIMARY;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", name);
+        cJSON_AddStringToObject(o, "model", r->model);
+        cJSON_AddStringToObject(o, "target", r->target);
+        if (r->quantization) cJSON_AddStringToObject(o, "quantization", r->quantization);
+        cJSON_AddBoolToObject(o, "overflow", r->priority == SW_PRIO_OVERFLOW);
+        cJSON_AddNumberToObject(o, "max_concurrency", r->max_concurrency);
+        cJSON_AddNumberToObject(o, "inflight", st ? st->inflight : 0);
+        cJSON_AddNumberToObject(o, "error_rate", st ? st->err_ewma : 0);
+        cJSON_AddBoolToObject(o, "forced_overflow", forced);
+        if (forced) {
+            cJSON_AddStringToObject(o, "forced_by", f->by);
+            cJSON_AddStringToObject(o, "reason", f->reason);
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
 }

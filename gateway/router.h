@@ -15,7 +15,8 @@
 
 /* In-flight count and recent error rate of one route, keyed by its identity
  * (model, quantization, target) so the numbers survive a policy reload.
- * Owned by the broker thread. */
+ * Owned by the broker thread; the list and the in-flight counts change
+ * under reg.mu, so the status document may read them. */
 typedef struct sw_route_stats {
     char *key;
     uint32_t inflight;
@@ -59,6 +60,12 @@ void sw_route_stats_outcome(sw_route_stats *s, bool error);
 void sw_route_stats_service(sw_route_stats *s, int64_t ms);
 void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
                      const sw_route_request *rq, int64_t now, sw_decision *out);
+/* One object per route of p appended to the JSON array arr, for the status
+ * document: its name ("model@pool"), target, priority, max_concurrency,
+ * in-flight count, recent error rate and whether an operator forced it onto
+ * its overflow (by whom, why). Caller holds reg->mu. */
+struct cJSON;
+void sw_route_status(const sw_policy *p, const sw_registry *reg, sw_route_stats *head, struct cJSON *arr);
 /* True if the policy routes the model (after alias resolution). */
 bool sw_policy_has_model(const sw_policy *p, const char *model);
 

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 DEBS=(build-essential pkg-config libzmq3-dev libyaml-dev libprotobuf-c-dev protobuf-c-compiler
       libmicrohttpd-dev libcjson-dev libpcre2-dev libsodium-dev python3 python3-venv curl)
+# the `spillway ops` CLI speaks HTTP to the admin API through libcurl
+DEBS+=(libcurl4-openssl-dev)
 # make fuzz: clang, libFuzzer's runtime (libclang_rt.fuzzer) and clang's
 # OpenMP (the libraries build with -fopenmp)
 DEBS+=(clang libclang-rt-dev libomp-dev)

@@ -5,6 +5,8 @@
  *                     [--json | --json-schema FILE] [-n N] [--temp T] MESSAGE
  *   spillway status
  *   spillway keygen [--out PREFIX]   a CURVE keypair: PREFIX.key (mode 0600) and PREFIX.pub
+ *   spillway ops status|drain|undrain|cordon|uncordon|force-overflow|reload ...
+ *                                    the operators' commands, over the admin API (sdk/ops.c)
  * Common: -e ENDPOINT (default tcp://127.0.0.1:5556 or $SPILLWAY_ENDPOINT),
  *         --timeout MS, --key FILE --gateway-key FILE|Z85 (CURVE, docs/security.md). Text streams to stdout, then each function call the
  *         model made as "[tool_call] name(arguments)"; a reasoning model's
@@ -14,6 +16,7 @@
 #include "llm/cli.h"
 #include "llm/util.h"
 #include "proto/curve.h"
+#include "sdk/ops.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -38,6 +41,8 @@ static void usage(FILE *f)
         "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high]\n"
         "                     [--tools FILE [--tool-choice auto|required|NAME]] [options] MESSAGE\n"
         "       spillway status\n"
+        "       spillway ops status|drain|undrain|cordon|uncordon|force-overflow|reload ...\n"
+        "                     (spillway ops --help)\n"
         "       spillway keygen [--out PREFIX]   (writes PREFIX.key, mode 0600, and PREFIX.pub;\n"
         "                                         default prefix 'spillway')\n"
         "options: -e ENDPOINT  -n MAX_TOKENS  --temp T  --top-p P  --top-k K  --seed S\n"
@@ -328,6 +333,7 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "keygen")) return run_keygen(argc, argv);
+    if (!strcmp(argv[1], "ops")) return sw_cli_ops(argc, argv);
     cli_args a;
     if (parse_args(argc, argv, &a) != 0) return 2;
     /* read after the flags, so that a bad flag leaves nothing to free */
