@@ -225,6 +225,16 @@ static void reject(sw_decision *d, int status, const char *type, const char *cod
     snprintf(d->message, sizeof d->message, fmt, arg);
 }
 
+/* The 503 when no route can take the request; when an operator's action is
+ * why (a forced, cordoned or drained primary), the message says so. */
+static void reject_unavailable(sw_decision *d, const char *model, const char *pool, const char *reason)
+{
+    reject(d, 503, "server_error", "no_worker_available", "no healthy worker serves model '%s' right now", model);
+    if (reason && strcmp(reason, "degraded") != 0)
+        snprintf(d->message, sizeof d->message, "no worker can take model '%s' right now (%s: %s, and no "
+                 "overflow route has a worker)", model, pool, reason);
+}
+
 void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
                      const sw_route_request *rq, int64_t now, sw_decision *d)
 {
@@ -302,11 +312,7 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
         snprintf(d->message, sizeof d->message, "all routes for model '%s' are at capacity", rq->model);
         return;
     }
-    reject(d, 503, "server_error", "no_worker_available",
-           "no healthy worker serves model '%s' right now", rq->model);
-    if (blocked_reason && strcmp(blocked_reason, "degraded") != 0)   /* an operator's doing: say so */
-        snprintf(d->message, sizeof d->message, "no worker can take model '%s' right now (%s: %s, and no "
-                 "overflow route has a worker)", rq->model, blocked_pool, blocked_reason);
+    reject_unavailable(d, rq->model, blocked_pool, blocked_reason);
 }
 
 void sw_route_status(const sw_policy *p, const sw_registry *reg, sw_route_stats *head, struct cJSON *arr)

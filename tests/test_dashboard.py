@@ -161,10 +161,10 @@ def test_dashboard_shows_drained_worker(cluster, request):
     start(cluster)
     wid = next(w["id"] for w in cluster.workers() if w["pool"] == "gpu-pool")
     st, _, b = cluster.admin_post(f"/admin/workers/{wid}/drain", {"reason": "maintenance"})
-    if st == 404:
-        pytest.skip("POST /admin/workers/<id>/drain answers 404: the drain operation (issue 22) is not built yet")
     assert st == 200, b
-    d = request.getfixturevalue("browser")     # started only once there is a drain to show
+    st, _, b = cluster.admin_post("/admin/pools/cpu-pool/cordon", {"reason": "rack move"})
+    assert st == 200, b
+    d = request.getfixturevalue("browser")
     open_dashboard(d, cluster)
     from selenium.webdriver.common.by import By
     def drained_row():
@@ -173,4 +173,9 @@ def test_dashboard_shows_drained_worker(cluster, request):
                 return "drained" in tr.text
         return False
     wait_until(drained_row, 5, what="the drained worker shown")
+    pool = d.find_element(By.CSS_SELECTOR, '#pools tr[data-pool="cpu-pool"]')
+    assert "cordoned: rack move" in pool.text, pool.text
+    actions = d.find_element(By.ID, "actions").text
+    assert "maintenance" in actions and "rack move" in actions, actions
+    screenshot(d, "dashboard-drained.png")
     assert_same_origin(d, cluster)

@@ -217,6 +217,7 @@ function renderPools(st, m) {
 function workerState(w) {
   if (w.drained) return ["drained" + (w.empty ? " (empty)" : "") + (w.drain_reason ? ": " + w.drain_reason : ""), "warn"];
   if (w.self_draining) return ["draining (SIGTERM)", "warn"];
+  if (w.state === "cordoned") return ["pool cordoned", "warn"];
   return w.alive ? ["healthy", "ok"] : ["missing", "bad"];
 }
 function renderWorkers(st, m) {
@@ -242,10 +243,10 @@ function renderRoutes(st, m) {
     const inf = el("span");
     inf.appendChild(bar(r.inflight || 0, max));
     inf.appendChild(document.createTextNode((r.inflight !== undefined ? r.inflight : "-") + " / " + (max || "∞")));
-    return row([r.model, r.target, r.overflow, inf, r.queued,
+    return row([r.model, r.target, r.overflow ? "overflow" : "primary", inf, r.queued !== undefined ? r.queued : "-",
                 r.forced_overflow ? el("span", "warn", "forced overflow" + (r.reason ? ": " + r.reason : "")) : "normal"]);
   });
-  table("routes", ["model", "target", "overflow", "in flight / max", "queued", "state"], rows);
+  table("routes", ["model", "target", "priority", "in flight / max", "queued", "state"], rows);
 }
 function renderActions(st) {
   const acts = st.operator_actions;

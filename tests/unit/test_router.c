@@ -81,6 +81,12 @@ typedef struct {
     expect want;
 } row;
 
+/* A row with operators' marks set first: "drain:ID", "cordon:POOL", "force:ROUTE". */
+typedef struct {
+    row r;
+    const char *ops[3];
+} ops_row;
+
 /* Workers. */
 #define G1 {"g1", "gpu-pool", "llama:fp8 solo:fp8 dual:fp8", 4, 0, 0, 0, 0}
 #define G2 {"g2", "gpu-pool", "llama:fp8 solo:fp8 dual:fp8", 4, 0, 0, 0, 0}
@@ -243,6 +249,32 @@ static const row ROWS[] = {
      {.model = "t", .tenant = "ACME"}, REFUSE(400, "no_matching_route")},
 };
 
+/* Operators' marks (gateway/ops.h). */
+static const ops_row OPS_ROWS[] = {
+    {{"drained worker: its pool's other one", P_SPILL, {G1, G2, C1}, {{0}}, {.model = "llama"},
+     TO("gpu-pool", "g2")}, {"drain:g1"}},
+    {{"every worker of the primary drained: spill as drained", P_SPILL, {G1, C1}, {{0}}, {.model = "llama"},
+     SPILL("cpu-pool", "c1", "gpu-pool", "drained")}, {"drain:g1"}},
+    {{"cordoned primary pool spills", P_SPILL, {G1, G2, C1}, {{0}}, {.model = "llama"},
+     SPILL("cpu-pool", "c1", "gpu-pool", "cordoned")}, {"cordon:gpu-pool"}},
+    {{"cordoned overflow pool: primary unaffected", P_SPILL, {G1, C1}, {{0}}, {.model = "llama"},
+     TO("gpu-pool", "g1")}, {"cordon:cpu-pool"}},
+    {{"model forced onto overflow", P_SPILL, {G1, C1}, {{0}}, {.model = "llama"},
+     SPILL("cpu-pool", "c1", "gpu-pool", "forced")}, {"force:llama"}},
+    {{"route forced by its name", P_SPILL, {G1, C1}, {{0}}, {.model = "gpt-4o"},
+     SPILL("cpu-pool", "c1", "gpu-pool", "forced")}, {"force:llama@gpu-pool"}},
+    {{"forcing an overflow route's name changes nothing", P_SPILL, {G1, C1}, {{0}}, {.model = "llama"},
+     TO("gpu-pool", "g1")}, {"force:llama@cpu-pool"}},
+    {{"forced with no overflow route: 503", P_SPILL, {G1}, {{0}}, {.model = "solo"},
+     REFUSE(503, "no_worker_available")}, {"force:solo"}},
+    {{"forced, overflow cordoned: 503", P_SPILL, {G1, C1}, {{0}}, {.model = "llama"},
+     REFUSE(503, "no_worker_available")}, {"force:llama", "cordon:cpu-pool"}},
+    {{"forced and overflow saturated: wait", P_SPILL, {G1, C1}, {{2, .inflight = 4}}, {.model = "llama"},
+     WAIT("gpu-pool")}, {"force:llama"}},
+    {{"unrouted model, only worker drained: 503, still known", P_SPILL, {F1}, {{0}}, {.model = "free"},
+     REFUSE(503, "no_capacity")}, {"drain:f1"}},
+};
+
 /* Registers w as its worker would, then sets what its heartbeats said. */
 static void add_worker(sw_registry *reg, const wspec *s)
 {
@@ -332,7 +364,17 @@ static void check_decision(const row *t, const sw_policy *p, const sw_route_requ
           str(d->spill_reason), str(e->spill_reason));
 }
 
-static void run_row(const row *t)
+/* Sets the row's operator marks as the admin API would. */
+static void set_ops(sw_registry *reg, const char *const *ops, size_t n)
+{
+    static const char *kinds[SW_OPS_N_KINDS] = {"drain:", "cordon:", "force:"};
+    for (size_t i = 0; i < n && ops[i]; i++)
+        for (int k = 0; k < SW_OPS_N_KINDS; k++)
+            if (!strncmp(ops[i], kinds[k], strlen(kinds[k])))
+                CHECK(sw_ops_set(&reg->ops, k, ops[i] + strlen(kinds[k]), true, "test", "", NOW) == 0);
+}
+
+static void run_row(const row *t, const char *const *ops, size_t n_ops)
 {
     char err[4096] = "";
     sw_policy *p = sw_policy_parse("t.yaml", t->policy, strlen(t->policy), err, sizeof err);
@@ -341,6 +383,7 @@ static void run_row(const row *t)
     sw_registry reg;
     sw_registry_init(&reg);
     for (size_t i = 0; i < sizeof t->w / sizeof t->w[0] && t->w[i].id; i++) add_worker(&reg, &t->w[i]);
+    set_ops(&reg, ops, n_ops);
     sw_route_stats *stats = NULL;
     for (size_t i = 0; i < sizeof t->s / sizeof t->s[0]; i++) set_stats(&stats, p, &t->s[i]);
     sw_route_request rq = t->rq;
@@ -349,6 +392,7 @@ static void run_row(const row *t)
     sw_route_decide(p, &reg, &stats, &rq, NOW, &d);
     check_decision(t, p, &rq, &d);
     while (reg.head) sw_registry_remove(&reg, reg.head);
+    sw_ops_free(&reg.ops);
     pthread_mutex_destroy(&reg.mu);
     sw_route_stats_free(stats);
     sw_policy_unref(p);
@@ -372,12 +416,35 @@ static void test_stats_survive_reload(void)
     sw_policy_unref(b);
 }
 
+/* The operators' marks: set, replaced, cleared; the log keeps the newest
+ * SW_OPS_LOG actions, repeats included. */
+static void test_ops_marks_and_log(void)
+{
+    sw_ops o = {0};
+    CHECK(sw_ops_set(&o, SW_OPS_DRAIN, "w1", true, "a", "first", 1) == 0);
+    CHECK(sw_ops_set(&o, SW_OPS_DRAIN, "w1", true, "b", "second", 2) == 0);
+    const sw_ops_mark *m = sw_ops_find(&o, SW_OPS_DRAIN, "w1");
+    CHECK(m && !strcmp(m->by, "b") && !strcmp(m->reason, "second") && m->since_ms == 2);
+    CHECK(!sw_ops_find(&o, SW_OPS_CORDON, "w1"), "kinds are apart");
+    CHECK(sw_ops_set(&o, SW_OPS_DRAIN, "w1", false, "c", "", 3) == 0 && !sw_ops_find(&o, SW_OPS_DRAIN, "w1"));
+    for (int i = 0; i < 300; i++) sw_ops_set(&o, SW_OPS_FORCE, "m@p", i % 2 == 0, "x", "", 10 + i);
+    CHECK(sw_ops_recent(&o, 0)->at_ms == 309 && !strcmp(sw_ops_recent(&o, 0)->action, "force-overflow off"));
+    CHECK(sw_ops_recent(&o, SW_OPS_LOG - 1) && sw_ops_recent(&o, SW_OPS_LOG - 1)->at_ms == 309 - (SW_OPS_LOG - 1));
+    CHECK(sw_ops_recent(&o, SW_OPS_LOG) == NULL);
+    sw_ops_set(&o, SW_OPS_FORCE, "m@p", true, "x", "", 400);
+    CHECK(sw_ops_route_forced(&o, "m", "p") && !sw_ops_route_forced(&o, "m", "q") && !sw_ops_route_forced(&o, "n", "p"));
+    sw_ops_free(&o);
+}
+
 int main(void)
 {
     srand(1);   /* power-of-two choices draws from rand() */
     size_t n = sizeof ROWS / sizeof ROWS[0];
-    for (size_t i = 0; i < n; i++) run_row(&ROWS[i]);
+    for (size_t i = 0; i < n; i++) run_row(&ROWS[i], NULL, 0);
+    for (size_t i = 0; i < sizeof OPS_ROWS / sizeof OPS_ROWS[0]; i++, n++)
+        run_row(&OPS_ROWS[i].r, OPS_ROWS[i].ops, sizeof OPS_ROWS[i].ops / sizeof OPS_ROWS[i].ops[0]);
     test_stats_survive_reload();
+    test_ops_marks_and_log();
     printf("%zu routing rows\n", n);
     CHECK_DONE();
 }
