@@ -1053,6 +1053,34 @@ static void raise_fd_limit(void)
                 (unsigned long long)rl.rlim_cur, SW_HTTP_MAX_CONNECTIONS);
 }
 
+/* The daemon, on addr (NULL: no listening socket, connections are added by
+ * sw_http_add_connection). 0, or -1 with err. */
+static int start_daemon(sw_gateway *g, const struct sockaddr *addr, bool ipv6, uint16_t port, char *err,
+                        size_t errlen)
+{
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    if (ipv6) flags |= MHD_USE_IPv6;
+    if (!addr) flags |= MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+    raise_fd_limit();
+    if (!s_keys && !(s_keys = sw_keys_open(g->api_keys_file, err, errlen))) return -1;
+    /* The idle timeout counts inactivity: a stream that sends tokens or
+     * keep-alives is never idle, nor is a connection suspended waiting on
+     * a worker; a client that sends nothing (slowloris) or never reads is. */
+    struct MHD_OptionItem opts[] = {
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, g},
+        {MHD_OPTION_THREAD_POOL_SIZE, HTTP_THREADS, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_s(), NULL},
+        {MHD_OPTION_CONNECTION_LIMIT, SW_HTTP_MAX_CONNECTIONS, NULL},
+        {MHD_OPTION_PER_IP_CONNECTION_LIMIT, SW_HTTP_MAX_CONNECTIONS_PER_IP, NULL},
+        {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},
+        {addr ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, 0, (void *)addr},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    g->mhd = MHD_start_daemon(flags, port, NULL, NULL, on_request, g, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+    return g->mhd ? 0 : -1;
+}
+
 int sw_http_start(sw_gateway *g, const char *host, int port, char *err, size_t errlen)
 {
     struct addrinfo hints = {0}, *ai = NULL;
@@ -1066,32 +1094,26 @@ int sw_http_start(sw_gateway *g, const char *host, int port, char *err, size_t e
         snprintf(err, errlen, "cannot resolve HTTP address %s: %s", host, gai_strerror(gr));
         return -1;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    raise_fd_limit();
-    if (!s_keys && !(s_keys = sw_keys_open(g->api_keys_file, err, errlen))) {
-        freeaddrinfo(ai);
-        return -1;
-    }
-    /* The idle timeout counts inactivity: a stream that sends tokens or
-     * keep-alives is never idle, nor is a connection suspended waiting on
-     * a worker; a client that sends nothing (slowloris) or never reads is. */
-    g->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, g,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, g,
-                              MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
-                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                              MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout_s(),
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)SW_HTTP_MAX_CONNECTIONS,
-                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)SW_HTTP_MAX_CONNECTIONS_PER_IP,
-                              MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-                              MHD_OPTION_END);
+    err[0] = 0;
+    int rc = start_daemon(g, ai->ai_addr, ai->ai_family == AF_INET6, (uint16_t)port, err, errlen);
     freeaddrinfo(ai);
-    if (!g->mhd) {
-        snprintf(err, errlen, "cannot start the HTTP server on %s:%d (port in use?)", host, port);
-        return -1;
-    }
-    return 0;
+    if (rc != 0 && !err[0]) snprintf(err, errlen, "cannot start the HTTP server on %s:%d (port in use?)", host, port);
+    return rc;
+}
+
+int sw_http_start_unbound(sw_gateway *g, char *err, size_t errlen)
+{
+    err[0] = 0;
+    int rc = start_daemon(g, NULL, false, 0, err, errlen);
+    if (rc != 0 && !err[0]) snprintf(err, errlen, "cannot start the HTTP server");
+    return rc;
+}
+
+int sw_http_add_connection(sw_gateway *g, int fd)
+{
+    /* a loopback client, as far as the per-client limits can tell */
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    return MHD_add_connection(g->mhd, fd, (const struct sockaddr *)&peer, sizeof peer) == MHD_YES ? 0 : -1;
 }
 
 void sw_http_stop(sw_gateway *g)

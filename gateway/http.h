@@ -12,5 +12,10 @@
 
 int sw_http_start(sw_gateway *g, const char *host, int port, char *err, size_t errlen);
 void sw_http_stop(sw_gateway *g);
+/* Test mode (tests/fuzz/fuzz_http.c): the same server with no listening
+ * socket; sw_http_add_connection hands it a connected socket (one end of
+ * a socketpair), which it then owns and closes. 0, or -1. */
+int sw_http_start_unbound(sw_gateway *g, char *err, size_t errlen);
+int sw_http_add_connection(sw_gateway *g, int fd);
 
 #endif
