@@ -30,6 +30,18 @@ static int64_t file_mtime_ns(const char *path)
     return (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 }
 
+void sw_gw_init(sw_gateway *g, sw_policy *p)
+{
+    g->started_ms = sw_now_ms();
+    pthread_mutex_init(&g->policy_mu, NULL);
+    pthread_mutex_init(&g->reload_mu, NULL);
+    pthread_mutex_init(&g->inbox_mu, NULL);
+    sw_registry_init(&g->reg);
+    sw_metrics_init();
+    g->policy = p;
+    sw_metrics_set_pools(p);
+}
+
 char *sw_gw_status_json(sw_gateway *g)
 {
     sw_policy *p = sw_gw_policy(g);

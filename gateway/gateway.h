@@ -83,6 +83,9 @@ typedef struct sw_gateway {
 
 extern sw_gateway *sw_gw;
 
+/* The shared state of g (locks, registry, metrics) with p as its policy,
+ * once, before any thread starts; the caller has set the configuration. */
+void sw_gw_init(sw_gateway *g, sw_policy *p);
 sw_policy *sw_gw_policy(sw_gateway *g);      /* returns a reference */
 /* Reloads the config file; on error keeps the old policy and fills err. */
 int sw_gw_reload(sw_gateway *g, char *err, size_t errlen);

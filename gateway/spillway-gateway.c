@@ -212,14 +212,7 @@ static void init_gateway(const args *a, sw_policy *p)
     G.worker_keys_file = a->worker_keys;
     G.client_keys_file = a->client_keys;
     G.insecure_workers = a->insecure_workers;
-    G.started_ms = sw_now_ms();
-    pthread_mutex_init(&G.policy_mu, NULL);
-    pthread_mutex_init(&G.reload_mu, NULL);
-    pthread_mutex_init(&G.inbox_mu, NULL);
-    sw_registry_init(&G.reg);
-    sw_metrics_init();
-    G.policy = p;
-    sw_metrics_set_pools(p);
+    sw_gw_init(&G, p);
     /* The mtime the running policy came from, for change detection. */
     struct stat st;
     if (stat(a->config, &st) == 0)

@@ -62,15 +62,9 @@ static int start_gateway(void)
     G.config_path = "fuzz-routes.yaml";   /* never read: no reload happens */
     G.workers_ep = "inproc://fuzz-http-workers";
     G.admin_token = strdup(TOKEN);
-    G.started_ms = sw_now_ms();
-    pthread_mutex_init(&G.policy_mu, NULL);
-    pthread_mutex_init(&G.reload_mu, NULL);
-    pthread_mutex_init(&G.inbox_mu, NULL);
-    sw_registry_init(&G.reg);
-    sw_metrics_init();
-    G.policy = sw_policy_parse("fuzz-routes.yaml", POLICY, sizeof POLICY - 1, err, sizeof err);
-    if (!G.policy) return fprintf(stderr, "policy: %s\n", err), -1;
-    sw_metrics_set_pools(G.policy);
+    sw_policy *p = sw_policy_parse("fuzz-routes.yaml", POLICY, sizeof POLICY - 1, err, sizeof err);
+    if (!p) return fprintf(stderr, "policy: %s\n", err), -1;
+    sw_gw_init(&G, p);
     if (sw_broker_start(&G, err, sizeof err) != 0 || sw_http_start_unbound(&G, err, sizeof err) != 0)
         return fprintf(stderr, "gateway: %s\n", err), -1;
     return 0;
