@@ -25,7 +25,6 @@ two gateways under load: no request fails.
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -35,16 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import ECHO_ENV, TWO_POOLS, Proc, bin_path, free_port, http_get, http_post, require_tool, \
+from test_curve import keygen
+from test_faults import POLICY as SPILL_POLICY   # echo: gpu-pool, overflow to cpu-pool
+from conftest import ECHO_ENV, Proc, bin_path, free_port, http_get, http_post, require_tool, \
     wait_until, write_admin_token
 
-POLICY = TWO_POOLS + """\
-routes:
-  - model: "echo"
-    target: gpu-pool
-  - model: "echo"
-    target: cpu-pool
-    priority: overflow
+POLICY = SPILL_POLICY + """\
 defaults:
   queue_length: 512
   queue_timeout_ms: 20000
@@ -124,13 +119,6 @@ def hosts():
     finally:
         h.remove()
     assert not [l for l in ip("netns", "list").stdout.splitlines() if l.startswith(f"{PREFIX}{os.getpid()}")]
-
-
-def keygen(prefix):
-    r = subprocess.run([bin_path("spillway"), "keygen", "--out", str(prefix)], capture_output=True, text=True,
-                       timeout=10)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip(), f"{prefix}.key", f"{prefix}.pub"
 
 
 class Gateway:
