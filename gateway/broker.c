@@ -783,6 +783,26 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c, size_t len)
     if (final) sw_req_unref(r);
 }
 
+/* A worker refused r before starting it: full with other gateways' work
+ * (our heartbeat view of it lagged) or draining. That is no fault of either:
+ * count w full until its next heartbeat says otherwise, and decide again,
+ * so r goes to another worker or waits in our queue. MAX_REFUSALS bounds a
+ * request bounced between gateways' stale views. */
+#define MAX_REFUSALS 8
+static void refused(sw_worker *w, sw_req *r)
+{
+    pthread_mutex_lock(&B.g->reg.mu);
+    uint32_t full = w->slots + SW_WORKER_QUEUE_MAX;
+    if (w->hb_active + w->hb_queued < full) w->hb_queued = full - (w->hb_active < full ? w->hb_active : full);
+    pthread_mutex_unlock(&B.g->reg.mu);
+    r->refusals++;
+    detach(r, false);
+    pthread_mutex_lock(&r->mu);
+    r->phase = SW_PH_NEW;
+    pthread_mutex_unlock(&r->mu);
+    route(r, NULL, false);
+}
+
 static void on_error(sw_worker *w, const Spillway__Error *e)
 {
     if (!e->request_id || !*e->request_id) {
@@ -798,6 +818,10 @@ static void on_error(sw_worker *w, const Spillway__Error *e)
     bool got = r->got_token;
     pthread_mutex_unlock(&r->mu);
     const char *msg = e->message && *e->message ? e->message : "the worker rejected the request";
+    if (!got && e->code == SW_REFUSED_CODE && r->refusals < MAX_REFUSALS) {
+        refused(w, r);
+        return;
+    }
     if (!got && e->code >= 500 && r->retries < 1) {
         /* A busy or broken worker: one more try elsewhere. */
         char wid[SW_MAX_ID_LEN + 1];
@@ -878,6 +902,11 @@ static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t 
     case SPILLWAY__ENVELOPE__BODY_HEARTBEAT: {
         const Spillway__Heartbeat *h = env->heartbeat;
         pthread_mutex_lock(&B.g->reg.mu);
+        /* Room freed by another gateway's requests, or a drain begun: our
+         * queue may move, or must stop sending there. */
+        if (h->active + h->queued < w->hb_active + w->hb_queued || h->draining != w->self_draining)
+            B.capacity_changed = true;
+        w->self_draining = h->draining;
         w->last_seen_ms = now;
         w->hb_active = h->active;
         w->hb_queued = h->queued;

@@ -125,15 +125,19 @@ static bool eligible(const sw_registry *r, const sw_worker *w, const char *pool,
     return sw_worker_takes_new(r, w, now) && sw_worker_serves(w, model, quant);
 }
 
-/* Load as a fraction of slots, scaled: our own in-flight count is exact and
- * immediate; the heartbeat's queue covers work we did not send (other
- * gateways) but lags by up to a second, so take the larger. */
+/* Our own in-flight count is exact and immediate; the heartbeat's covers
+ * work we did not send (other gateways) but lags (a heartbeat follows a
+ * change within ~20 ms, plus the trip), so take the larger. */
+uint32_t sw_worker_load(const sw_worker *w)
+{
+    uint32_t hb = w->hb_active + w->hb_queued;
+    return hb > w->inflight ? hb : w->inflight;
+}
+
+/* Load as a fraction of slots, scaled. */
 static uint64_t load_of(const sw_worker *w)
 {
-    uint32_t n = w->inflight;
-    uint32_t hb = w->hb_active + w->hb_queued;
-    if (hb > n) n = hb;
-    return (uint64_t)n * 1000 / (w->slots ? w->slots : 1);
+    return (uint64_t)sw_worker_load(w) * 1000 / (w->slots ? w->slots : 1);
 }
 
 /* Workers of pool that could be given a request for model/quant now. */

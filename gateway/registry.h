@@ -79,6 +79,10 @@ void sw_worker_note_left(sw_worker *w, const char *id);
 bool sw_worker_recently_left(const sw_worker *w, const char *id);
 bool sw_worker_serves(const sw_worker *w, const char *model, const char *quant);
 bool sw_worker_alive(const sw_worker *w, int64_t now);
+/* Requests on w as far as this gateway can tell: its own in flight, or what
+ * w's last heartbeat counted (every gateway's), whichever is more. The one
+ * measure of a worker's load that routing and saturation use. */
+uint32_t sw_worker_load(const sw_worker *w);
 /* Whether w may be given a new request: alive, not drained (by an operator
  * or by itself) and its pool not cordoned. What it already holds it
  * finishes either way. Caller holds r->mu. */

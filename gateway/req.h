@@ -113,6 +113,7 @@ typedef struct sw_req {
     struct sw_worker *w;
     struct sw_route_stats *stats;
     int retries;
+    int refusals;                       /* SW_REFUSED_CODE answers (full, draining) so far */
     int retry_status;                   /* the worker error that caused the retry, */
     char retry_error[256];              /* reported if no other worker can take it */
     int64_t dispatch_ms;

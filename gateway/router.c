@@ -131,14 +131,17 @@ static sw_worker *pick(sw_registry *reg, const char *pool, const sw_route_reques
 /* Requests a worker may hold beyond its slots: enough that a freed slot is
  * refilled without a round trip to the gateway, small enough that the
  * waiting happens in the gateway's queue, where queue_length and
- * queue_timeout_ms apply and another worker may take it. */
-#define WORKER_QUEUE_SLACK 2
+ * queue_timeout_ms apply and another worker may take it. The worker itself
+ * refuses past the same bound (worker_link.h), which is what holds with
+ * several gateways, whose views of each other lag by a heartbeat. */
+#define WORKER_QUEUE_SLACK SW_WORKER_QUEUE_MAX
 
-/* True when w can take another request: fewer in flight than the slots it
- * reports (bounded by the registry) plus the slack. */
+/* True when w can take another request: its load (ours, or every gateway's
+ * as its heartbeat says) is below the slots it reports (bounded by the
+ * registry) plus the slack. */
 static bool has_room(const sw_worker *w)
 {
-    return w->inflight < w->slots + WORKER_QUEUE_SLACK;
+    return sw_worker_load(w) < w->slots + WORKER_QUEUE_SLACK;
 }
 
 /* w when it has room, else the least-loaded worker of the pool that serves
@@ -152,7 +155,7 @@ static sw_worker *with_room(sw_registry *reg, sw_worker *w, const char *pool,
         if ((!pool || !strcmp(o->pool, pool)) && sw_worker_takes_new(reg, o, now) && has_room(o) &&
             sw_worker_serves(o, rq->model, quant) &&
             !(rq->exclude_worker && !strcmp(o->id, rq->exclude_worker)) &&
-            (!best || (uint64_t)o->inflight * best->slots < (uint64_t)best->inflight * o->slots))
+            (!best || (uint64_t)sw_worker_load(o) * best->slots < (uint64_t)sw_worker_load(best) * o->slots))
             best = o;
     return best;
 }

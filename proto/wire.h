@@ -25,6 +25,17 @@
 #define SW_RECONNECT_MIN_MS 250
 #define SW_RECONNECT_MAX_MS 8000
 
+/* The most requests a worker holds beyond its slots (accepted, waiting for
+ * one). A GenerateRequest past slots + this is refused with SW_REFUSED_CODE,
+ * whichever gateway sent it: the hard bound on a worker's work, which the
+ * gateways' own counts (their view of each other lags by a heartbeat) cannot
+ * guarantee alone. The gateway sends no more than this either. */
+#define SW_WORKER_QUEUE_MAX 2
+/* The code of a worker's Error refusing a request before it started (full,
+ * or draining): the gateway sends it elsewhere or queues it; the client
+ * never sees it. */
+#define SW_REFUSED_CODE 429
+
 typedef Spillway__Envelope sw_env;
 
 /* Encodes env (setting its version) into a malloc'd buffer; returns its size. */

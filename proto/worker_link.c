@@ -15,13 +15,26 @@
  * FINISH_CANCELLED) or an Error. After the gateway was declared dead the
  * worker drops its requests silently: the gateway has failed them already.
  *
- * Threads: the link thread owns the DEALER; the compute thread (the caller)
- * owns the engine. They talk over one inproc PAIR, one frame per message:
- *   link -> compute: a validated GenerateRequest/Cancel frame as the gateway
- *                    sent it, or a 1-byte control: 'R' = the link was reset
- *                    (drop everything), 'X' = the link failed for good.
- *   compute -> link: an encoded envelope to send to the gateway, or the
- *                    1-byte control 'Q' = shutting down (send Disconnect, exit).
+ * Several gateways (cfg->gateways): one DEALER and one link_state each,
+ * all owned by the link thread; every request remembers the gateway it came
+ * from, and its chunks go back there. A gateway that dies only drops its own
+ * requests. The load in each heartbeat is the engine's whole load.
+ *
+ * Drain (the first SIGINT/SIGTERM): the compute thread tells the link thread
+ * ('D'), which sends every gateway a Heartbeat with draining set at once; a
+ * GenerateRequest still arriving (sent before that heartbeat landed) is
+ * refused with SW_REFUSED_CODE, which the gateway retries elsewhere. Once the
+ * worker holds nothing (or a second signal, or the drain timeout), it quits.
+ *
+ * Threads: the link thread owns the DEALERs; the compute thread (the caller)
+ * owns the engine. They talk over one inproc PAIR:
+ *   link -> compute: [gateway index byte][a validated GenerateRequest/Cancel
+ *                    frame as that gateway sent it, or the 1-byte control
+ *                    'R' = that link was reset (drop its requests)], or the
+ *                    single frame 'X' = the link thread failed for good.
+ *   compute -> link: [gateway index byte][an encoded envelope for it], or a
+ *                    single-frame control: 'D' = draining (tell every
+ *                    gateway), 'Q' = shutting down (send Disconnect, exit).
  * Real envelopes are never 1 byte long, so the controls cannot be confused
  * with them. Both PAIR ends have no high-water mark: neither side can block
  * the other (which could deadlock), and the queue is bounded by real traffic.
@@ -50,16 +63,18 @@
 #define CTRL_RESET 'R'
 #define CTRL_FATAL 'X'
 #define CTRL_QUIT 'Q'
+#define CTRL_DRAIN 'D'
 
-static volatile sig_atomic_t g_stop;
-
-void sw_worker_stop(void) { g_stop = 1; }
+/* SIGINT/SIGTERM seen so far: the first drains, the second stops. */
+static volatile sig_atomic_t g_signals;
 
 static void on_signal(int sig)
 {
     (void)sig;
-    g_stop = 1;
+    if (g_signals < 2) g_signals++;
 }
+
+void sw_worker_stop(void) { on_signal(0); }
 
 /* One line to stderr: "[worker] 2026-11-29T19:08:31.123Z message", written
  * with a single fprintf so lines from the two threads never interleave. */
@@ -107,8 +122,20 @@ static void free_buf(void *data, void *hint)
     free(data);
 }
 
-/* Encodes env and queues it on the (non-blocking) pipe without copying. */
-static void pipe_send_env(void *pipe, sw_env *env)
+/* Queues m on the (non-blocking) pipe, after the gateway index gw when gw
+ * >= 0. m is sent or closed. */
+static void pipe_send_msg(void *pipe, int gw, zmq_msg_t *m)
+{
+    uint8_t idx = (uint8_t)gw;
+    if ((gw >= 0 && zmq_send(pipe, &idx, 1, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0) ||
+        zmq_msg_send(m, pipe, ZMQ_DONTWAIT) < 0) {
+        sw_worker_log("internal pipe send failed: %s", zmq_strerror(errno));
+        zmq_msg_close(m);
+    }
+}
+
+/* Encodes env for gateway gw and queues it on the pipe without copying. */
+static void pipe_send_env(void *pipe, int gw, sw_env *env)
 {
     uint8_t *buf;
     size_t n = sw_wire_encode(env, &buf);
@@ -118,16 +145,16 @@ static void pipe_send_env(void *pipe, sw_env *env)
     }
     zmq_msg_t m;
     zmq_msg_init_data(&m, buf, n, free_buf, NULL);
-    if (zmq_msg_send(&m, pipe, ZMQ_DONTWAIT) < 0) {
-        sw_worker_log("internal pipe send failed: %s", zmq_strerror(errno));
-        zmq_msg_close(&m);
-    }
+    pipe_send_msg(pipe, gw, &m);
 }
 
-static void pipe_send_ctrl(void *pipe, char c)
+/* A control byte: about gateway gw, or (gw < 0) a single-frame one. */
+static void pipe_send_ctrl(void *pipe, int gw, char c)
 {
-    if (zmq_send(pipe, &c, 1, ZMQ_DONTWAIT) < 0)
-        sw_worker_log("internal pipe send failed: %s", zmq_strerror(errno));
+    zmq_msg_t m;
+    zmq_msg_init_size(&m, 1);
+    *(char *)zmq_msg_data(&m) = c;
+    pipe_send_msg(pipe, gw, &m);
 }
 
 static void *new_pair(void *zctx)
@@ -154,14 +181,18 @@ typedef struct {
     bool curve;                          /* keys loaded by sw_worker_run */
     sw_curve_keypair kp;
     char gateway_key[SW_CURVE_Z85_LEN + 1];
+    bool draining;        /* link thread only: heartbeats say so from then on */
     /* Requests in flight, published by the compute thread after every
      * iteration. The link thread watches it to send a heartbeat as soon as
      * the load changes, without calling load() more often than it reports. */
     _Atomic size_t inflight;
 } link_args;
 
+/* One gateway's link. */
 typedef struct {
     link_args *a;
+    int idx;              /* its index in cfg->gateways, on the pipe */
+    const char *ep;       /* its endpoint */
     void *pipe, *dealer;
     void *mon;            /* the dealer's handshake events (curve.h), or NULL */
     int64_t refused_until; /* a refused Register is sent again then; 0: not refused */
@@ -212,6 +243,7 @@ static void send_heartbeat(link_state *L, const sw_load *l)
     h.slots = l->slots;
     h.batch_size = l->batch_size;
     h.tokens_generated = l->tokens_generated;
+    h.draining = L->a->draining;
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &h;
@@ -243,8 +275,8 @@ static int open_dealer(link_state *L)
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://sw-worker-handshake-%d", n_monitors++);
     L->mon = sw_curve_monitor_open(L->a->zctx, s, mon_ep);
-    if (zmq_connect(s, L->a->cfg->gateway) != 0) {
-        sw_worker_log("cannot connect to %s: %s", L->a->cfg->gateway, zmq_strerror(errno));
+    if (zmq_connect(s, L->ep) != 0) {
+        sw_worker_log("cannot connect to %s: %s", L->ep, zmq_strerror(errno));
         if (L->mon) zmq_close(L->mon);
         L->mon = NULL;
         zmq_close(s);
@@ -256,7 +288,7 @@ static int open_dealer(link_state *L)
     L->heard = 0;
     L->reported_inflight = 0;
     L->refused_until = 0;
-    sw_worker_log("connecting to %s as %s (pool %s%s), registering", L->a->cfg->gateway,
+    sw_worker_log("connecting to %s as %s (pool %s%s), registering", L->ep,
                   L->a->worker_id, L->a->cfg->pool, L->a->curve ? ", CURVE" : ", plaintext");
     send_register(L);
     return 0;
@@ -328,7 +360,7 @@ static void on_monitor_events(link_state *L)
         if (!strcmp(what, L->last_failure) && now - L->last_failure_ms < 10000) continue;
         snprintf(L->last_failure, sizeof L->last_failure, "%s", what);
         L->last_failure_ms = now;
-        sw_worker_log("cannot connect to %s: %s", L->a->cfg->gateway, what);
+        sw_worker_log("cannot connect to %s: %s", L->ep, what);
     }
 }
 
@@ -367,17 +399,14 @@ static void on_gateway_message(link_state *L)
     case SPILLWAY__ENVELOPE__BODY_GENERATE:
     case SPILLWAY__ENVELOPE__BODY_CANCEL:
         /* Forward the validated frame itself; the compute thread decodes it. */
-        if (zmq_msg_send(&m, L->pipe, ZMQ_DONTWAIT) >= 0) {
-            sw_wire_free(env);
-            return;
-        }
-        sw_worker_log("internal pipe send failed: %s", zmq_strerror(errno));
-        break;
+        pipe_send_msg(L->pipe, L->idx, &m);
+        sw_wire_free(env);
+        return;
     case SPILLWAY__ENVELOPE__BODY_DISCONNECT:
         /* The gateway does not know us (it restarted): whatever we were
          * doing was for its previous life, so drop it and register again on
          * this connection. */
-        pipe_send_ctrl(L->pipe, CTRL_RESET);
+        pipe_send_ctrl(L->pipe, L->idx, CTRL_RESET);
         if (L->refused_until) break;   /* refused: the retry timer registers again */
         sw_worker_log("gateway says: %s; registering again", env->disconnect->reason);
         send_register(L);
@@ -399,28 +428,53 @@ static void on_gateway_message(link_state *L)
     zmq_msg_close(&m);
 }
 
-/* Forwards everything the compute thread queued. Returns 1 on CTRL_QUIT. */
-static int on_pipe_messages(link_state *L)
+/* Drain begins: every gateway hears it now, not at its next heartbeat, so
+ * the window in which one may still send us a request is one trip long. */
+static void start_drain(link_state *gw, size_t n)
+{
+    gw[0].a->draining = true;
+    sw_load l;
+    memset(&l, 0, sizeof l);
+    gw[0].a->ops->load(gw[0].a->eng, &l);
+    for (size_t i = 0; i < n; i++)
+        if (gw[i].dealer) send_heartbeat(&gw[i], &l);
+    sw_worker_log("draining: told %zu gateway(s); finishing %u running and %u queued requests", n, l.active,
+                  l.queued);
+}
+
+/* Forwards everything the compute thread queued to the gateway it names.
+ * Returns 1 on CTRL_QUIT. */
+static int on_pipe_messages(link_state *gw, size_t n)
 {
     for (;;) {
         zmq_msg_t m;
         zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, L->pipe, ZMQ_DONTWAIT) < 0) {
+        if (zmq_msg_recv(&m, gw[0].pipe, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&m);
             return 0;
         }
-        if (zmq_msg_size(&m) == 1 && *(char *)zmq_msg_data(&m) == CTRL_QUIT) {
+        int more = zmq_msg_more(&m);
+        int c = zmq_msg_size(&m) == 1 ? *(unsigned char *)zmq_msg_data(&m) : -1;
+        zmq_msg_close(&m);
+        if (!more) {   /* a control */
+            if (c == CTRL_QUIT) return 1;
+            if (c == CTRL_DRAIN) start_drain(gw, n);
+            continue;
+        }
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, gw[0].pipe, ZMQ_DONTWAIT) < 0) {   /* a message's parts arrive together */
             zmq_msg_close(&m);
-            return 1;
+            return 0;
         }
         /* While disconnected, output is dropped: the gateway that asked for it
          * is gone, and the compute thread is being told to drop its requests. */
-        if (L->dealer) {
+        link_state *L = c >= 0 && (size_t)c < n ? &gw[c] : NULL;
+        if (L && L->dealer) {
             if (zmq_msg_send(&m, L->dealer, ZMQ_DONTWAIT) >= 0) {
                 L->last_send = sw_clock_ms();
                 continue;
             }
-            sw_worker_log("send to gateway failed, message dropped: %s", zmq_strerror(errno));
+            sw_worker_log("send to gateway %s failed, message dropped: %s", L->ep, zmq_strerror(errno));
         }
         zmq_msg_close(&m);
     }
@@ -428,10 +482,10 @@ static int on_pipe_messages(link_state *L)
 
 static void declare_gateway_dead(link_state *L, int64_t now)
 {
-    sw_worker_log("gateway silent for %d ms: reconnecting in %lld ms",
+    sw_worker_log("gateway %s silent for %d ms: reconnecting in %lld ms", L->ep,
                   SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS, (long long)L->backoff_ms);
     close_dealer(L, 0);
-    pipe_send_ctrl(L->pipe, CTRL_RESET);
+    pipe_send_ctrl(L->pipe, L->idx, CTRL_RESET);
     L->reconnect_at = now + L->backoff_ms;
     L->backoff_ms *= 2;
     if (L->backoff_ms > SW_RECONNECT_MAX_MS) L->backoff_ms = SW_RECONNECT_MAX_MS;
@@ -475,12 +529,12 @@ static void send_disconnect(link_state *L)
 {
     if (!L->dealer) return;
     Spillway__Disconnect d = SPILLWAY__DISCONNECT__INIT;
-    d.reason = "shutdown";
+    d.reason = L->a->draining ? "drained: shut down" : "shutdown";
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_DISCONNECT;
     env.disconnect = &d;
     link_send(L, &env);
-    sw_worker_log("sent disconnect to gateway");
+    sw_worker_log("sent disconnect to gateway %s", L->ep);
 }
 
 /* Liveness, a refused registration's retry, and heartbeats, after a poll. */
@@ -499,52 +553,93 @@ static void link_timers(link_state *L)
     if (bad_suppressed) flush_bad_frame_count(now);
 }
 
-static void *link_main(void *arg)
+/* Each gateway's socket and handshake monitor, after the pipe, in items;
+ * owner[k] is the link of items[k] (NULL: the pipe). Returns the count. */
+static int link_poll_items(link_state *gw, size_t n, zmq_pollitem_t *items, link_state **owner)
 {
-    link_state L;
-    memset(&L, 0, sizeof L);
-    L.a = arg;
-    L.backoff_ms = SW_RECONNECT_MIN_MS;
-    L.pipe = L.a->pipe;
-    if (open_dealer(&L) != 0) {
-        pipe_send_ctrl(L.pipe, CTRL_FATAL);
-        zmq_close(L.pipe);
-        return NULL;
+    int k = 0;
+    items[k] = (zmq_pollitem_t){gw[0].pipe, 0, ZMQ_POLLIN, 0};
+    owner[k++] = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!gw[i].dealer) continue;
+        items[k] = (zmq_pollitem_t){gw[i].dealer, 0, ZMQ_POLLIN, 0};
+        owner[k++] = &gw[i];
+        if (!gw[i].mon) continue;
+        items[k] = (zmq_pollitem_t){gw[i].mon, 0, ZMQ_POLLIN, 0};
+        owner[k++] = &gw[i];
     }
+    return k;
+}
+
+/* What a poll found on one gateway's socket or monitor. */
+static void on_link_ready(link_state *L, void *sock)
+{
+    if (sock == L->mon) {
+        on_monitor_events(L);
+        return;
+    }
+    /* Bounded batch, so a flood cannot starve heartbeats and output. */
+    for (int i = 0; i < 1000 && L->dealer; i++) {
+        int ev = 0;
+        size_t evlen = sizeof ev;
+        zmq_getsockopt(L->dealer, ZMQ_EVENTS, &ev, &evlen);
+        if (!(ev & ZMQ_POLLIN)) break;
+        on_gateway_message(L);
+    }
+}
+
+/* The link thread: one loop over every gateway's link. */
+static void link_loop(link_state *gw, size_t n)
+{
     for (;;) {
         int64_t now = sw_clock_ms();
-        if (!L.dealer && now >= L.reconnect_at && open_dealer(&L) != 0) {
-            pipe_send_ctrl(L.pipe, CTRL_FATAL);
-            break;
+        long timeout = -1;
+        for (size_t i = 0; i < n; i++) {
+            if (!gw[i].dealer && now >= gw[i].reconnect_at && open_dealer(&gw[i]) != 0) {
+                pipe_send_ctrl(gw[0].pipe, -1, CTRL_FATAL);
+                return;
+            }
+            long t = poll_timeout(&gw[i], now);
+            if (timeout < 0 || t < timeout) timeout = t;
         }
-        zmq_pollitem_t items[3] = {{L.pipe, 0, ZMQ_POLLIN, 0}, {L.dealer, 0, ZMQ_POLLIN, 0},
-                                   {L.mon, 0, ZMQ_POLLIN, 0}};
-        int n_items = !L.dealer ? 1 : L.mon ? 3 : 2;
-        int rc = zmq_poll(items, n_items, poll_timeout(&L, now));
+        zmq_pollitem_t items[1 + 2 * SW_MAX_GATEWAYS];
+        link_state *owner[1 + 2 * SW_MAX_GATEWAYS];
+        int n_items = link_poll_items(gw, n, items, owner);
+        int rc = zmq_poll(items, n_items, timeout);
         if (rc < 0 && errno != EINTR) {
             sw_worker_log("poll failed: %s", zmq_strerror(errno));
-            pipe_send_ctrl(L.pipe, CTRL_FATAL);
-            break;
+            pipe_send_ctrl(gw[0].pipe, -1, CTRL_FATAL);
+            return;
         }
-        if (rc > 0 && (items[0].revents & ZMQ_POLLIN) && on_pipe_messages(&L)) {
-            send_disconnect(&L);
-            break;
+        if (rc > 0 && (items[0].revents & ZMQ_POLLIN) && on_pipe_messages(gw, n)) {
+            for (size_t i = 0; i < n; i++) send_disconnect(&gw[i]);
+            return;
         }
-        if (n_items > 2 && rc > 0 && (items[2].revents & ZMQ_POLLIN)) on_monitor_events(&L);
-        if (L.dealer && rc > 0 && (items[1].revents & ZMQ_POLLIN)) {
-            /* Bounded batch, so a flood cannot starve heartbeats and output. */
-            for (int i = 0; i < 1000; i++) {
-                int ev = 0;
-                size_t evlen = sizeof ev;
-                zmq_getsockopt(L.dealer, ZMQ_EVENTS, &ev, &evlen);
-                if (!(ev & ZMQ_POLLIN)) break;
-                on_gateway_message(&L);
-            }
-        }
-        link_timers(&L);
+        for (int k = 1; rc > 0 && k < n_items; k++)
+            if ((items[k].revents & ZMQ_POLLIN) && owner[k]->dealer) on_link_ready(owner[k], items[k].socket);
+        for (size_t i = 0; i < n; i++) link_timers(&gw[i]);
     }
-    close_dealer(&L, DISCONNECT_LINGER_MS);
-    zmq_close(L.pipe);
+}
+
+static void *link_main(void *arg)
+{
+    link_args *a = arg;
+    size_t n = a->cfg->n_gateways;
+    link_state gw[SW_MAX_GATEWAYS];
+    memset(gw, 0, sizeof gw);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        gw[i].a = a;
+        gw[i].idx = (int)i;
+        gw[i].ep = a->cfg->gateways[i];
+        gw[i].pipe = a->pipe;
+        gw[i].backoff_ms = SW_RECONNECT_MIN_MS;
+        if (ok && open_dealer(&gw[i]) != 0) ok = 0;
+    }
+    if (!ok) pipe_send_ctrl(a->pipe, -1, CTRL_FATAL);
+    else link_loop(gw, n);
+    for (size_t i = 0; i < n; i++) close_dealer(&gw[i], DISCONNECT_LINGER_MS);
+    zmq_close(a->pipe);
     return NULL;
 }
 
@@ -558,6 +653,7 @@ typedef struct inflight {
     struct inflight *next;
     uint64_t deadline_ms;   /* unix ms, 0 = none */
     uint32_t n_tokens;      /* emitted so far, for the usage of a cancel */
+    uint8_t gw;             /* the gateway it came from, whose link answers it */
     char id[];
 } inflight;
 
@@ -600,13 +696,14 @@ static void table_grow(id_table *t)
     t->nb = nb;
 }
 
-static inflight *table_add(id_table *t, const char *id, uint64_t deadline_ms)
+static inflight *table_add(id_table *t, const char *id, uint64_t deadline_ms, int gw)
 {
     size_t len = strlen(id);
     inflight *e = calloc(1, sizeof *e + len + 1);
     if (!e) return NULL;
     memcpy(e->id, id, len + 1);
     e->deadline_ms = deadline_ms;
+    e->gw = (uint8_t)gw;
     inflight **pp = &t->b[hash_id(id) & (t->nb - 1)];
     e->next = *pp;
     *pp = e;
@@ -633,9 +730,13 @@ typedef struct {
     void *eng;
     void *pipe;
     id_table reqs;
+    /* Drain: since when and until when (the timeout); 0 while serving. */
+    int64_t drain_since, drain_deadline;
+    size_t peak;                 /* the most requests held at once */
+    uint64_t refused_full, refused_draining;
 } compute;
 
-static void send_error(compute *C, const char *id, uint32_t code, const char *msg)
+static void send_error(compute *C, int gw, const char *id, uint32_t code, const char *msg)
 {
     Spillway__Error e = SPILLWAY__ERROR__INIT;
     e.request_id = (char *)id;
@@ -644,7 +745,7 @@ static void send_error(compute *C, const char *id, uint32_t code, const char *ms
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_ERROR;
     env.error = &e;
-    pipe_send_env(C->pipe, &env);
+    pipe_send_env(C->pipe, gw, &env);
 }
 
 /* A wire entry from l; top and top_ptrs have room for its alternatives. */
@@ -667,7 +768,7 @@ static void wire_logprob(Spillway__Logprob *w, Spillway__TopLogprob *top, Spillw
 /* The prompt's log probabilities, in chunks of their own ahead of the first
  * token's (the wire takes 256 a chunk). Out of memory sends none: the
  * response then lacks them rather than the worker failing. */
-static void send_prompt_logprobs(compute *C, const char *id, const sw_logprob *l, size_t n)
+static void send_prompt_logprobs(compute *C, int gw, const char *id, const sw_logprob *l, size_t n)
 {
     enum { K = SW_MAX_PROMPT_LOGPROBS_CHUNK };
     Spillway__Logprob *w = calloc(K, sizeof *w);
@@ -689,7 +790,7 @@ static void send_prompt_logprobs(compute *C, const char *id, const sw_logprob *l
         sw_env env = SPILLWAY__ENVELOPE__INIT;
         env.body_case = SPILLWAY__ENVELOPE__BODY_CHUNK;
         env.chunk = &c;
-        pipe_send_env(C->pipe, &env);
+        pipe_send_env(C->pipe, gw, &env);
     }
     free(w);
     free(wp);
@@ -697,7 +798,7 @@ static void send_prompt_logprobs(compute *C, const char *id, const sw_logprob *l
     free(tp);
 }
 
-static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32_t *ids, size_t n_ids, int finish,
+static void send_chunk(compute *C, int gw, const char *id, const sw_out *o, const uint32_t *ids, size_t n_ids, int finish,
                        const sw_usage *usage)
 {
     Spillway__TokenChunk c = SPILLWAY__TOKEN_CHUNK__INIT;
@@ -718,7 +819,7 @@ static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32
     c.tool_calls = call_ptrs;
     Spillway__Logprob lp = SPILLWAY__LOGPROB__INIT, *lp_ptr = &lp;
     Spillway__TopLogprob top[SW_MAX_TOP_LOGPROBS], *top_ptrs[SW_MAX_TOP_LOGPROBS];
-    if (o && o->n_prompt_logprobs) send_prompt_logprobs(C, id, o->prompt_logprobs, o->n_prompt_logprobs);
+    if (o && o->n_prompt_logprobs) send_prompt_logprobs(C, gw, id, o->prompt_logprobs, o->n_prompt_logprobs);
     if (o && o->logprob) {   /* one token a step: one entry */
         wire_logprob(&lp, top, top_ptrs, o->logprob);
         c.n_logprobs = 1;
@@ -737,7 +838,7 @@ static void send_chunk(compute *C, const char *id, const sw_out *o, const uint32
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_CHUNK;
     env.chunk = &c;
-    pipe_send_env(C->pipe, &env);
+    pipe_send_env(C->pipe, gw, &env);
 }
 
 /* The engine's callbacks. Output for a request the gateway no longer waits
@@ -749,15 +850,16 @@ static void on_emit(void *ctx, const char *request_id, const sw_out *out, const 
     inflight *r = table_find(&C->reqs, request_id);
     if (!r) return;
     r->n_tokens += (uint32_t)n_ids;
-    send_chunk(C, request_id, out, ids, n_ids, finish, usage);
+    send_chunk(C, r->gw, request_id, out, ids, n_ids, finish, usage);
     if (finish != SPILLWAY__FINISH_REASON__FINISH_NONE) table_remove(&C->reqs, request_id);
 }
 
 static void on_fail(void *ctx, const char *request_id, uint32_t code, const char *msg)
 {
     compute *C = ctx;
-    if (!table_find(&C->reqs, request_id)) return;
-    send_error(C, request_id, code, msg);
+    inflight *r = table_find(&C->reqs, request_id);
+    if (!r) return;
+    send_error(C, r->gw, request_id, code, msg);
     table_remove(&C->reqs, request_id);
 }
 
@@ -768,52 +870,84 @@ static int serves_model(const sw_worker_config *cfg, const char *model)
     return 0;
 }
 
-static void on_generate(compute *C, const Spillway__GenerateRequest *req)
+/* Refuses a request before it starts, when the worker is draining or holds
+ * slots + SW_WORKER_QUEUE_MAX already (from whichever gateways): the hard
+ * bound, since no gateway sees the others' requests but through heartbeats
+ * that lag. SW_REFUSED_CODE tells the gateway to look elsewhere or queue it.
+ * Returns whether it refused. */
+static bool refuse_beyond_capacity(compute *C, int gw, const char *id)
+{
+    char msg[160];
+    size_t cap = (size_t)C->cfg->slots + SW_WORKER_QUEUE_MAX;
+    if (C->drain_since) {
+        C->refused_draining++;
+        send_error(C, gw, id, SW_REFUSED_CODE, "worker draining: send it elsewhere");
+        return true;
+    }
+    if (C->reqs.n < cap) return false;
+    C->refused_full++;
+    snprintf(msg, sizeof msg, "worker full: %zu requests in hand (%u slots + %d queued)", C->reqs.n,
+             C->cfg->slots, SW_WORKER_QUEUE_MAX);
+    send_error(C, gw, id, SW_REFUSED_CODE, msg);
+    return true;
+}
+
+static void on_generate(compute *C, int gw, const Spillway__GenerateRequest *req)
 {
     char err[256] = "";
-    if (table_find(&C->reqs, req->request_id)) {
+    inflight *dup = table_find(&C->reqs, req->request_id);
+    if (dup && dup->gw == gw) {
         /* An Error would carry the same id and kill the running stream. */
         sw_worker_log("duplicate request id %s ignored", req->request_id);
         return;
     }
+    if (dup) {   /* another gateway's request has the id: this one goes elsewhere */
+        send_error(C, gw, req->request_id, 503, "request id in use by another gateway's request");
+        return;
+    }
     if (!serves_model(C->cfg, req->model)) {
         snprintf(err, sizeof err, "model '%s' is not served by this worker", req->model);
-        send_error(C, req->request_id, 404, err);
+        send_error(C, gw, req->request_id, 404, err);
         return;
     }
     if (req->deadline_unix_ms && sw_wall_ms() >= req->deadline_unix_ms) {
-        send_error(C, req->request_id, 504, "deadline passed before the request started");
+        send_error(C, gw, req->request_id, 504, "deadline passed before the request started");
         return;
     }
+    if (refuse_beyond_capacity(C, gw, req->request_id)) return;
     int code = C->ops->submit(C->eng, req, err, sizeof err);
     if (code != 0) {
-        send_error(C, req->request_id, (uint32_t)code, err[0] ? err : "request rejected");
+        send_error(C, gw, req->request_id, (uint32_t)code, err[0] ? err : "request rejected");
         return;
     }
-    if (!table_add(&C->reqs, req->request_id, req->deadline_unix_ms)) {
+    if (!table_add(&C->reqs, req->request_id, req->deadline_unix_ms, gw)) {
         C->ops->cancel(C->eng, req->request_id);
-        send_error(C, req->request_id, 503, "worker out of memory");
+        send_error(C, gw, req->request_id, 503, "worker out of memory");
+        return;
     }
+    if (C->reqs.n > C->peak) C->peak = C->reqs.n;
 }
 
-static void on_cancel(compute *C, const char *id)
+static void on_cancel(compute *C, int gw, const char *id)
 {
     inflight *r = table_find(&C->reqs, id);
-    if (!r) return; /* already finished: the race is normal */
+    if (!r || r->gw != gw) return; /* already finished (the race is normal), or not that gateway's */
     C->ops->cancel(C->eng, id);
-    send_chunk(C, id, NULL, NULL, 0, SPILLWAY__FINISH_REASON__FINISH_CANCELLED,
+    send_chunk(C, gw, id, NULL, NULL, 0, SPILLWAY__FINISH_REASON__FINISH_CANCELLED,
                &(sw_usage){ .completion_tokens = r->n_tokens });
     table_remove(&C->reqs, id);
 }
 
-/* Ends every request: with an Error each (code != 0), or silently. */
-static void drop_all(compute *C, uint32_t code, const char *msg)
+/* Ends every request of gateway gw (< 0: of all): with an Error each
+ * (code != 0), or silently. */
+static void drop_all(compute *C, int gw, uint32_t code, const char *msg)
 {
     for (size_t i = 0; i < C->reqs.nb; i++) {
-        while (C->reqs.b[i]) {
-            inflight *e = C->reqs.b[i];
+        for (inflight *e = C->reqs.b[i], *n; e; e = n) {
+            n = e->next;
+            if (gw >= 0 && e->gw != gw) continue;
             C->ops->cancel(C->eng, e->id);
-            if (code) send_error(C, e->id, code, msg);
+            if (code) send_error(C, e->gw, e->id, code, msg);
             table_remove(&C->reqs, e->id);
         }
     }
@@ -827,48 +961,63 @@ static void expire_deadlines(compute *C)
             n = e->next;
             if (e->deadline_ms && now >= e->deadline_ms) {
                 C->ops->cancel(C->eng, e->id);
-                send_error(C, e->id, 504, "deadline exceeded");
+                send_error(C, e->gw, e->id, 504, "deadline exceeded");
                 table_remove(&C->reqs, e->id);
             }
         }
     }
 }
 
+/* One message of the link thread: [gateway index][frame], or the single
+ * frame CTRL_FATAL. Returns -1 on CTRL_FATAL, 0 when the pipe is empty, 1
+ * after handling one. */
+static int pipe_one(compute *C)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, C->pipe, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return 0;
+    }
+    int more = zmq_msg_more(&m);
+    int gw = zmq_msg_size(&m) == 1 ? *(unsigned char *)zmq_msg_data(&m) : -1;
+    zmq_msg_close(&m);
+    if (!more) return gw == CTRL_FATAL ? -1 : 1;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, C->pipe, ZMQ_DONTWAIT) < 0) {   /* a message's parts arrive together */
+        zmq_msg_close(&m);
+        return 0;
+    }
+    if (zmq_msg_size(&m) == 1) {
+        char c = *(char *)zmq_msg_data(&m);
+        zmq_msg_close(&m);
+        size_t before = C->reqs.n;
+        if (c == CTRL_RESET) drop_all(C, gw, 0, NULL);
+        if (before != C->reqs.n)
+            sw_worker_log("dropped %zu requests of the lost gateway %s", before - C->reqs.n, C->cfg->gateways[gw]);
+        return 1;
+    }
+    char err[200];
+    sw_env *env = sw_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), err, sizeof err);
+    zmq_msg_close(&m);
+    if (!env) {
+        sw_worker_log("internal: undecodable forwarded frame: %s", err);
+        return 1;
+    }
+    if (env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE) on_generate(C, gw, env->generate);
+    else if (env->body_case == SPILLWAY__ENVELOPE__BODY_CANCEL)
+        on_cancel(C, gw, env->cancel->request_id);
+    sw_wire_free(env);
+    return 1;
+}
+
 /* Drains the pipe. Returns -1 if the link failed for good, else the number
- * of requests/cancels handled. */
+ * of messages handled. */
 static int drain_pipe(compute *C)
 {
-    int handled = 0;
-    for (;;) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, C->pipe, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            return handled;
-        }
-        if (zmq_msg_size(&m) == 1) {
-            char c = *(char *)zmq_msg_data(&m);
-            zmq_msg_close(&m);
-            if (c == CTRL_FATAL) return -1;
-            if (c == CTRL_RESET) {
-                if (C->reqs.n) sw_worker_log("dropping %zu requests of the lost gateway", C->reqs.n);
-                drop_all(C, 0, NULL);
-            }
-            continue;
-        }
-        char err[200];
-        sw_env *env = sw_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), err, sizeof err);
-        zmq_msg_close(&m);
-        if (!env) {
-            sw_worker_log("internal: undecodable forwarded frame: %s", err);
-            continue;
-        }
-        if (env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE) on_generate(C, env->generate);
-        else if (env->body_case == SPILLWAY__ENVELOPE__BODY_CANCEL)
-            on_cancel(C, env->cancel->request_id);
-        sw_wire_free(env);
-        handled++;
-    }
+    int handled = 0, rc;
+    while ((rc = pipe_one(C)) > 0) handled++;
+    return rc < 0 ? -1 : handled;
 }
 
 static void make_worker_id(char *out, size_t n)
@@ -889,15 +1038,42 @@ static void make_worker_id(char *out, size_t n)
     snprintf(out, n, "%s-%d-%04x", host, (int)getpid(), rnd & 0xffff);
 }
 
-/* The compute thread's loop until a signal (0) or a broken pipe (1):
- * between steps it drains requests and cancels, and scans deadlines; it
- * waits on the pipe while idle, or as long as idle_ms() says. */
+/* Whether the compute loop should end: after a first signal it drains
+ * (once: tells the link thread, which tells the gateways) and ends when it
+ * holds nothing, at the drain timeout, or at a second signal. */
+static bool stop_now(compute *C)
+{
+    if (!g_signals) return false;
+    int64_t now = sw_clock_ms();
+    if (!C->drain_since) {
+        uint32_t t = C->cfg->drain_timeout_ms ? C->cfg->drain_timeout_ms : SW_DRAIN_TIMEOUT_MS_DEFAULT;
+        C->drain_since = now ? now : 1;
+        C->drain_deadline = now + t;
+        pipe_send_ctrl(C->pipe, -1, CTRL_DRAIN);
+        sw_worker_log("signal: draining %zu requests (at most %u ms; a second signal stops at once)", C->reqs.n,
+                      t);
+    }
+    if (C->reqs.n == 0) {
+        sw_worker_log("drained in %lld ms", (long long)(now - C->drain_since));
+        return true;
+    }
+    if (g_signals >= 2) return true;
+    if (now >= C->drain_deadline) {
+        sw_worker_log("drain timeout with %zu requests in hand", C->reqs.n);
+        return true;
+    }
+    return false;
+}
+
+/* The compute thread's loop until a signal's drain ends (0) or a broken
+ * pipe (1): between steps it drains requests and cancels, and scans
+ * deadlines; it waits on the pipe while idle, or as long as idle_ms() says. */
 static int compute_loop(compute *C, _Atomic size_t *inflight)
 {
     const sw_engine_ops *ops = C->ops;
     int busy = 0;
     int64_t last_scan = 0;
-    while (!g_stop) {
+    while (!stop_now(C)) {
         long timeout = IDLE_WAIT_MS;
         if (busy) {
             int idle = ops->idle_ms ? ops->idle_ms(C->eng) : 0;
@@ -938,16 +1114,36 @@ static int load_curve(const sw_worker_config *cfg, link_args *la)
     return 0;
 }
 
+int sw_gateway_list_add(const char **list, size_t *n, const char *ep, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (!strcmp(list[i], ep)) {
+            snprintf(err, errlen, "gateway '%s' given twice", ep);
+            return -1;
+        }
+    if (*n >= SW_MAX_GATEWAYS) {
+        snprintf(err, errlen, "at most %d gateways", SW_MAX_GATEWAYS);
+        return -1;
+    }
+    list[(*n)++] = ep;
+    return 0;
+}
+
 int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *eng)
 {
-    if (!cfg || !cfg->gateway || !cfg->pool || !cfg->n_models || !ops || !ops->submit ||
-        !ops->cancel || !ops->step || !ops->load) {
+    if (!cfg || !cfg->n_gateways || cfg->n_gateways > SW_MAX_GATEWAYS || !cfg->pool || !cfg->n_models || !ops ||
+        !ops->submit || !ops->cancel || !ops->step || !ops->load) {
         sw_worker_log("sw_worker_run: incomplete configuration");
         return 1;
     }
     link_args la = {.cfg = cfg, .ops = ops, .eng = eng};
     if (load_curve(cfg, &la) != 0) return 1;
-    g_stop = 0;
+    for (size_t i = 0; i < cfg->n_gateways; i++)
+        if (!cfg->gateways[i]) {
+            sw_worker_log("sw_worker_run: gateway %zu has no endpoint", i);
+            return 1;
+        }
+    g_signals = 0;
     char worker_id[SW_MAX_ID_LEN + 1];
     if (cfg->worker_id) snprintf(worker_id, sizeof worker_id, "%s", cfg->worker_id);
     else make_worker_id(worker_id, sizeof worker_id);
@@ -990,12 +1186,15 @@ int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *e
     int fatal = compute_loop(&C, &la.inflight);
     if (fatal) {
         sw_worker_log("link to the gateway failed; stopping");
-        drop_all(&C, 0, NULL);
+        drop_all(&C, -1, 0, NULL);
     } else {
-        sw_worker_log("stopping: %zu requests in flight get an error", C.reqs.n);
-        drop_all(&C, 503, "worker shutting down");
-        pipe_send_ctrl(C.pipe, CTRL_QUIT);
+        if (C.reqs.n) sw_worker_log("stopping: %zu requests in flight get an error", C.reqs.n);
+        drop_all(&C, -1, 503, "worker shutting down");
+        pipe_send_ctrl(C.pipe, -1, CTRL_QUIT);
     }
+    sw_worker_log("held at most %zu requests at once (%u slots + %d queued); refused %llu when full, %llu while "
+                  "draining", C.peak, cfg->slots, SW_WORKER_QUEUE_MAX, (unsigned long long)C.refused_full,
+                  (unsigned long long)C.refused_draining);
     pthread_join(link, NULL);
     zmq_close(C.pipe);
     zmq_ctx_term(zctx);

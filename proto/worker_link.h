@@ -19,8 +19,11 @@
  *   TokenChunks ending in exactly one terminal message: a chunk with a finish
  *   reason and usage (a Cancel is confirmed by FINISH_CANCELLED), or an Error
  *   with the request id (400 invalid request, 404 model not served here,
- *   503 busy/shutting down, 504 deadline, or the engine's code); Disconnect
- *   on SIGINT/SIGTERM. The gateway must send something (a Heartbeat at least)
+ *   429 refused before it started: full or draining, 503 busy/shutting
+ *   down, 504 deadline, or the engine's code); Heartbeat.draining at once
+ *   on SIGINT/SIGTERM, and Disconnect once drained. With several gateways
+ *   (SW_MAX_GATEWAYS) all of this happens on each link, each request's
+ *   answer on the link it came from. The gateway must send something (a Heartbeat at least)
  *   after each SW_HEARTBEAT_MS of silence, or the worker reconnects.
  *   A refused Register (an Error without a request id, code 403: a key not
  *   allowed into this pool, or a worker id another live worker holds) is
@@ -96,8 +99,16 @@ typedef struct {
     int (*idle_ms)(void *eng);
 } sw_engine_ops;
 
+/* A worker may serve several gateways at once (N gateways behind a load
+ * balancer sharing one fleet): it registers and heartbeats with each, and
+ * each heartbeat carries its whole load, whichever gateway sent it. */
+#define SW_MAX_GATEWAYS 8
+/* SW_WORKER_QUEUE_MAX and SW_REFUSED_CODE (wire.h) bound what it holds. */
+#define SW_DRAIN_TIMEOUT_MS_DEFAULT 120000
+
 typedef struct {
-    const char *gateway;      /* e.g. tcp://127.0.0.1:5555 */
+    const char *gateways[SW_MAX_GATEWAYS];   /* e.g. tcp://127.0.0.1:5555 */
+    size_t n_gateways;
     const char *pool;
     const char *worker_id;    /* NULL = generated: host-pid-random */
     Spillway__WorkerKind kind;
@@ -110,11 +121,23 @@ typedef struct {
      * loads them and refuses to run on a bad one. */
     const char *curve_secret_file;
     const char *gateway_key;
+    /* The longest a SIGTERM drain waits for the requests in hand (0: the
+     * default); what is left then gets a 503. */
+    uint32_t drain_timeout_ms;
 } sw_worker_config;
 
-/* Runs until SIGINT/SIGTERM (or sw_worker_stop). Returns 0 on a clean stop. */
+/* Adds a repeated --gateway endpoint to list (n so far): 0, or -1 with err
+ * filled (more than SW_MAX_GATEWAYS, or given twice). */
+int sw_gateway_list_add(const char **list, size_t *n, const char *ep, char *err, size_t errlen);
+
+/* Runs until SIGINT/SIGTERM (or sw_worker_stop), which drains: every
+ * gateway is told at once (Heartbeat.draining) and sends nothing new; what
+ * still arrives is refused with SW_REFUSED_CODE, so the gateway retries it
+ * elsewhere; what the worker holds it finishes, then it disconnects. A
+ * second signal, or drain_timeout_ms, ends the rest with a 503 (retried by
+ * the gateway when no token was sent yet). Returns 0 on a clean stop. */
 int sw_worker_run(const sw_worker_config *cfg, const sw_engine_ops *ops, void *eng);
-void sw_worker_stop(void);
+void sw_worker_stop(void);   /* as a signal: the first drains, a second stops */
 /* One log line to stderr: "[worker] <UTC timestamp> <message>". Thread-safe. */
 void sw_worker_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -151,7 +151,7 @@ def decode(frame):
     elif k == HEARTBEAT:
         kv = one(b, 3)
         d = dict(active=u(1), queued=u(2), kv_utilization=struct.unpack("<f", kv)[0] if kv else 0.0,
-                 slots=u(4), batch_size=u(5), tokens_generated=u(6))
+                 slots=u(4), batch_size=u(5), tokens_generated=u(6), draining=bool(u(20)))
     elif k == CHUNK:
         usage = parse(one(b, 5)) if 5 in b else None
         d = dict(request_id=s(1), text=s(2), token_ids=packed_u32(b, 3), finish=u(4),
@@ -441,17 +441,118 @@ def test_disconnect_from_gateway_makes_worker_register_again(gw, worker_factory)
         assert c["request_id"] == "new-life"
 
 
-def test_sigterm_sends_errors_then_disconnect_and_exits_0(gw, worker_factory):
+def test_sigterm_drains_finishes_refuses_new_then_exits_0(gw, worker_factory):
+    """SIGTERM: a heartbeat saying draining comes at once (not at the next
+    interval); a request sent after it is refused with the retryable 429;
+    the one in hand finishes normally; then Disconnect, and exit 0."""
     w = worker_factory(rate=50)
     gw.recv(10, want="register")
-    gw.send(generate("inflight", max_tokens=100000))
+    gw.send(generate("inflight", max_tokens=40))   # 0.8 s at 50 tokens/s
+    gw.recv(5, want="chunk")
+    t0 = time.monotonic()
+    w.p.send_signal(signal.SIGTERM)
+    wait_until(lambda: gw.recv(2, want="heartbeat")[1]["draining"], 3, interval=0,
+               what="a draining heartbeat")
+    assert time.monotonic() - t0 < 0.5, "the drain was not announced at once"
+    gw.send(generate("late", max_tokens=3))
+    seen = {}
+    while "disconnect" not in seen:
+        kind, body, _ = gw.recv(5)
+        if kind == "error":
+            assert body["request_id"] == "late" and body["code"] == 429, body
+            seen["refused"] = True
+        if kind == "chunk" and body["request_id"] == "inflight" and body["finish"] != FINISH_NONE:
+            assert body["finish"] == FINISH_LENGTH and body["usage"]["completion_tokens"] == 40, body
+            seen["finished"] = True
+        if kind == "disconnect":
+            assert body["reason"].startswith("drained"), body
+            seen["disconnect"] = True
+    assert seen == {"refused": True, "finished": True, "disconnect": True}, seen
+    assert w.p.wait(5) == 0
+    assert "held at most 1 requests" in w.output()
+
+
+def test_second_sigterm_or_drain_timeout_stops_sooner(gw, worker_factory):
+    """A request that would run for minutes: a second SIGTERM ends it with a
+    503 (the gateway retries that) and the worker exits 0 at once; so does
+    --drain-timeout."""
+    w = worker_factory(rate=20)
+    gw.recv(10, want="register")
+    gw.send(generate("long", max_tokens=100000))
     gw.recv(5, want="chunk")
     w.p.send_signal(signal.SIGTERM)
+    wait_until(lambda: gw.recv(2, want="heartbeat")[1]["draining"], 3, interval=0, what="draining")
+    time.sleep(0.3)
+    assert w.alive(), "the first SIGTERM must drain, not stop"
+    w.p.send_signal(signal.SIGTERM)
     kind, err, _ = gw.recv(5, want="error")
-    assert err["request_id"] == "inflight" and err["code"] == 503
-    kind, body, _ = gw.recv(5, want="disconnect")
-    assert body["reason"] == "shutdown"
+    assert err["request_id"] == "long" and err["code"] == 503
+    assert gw.recv(5, want="disconnect")[1]["reason"].startswith("drained")
     assert w.p.wait(5) == 0
+    w2 = worker_factory(rate=20, extra=("--drain-timeout", "1", "--worker-id", "echo-w2"))
+    gw.recv(10, want="register")
+    gw.send(generate("long2", max_tokens=100000))
+    gw.recv(5, want="chunk")
+    t0 = time.monotonic()
+    w2.p.send_signal(signal.SIGTERM)
+    kind, err, _ = gw.recv(5, want="error")
+    assert err["request_id"] == "long2" and err["code"] == 503
+    assert w2.p.wait(5) == 0 and 0.8 < time.monotonic() - t0 < 3
+
+
+def test_worker_refuses_past_slots_plus_its_queue(gw, worker_factory):
+    """slots + SW_WORKER_QUEUE_MAX (2) requests are held; the next is refused
+    with 429 whoever sent it, and taken again once one ends."""
+    w = worker_factory(rate=20, parallel=2)
+    gw.recv(10, want="register")
+    for i in range(5):
+        gw.send(generate(f"r{i}", max_tokens=100000))
+    kind, err, _ = gw.recv(5, want="error")
+    assert err["request_id"] == "r4" and err["code"] == 429 and "full" in err["message"], err
+    wait_until(lambda: (lambda hb: hb["active"] + hb["queued"] == 4)(gw.recv(2, want="heartbeat")[1]), 5,
+               interval=0, what="4 held")
+    for i in range(3):   # room again: r3 and r5 run
+        gw.send(cancel(f"r{i}"))
+    gw.send(generate("r5", max_tokens=2))
+    got = [c for c, _ in collect_stream(gw, "r5")]
+    assert got[-1]["finish"] == FINISH_LENGTH
+    w.stop()
+    assert "held at most 4 requests at once (2 slots + 2 queued); refused 1 when full" in w.output()
+
+
+def test_worker_serves_two_gateways_and_tells_each_the_whole_load(tmp_path):
+    """--gateway twice: it registers with both, each request's answer goes to
+    the gateway that sent it, each heartbeat counts both gateways' requests,
+    and one gateway's requests past the worker's capacity are refused."""
+    a, b = FakeGateway(), FakeGateway()
+    try:
+        w = Proc([bin_path("spillway-worker-cpu"), "--gateway", a.endpoint, "--gateway", b.endpoint,
+                  "--pool", "echo-pool", "--model", "echo-model=/x", "--test-echo", "20", "--parallel", "2",
+                  "--worker-id", "shared"], tmp_path / "w.log", env={"SPILLWAY_ALLOW_TEST_MODE": "1"})
+        assert a.recv(10, want="register")[1]["worker_id"] == "shared"
+        assert b.recv(10, want="register")[1]["worker_id"] == "shared"
+        a.send(generate("same-id", max_tokens=100000))
+        a.send(generate("a2", max_tokens=100000))
+        a.recv(5, want="chunk")
+        b.send(generate("b1", max_tokens=100000))
+        b.send(generate("same-id", max_tokens=3))   # another gateway's request with a live id
+        kind, err, _ = b.recv(5, want="error")
+        assert err["request_id"] == "same-id" and err["code"] == 503, err
+        wait_until(lambda: (lambda hb: hb["active"] + hb["queued"] == 3)(a.recv(2, want="heartbeat")[1]), 5,
+                   interval=0, what="gateway a told of b's request too")
+        b.send(generate("b2", max_tokens=100000))   # 4 held: full
+        b.send(generate("b3", max_tokens=3))
+        kind, err, _ = b.recv(5, want="error")
+        assert err["request_id"] == "b3" and err["code"] == 429, err
+        kind, c, _ = b.recv(5, want="chunk")
+        assert c["request_id"] in ("b1", "b2"), c   # b gets only its own chunks
+        for _ in range(20):
+            kind, c, _ = a.recv(5, want="chunk")
+            assert c["request_id"] in ("same-id", "a2"), c
+        assert w.stop() == 0
+    finally:
+        a.close()
+        b.close()
 
 
 def test_sigint_with_dead_gateway_still_exits_promptly(tmp_path):

@@ -1,12 +1,14 @@
 /* spillway-worker-cpu: the CPU worker daemon.
  *
- *   spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH
- *       [--threads N] [--parallel N] [--ctx N] [--worker-id ID]
+ *   spillway-worker-cpu --gateway ENDPOINT [--gateway ENDPOINT...] --pool NAME --model NAME=PATH
+ *       [--drain-timeout S] [--threads N] [--parallel N] [--ctx N] [--worker-id ID]
  *       [--quantization Q] [--prefix-cache on|off] [--cache-slots N] [--test-echo TOKENS_PER_S]
  *       [--curve-secret FILE --gateway-key FILE|Z85]
  *
  * Loads the GGUF model, connects to the gateway, registers and serves
- * generate requests until SIGINT/SIGTERM (see proto/worker_link.h).
+ * generate requests until SIGINT/SIGTERM, which drains it: every gateway
+ * is told at once, what it holds is finished, then it exits 0 (see
+ * proto/worker_link.h).
  *
  * --test-echo is a test mode for gateway tests and benchmarks: no model is
  * loaded (PATH is registered but not opened, so it need not exist) and every
@@ -34,13 +36,16 @@
 #define DEFAULT_PARALLEL_ECHO 256
 
 static const char *usage_text =
-    "usage: spillway-worker-cpu --gateway ENDPOINT --pool NAME --model NAME=PATH\n"
-    "           [--threads N] [--parallel N] [--ctx N] [--worker-id ID]\n"
+    "usage: spillway-worker-cpu --gateway ENDPOINT [--gateway ENDPOINT...] --pool NAME --model NAME=PATH\n"
+    "           [--drain-timeout S] [--threads N] [--parallel N] [--ctx N] [--worker-id ID]\n"
     "           [--quantization Q] [--prefix-cache on|off] [--cache-slots N]\n"
     "           [--test-echo TOKENS_PER_S [--test-fail-rate F]]\n"
     "           [--curve-secret FILE --gateway-key FILE|Z85]\n"
     "\n"
-    "  --gateway ENDPOINT   gateway worker endpoint, e.g. tcp://127.0.0.1:5555\n"
+    "  --gateway ENDPOINT   gateway worker endpoint, e.g. tcp://127.0.0.1:5555; repeat it to serve\n"
+    "                       several gateways (up to 8), each told the whole load\n"
+    "  --drain-timeout S    on SIGTERM, finish the requests in hand for at most S seconds\n"
+    "                       (default 120; a second SIGTERM stops at once)\n"
     "  --pool NAME          pool this worker joins (as in routes.yaml)\n"
     "  --model NAME=PATH    model name to serve and its GGUF file\n"
     "  --threads N          OpenMP compute threads (default: all cores)\n"
@@ -59,7 +64,10 @@ static const char *usage_text =
     "  --test-fail-rate F   TEST MODE (with --test-echo): refuse a fraction F of requests with error 500\n";
 
 typedef struct {
-    const char *gateway, *pool, *worker_id, *quantization;
+    const char *gateways[SW_MAX_GATEWAYS];
+    size_t n_gateways;
+    uint32_t drain_timeout_ms;
+    const char *pool, *worker_id, *quantization;
     const char *curve_secret, *gateway_key;   /* CURVE: both or neither */
     char model_name[SW_MAX_ID_LEN + 1];
     const char *model_path;
@@ -106,7 +114,14 @@ static int set_option(options *o, const char *a, const char *v, int *have_model)
     if (!strcmp(a, "--gateway")) {
         if (!valid_endpoint(v))
             return usage_error("--gateway: '%s' is not a valid tcp:// or ipc:// endpoint", v);
-        o->gateway = v;
+        char err[96];
+        if (sw_gateway_list_add(o->gateways, &o->n_gateways, v, err, sizeof err) != 0)
+            return usage_error("--gateway: %s", err);
+    } else if (!strcmp(a, "--drain-timeout")) {
+        int sec;
+        if (parse_int(v, 0, 86400, &sec))
+            return usage_error("--drain-timeout: '%s' is not a whole number of seconds in 0..86400", v);
+        o->drain_timeout_ms = sec ? (uint32_t)sec * 1000 : 1;   /* 0 s: stop at once (1 ms) */
     } else if (!strcmp(a, "--pool")) {
         if (!sw_id_valid(v, SW_MAX_ID_LEN))
             return usage_error("--pool: '%s' must be 1-128 printable characters, no spaces", v);
@@ -168,7 +183,7 @@ static int set_option(options *o, const char *a, const char *v, int *have_model)
  * depend on them: 0, or the exit code. */
 static int check_options(options *o, int have_model)
 {
-    if (!o->gateway) return usage_error("%s is required", "--gateway");
+    if (!o->n_gateways) return usage_error("%s is required", "--gateway");
     if (!o->pool) return usage_error("%s is required", "--pool");
     if (!have_model) return usage_error("%s is required", "--model NAME=PATH");
     if (o->fail_rate > 0 && o->echo_rate == 0)
@@ -205,7 +220,7 @@ static int parse_args(int argc, char **argv, options *o)
         static const char *known[] = {"--gateway", "--pool", "--model", "--threads", "--parallel",
                                       "--ctx", "--worker-id", "--test-echo", "--quantization",
                                       "--test-fail-rate", "--prefix-cache", "--cache-slots",
-                                      "--curve-secret", "--gateway-key"};
+                                      "--curve-secret", "--gateway-key", "--drain-timeout"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= !strcmp(a, known[k]);
         if (!is_known) return usage_error("unknown option '%s'", a);
@@ -234,10 +249,11 @@ static int run_echo(const options *o)
     mi.context_length = o->ctx ? (uint32_t)o->ctx : 4096;
     Spillway__ModelInfo *models[1] = {&mi};
     sw_worker_config cfg = {
-        .gateway = o->gateway, .pool = o->pool, .worker_id = o->worker_id,
+        .n_gateways = o->n_gateways, .drain_timeout_ms = o->drain_timeout_ms, .pool = o->pool, .worker_id = o->worker_id,
         .kind = SPILLWAY__WORKER_KIND__WORKER_KIND_CPU, .models = models, .n_models = 1,
         .slots = (uint32_t)o->parallel, .curve_secret_file = o->curve_secret, .gateway_key = o->gateway_key,
     };
+    memcpy(cfg.gateways, o->gateways, sizeof cfg.gateways);
     int rc = sw_worker_run(&cfg, &sw_echo_engine_ops, e);
     sw_echo_engine_free(e);
     return rc;
@@ -269,10 +285,11 @@ static int run_model(const options *o)
     mi.context_length = ctx;
     Spillway__ModelInfo *models[1] = {&mi};
     sw_worker_config cfg = {
-        .gateway = o->gateway, .pool = o->pool, .worker_id = o->worker_id,
+        .n_gateways = o->n_gateways, .drain_timeout_ms = o->drain_timeout_ms, .pool = o->pool, .worker_id = o->worker_id,
         .kind = SPILLWAY__WORKER_KIND__WORKER_KIND_CPU, .models = models, .n_models = 1,
         .slots = (uint32_t)o->parallel, .curve_secret_file = o->curve_secret, .gateway_key = o->gateway_key,
     };
+    memcpy(cfg.gateways, o->gateways, sizeof cfg.gateways);
     char i8[48] = "";
     if (sw_i8_min_tokens()) snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());
     sw_worker_log("serving %s (%s, %s, ctx %u) with %d slots, %d threads, isa %s%s",

@@ -1,7 +1,7 @@
 /* spillway-worker-gpu: the GPU worker.
  *
- * Daemon:     spillway-worker-gpu --gateway EP --pool NAME --model NAME=PATH
- *                 [--backend cuda|emulate] [--max-batch N] [--kv-blocks N]
+ * Daemon:     spillway-worker-gpu --gateway EP [--gateway EP...] --pool NAME --model NAME=PATH
+ *                 [--drain-timeout S] [--backend cuda|emulate] [--max-batch N] [--kv-blocks N]
  *                 [--kv-dtype bf16|fp8] [--max-tokens-per-step N] [--ctx N]
  *                 [--prefix-cache on|off]
  * Evaluation: spillway-worker-gpu --backend B -m MODEL --tokens 1,2,3 [--logits-out FILE]
@@ -36,7 +36,10 @@
 #define PROG "spillway-worker-gpu"
 
 typedef struct {
-    const char *backend, *gateway, *pool, *model_spec, *model_path, *worker_id;
+    const char *gateways[SW_MAX_GATEWAYS];   /* --gateway, repeated: daemon mode */
+    size_t n_gateways;
+    uint32_t drain_timeout_ms;
+    const char *backend, *pool, *model_spec, *model_path, *worker_id;
     const char *curve_secret, *gateway_key;   /* CURVE (docs/security.md): both or neither */
     const char *tokens, *logits_out, *ref_logits, *prompt, *bench_decode, *bench_shape;
     int n_predict, max_batch, max_tokens_per_step, n_ctx, threads, bench_layers, bench_ctx, bench_steps;
@@ -70,6 +73,9 @@ static void usage(FILE *f)
         "  --worker-id ID             (default host-pid-random)\n"
         "  --curve-secret FILE        this worker's CURVE keypair (spillway keygen; mode 0600)\n"
         "  --gateway-key FILE|Z85     the gateway's CURVE public key: its .pub file or the Z85 text\n"
+        "  --gateway EP               repeat it to serve several gateways (up to 8), each told the whole load\n"
+        "  --drain-timeout S          on SIGTERM, finish the requests in hand for at most S seconds\n"
+        "                             (default 120; a second SIGTERM stops at once)\n"
         "  -t, --threads N            CPU threads for the emulation backend\n"
         "  -n N, --temp T, --top-k K, --top-p P, --seed S   generation (text mode)\n"
         "  --repeat R                 text mode: run the request R times in one engine; runs 2..R take\n"
@@ -107,7 +113,15 @@ static opts parse_args(int argc, char **argv)
             if (strcmp(v, "cuda") && strcmp(v, "emulate")) sw_cli_die(PROG, "--backend: '%s' is not cuda or emulate", v);
             o.backend = v;
         }
-        else if (TAKES("--gateway")) o.gateway = v;
+        else if (TAKES("--gateway")) {
+            char err[96];
+            if (sw_gateway_list_add(o.gateways, &o.n_gateways, v, err, sizeof err) != 0)
+                sw_cli_die(PROG, "--gateway: %s", err);
+        }
+        else if (TAKES("--drain-timeout")) {
+            long sec = parse_int(a, v, 0, 86400);
+            o.drain_timeout_ms = sec ? (uint32_t)sec * 1000 : 1;   /* 0 s: stop at once (1 ms) */
+        }
         else if (TAKES("--pool")) o.pool = v;
         else if (TAKES("--model")) o.model_spec = v;
         else if (TAKES("-m")) o.model_path = v;
@@ -160,13 +174,13 @@ static opts parse_args(int argc, char **argv)
 static void check_opts(const opts *op)
 {
     opts o = *op;
-    int modes = !!o.gateway + !!o.tokens + !!o.prompt + !!o.bench_decode + o.selftest;
+    int modes = !!o.n_gateways + !!o.tokens + !!o.prompt + !!o.bench_decode + o.selftest;
     if (modes != 1) {
         fprintf(stderr, PROG ": choose one mode: --gateway (daemon), --tokens, -p, --bench-decode or --selftest\n");
         usage(stderr);
         exit(2);
     }
-    if (o.gateway) {
+    if (o.n_gateways) {
         if (!o.pool || !o.model_spec) sw_cli_die(PROG, "daemon mode needs --pool and --model NAME=PATH");
         const char *eq = strchr(o.model_spec, '=');
         if (!eq || eq == o.model_spec || !eq[1]) sw_cli_die(PROG, "--model: '%s' is not NAME=PATH", o.model_spec);
@@ -181,7 +195,7 @@ static void check_opts(const opts *op)
     if (o.bench_shape && !o.tokens && !o.bench_decode) sw_cli_die(PROG, "--bench-shape goes with --bench-decode or --tokens");
     if (o.bench_layers && !o.bench_shape) sw_cli_die(PROG, "--bench-layers needs --bench-shape");
     if (!o.curve_secret != !o.gateway_key) sw_cli_die(PROG, "--curve-secret and --gateway-key go together");
-    if (o.curve_secret && !o.gateway) sw_cli_die(PROG, "--curve-secret and --gateway-key are for daemon mode");
+    if (o.curve_secret && !o.n_gateways) sw_cli_die(PROG, "--curve-secret and --gateway-key are for daemon mode");
 }
 
 /* Fails fast when the cuda backend cannot run here. */
@@ -625,10 +639,12 @@ static int run_daemon(const opts *o)
     mi.quantization = "fp8";
     mi.context_length = (uint32_t)sw_gpu_engine_n_ctx(e);
     Spillway__ModelInfo *models[1] = { &mi };
-    sw_worker_config wc = { .gateway = o->gateway, .pool = o->pool, .worker_id = o->worker_id,
+    sw_worker_config wc = { .n_gateways = o->n_gateways, .drain_timeout_ms = o->drain_timeout_ms,
+                            .pool = o->pool, .worker_id = o->worker_id,
                             .kind = SPILLWAY__WORKER_KIND__WORKER_KIND_GPU, .models = models, .n_models = 1,
                             .slots = (uint32_t)o->max_batch, .curve_secret_file = o->curve_secret,
                             .gateway_key = o->gateway_key };
+    memcpy(wc.gateways, o->gateways, sizeof wc.gateways);
     int rc = sw_worker_run(&wc, &sw_gpu_engine_ops, e);
     sw_gpu_engine_free(e);
     sw_backend_free(be);
