@@ -190,6 +190,14 @@ static bool check(const uint8_t *data, size_t n)
     return answered > 0;
 }
 
+#ifdef SW_LIBFUZZER
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    return start_gateway() == 0 ? 0 : 1;
+}
+#else
 static const char S_CHAT[] =
     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 71\r\n\r\n"
     "{\"model\":\"echo\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":1}";
@@ -210,14 +218,6 @@ static const char S_ADMIN[] =
     "GET /admin/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " TOKEN "\r\n\r\n";
 static const char S_DASH[] = "GET /dashboard/app.js HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.0\r\n\r\n";
 
-#ifdef SW_LIBFUZZER
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    return start_gateway() == 0 ? 0 : 1;
-}
-#else
 int main(void)
 {
     const fuzz_seed seeds[] = {
