@@ -18,7 +18,8 @@ esac
 # --only, the files named are the suite.
 where=tests
 if [ "${1:-}" = --only ]; then where=; shift; fi
-.venv/bin/python -m pytest -q -rs $where "$@"
+# --durations: the slowest tests are named, to keep CI inside its budget.
+.venv/bin/python -m pytest -q -rs --durations=12 $where "$@"
 rc=$?
 # pytest exit 5 = no tests collected: that is a failure for us.
 exit $rc
