@@ -299,7 +299,21 @@ static void sdk_sink_fail(sw_req *r, int status, const char *type, const char *c
     else sdk_send_error(r->sdk_ident, r->sdk_ident_len, r->client_id, (uint32_t)status, msg);
 }
 
-static const sw_sink sdk_sink = { sdk_sink_chunk, sdk_sink_fail, NULL };
+/* An embeddings answer goes to the client whole, under its own id. */
+static void sdk_sink_embedded(sw_req *r, const Spillway__EmbedReply *e)
+{
+    Spillway__EmbedReply out = *e;
+    out.request_id = r->client_id;
+    out.pool = r->pool;
+    out.worker_id = r->worker;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_EMBED_REPLY;
+    env.embed_reply = &out;
+    sdk_send(r, &env);
+    r->sdk_sent = true;
+}
+
+static const sw_sink sdk_sink = { sdk_sink_chunk, sdk_sink_fail, NULL, sdk_sink_embedded };
 
 /* ---- request lifecycle ---------------------------------------------------- */
 
@@ -783,6 +797,35 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c, size_t len)
     if (final) sw_req_unref(r);
 }
 
+/* An embeddings request's one answer: vectors for its inputs, or (of the
+ * wrong shape, or for a generation request) a broken worker's. */
+static void on_embed_reply(sw_worker *w, const Spillway__EmbedReply *e)
+{
+    sw_req *r = table_find(e->request_id);
+    if (!r || r->w != w) {
+        stray_frame(w, e->request_id);
+        return;
+    }
+    if (!r->embed || e->n_input_tokens != r->embed_n) {
+        cut_off(w, r, "oversize");
+        return;
+    }
+    uint64_t tokens = 0;
+    for (size_t i = 0; i < e->n_input_tokens; i++) tokens += e->input_tokens[i];
+    r->sink->embedded(r, e);
+    pthread_mutex_lock(&r->mu);
+    r->usage_prompt = tokens > UINT32_MAX ? UINT32_MAX : (uint32_t)tokens;
+    pthread_mutex_unlock(&r->mu);
+    sw_req_ref(r);   /* finish drops the table's reference; count it before the client sees it */
+    finish(r, SW_ST_OK);
+    pthread_mutex_lock(&r->mu);
+    r->got_token = r->finished = true;
+    r->finish = SPILLWAY__FINISH_REASON__FINISH_STOP;
+    wake(r);
+    pthread_mutex_unlock(&r->mu);
+    sw_req_unref(r);
+}
+
 /* A worker refused r before starting it: full with other gateways' work
  * (our heartbeat view of it lagged) or draining. That is no fault of either:
  * count w full until its next heartbeat says otherwise, and decide again,
@@ -926,6 +969,10 @@ static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t 
         touch(w, now);
         on_error(w, env->error);
         break;
+    case SPILLWAY__ENVELOPE__BODY_EMBED_REPLY:
+        touch(w, now);
+        on_embed_reply(w, env->embed_reply);
+        break;
     case SPILLWAY__ENVELOPE__BODY_DISCONNECT:
         worker_dead(w, env->disconnect->reason && *env->disconnect->reason ? env->disconnect->reason
                                                                             : "disconnected");
@@ -973,6 +1020,41 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
     on_submit(r);
 }
 
+/* An SDK client's embeddings request: as over HTTP, but answered with the
+ * worker's EmbedReply itself (or an Error). */
+static void on_sdk_embed(const uint8_t *ident, size_t idlen, Spillway__EmbedRequest *e)
+{
+    static uint64_t counter;
+    char msg[300];
+    const char *param;
+    sw_policy *p = sw_gw_policy(B.g);
+    sw_req *r = sw_req_new();
+    r->sdk = true;
+    r->sink = &sdk_sink;
+    memcpy(r->sdk_ident, ident, idlen);
+    r->sdk_ident_len = idlen;
+    snprintf(r->client_id, sizeof r->client_id, "%s", e->request_id);
+    snprintf(r->id, sizeof r->id, "sdke-%llx-%llx", (unsigned long long)(sw_now_ns() & 0xffffffffffull),
+             (unsigned long long)++counter);
+    r->created_s = time(NULL);
+    r->policy = p;
+    r->t_submit_ns = sw_now_ns();
+    int rc = sw_front_prepare_embed(r, p, e) ? 500 : 0;
+    snprintf(msg, sizeof msg, "could not encode the request");
+    if (!rc && !sw_front_model_exists(&B.g->reg, p, r->model)) {
+        snprintf(msg, sizeof msg, "The model '%.200s' does not exist", e->model);
+        rc = 404;
+    }
+    if (!rc) rc = sw_front_check_kind(&B.g->reg, r, msg, sizeof msg, &param);
+    if (rc) {
+        sdk_send_error(ident, idlen, r->client_id, (uint32_t)rc, msg);
+        sw_metrics_request(NULL, SW_ST_REJECTED);
+        sw_req_unref(r);
+        return;
+    }
+    on_submit(r);
+}
+
 static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, size_t len)
 {
     sw_env *env = decode_or_drop(buf, len, "an SDK client");
@@ -984,6 +1066,7 @@ static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, 
     if (AUTHN.sdk_curve && !sw_zap_client_allowed(AUTHN.key)) {
         /* Admitted at connect, removed from --client-keys since: refuse its requests. */
         const char *rid = env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE ? env->generate->request_id
+                          : env->body_case == SPILLWAY__ENVELOPE__BODY_EMBED ? env->embed->request_id
                           : env->body_case == SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST ? env->status_request->request_id
                           : NULL;
         if (rid) sdk_send_error(ident, idlen, rid, 403, "this client's CURVE key is no longer in --client-keys");
@@ -993,6 +1076,7 @@ static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, 
     }
     switch (env->body_case) {
     case SPILLWAY__ENVELOPE__BODY_GENERATE: on_sdk_generate(ident, idlen, env->generate); break;
+    case SPILLWAY__ENVELOPE__BODY_EMBED: on_sdk_embed(ident, idlen, env->embed); break;
     case SPILLWAY__ENVELOPE__BODY_CANCEL:
         for (sw_req *r = B.active; r; r = r->next)
             if (r->sdk && r->sdk_ident_len == idlen && !memcmp(r->sdk_ident, ident, idlen) &&

@@ -1,4 +1,5 @@
 /* The front door (see front.h): one sw_req from any client's request. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,6 +44,71 @@ int sw_front_prepare(sw_req *r, const sw_policy *p, Spillway__GenerateRequest *g
     g->model = cmodel;
     g->deadline_unix_ms = dl;
     return r->gen_len && r->gen ? 0 : -1;
+}
+
+/* The inputs' tokens in all (text: about four bytes a token), and the
+ * longest token-id input in *longest. */
+static uint32_t embed_estimate(const Spillway__EmbedRequest *e, uint32_t *longest)
+{
+    uint64_t n = 0;
+    *longest = 0;
+    for (size_t i = 0; i < e->n_inputs; i++) {
+        const Spillway__EmbedInput *in = e->inputs[i];
+        n += in->n_tokens ? in->n_tokens : strlen(in->text) / 4 + 1;
+        if (in->n_tokens > *longest) *longest = (uint32_t)in->n_tokens;
+    }
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+int sw_front_prepare_embed(sw_req *r, const sw_policy *p, Spillway__EmbedRequest *e)
+{
+    free(r->model_asked);
+    free(r->model);
+    r->model_asked = strdup(e->model);
+    r->model = strdup(sw_policy_resolve(p, e->model));
+    if (!r->model_asked || !r->model) return -1;
+    r->embed = true;
+    r->embed_n = (uint32_t)e->n_inputs;
+    r->prompt_tokens_est = embed_estimate(e, &r->embed_max_ids);
+    r->prefix_key = 0;
+    char *cid = e->request_id, *cmodel = e->model;   /* as in sw_front_prepare */
+    uint64_t dl = e->deadline_unix_ms;
+    e->request_id = r->id;
+    e->model = r->model;
+    if (!dl) e->deadline_unix_ms = (uint64_t)time(NULL) * 1000 + p->defaults.request_timeout_ms;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_EMBED;
+    env.embed = e;
+    free(r->gen);
+    r->gen = NULL;
+    r->gen_len = sw_wire_encode(&env, &r->gen);
+    e->request_id = cid;
+    e->model = cmodel;
+    e->deadline_unix_ms = dl;
+    return r->gen_len && r->gen ? 0 : -1;
+}
+
+int sw_front_check_kind(sw_registry *reg, const sw_req *r, char *msg, size_t msglen, const char **param)
+{
+    uint32_t ctx;
+    int kind = sw_registry_model_kind(reg, r->model, sw_now_ms(), &ctx);
+    *param = "model";
+    if (kind == SW_MODEL_EMBED && !r->embed) {
+        snprintf(msg, msglen, "The model '%s' is an embedding model: use /v1/embeddings", r->model_asked);
+        return 400;
+    }
+    if (kind == SW_MODEL_GENERATE && r->embed) {
+        snprintf(msg, msglen, "The model '%s' is not an embedding model: /v1/embeddings needs one", r->model_asked);
+        return 400;
+    }
+    if (r->embed && ctx && r->embed_max_ids > ctx) {
+        *param = "input";
+        snprintf(msg, msglen, "an input has %u tokens, more than the context of '%s' (%u)", r->embed_max_ids,
+                 r->model_asked, ctx);
+        return 400;
+    }
+    *param = NULL;
+    return 0;
 }
 
 bool sw_front_model_exists(sw_registry *reg, const sw_policy *p, const char *model)

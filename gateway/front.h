@@ -27,6 +27,19 @@
  * Pure (no registry): the fuzzers run it. Returns 0, or -1 out of memory. */
 int sw_front_prepare(sw_req *r, const sw_policy *p, Spillway__GenerateRequest *g);
 
+/* The same for an embeddings request (gateway/embeddings.c): r->gen is
+ * Envelope{embed}; the estimate is the inputs' tokens (text: about four
+ * bytes a token); no prefix key (each input is computed whole). */
+int sw_front_prepare_embed(sw_req *r, const sw_policy *p, Spillway__EmbedRequest *e);
+
+/* Whether the model is of the request's kind: an embeddings request to a
+ * model the live workers serve for generation, or a generation request to
+ * an embedding model, is refused (400, param "model"), as is a token-id
+ * embeddings input longer than the model's context (param "input"). A
+ * model no live worker serves passes: its worker decides. Returns 0, or
+ * 400 with msg and *param set. Takes reg->mu. */
+int sw_front_check_kind(sw_registry *reg, const sw_req *r, char *msg, size_t msglen, const char **param);
+
 /* Whether the model (alias resolved) exists: a route of the policy names it,
  * or a live worker registered it. Takes reg->mu. */
 bool sw_front_model_exists(sw_registry *reg, const sw_policy *p, const char *model);

@@ -26,6 +26,7 @@
 #include "gateway/keys.h"
 #include "gateway/metrics.h"
 #include "gateway/openai.h"
+#include "gateway/embeddings.h"
 #include "gateway/registry.h"
 #include "gateway/req.h"
 #include "gateway/util.h"
@@ -35,7 +36,7 @@
 #define SW_MAX_BODY (1u << 20)       /* larger request bodies get 413 */
 #define SW_MAX_DISCARD (64ull << 20) /* up to this, an oversized body is read before the 413 */
 
-enum { EP_NONE, EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_WORKERS,
+enum { EP_NONE, EP_COMPLETIONS, EP_CHAT, EP_EMBEDDINGS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_WORKERS,
        EP_POLICY, EP_RELOAD, EP_STATUS, EP_OPS };
 
 typedef struct {
@@ -447,7 +448,7 @@ static void http_fail(sw_req *r, int status, const char *type, const char *code,
     pthread_mutex_unlock(&r->mu);
 }
 
-static const sw_sink http_sink = { http_chunk, http_fail, wake_locked };
+static const sw_sink http_sink = { http_chunk, http_fail, wake_locked, sw_embed_keep };
 
 static void suspend_locked(sw_req *r)
 {
@@ -579,7 +580,12 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, sw_req *r)
             return respond_error(c, 500, "the gateway ran out of memory holding the response", "server_error",
                                  NULL, "out_of_memory");
         }
-        char *body = sw_openai_response(r);
+        char *body = r->embed ? sw_embed_response(r) : sw_openai_response(r);
+        if (!body) {
+            pthread_mutex_unlock(&r->mu);
+            return respond_error(c, 500, "the gateway ran out of memory holding the response", "server_error",
+                                 NULL, "out_of_memory");
+        }
         int64_t rx = r->text_rx_ns;
         struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body,
                                                                     MHD_RESPMEM_MUST_FREE);
@@ -645,7 +651,7 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
         return respond_error(c, 503, "the gateway is shutting down", NULL, NULL, "shutting_down");
     sw_req *r = sw_req_new();
     r->chat = ctx->ep == EP_CHAT;
-    make_id(r->id, sizeof r->id, r->chat ? "chatcmpl-" : "cmpl-");
+    make_id(r->id, sizeof r->id, r->chat ? "chatcmpl-" : ctx->ep == EP_EMBEDDINGS ? "embd-" : "cmpl-");
     r->created_s = time(NULL);
     r->conn = c;
     r->sink = &http_sink;
@@ -682,8 +688,9 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     sw_policy *p = sw_gw_policy(g);
     char msg[256];
     const char *param = NULL;
-    int st = sw_openai_parse(r, ctx->body.s ? ctx->body.s : "", ctx->body.n, r->chat, p,
-                             msg, sizeof msg, &param);
+    const char *body = ctx->body.s ? ctx->body.s : "";
+    int st = ctx->ep == EP_EMBEDDINGS ? sw_embed_parse(r, body, ctx->body.n, p, msg, sizeof msg, &param)
+                                      : sw_openai_parse(r, body, ctx->body.n, r->chat, p, msg, sizeof msg, &param);
     if (st == 0 && !sw_front_model_exists(&g->reg, p, r->model)) {
         snprintf(msg, sizeof msg, "The model '%s' does not exist", r->model_asked);
         sw_policy_unref(p);
@@ -691,6 +698,7 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
         sw_metrics_request(NULL, SW_ST_REJECTED);
         return respond_error(c, 404, msg, "invalid_request_error", "model", "model_not_found");
     }
+    if (st == 0) st = sw_front_check_kind(&g->reg, r, msg, sizeof msg, &param);   /* embedding or not */
     r->policy = p;   /* the request keeps the policy it was parsed with */
     if (st != 0) {
         sw_req_unref(r);
@@ -886,6 +894,7 @@ static int endpoint(const char *url, const char **allow)
 {
     static const struct { const char *path; int ep; const char *method; } T[] = {
         {"/v1/completions", EP_COMPLETIONS, "POST"}, {"/v1/chat/completions", EP_CHAT, "POST"},
+        {"/v1/embeddings", EP_EMBEDDINGS, "POST"},
         {"/v1/models", EP_MODELS, "GET"},            {"/healthz", EP_HEALTH, "GET"},
         {"/metrics", EP_METRICS, "GET"},             {"/admin/workers", EP_WORKERS, "GET"},
         {"/admin/policy", EP_POLICY, "GET"},         {"/admin/reload", EP_RELOAD, "POST"},
@@ -957,7 +966,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     switch (ctx->ep) {
     case EP_COMPLETIONS:
-    case EP_CHAT: return start_generate(g, c, ctx);
+    case EP_CHAT:
+    case EP_EMBEDDINGS: return start_generate(g, c, ctx);
     case EP_MODELS: return do_models(g, c);
     case EP_HEALTH: return do_health(g, c);
     case EP_METRICS: return do_metrics(g, c);

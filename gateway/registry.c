@@ -69,6 +69,7 @@ sw_worker *sw_registry_upsert(sw_registry *r, const void *ident, size_t len,
         w->models[i].name = strdup(m->name ? m->name : "");
         w->models[i].quant = strdup(m->quantization ? m->quantization : "");
         w->models[i].ctx = m->context_length;
+        w->models[i].embedding = m->embedding;
         w->n_models++;
     }
     w->last_seen_ms = now;
@@ -158,6 +159,24 @@ int sw_registry_count(sw_registry *r, const char *pool, const char *model,
         if ((!pool || !strcmp(w->pool, pool)) && sw_worker_alive(w, now) && sw_worker_serves(w, model, quant))
             n++;
     return n;
+}
+
+int sw_registry_model_kind(sw_registry *r, const char *model, int64_t now, uint32_t *ctx)
+{
+    int kind = SW_MODEL_UNKNOWN;
+    *ctx = 0;
+    pthread_mutex_lock(&r->mu);
+    for (sw_worker *w = r->head; w; w = w->next) {
+        if (!sw_worker_alive(w, now)) continue;
+        for (size_t i = 0; i < w->n_models; i++) {
+            const sw_wmodel *m = &w->models[i];
+            if (strcmp(m->name, model) != 0) continue;
+            if (kind != SW_MODEL_EMBED) kind = m->embedding ? SW_MODEL_EMBED : SW_MODEL_GENERATE;
+            if (m->ctx && (!*ctx || m->ctx < *ctx)) *ctx = m->ctx;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return kind;
 }
 
 /* FNV-1a, continued from h. */
@@ -286,6 +305,7 @@ char *sw_registry_json(sw_registry *r)
             cJSON_AddStringToObject(m, "name", w->models[i].name);
             cJSON_AddStringToObject(m, "quantization", w->models[i].quant);
             cJSON_AddNumberToObject(m, "context_length", w->models[i].ctx);
+            if (w->models[i].embedding) cJSON_AddBoolToObject(m, "embedding", true);
             cJSON_AddItemToArray(ms, m);
         }
         cJSON_AddItemToArray(arr, o);

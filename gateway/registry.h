@@ -19,7 +19,11 @@
 #include "gateway/ops.h"
 #include "gateway/policy.h"
 
-typedef struct { char *name, *quant; uint32_t ctx; } sw_wmodel;
+typedef struct {
+    char *name, *quant;
+    uint32_t ctx;
+    bool embedding;   /* serves embeddings only (ModelInfo.embedding) */
+} sw_wmodel;
 
 #define SW_WORKER_RECENT 256
 
@@ -107,6 +111,12 @@ uint64_t sw_prefix_key(const Spillway__GenerateRequest *g);
  * they take new requests: the model is known while any is connected. */
 int sw_registry_count(sw_registry *r, const char *pool, const char *model,
                       const char *quant, int64_t now);
+/* What the live workers serving model say it is: SW_MODEL_UNKNOWN (none
+ * is connected), SW_MODEL_GENERATE or SW_MODEL_EMBED (any one says so),
+ * with the smallest context any of them registered in *ctx (0 when
+ * unknown). Takes r->mu. */
+enum { SW_MODEL_UNKNOWN, SW_MODEL_GENERATE, SW_MODEL_EMBED };
+int sw_registry_model_kind(sw_registry *r, const char *model, int64_t now, uint32_t *ctx);
 /* JSON array of workers (caller frees); takes r->mu. */
 char *sw_registry_json(sw_registry *r);
 /* The registry's part of the status document served by GET /admin/status

@@ -39,6 +39,10 @@ typedef struct sw_sink {
     /* Whatever waits on r may look again: dispatched, finished, cancelled,
      * a keep-alive due (r->mu held). NULL when nothing waits. */
     void (*wake)(struct sw_req *r);
+    /* An embeddings request's answer from its worker (r->mu not held),
+     * checked against the request's inputs by the broker: kept in r, or
+     * relayed. Before the broker lets go of r. */
+    void (*embedded)(struct sw_req *r, const Spillway__EmbedReply *e);
 } sw_sink;
 
 typedef enum { SW_PH_NEW, SW_PH_QUEUED, SW_PH_RUNNING, SW_PH_DONE } sw_phase;
@@ -57,6 +61,11 @@ typedef struct sw_req {
     uint32_t prompt_tokens_est;
     uint64_t prefix_key;          /* sw_prefix_key: routes prompts that share a prefix together */
     char *api_key, *tenant, *want_target, *want_quant;
+    /* An embeddings request (gateway/embeddings.c): gen holds an
+     * Envelope{embed} of embed_n inputs, the longest of its token-id
+     * inputs embed_max_ids long; base64: the vectors go out as base64. */
+    bool embed, embed_base64;
+    uint32_t embed_n, embed_max_ids;
     int64_t max_queue_ms;         /* 0 = policy default */
     int64_t created_s;            /* unix time for the response */
     int64_t t_submit_ns;
@@ -95,6 +104,8 @@ typedef struct sw_req {
     } *lps;
     size_t n_lps, cap_lps, n_lps_sent;
     size_t n_prompt_lps;          /* echo: the first n_lps entries are the prompt's */
+    float *embed_values;          /* the vectors (embed_n x embed_dim), when they came */
+    uint32_t embed_dim;
     bool got_token;
     bool keepalive_due;
     int64_t last_write_ms;

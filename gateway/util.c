@@ -41,6 +41,7 @@ void sw_req_unref(sw_req *r)
     free(r->model_asked);
     free(r->model);
     free(r->gen);
+    free(r->embed_values);
     free(r->api_key);
     free(r->tenant);
     free(r->want_target);

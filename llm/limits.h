@@ -42,6 +42,16 @@
  * limit of 1000 (which would report a deep body as merely "not JSON"). */
 #define SW_MAX_JSON_DEPTH 64
 
+/* ---- embeddings (gateway/embeddings.c) ----
+ * Inputs in one request, and tokens in one input (OpenAI's limits). The
+ * model's context bounds an input further: the gateway knows it from the
+ * worker's Register and refuses a longer token-id input; text it cannot
+ * count is the worker's to refuse. */
+#define SW_MAX_EMBED_INPUTS 2048
+#define SW_MAX_EMBED_INPUT_TOKENS 8192
+/* A vector's width on the wire (a worker's reply past it is refused). */
+#define SW_MAX_EMBED_DIM 65536
+
 /* Sampling ranges on the wire; the HTTP API narrows temperature to OpenAI's
  * 0..2 and repetition_penalty to 0..10. */
 #define SW_MAX_TEMPERATURE 100.0f

@@ -296,6 +296,13 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
     if (hp->n_ff == 0 || hp->n_ff > 1u << 20) { sw_errf(err, errlen, "metadata '%s.feed_forward_length' = %u out of range", arch, hp->n_ff); return false; }
     if (hp->n_ctx_train == 0 || hp->n_ctx_train > 1u << 24) { sw_errf(err, errlen, "metadata '%s.context_length' = %u out of range", arch, hp->n_ctx_train); return false; }
 
+    /* llama.cpp's enum: 4 (rank) scores pairs and is not an embedding. */
+    if (!hp_u32(f, arch, "pooling_type", &hp->pooling, false, err, errlen)) return false;
+    if (hp->pooling > SW_POOLING_LAST) {
+        sw_errf(err, errlen, "metadata '%s.pooling_type' = %u: only none (0), mean (1), cls (2) and last (3) are supported",
+                arch, hp->pooling);
+        return false;
+    }
     hp->head_dim = hp->n_embd / hp->n_head;
     uint32_t key_len = 0;
     if (!hp_u32(f, arch, "attention.key_length", &key_len, false, err, errlen)) return false;
@@ -870,4 +877,10 @@ void sw_model_free(sw_model *m)
     free(m->views);
     if (m->file) gguf_close(m->file);
     free(m);
+}
+
+const char *sw_pooling_name(uint32_t pooling)
+{
+    static const char *const names[] = { "none", "mean", "cls", "last" };
+    return pooling <= SW_POOLING_LAST ? names[pooling] : "none";
 }

@@ -49,7 +49,13 @@ typedef struct {
     bool expert_renorm;   /* the chosen experts' weights renormalized to sum 1 (all but Qwen2-MoE) */
     uint32_t n_ff_shexp;  /* Qwen2-MoE's shared expert: a dense FFN this wide beside the mixture, its output
                            * times sigmoid(ffn_gate_inp_shexp . x); 0: none */
+    /* An embedding model: the file's <arch>.pooling_type (llama.cpp's enum,
+     * SW_POOLING_*) says how its final hidden states are pooled into one
+     * vector. NONE (absent): a generation model. */
+    uint32_t pooling;
 } sw_hparams;
+
+enum { SW_POOLING_NONE = 0, SW_POOLING_MEAN = 1, SW_POOLING_CLS = 2, SW_POOLING_LAST = 3 };
 
 enum { SW_MOE_NO, SW_MOE_ALLOWED, SW_MOE_ALWAYS };   /* sw_arch.experts */
 
@@ -177,6 +183,12 @@ float sw_rope_mscale(const sw_hparams *hp, bool sliding);
 
 /* Bytes of expert e's gate, up and down matrices in layer L (a mixture). */
 uint64_t sw_expert_bytes(const sw_layer *L, uint32_t e);
+
+/* Whether m is an embedding model (a pooling type in its metadata): it is
+ * served for embeddings only, never for generation. */
+static inline bool sw_model_is_embedding(const sw_model *m) { return m->hp.pooling != SW_POOLING_NONE; }
+/* "mean", "cls", "last" or "none". */
+const char *sw_pooling_name(uint32_t pooling);
 
 /* "q4_k_m" etc. for a general.file_type value; NULL if unknown. */
 const char *sw_file_type_name(uint32_t ftype);

@@ -115,6 +115,9 @@ static bool check_register(const Spillway__Register *r, char *err, size_t errlen
             snprintf(what, sizeof what, "register: models[%zu].quantization", i);
             if (!check_id(what, m->quantization, MAX_QUANT_LEN, err, errlen)) return false;
         }
+        if (m->embedding && (m->embedding_dim == 0 || m->embedding_dim > SW_MAX_EMBED_DIM))
+            return fail(err, errlen, "register: models[%zu].embedding_dim %u (1..%d)", i, m->embedding_dim,
+                        SW_MAX_EMBED_DIM);
     }
     if (r->slots == 0 || r->slots > MAX_SLOTS)
         return fail(err, errlen, "register: slots %u is out of range [1, %d]", r->slots, MAX_SLOTS);
@@ -230,6 +233,40 @@ static bool check_chunk(const Spillway__TokenChunk *c, char *err, size_t errlen)
     return true;
 }
 
+static bool check_embed(const Spillway__EmbedRequest *e, char *err, size_t errlen)
+{
+    if (!check_id("embed: request_id", e->request_id, SW_MAX_ID_LEN, err, errlen)) return false;
+    if (!check_id("embed: model", e->model, SW_MAX_ID_LEN, err, errlen)) return false;
+    if (e->n_inputs == 0 || e->n_inputs > SW_MAX_EMBED_INPUTS)
+        return fail(err, errlen, "embed: %zu inputs (1..%d)", e->n_inputs, SW_MAX_EMBED_INPUTS);
+    for (size_t i = 0; i < e->n_inputs; i++) {
+        const Spillway__EmbedInput *in = e->inputs[i];
+        bool text = in->text && in->text[0];
+        if (text == (in->n_tokens > 0))
+            return fail(err, errlen, "embed: input %zu must have exactly one of text and tokens", i);
+        if (in->n_tokens > SW_MAX_EMBED_INPUT_TOKENS)
+            return fail(err, errlen, "embed: input %zu has %zu tokens (max %d)", i, in->n_tokens,
+                        SW_MAX_EMBED_INPUT_TOKENS);
+        if (!check_text("embed: input text", in->text, err, errlen)) return false;
+    }
+    return true;
+}
+
+static bool check_embed_reply(const Spillway__EmbedReply *e, char *err, size_t errlen)
+{
+    if (!check_id("embed_reply: request_id", e->request_id, SW_MAX_ID_LEN, err, errlen)) return false;
+    if (e->dim == 0 || e->dim > SW_MAX_EMBED_DIM)
+        return fail(err, errlen, "embed_reply: dim %u (1..%d)", e->dim, SW_MAX_EMBED_DIM);
+    if (e->n_input_tokens == 0 || e->n_input_tokens > SW_MAX_EMBED_INPUTS ||
+        e->n_values != e->n_input_tokens * (size_t)e->dim)
+        return fail(err, errlen, "embed_reply: %zu values for %zu inputs of %u", e->n_values, e->n_input_tokens,
+                    e->dim);
+    for (size_t i = 0; i < e->n_values; i++)
+        if (!isfinite(e->values[i])) return fail(err, errlen, "embed_reply: value %zu is not finite", i);
+    return check_text("embed_reply: pool", e->pool, err, errlen) &&
+           check_text("embed_reply: worker_id", e->worker_id, err, errlen);
+}
+
 static bool check_error(const Spillway__Error *e, char *err, size_t errlen)
 {
     /* An empty request id means the error is about the connection itself. */
@@ -287,6 +324,8 @@ static bool check_envelope(const sw_env *env, char *err, size_t errlen)
     case SPILLWAY__ENVELOPE__BODY_ERROR: return check_error(env->error, err, errlen);
     case SPILLWAY__ENVELOPE__BODY_DISCONNECT:
         return check_text("disconnect: reason", env->disconnect->reason, err, errlen);
+    case SPILLWAY__ENVELOPE__BODY_EMBED: return check_embed(env->embed, err, errlen);
+    case SPILLWAY__ENVELOPE__BODY_EMBED_REPLY: return check_embed_reply(env->embed_reply, err, errlen);
     case SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST:
         return check_id("status_request: request_id", env->status_request->request_id,
                         SW_MAX_ID_LEN, err, errlen);
@@ -353,6 +392,8 @@ const char *sw_wire_kind(const sw_env *env)
     case SPILLWAY__ENVELOPE__BODY_DISCONNECT: return "disconnect";
     case SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST: return "status_request";
     case SPILLWAY__ENVELOPE__BODY_STATUS_REPLY: return "status_reply";
+    case SPILLWAY__ENVELOPE__BODY_EMBED: return "embed";
+    case SPILLWAY__ENVELOPE__BODY_EMBED_REPLY: return "embed_reply";
     default: return "none";
     }
 }

@@ -397,6 +397,7 @@ static void on_gateway_message(link_state *L)
     case SPILLWAY__ENVELOPE__BODY_HEARTBEAT:
         break; /* liveness only */
     case SPILLWAY__ENVELOPE__BODY_GENERATE:
+    case SPILLWAY__ENVELOPE__BODY_EMBED:
     case SPILLWAY__ENVELOPE__BODY_CANCEL:
         /* Forward the validated frame itself; the compute thread decodes it. */
         pipe_send_msg(L->pipe, L->idx, &m);
@@ -928,6 +929,48 @@ static void on_generate(compute *C, int gw, const Spillway__GenerateRequest *req
     if (C->reqs.n > C->peak) C->peak = C->reqs.n;
 }
 
+/* An EmbedRequest is answered at once, between steps (the engine computes
+ * it as one batch): an EmbedReply, or an Error. It never enters the table
+ * of requests in flight, so a Cancel for it finds nothing, as for one
+ * already finished. */
+static void on_embed(compute *C, int gw, const Spillway__EmbedRequest *req)
+{
+    char err[256] = "";
+    if (!serves_model(C->cfg, req->model)) {
+        snprintf(err, sizeof err, "model '%s' is not served by this worker", req->model);
+        send_error(C, gw, req->request_id, 404, err);
+        return;
+    }
+    if (!C->ops->embed) {
+        send_error(C, gw, req->request_id, 400, "embeddings are not supported by this worker");
+        return;
+    }
+    if (req->deadline_unix_ms && sw_wall_ms() >= req->deadline_unix_ms) {
+        send_error(C, gw, req->request_id, 504, "deadline passed before the request started");
+        return;
+    }
+    if (refuse_beyond_capacity(C, gw, req->request_id)) return;
+    sw_embeddings e;
+    int code = C->ops->embed(C->eng, req, &e, err, sizeof err);
+    if (code) {
+        send_error(C, gw, req->request_id, (uint32_t)code, err[0] ? err : "embeddings failed");
+        return;
+    }
+    Spillway__EmbedReply rep = SPILLWAY__EMBED_REPLY__INIT;
+    rep.request_id = req->request_id;
+    rep.dim = e.dim;
+    rep.n_values = (size_t)e.n * e.dim;
+    rep.values = e.values;
+    rep.n_input_tokens = e.n;
+    rep.input_tokens = e.tokens;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_EMBED_REPLY;
+    env.embed_reply = &rep;
+    pipe_send_env(C->pipe, gw, &env);
+    free(e.values);
+    free(e.tokens);
+}
+
 static void on_cancel(compute *C, int gw, const char *id)
 {
     inflight *r = table_find(&C->reqs, id);
@@ -1005,6 +1048,7 @@ static int pipe_one(compute *C)
         return 1;
     }
     if (env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE) on_generate(C, gw, env->generate);
+    else if (env->body_case == SPILLWAY__ENVELOPE__BODY_EMBED) on_embed(C, gw, env->embed);
     else if (env->body_case == SPILLWAY__ENVELOPE__BODY_CANCEL)
         on_cancel(C, gw, env->cancel->request_id);
     sw_wire_free(env);

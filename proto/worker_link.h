@@ -74,6 +74,14 @@ typedef void (*sw_emit_fn)(void *emit_ctx, const char *request_id, const sw_out 
 /* Called by the engine to fail a request it had accepted (e.g. prompt too long). */
 typedef void (*sw_fail_fn)(void *emit_ctx, const char *request_id, uint32_t code, const char *msg);
 
+/* An EmbedRequest's answer: n vectors of dim floats end to end, and each
+ * input's token count; malloc'd, the caller frees both. */
+typedef struct {
+    float *values;
+    uint32_t *tokens;
+    uint32_t n, dim;
+} sw_embeddings;
+
 typedef struct {
     /* Accepts a request (copy what you need: req is freed after the call;
      * sw_gen_from_wire, proto/worker_request.h, makes its generator).
@@ -97,6 +105,12 @@ typedef struct {
      * The compute thread waits that long for new requests/cancels instead of
      * spinning on step(). Compute thread only. */
     int (*idle_ms)(void *eng);
+    /* Optional (NULL: every EmbedRequest is answered 400, embeddings not
+     * supported by this worker). Computes all of req's embeddings at once,
+     * between steps, as one batch, into out. Returns 0, or an HTTP-like
+     * code (400 bad input or not an embedding model, 503) with err filled.
+     * Compute thread only. */
+    int (*embed)(void *eng, const Spillway__EmbedRequest *req, sw_embeddings *out, char *err, size_t errlen);
 } sw_engine_ops;
 
 /* A worker may serve several gateways at once (N gateways behind a load

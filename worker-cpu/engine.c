@@ -23,6 +23,7 @@
 #include "worker-cpu/engine.h"
 #include "worker-cpu/forward.h"
 #include "llm/generate.h"
+#include "worker-cpu/embed.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -210,6 +211,10 @@ static int engine_submit(void *eng, const Spillway__GenerateRequest *req, char *
     }
     if (id_in_use(e, req->request_id)) {
         sw_errf(err, errlen, "request id '%s' is already in use", req->request_id);
+        return 400;
+    }
+    if (sw_model_is_embedding(e->m)) {
+        sw_errf(err, errlen, "model '%s' is an embedding model: it serves /v1/embeddings only", req->model);
         return 400;
     }
     if (e->n_queued >= MAX_QUEUED) {
@@ -526,7 +531,86 @@ static void engine_load(void *eng, sw_load *out)
     pthread_mutex_unlock(&e->load_mu);
 }
 
+/* ---- embeddings ----------------------------------------------------------- */
+/* The wire's inputs as token lists (text tokenized here); *toks owns the
+ * tokenized ones. Returns 0, or 400 with err filled. */
+static int embed_inputs(const sw_cpu_engine *e, const Spillway__EmbedRequest *req, sw_embed_input *in,
+                        int32_t **toks, char *err, size_t errlen)
+{
+    const int32_t V = (int32_t)e->m->hp.n_vocab;
+    for (size_t i = 0; i < req->n_inputs; i++) {
+        const Spillway__EmbedInput *x = req->inputs[i];
+        if (x->n_tokens) {
+            if (!(toks[i] = malloc(x->n_tokens * sizeof **toks))) return sw_errf(err, errlen, "out of memory"), 503;
+            for (size_t k = 0; k < x->n_tokens; k++) {
+                if (x->tokens[k] >= (uint32_t)V)
+                    return sw_errf(err, errlen, "input %zu: token id %u is not in the vocabulary (%d)", i,
+                                   x->tokens[k], V), 400;
+                toks[i][k] = (int32_t)x->tokens[k];
+            }
+            in[i] = (sw_embed_input){ toks[i], (int)x->n_tokens };
+        } else {
+            int n = sw_embed_tokenize(e->m, x->text, &toks[i], err, errlen);
+            if (n < 0) return 503;
+            if (n == 0) return sw_errf(err, errlen, "input %zu has no tokens", i), 400;
+            in[i] = (sw_embed_input){ toks[i], n };
+        }
+        if (in[i].n > e->n_ctx)
+            return sw_errf(err, errlen, "input %zu has %d tokens, more than the model's context of %d", i, in[i].n,
+                           e->n_ctx), 400;
+    }
+    return 0;
+}
+
+/* The KV sequences no request holds; their caches are given up (their
+ * prefix-cache history forgotten). An embedding model runs no generation,
+ * so normally every slot is free. */
+static int free_seqs(sw_cpu_engine *e, int *seqs)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_slots; i++) {
+        if (e->slots[i].used) continue;
+        e->hist[i].n = 0;
+        seqs[n++] = i;
+    }
+    return n;
+}
+
+static int engine_embed(void *eng, const Spillway__EmbedRequest *req, sw_embeddings *out, char *err, size_t errlen)
+{
+    sw_cpu_engine *e = eng;
+    if (!sw_model_is_embedding(e->m))
+        return sw_errf(err, errlen, "model '%s' is not an embedding model (no pooling type in its file)", req->model),
+               400;
+    size_t n = req->n_inputs, dim = e->m->hp.n_embd;
+    sw_embed_input *in = calloc(n, sizeof *in);
+    int32_t **toks = calloc(n, sizeof *toks);
+    int *seqs = malloc((size_t)e->n_slots * sizeof *seqs);
+    memset(out, 0, sizeof *out);
+    out->values = malloc(n * dim * sizeof *out->values);
+    out->tokens = malloc(n * sizeof *out->tokens);
+    int code = in && toks && seqs && out->values && out->tokens ? 0 : (sw_errf(err, errlen, "out of memory"), 503);
+    if (!code) code = embed_inputs(e, req, in, toks, err, errlen);
+    int n_seq = code ? 0 : free_seqs(e, seqs);
+    if (!code && !n_seq) code = (sw_errf(err, errlen, "no free sequence: the worker is busy"), 503);
+    if (!code && sw_embed_batch(e->ctx, seqs, n_seq, in, (int)n, out->values, err, errlen)) code = 400;
+    for (size_t i = 0; !code && i < n; i++) out->tokens[i] = (uint32_t)in[i].n;
+    out->n = (uint32_t)n;
+    out->dim = (uint32_t)dim;
+    for (size_t i = 0; toks && i < n; i++) free(toks[i]);
+    free(toks);
+    free(in);
+    free(seqs);
+    if (code) {
+        free(out->values);
+        free(out->tokens);
+        memset(out, 0, sizeof *out);
+    }
+    return code;
+}
+
 const sw_engine_ops sw_cpu_engine_ops = {
+    .embed = engine_embed,
     .submit = engine_submit,
     .cancel = engine_cancel,
     .step = engine_step,

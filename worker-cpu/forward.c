@@ -564,6 +564,7 @@ void sw_ctx_free(sw_ctx *c)
 }
 
 int sw_ctx_n_ctx(const sw_ctx *c) { return c->n_ctx; }
+const sw_model *sw_ctx_model(const sw_ctx *c) { return c->m; }
 
 void sw_ctx_set_rope_context(sw_ctx *c, int n_ctx)
 {
@@ -1139,7 +1140,10 @@ static void ffn_block(sw_ctx *c, uint32_t l, int n)
     add_rows(c->x, c->xb2, n, E, hp->residual_scale);
 }
 
-int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char *err, size_t errlen)
+/* The layers and the final norm over a batch: the rows of the tokens that
+ * want an output, normalized, are then rows 0..nl-1 of c->xb. Returns nl,
+ * or -1 with err filled for an invalid batch. */
+static int forward_hidden(sw_ctx *c, const sw_tok_in *toks, int n, char *err, size_t errlen)
 {
     if (check_batch(c, toks, n, err, errlen)) return -1;
     const sw_model *m = c->m;
@@ -1168,15 +1172,32 @@ int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char 
         ffn_block(c, l, last ? nl : n);
     }
 
-    /* Final norm and output projection of the rows that want logits: after
-     * the last layer they are rows 0..nl-1 (compacted, or all n). */
+    /* Final norm of the rows that want logits: after the last layer they
+     * are rows 0..nl-1 (compacted, or all n). */
     for (int i = 0; i < nl; i++) rmsnorm(c->xb + (size_t)i * E, c->x + (size_t)i * E, c->out_norm, E, hp->rms_eps);
+    return nl;
+}
+
+int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char *err, size_t errlen)
+{
+    int nl = forward_hidden(c, toks, n, err, errlen);
+    if (nl < 0) return -1;
+    const sw_model *m = c->m;
+    const sw_hparams *hp = &m->hp;
     if (nl) matmul(c, m->output, c->pk_out, c->xb, nl, logits_out);
     if (c->out_bias) add_bias(logits_out, c->out_bias, nl, (int)hp->n_vocab);
     if (hp->logit_scale != 1.0f)
         for (size_t i = 0; i < (size_t)nl * hp->n_vocab; i++) logits_out[i] /= hp->logit_scale;
     for (int i = 0; hp->final_softcap > 0.0f && i < nl; i++)
         softcap(logits_out + (size_t)i * hp->n_vocab, (int)hp->n_vocab, 1.0f, hp->final_softcap);
+    return 0;
+}
+
+int sw_forward_hidden(sw_ctx *c, const sw_tok_in *toks, int n, float *hidden_out, char *err, size_t errlen)
+{
+    int nl = forward_hidden(c, toks, n, err, errlen);
+    if (nl < 0) return -1;
+    memcpy(hidden_out, c->xb, (size_t)nl * c->m->hp.n_embd * sizeof *hidden_out);
     return 0;
 }
 

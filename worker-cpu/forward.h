@@ -29,6 +29,7 @@ typedef struct sw_ctx sw_ctx;
 sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen);
 void sw_ctx_free(sw_ctx *c);
 int sw_ctx_n_ctx(const sw_ctx *c);
+const sw_model *sw_ctx_model(const sw_ctx *c);
 /* The context length the model is run at, where it is not the one the
  * context was sized with (spillway-run sizes it to what one prompt needs):
  * LongRoPE files rotate with other frequencies past their original context.
@@ -58,6 +59,11 @@ bool sw_ctx_can_resume(const sw_ctx *c, int held, int at);
  * batch order, writes one row of n_vocab floats to logits_out. Returns 0, or
  * -1 with err filled when the batch is invalid (token/pos/seq out of range). */
 int sw_forward(sw_ctx *c, const sw_tok_in *toks, int n, float *logits_out, char *err, size_t errlen);
+
+/* The same batch, but for each token with .logits set, in batch order, one
+ * row of n_embd floats: its final hidden state after the output norm (what
+ * the output projection would multiply), for embeddings. */
+int sw_forward_hidden(sw_ctx *c, const sw_tok_in *toks, int n, float *hidden_out, char *err, size_t errlen);
 
 /* Bytes of weights the last sw_forward call read: every matrix, but of a
  * mixture of experts only the experts some token of the batch used. */

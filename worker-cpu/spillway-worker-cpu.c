@@ -283,6 +283,8 @@ static int run_model(const options *o)
     mi.quantization = (char *)(o->quantization ? o->quantization : m->quant_name);
     uint32_t ctx = (uint32_t)sw_cpu_engine_n_ctx(e);
     mi.context_length = ctx;
+    mi.embedding = sw_model_is_embedding(m);   /* the gateway sends it embeddings requests only */
+    mi.embedding_dim = mi.embedding ? m->hp.n_embd : 0;
     Spillway__ModelInfo *models[1] = {&mi};
     sw_worker_config cfg = {
         .n_gateways = o->n_gateways, .drain_timeout_ms = o->drain_timeout_ms, .pool = o->pool, .worker_id = o->worker_id,
@@ -292,8 +294,9 @@ static int run_model(const options *o)
     memcpy(cfg.gateways, o->gateways, sizeof cfg.gateways);
     char i8[48] = "";
     if (sw_i8_min_tokens()) snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());
-    sw_worker_log("serving %s (%s, %s, ctx %u) with %d slots, %d threads, isa %s%s",
-                  o->model_name, o->model_path, mi.quantization, ctx, o->parallel,
+    sw_worker_log("serving %s (%s, %s, ctx %u%s%s) with %d slots, %d threads, isa %s%s",
+                  o->model_name, o->model_path, mi.quantization, ctx, mi.embedding ? ", embeddings pooled by " : "",
+                  mi.embedding ? sw_pooling_name(m->hp.pooling) : "", o->parallel,
                   omp_get_max_threads(), sw_isa_name(sw_isa_active()), i8);
     int rc = sw_worker_run(&cfg, &sw_cpu_engine_ops, e);
     sw_cpu_engine_free(e);

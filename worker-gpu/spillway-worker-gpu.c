@@ -623,6 +623,13 @@ static int run_daemon(const opts *o)
     sw_fp8_weights *w;
     sw_model *m = load_model(eq + 1, &w, o->quiet);
     if (!m) return 1;
+    if (sw_model_is_embedding(m)) {   /* it would be served for generation, which it is not for */
+        fprintf(stderr, PROG ": %s is an embedding model (pooling %s): serve it with spillway-worker-cpu, "
+                "which computes embeddings; this worker does not\n", eq + 1, sw_pooling_name(m->hp.pooling));
+        sw_fp8_weights_free(w);
+        sw_model_free(m);
+        return 1;
+    }
     sw_backend *be = make_backend(o, w, (uint32_t)o->kv_blocks, o->max_tokens_per_step);
     if (!be) { sw_model_free(m); return 1; }
     sw_sched_config cfg = { .max_batch = o->max_batch, .max_tokens_per_step = o->max_tokens_per_step,
