@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "gateway/broker.h"
+#include "gateway/choices.h"
 #include "gateway/front.h"
 #include "gateway/metrics.h"
 #include "gateway/registry.h"
@@ -323,15 +324,19 @@ static void detach(sw_req *r, bool error)
     B.capacity_changed = true;
 }
 
-/* The broker lets go of a request: counts it and drops its reference. */
+static void on_cancel(sw_req *r);
+
+/* The broker lets go of a request: counts it and drops its reference. A
+ * request of several choices is counted in its choices, which go first. */
 static void finish(sw_req *r, sw_status_label st)
 {
+    for (size_t i = 0; i < r->n_kids; i++) on_cancel(r->kids[i]);
     if (r->phase == SW_PH_QUEUED) queue_del(r);
     if (st == SW_ST_OK && r->stats) sw_route_stats_service(r->stats, sw_now_ms() - r->dispatch_ms);
     detach(r, st == SW_ST_ERROR);
     const char *pool = r->pool[0] ? r->pool : r->queued_pool;
-    sw_metrics_request(pool, st);
-    if (r->usage_prompt || r->usage_completion)
+    if (!r->n_kids) sw_metrics_request(pool, st);
+    if (!r->n_kids && (r->usage_prompt || r->usage_completion))
         sw_metrics_tokens(pool, r->usage_prompt, r->usage_cached, r->usage_completion);
     pthread_mutex_lock(&r->mu);
     r->phase = SW_PH_DONE;
@@ -484,24 +489,44 @@ static void route(sw_req *r, const char *exclude, bool from_queue)
     sw_policy_unref(p);
 }
 
+static void on_submit(sw_req *r);
+
+/* A request of several choices, while held: its choices marked to go. */
+static void submit_choices(sw_req *r)
+{
+    if (table_find(r->id) != r) return;   /* over already */
+    for (size_t i = 0; i < r->n_kids; i++) {
+        sw_req *k = r->kids[i];
+        if (!k->send_wanted || k->sent) continue;
+        k->sent = true;
+        on_submit(sw_req_ref(k));
+    }
+}
+
 static void on_submit(sw_req *r)
 {
     table_add(r);   /* the posted reference becomes the table's */
     /* route() may finish the request and drop the table's reference while
      * the HTTP side drops its own: hold one until we are done reading. */
     sw_req_ref(r);
-    route(r, NULL, false);
+    if (r->n_kids) {   /* held here (its client's connection is watched) while its choices run */
+        sw_choices_start(r);
+        submit_choices(r);
+    } else {
+        route(r, NULL, false);
+    }
     if (r->phase == SW_PH_RUNNING) sw_metrics_latency(SW_LAT_DISPATCH, sw_now_ns() - r->t_submit_ns);
     sw_req_unref(r);
 }
 
-/* The client went away (or MHD finished the connection early). */
+/* The client went away (or MHD finished the connection early), or a
+ * request of several choices is over (its client still gets its answer). */
 static void on_cancel(sw_req *r)
 {
     if (!table_find(r->id) || table_find(r->id) != r) return;   /* already finished */
     if (r->phase == SW_PH_RUNNING && r->w) send_cancel(r->w, r->id);
     pthread_mutex_lock(&r->mu);
-    r->client_gone = true;
+    if (!r->kids_over) r->client_gone = true;
     wake(r);
     pthread_mutex_unlock(&r->mu);
     finish(r, SW_ST_CANCELLED);
@@ -1072,6 +1097,14 @@ static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void
     }
 }
 
+static bool inbox_pending(void)
+{
+    pthread_mutex_lock(&B.g->inbox_mu);
+    bool any = B.g->inbox_head != NULL;
+    pthread_mutex_unlock(&B.g->inbox_mu);
+    return any;
+}
+
 static void drain_inbox(void)
 {
     uint64_t v;
@@ -1084,6 +1117,7 @@ static void drain_inbox(void)
         sw_cmd *next = c->next;
         if (c->kind == SW_CMD_SUBMIT) on_submit(c->req);
         else if (c->kind == SW_CMD_OPS) B.capacity_changed = true;   /* the queue may move now */
+        else if (c->kind == SW_CMD_CHOICES) { submit_choices(c->req); sw_req_unref(c->req); }
         else { on_cancel(c->req); sw_req_unref(c->req); }
         free(c);
         c = next;
@@ -1228,9 +1262,11 @@ static void *broker_main(void *arg)
     }
     /* Shutting down: answer everything still waiting so no connection stays
      * suspended (MHD must not be stopped with suspended connections). */
-    drain_inbox();
-    while (B.active)
-        fail(B.active, 503, "server_error", "shutting_down", "the gateway is shutting down", SW_ST_ERROR);
+    do {   /* what the failures post (choices.h) is drained too */
+        drain_inbox();
+        while (B.active)
+            fail(B.active, 503, "server_error", "shutting_down", "the gateway is shutting down", SW_ST_ERROR);
+    } while (inbox_pending());
     return NULL;
 }
 
@@ -1248,6 +1284,11 @@ void sw_broker_post(sw_gateway *g, sw_cmd_kind kind, sw_req *req)
     pthread_mutex_unlock(&g->inbox_mu);
     uint64_t one = 1;
     if (write(g->inbox_fd, &one, sizeof one) < 0) perror("gateway: eventfd write");
+}
+
+void sw_broker_post_here(sw_cmd_kind kind, sw_req *req)
+{
+    sw_broker_post(B.g, kind, req);
 }
 
 /* With --curve-secret: the gateway's keypair into kp, and the ZAP handler

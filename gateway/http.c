@@ -455,20 +455,6 @@ static void suspend_locked(sw_req *r)
     MHD_suspend_connection(r->conn);
 }
 
-static void take_text(sw_req *r, sw_sbuf *out)
-{
-    bool role = r->chat && r->sse_stage == 0;
-    r->sse_stage = 1;
-    if (r->logprobs && (r->text.n || r->reasoning.n || role || r->n_lps > r->n_lps_sent)) {
-        sw_openai_sse_delta_logprobs(r, out, role);
-        r->text.n = r->reasoning.n = 0;
-    } else if (r->text.n || r->reasoning.n || role) {
-        sw_openai_sse_delta(r, out, r->text.s, r->text.n, r->reasoning.s, r->reasoning.n, role);
-        r->text.n = r->reasoning.n = 0;
-    }
-    if (r->calls.n > r->n_calls_sent) sw_openai_sse_calls(r, out);
-}
-
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -496,7 +482,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
         int64_t rx = r->text_rx_ns;
         if (r->text.n || r->reasoning.n || r->calls.n > r->n_calls_sent || r->n_lps > r->n_lps_sent ||
             (r->chat && r->sse_stage == 0)) {
-            take_text(r, &r->out);
+            sw_openai_sse_pending(r, &r->out);
             if (rx) sw_metrics_latency(SW_LAT_RELAY, sw_now_ns() - rx);
             r->text_rx_ns = 0;
             continue;

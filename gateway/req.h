@@ -109,6 +109,19 @@ typedef struct sw_req {
     bool sdk_sent;                /* a chunk went out: failures are in-band now */
     bool sdk_gone;                /* the client's socket vanished */
 
+    /* A request of several choices (n > 1, batched prompts: gateway/choices.h).
+     * The parent is what its client holds; each choice is a request of its own. */
+    struct sw_req *parent;        /* a choice: its parent (no reference: the parent outlives it in the broker) */
+    unsigned choice;              /* a choice: its index in the response (prompt * n + sample) */
+    struct sw_req **kids;         /* the parent: its choices, a reference each (immutable once submitted) */
+    size_t n_kids;
+    unsigned n_per_prompt;        /* the parent: choices per prompt (`n`) */
+    size_t kids_done;             /* the parent, under mu: choices finished */
+    bool kids_over;               /* the parent, under mu: every choice finished, or one failed */
+    bool siblings_sent;           /* a choice, broker only: its prompt's other choices were submitted */
+    bool counted;                 /* a choice, broker only: counted in its parent's kids_done */
+    bool send_wanted, sent;       /* a choice, broker only: to be submitted; submitted */
+
     /* broker only */
     struct sw_worker *w;
     struct sw_route_stats *stats;

@@ -56,5 +56,7 @@ void sw_req_unref(sw_req *r)
     free(r->lps);
     sw_sbuf_free(&r->out);
     if (r->policy) sw_policy_unref(r->policy);
+    for (size_t i = 0; i < r->n_kids; i++) sw_req_unref(r->kids[i]);
+    free(r->kids);
     free(r);
 }
