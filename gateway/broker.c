@@ -363,6 +363,8 @@ static void fill_route_request(sw_req *r, sw_route_request *rq, const char *excl
     rq->want_target = r->want_target;
     rq->want_quant = r->want_quant;
     rq->exclude_worker = exclude;
+    rq->allowed_pools = r->key_pools;
+    rq->n_allowed_pools = r->n_key_pools;
     rq->budget_ms = r->max_queue_ms;
     rq->prefix_key = r->prefix_key;
 }

@@ -614,6 +614,19 @@ static uint32_t gen_max_tokens(const sw_req *r)
     return m;
 }
 
+/* The pools the admitted key may use, copied into the request for the
+ * router (the request may outlive the ticket). False out of memory. */
+static bool copy_key_pools(const sw_key_ticket *t, sw_req *r)
+{
+    size_t n;
+    char *const *pools = sw_key_pools(t, &n);
+    if (!n) return true;
+    if (!(r->key_pools = calloc(n, sizeof *r->key_pools))) return false;
+    for (; r->n_key_pools < n; r->n_key_pools++)
+        if (!(r->key_pools[r->n_key_pools] = strdup(pools[r->n_key_pools]))) return false;
+    return true;
+}
+
 /* Admission by the client's API key (keys.h), after parsing. True when
  * admitted (ctx->key holds the ticket); false with the refusal queued in *rc. */
 static bool admit_key(struct MHD_Connection *c, conn_ctx *ctx, sw_req *r, enum MHD_Result *rc)
@@ -625,6 +638,10 @@ static bool admit_key(struct MHD_Connection *c, conn_ctx *ctx, sw_req *r, enum M
                           .prompt_tokens = r->prompt_tokens_est, .max_tokens = ctx->key_max_tokens };
     sw_key_refusal why;
     int st = sw_keys_admit(s_keys, &kr, &ctx->key, &why);
+    if (st == 0 && !copy_key_pools(ctx->key, r)) {
+        *rc = respond_error(c, 500, "the gateway ran out of memory", NULL, NULL, "out_of_memory");
+        return false;
+    }
     if (st == 0) {
         r->klass = sw_key_class(ctx->key, r->klass);
         return true;

@@ -57,6 +57,8 @@ typedef struct sw_req {
     uint32_t prompt_tokens_est;
     uint64_t prefix_key;          /* sw_prefix_key: routes prompts that share a prefix together */
     char *api_key, *tenant, *want_target, *want_quant;
+    char **key_pools;             /* the pools the client's key may use (keys.h); none: every pool */
+    size_t n_key_pools;
     int64_t max_queue_ms;         /* 0 = policy default */
     int64_t created_s;            /* unix time for the response */
     int64_t t_submit_ns;

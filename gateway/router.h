@@ -33,6 +33,8 @@ typedef struct {
     const char *api_key, *tenant;
     const char *want_target, *want_quant;   /* per-request directives, NULL = any */
     const char *exclude_worker;  /* retry: avoid this worker id */
+    char **allowed_pools;        /* the client key's pools: routes elsewhere are not its; */
+    size_t n_allowed_pools;      /* none = every pool */
     uint64_t prefix_key;         /* sw_prefix_key of the prompt; 0 = none */
     int64_t budget_ms;           /* max_queue_ms directive: 0 = none */
 } sw_route_request;

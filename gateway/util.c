@@ -45,6 +45,8 @@ void sw_req_unref(sw_req *r)
     free(r->tenant);
     free(r->want_target);
     free(r->want_quant);
+    for (size_t i = 0; i < r->n_key_pools; i++) free(r->key_pools[i]);
+    free(r->key_pools);
     sw_sbuf_free(&r->text);
     sw_sbuf_free(&r->reasoning);
     sw_tool_calls_free(&r->calls);
