@@ -259,6 +259,35 @@ static void reject_unavailable(sw_decision *d, const char *model, const char *po
                  "overflow route has a worker)", model, pool, reason);
 }
 
+/* No route names the model: serve it from any worker that registered it
+ * (an implicit route), so a policy need not list every model. */
+static void decide_implicit(sw_registry *reg, const sw_route_request *rq, int64_t now, sw_decision *d)
+{
+    sw_worker *w = NULL, *roomy = NULL;
+    implicit_pick(reg, rq, now, &w, &roomy);
+    if (roomy) {
+        d->kind = SW_DECIDE_DISPATCH;
+        d->worker = roomy;
+        d->pool = roomy->pool;
+        return;
+    }
+    if (w) {   /* its workers are full: wait in the queue for a slot */
+        d->kind = SW_DECIDE_QUEUE;
+        d->pool = w->pool;
+        snprintf(d->message, sizeof d->message, "every worker for model '%s' is at capacity", rq->model);
+        return;
+    }
+    bool registered = sw_registry_count(reg, NULL, rq->model, NULL, now) > 0;
+    if (registered && rq->n_allowed_pools)
+        reject(d, 403, "permission_error", "route_not_allowed",
+               "this API key may not use any pool that serves model '%s'", rq->model);
+    else if (registered)
+        reject(d, 503, "server_error", "no_capacity",
+               "no worker for model '%s' matches the requested target/quantization", rq->model);
+    else
+        reject(d, 404, "invalid_request_error", "model_not_found", "The model '%s' does not exist", rq->model);
+}
+
 void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
                      const sw_route_request *rq, int64_t now, sw_decision *d)
 {
@@ -302,32 +331,7 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
     }
 
     if (!any_route) {
-        /* No route names the model: serve it from any worker that registered
-         * it (an implicit route), so a policy need not list every model. */
-        sw_worker *w = NULL, *roomy = NULL;
-        implicit_pick(reg, rq, now, &w, &roomy);
-        if (roomy) {
-            d->kind = SW_DECIDE_DISPATCH;
-            d->worker = roomy;
-            d->pool = roomy->pool;
-            return;
-        }
-        if (w) {   /* its workers are full: wait in the queue for a slot */
-            d->kind = SW_DECIDE_QUEUE;
-            d->pool = w->pool;
-            snprintf(d->message, sizeof d->message, "every worker for model '%s' is at capacity",
-                     rq->model);
-            return;
-        }
-        if (rq->n_allowed_pools && sw_registry_count(reg, NULL, rq->model, NULL, now) > 0)
-            reject(d, 403, "permission_error", "route_not_allowed",
-                   "this API key may not use any pool that serves model '%s'", rq->model);
-        else if (sw_registry_count(reg, NULL, rq->model, NULL, now) > 0)
-            reject(d, 503, "server_error", "no_capacity",
-                   "no worker for model '%s' matches the requested target/quantization", rq->model);
-        else
-            reject(d, 404, "invalid_request_error", "model_not_found",
-                   "The model '%s' does not exist", rq->model);
+        decide_implicit(reg, rq, now, d);
         return;
     }
     if (!any_match && key_refused) {
