@@ -93,5 +93,8 @@ int sw_gw_reload(sw_gateway *g, char *err, size_t errlen);
  * registry's (registry.h's sw_status_build), the routes with their counters
  * and forced overflows, and the last reload error. Caller frees. */
 char *sw_gw_status_json(sw_gateway *g);
+/* The /metrics text (metrics.c's, from snapshots of the registry and the
+ * route counters); NULL out of memory. Caller frees. */
+char *sw_gw_metrics_text(sw_gateway *g);
 
 #endif

@@ -190,11 +190,7 @@ static enum MHD_Result do_models(sw_gateway *g, struct MHD_Connection *c)
 
 static enum MHD_Result do_metrics(sw_gateway *g, struct MHD_Connection *c)
 {
-    sw_metrics_worker *snap = NULL;
-    uint64_t deaths = 0;
-    int n = sw_registry_snapshot(&g->reg, &snap, &deaths);
-    char *text = sw_metrics_render(snap, n, deaths);
-    free(snap);
+    char *text = sw_gw_metrics_text(g);
     if (text && sw_keys_enabled(s_keys)) {   /* the per-key series after the rest */
         sw_sbuf b = {0};
         sw_sbuf_put(&b, text);
@@ -644,6 +640,7 @@ static bool admit_key(struct MHD_Connection *c, conn_ctx *ctx, sw_req *r, enum M
     }
     if (st == 0) {
         r->klass = sw_key_class(ctx->key, r->klass);
+        snprintf(r->key_label, sizeof r->key_label, "%s", sw_key_label(ctx->key));
         return true;
     }
     sw_metrics_request(NULL, SW_ST_REJECTED);

@@ -355,6 +355,22 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
     reject_unavailable(d, rq->model, blocked_pool, blocked_reason);
 }
 
+int sw_route_metrics(const sw_policy *p, sw_route_stats *head, sw_metrics_route *out, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < p->n_routes && n < max; i++) {
+        const sw_route *r = &p->routes[i];
+        char key[512];
+        route_key(key, sizeof key, r);
+        const sw_route_stats *st = stats_find(head, key);
+        snprintf(out[n].name, sizeof out[n].name, "%s@%s", r->model, r->target);
+        out[n].inflight = st ? st->inflight : 0;
+        out[n].max_concurrency = r->max_concurrency;
+        n++;
+    }
+    return n;
+}
+
 void sw_route_status(const sw_policy *p, const sw_registry *reg, sw_route_stats *head, struct cJSON *arr)
 {
     for (size_t i = 0; i < p->n_routes; i++) {
