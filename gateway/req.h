@@ -51,6 +51,7 @@ typedef struct sw_req {
     /* immutable once submitted */
     bool chat, stream, include_usage;
     bool logprobs;                /* the response carries log probabilities */
+    struct sw_resp *resp;         /* /v1/responses (chat underneath): its own state (responses.h); else NULL */
     char *model_asked, *model;    /* as asked; after alias resolution */
     uint8_t *gen; size_t gen_len; /* encoded Envelope{generate} */
     int klass;
