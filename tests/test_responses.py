@@ -30,6 +30,10 @@ SCRIPTS = {
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city, for some days.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                           "required": ["city"], "additionalProperties": False}, "strict": False}
+# Bounded parameters: a forced call on a model that never calls must end within a few tokens
+UNIT = {"type": "function", "name": "get_weather", "parameters": {
+    "type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}},
+    "required": ["unit"], "additionalProperties": False}}
 CITY = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
         "required": ["city", "days"], "additionalProperties": False}
 
@@ -141,18 +145,19 @@ def test_forced_function_call(gw):
     """A model that answers in words, made to call the named function: a
     function_call item whose arguments are JSON for the parameters."""
     c = client(gw)
-    r = c.responses.create(model="chat", input="Weather in Paris?", tools=[WEATHER], max_output_tokens=64,
-                           tool_choice={"type": "function", "name": "get_weather"})
+    ask = dict(model="chat", input="Weather in Paris?", tools=[UNIT], max_output_tokens=400, temperature=0)
+    r = c.responses.create(**ask, tool_choice={"type": "function", "name": "get_weather"})
+    assert r.status == "completed", r
     calls = [o for o in r.output if o.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].call_id.startswith("call_")
-    args = json.loads(calls[0].arguments)
-    jsonschema.validate(args, WEATHER["parameters"])
+    assert [o.type for o in r.output] == ["function_call"]
+    jsonschema.validate(json.loads(calls[0].arguments), UNIT["parameters"])
     assert r.tools[0].name == "get_weather" and r.tool_choice.name == "get_weather"
-    events = list(c.responses.create(model="chat", input="Weather in Paris?", tools=[WEATHER], max_output_tokens=64,
-                                     tool_choice="required", stream=True))
+    events = list(c.responses.create(**ask, tool_choice="required", stream=True))
     deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
     done = [e for e in events if e.type == "response.function_call_arguments.done"]
-    assert len(done) == 1 and done[0].arguments == deltas and isinstance(json.loads(deltas), dict)
+    assert len(done) == 1 and done[0].arguments == deltas and done[0].name == "get_weather"
+    jsonschema.validate(json.loads(deltas), UNIT["parameters"])
     final = events[-1].response
     assert events[-1].type == "response.completed"
     assert [o.type for o in final.output] == ["function_call"] and final.output[0].arguments == deltas
@@ -205,10 +210,10 @@ def test_max_output_tokens_is_incomplete(gw):
     c = client(gw)
     r = c.responses.create(model="think", input="Hi", max_output_tokens=9)
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
-    assert r.usage.output_tokens == 9 and r.output_text == "The"
+    assert r.usage.output_tokens == 9 and r.output_text == "The answer"
     events = list(c.responses.create(model="think", input="Hi", max_output_tokens=9, stream=True))
     assert events[-1].type == "response.incomplete" and events[-1].response.status == "incomplete"
-    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "The"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "The answer"
 
 
 @pytest.mark.parametrize("extra, param", [
