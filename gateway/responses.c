@@ -352,7 +352,8 @@ static int f_reasoning(const cJSON *v, tx *t)
     const char *stray = stray_key(v, known);
     if (stray) return fail(t->e, "reasoning", "unknown field '%.40s' in 'reasoning'", stray);
     const cJSON *eff = item(v, "effort"), *sum = item(v, "summary");
-    if (!absent(sum) && !cJSON_IsString(sum)) return fail(t->e, "reasoning.summary", "'reasoning.summary' must be a string");
+    if (!absent(sum) && !cJSON_IsString(sum))
+        return fail(t->e, "reasoning.summary", "'reasoning.summary' must be a string");
     cJSON *echo = cJSON_AddObjectToObject(t->echo, "reasoning");
     if (absent(eff)) cJSON_AddNullToObject(echo, "effort"); else put(echo, "effort", eff);
     if (absent(sum)) cJSON_AddNullToObject(echo, "summary"); else put(echo, "summary", sum);
@@ -519,6 +520,7 @@ int sw_responses_parse(sw_req *r, const char *body, size_t len, const sw_policy 
                        const char **param)
 {
     rerr e = {msg, msglen, param};
+    r->chat = true;
     cJSON *o = sw_json_body(body, len, msg, msglen, param);
     if (!o) return 400;
     sw_resp *s = calloc(1, sizeof *s);
@@ -533,6 +535,7 @@ int sw_responses_parse(sw_req *r, const char *body, size_t len, const sw_policy 
         return rc;
     }
     r->resp = s;
+    r->resp_free = sw_responses_free;
     return 0;
 }
 

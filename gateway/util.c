@@ -4,7 +4,6 @@
 #include <strings.h>
 #include <time.h>
 #include "gateway/req.h"
-#include "gateway/responses.h"
 #include "gateway/util.h"
 #include "llm/clock.h"
 
@@ -56,7 +55,7 @@ void sw_req_unref(sw_req *r)
     }
     free(r->lps);
     sw_sbuf_free(&r->out);
-    sw_responses_free(r->resp);
+    if (r->resp_free) r->resp_free(r->resp);
     if (r->policy) sw_policy_unref(r->policy);
     free(r);
 }
