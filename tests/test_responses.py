@@ -77,6 +77,10 @@ def test_text_and_reasoning(gw):
     assert u.total_tokens == u.input_tokens + u.output_tokens and u.input_tokens_details.cached_tokens >= 0
     assert r.store is False and r.temperature == 0 and r.max_output_tokens == 32 and r.error is None
     assert r.tools == [] and r.tool_choice == "auto" and r.text.format.type == "text"
+    again = client(gw).responses.create(model="think", input="Hi", max_output_tokens=32, temperature=0,
+                                        reasoning={"effort": "low"}, metadata={"run": "7"}, user="u1")
+    assert again.reasoning.effort == "low" and again.metadata == {"run": "7"} and again.user == "u1"
+    assert again.output_text == r.output_text
 
 
 def chat_prompt_tokens(c, messages, **extra):
@@ -227,6 +231,7 @@ def test_max_output_tokens_is_incomplete(gw):
     (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
      "input[0].content[0].type"),
     (dict(input=[{"type": "function_call_output", "output": "x"}]), "input[0].call_id"),
+    (dict(input=[{"role": "user", "content": "Hi", "name": "x"}]), "input[0].name"),
     (dict(input=[]), "input"),
     (dict(input=None), "input"),
     (dict(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
@@ -240,6 +245,11 @@ def test_max_output_tokens_is_incomplete(gw):
     (dict(text={"format": {"type": "yaml"}}), "text.format"),
     (dict(reasoning={"effort": "extreme"}), "reasoning.effort"),
     (dict(truncation="auto"), "truncation"),
+    (dict(include=["reasoning.encrypted_content"]), "include"),
+    (dict(top_logprobs=2), "top_logprobs"),
+    (dict(tool_choice="required"), "tool_choice"),
+    (dict(metadata={"k": 1}), "metadata"),
+    (dict(max_tool_calls=2), "max_tool_calls"),
 ])
 def test_bad_input_is_refused(gw, extra, param):
     body = dict(dict(model="chat", input="Hi", max_output_tokens=4), **extra)
