@@ -15,15 +15,16 @@
  * The files form layers; each calls only those below it (the broker reaches
  * a client only through its request's sw_sink, req.h):
  *   spillway-gateway.c
- *   http.c (the HTTP front door)          -> broker.c, openai.c, front.c
+ *   http.c (the HTTP front door)          -> broker.c, responses.c, openai.c, front.c
  *   broker.c (and its SDK side)           -> front.c, router.c, control.c
+ *   responses.c (/v1/responses onto chat) -> openai.c
  *   openai.c                              -> front.c
  *   front.c                               -> router.c, registry.c
  *   admin.c (operators' actions)          -> broker.c, registry.c
  *   control.c (policy, reload, status)    -> router.c, registry.c, metrics.c
  *   router.c -> registry.c -> metrics.c -> util.c; req.h, policy.c below all
  * Headers, one per module: gateway.h (control.c), broker.h, http.h,
- * front.h, openai.h, req.h (util.c), router.h, registry.h, metrics.h,
+ * front.h, openai.h, responses.h, req.h (util.c), router.h, registry.h, metrics.h,
  * policy.h, util.h.
  */
 #ifndef SW_GW_GATEWAY_H

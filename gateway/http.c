@@ -27,6 +27,7 @@
 #include "gateway/metrics.h"
 #include "gateway/openai.h"
 #include "gateway/registry.h"
+#include "gateway/responses.h"
 #include "gateway/req.h"
 #include "gateway/util.h"
 #include "llm/limits.h"
@@ -35,7 +36,7 @@
 #define SW_MAX_BODY (1u << 20)       /* larger request bodies get 413 */
 #define SW_MAX_DISCARD (64ull << 20) /* up to this, an oversized body is read before the 413 */
 
-enum { EP_NONE, EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_WORKERS,
+enum { EP_NONE, EP_COMPLETIONS, EP_CHAT, EP_RESPONSES, EP_MODELS, EP_HEALTH, EP_METRICS, EP_WORKERS,
        EP_POLICY, EP_RELOAD, EP_STATUS, EP_OPS };
 
 typedef struct {
@@ -453,6 +454,11 @@ static void suspend_locked(sw_req *r)
 
 static void take_text(sw_req *r, sw_sbuf *out)
 {
+    if (r->resp) {   /* /v1/responses: its own events */
+        sw_responses_sse_take(r, out);
+        r->sse_stage = 1;
+        return;
+    }
     bool role = r->chat && r->sse_stage == 0;
     r->sse_stage = 1;
     if (r->logprobs && (r->text.n || r->reasoning.n || role || r->n_lps > r->n_lps_sent)) {
@@ -502,7 +508,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 r->finish = SPILLWAY__FINISH_REASON__FINISH_ERROR;
                 r->finished = true;
             }
-            sw_openai_sse_final(r, &r->out);
+            if (r->resp) sw_responses_sse_final(r, &r->out);
+            else sw_openai_sse_final(r, &r->out);
             r->sse_stage = 3;
             continue;
         }
@@ -575,7 +582,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, sw_req *r)
             return respond_error(c, 500, "the gateway ran out of memory holding the response", "server_error",
                                  NULL, "out_of_memory");
         }
-        char *body = sw_openai_response(r);
+        char *body = r->resp ? sw_responses_body(r) : sw_openai_response(r);
         int64_t rx = r->text_rx_ns;
         struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body,
                                                                     MHD_RESPMEM_MUST_FREE);
@@ -658,8 +665,8 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     if (__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE))   /* the broker is gone: nobody would ever resume this connection */
         return respond_error(c, 503, "the gateway is shutting down", NULL, NULL, "shutting_down");
     sw_req *r = sw_req_new();
-    r->chat = ctx->ep == EP_CHAT;
-    make_id(r->id, sizeof r->id, r->chat ? "chatcmpl-" : "cmpl-");
+    r->chat = ctx->ep == EP_CHAT || ctx->ep == EP_RESPONSES;   /* a Responses request is chat underneath */
+    make_id(r->id, sizeof r->id, ctx->ep == EP_RESPONSES ? "resp_" : r->chat ? "chatcmpl-" : "cmpl-");
     r->created_s = time(NULL);
     r->conn = c;
     r->sink = &http_sink;
@@ -696,8 +703,9 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     sw_policy *p = sw_gw_policy(g);
     char msg[256];
     const char *param = NULL;
-    int st = sw_openai_parse(r, ctx->body.s ? ctx->body.s : "", ctx->body.n, r->chat, p,
-                             msg, sizeof msg, &param);
+    const char *body = ctx->body.s ? ctx->body.s : "";
+    int st = ctx->ep == EP_RESPONSES ? sw_responses_parse(r, body, ctx->body.n, p, msg, sizeof msg, &param)
+                                     : sw_openai_parse(r, body, ctx->body.n, r->chat, p, msg, sizeof msg, &param);
     if (st == 0 && !sw_front_model_exists(&g->reg, p, r->model)) {
         snprintf(msg, sizeof msg, "The model '%s' does not exist", r->model_asked);
         sw_policy_unref(p);
@@ -900,6 +908,7 @@ static int endpoint(const char *url, const char **allow)
 {
     static const struct { const char *path; int ep; const char *method; } T[] = {
         {"/v1/completions", EP_COMPLETIONS, "POST"}, {"/v1/chat/completions", EP_CHAT, "POST"},
+        {"/v1/responses", EP_RESPONSES, "POST"},
         {"/v1/models", EP_MODELS, "GET"},            {"/healthz", EP_HEALTH, "GET"},
         {"/metrics", EP_METRICS, "GET"},             {"/admin/workers", EP_WORKERS, "GET"},
         {"/admin/policy", EP_POLICY, "GET"},         {"/admin/reload", EP_RELOAD, "POST"},
@@ -971,7 +980,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     switch (ctx->ep) {
     case EP_COMPLETIONS:
-    case EP_CHAT: return start_generate(g, c, ctx);
+    case EP_CHAT:
+    case EP_RESPONSES: return start_generate(g, c, ctx);
     case EP_MODELS: return do_models(g, c);
     case EP_HEALTH: return do_health(g, c);
     case EP_METRICS: return do_metrics(g, c);

@@ -51,6 +51,10 @@ typedef struct sw_req {
     /* immutable once submitted */
     bool chat, stream, include_usage;
     bool logprobs;                /* the response carries log probabilities */
+    /* /v1/responses (chat underneath): its own state (responses.h), freed
+     * with r through resp_free (so this layer calls nothing above it); else NULL */
+    struct sw_resp *resp;
+    void (*resp_free)(struct sw_resp *);
     char *model_asked, *model;    /* as asked; after alias resolution */
     uint8_t *gen; size_t gen_len; /* encoded Envelope{generate} */
     int klass;

@@ -57,6 +57,7 @@ void sw_req_unref(sw_req *r)
     }
     free(r->lps);
     sw_sbuf_free(&r->out);
+    if (r->resp_free) r->resp_free(r->resp);
     if (r->policy) sw_policy_unref(r->policy);
     free(r);
 }
