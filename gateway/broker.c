@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
+#include "gateway/access.h"
 #include "gateway/broker.h"
 #include "gateway/choices.h"
 #include "gateway/front.h"
@@ -334,6 +335,7 @@ static void finish(sw_req *r, sw_status_label st)
     if (r->phase == SW_PH_QUEUED) queue_del(r);
     if (st == SW_ST_OK && r->stats) sw_route_stats_service(r->stats, sw_now_ms() - r->dispatch_ms);
     detach(r, st == SW_ST_ERROR);
+    sw_access_end(r, st, sw_now_ns());
     const char *pool = r->pool[0] ? r->pool : r->queued_pool;
     if (!r->n_kids) sw_metrics_request(pool, st);
     if (!r->n_kids && (r->usage_prompt || r->usage_completion))
@@ -368,6 +370,8 @@ static void fill_route_request(sw_req *r, sw_route_request *rq, const char *excl
     rq->want_target = r->want_target;
     rq->want_quant = r->want_quant;
     rq->exclude_worker = exclude;
+    rq->allowed_pools = r->key_pools;
+    rq->n_allowed_pools = r->n_key_pools;
     rq->budget_ms = r->max_queue_ms;
     rq->prefix_key = r->prefix_key;
 }
@@ -397,6 +401,7 @@ static bool dispatch(sw_req *r, sw_decision *d)
     acct_start(r);
     r->stats = d->stats;
     if (d->spilled) sw_metrics_overflow(d->spill_from, d->pool, d->spill_reason);
+    sw_access_dispatched(r, d->pool, sw_now_ns());
     int64_t now = sw_now_ms();
     r->dispatch_ms = now;
     sw_policy *p = sw_gw_policy(B.g);
@@ -723,6 +728,7 @@ static void take_usage(sw_req *r, const Spillway__TokenChunk *c)
     r->usage_completion = c->usage->completion_tokens;
     r->usage_cached = c->usage->cached_tokens;
     r->usage_reasoning = c->usage->reasoning_tokens;
+    r->usage_worker_s = sw_access_worker_seconds(c->usage->worker_seconds);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -782,6 +788,7 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c, size_t len)
         return;
     }
     bool final = c->finish_reason != SPILLWAY__FINISH_REASON__FINISH_NONE;
+    sw_access_chunk(r, c, t0);
     if (!r->sink->chunk(r, c, t0) && !final) {
         send_cancel(w, r->id);
         finish(r, SW_ST_CANCELLED);
@@ -931,14 +938,7 @@ static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t 
          * queue may move, or must stop sending there. */
         if (h->active + h->queued < w->hb_active + w->hb_queued || h->draining != w->self_draining)
             B.capacity_changed = true;
-        w->self_draining = h->draining;
-        w->last_seen_ms = now;
-        w->hb_active = h->active;
-        w->hb_queued = h->queued;
-        w->hb_kv = h->kv_utilization;
-        w->hb_batch = h->batch_size;
-        w->hb_tokens = h->tokens_generated;
-        bool clamped = !sw_worker_set_slots(w, h->slots);
+        bool clamped = !sw_worker_heartbeat(w, h, now);
         pthread_mutex_unlock(&B.g->reg.mu);
         if (clamped) slots_clamped(w, h->slots);
         break;

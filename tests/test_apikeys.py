@@ -212,3 +212,36 @@ def test_bad_keys_file_refuses_to_start(cluster):
     wait_until(lambda: not g.alive(), 10, what="the gateway to exit")
     out = g.output()
     assert "keys.yaml:4:11:" in out and "keys.yaml:5:10:" in out, out
+
+
+SPILL_POLICY = TWO_POOLS + """routes:
+  - {model: "echo", target: gpu-pool}
+  - {model: "echo", target: cpu-pool, priority: overflow}
+  - {model: "other", target: cpu-pool}
+"""
+
+
+def test_key_routes_bound_where_its_requests_go(cluster):
+    """A key's `routes` are the only pools its requests reach: a cpu-pool key
+    is served by cpu-pool although gpu-pool, the primary, has room (and that is
+    no spill); a key whose pools serve no route of the model gets 403."""
+    keys = {"cpu": new_key("cpu-team", "--routes", "cpu-pool"),
+            "gpu": new_key("gpu-team", "--routes", "gpu-pool"),
+            "any": new_key("any-team")}
+    path = cluster.tmp / "keys.yaml"
+    write_keys(path, [e for _, e in keys.values()])
+    cluster.start_gateway(SPILL_POLICY, extra_args=["--api-keys", path])
+    cluster.start_echo("gpu-pool", 200)
+    cluster.start_echo("cpu-pool", 200)
+    cluster.start_echo("cpu-pool", 200, model_name="other")
+    cluster.wait_model("echo")
+    cluster.wait_model("other")
+    cluster.wait_workers(3)
+    for who, pool in [("cpu", "cpu-pool"), ("any", "gpu-pool"), ("gpu", "gpu-pool"), ("cpu", "cpu-pool")]:
+        st, hdrs, body = chat(cluster.base, keys[who][0])
+        assert st == 200 and hdrs["X-Spillway-Pool"] == pool, (who, hdrs, body)
+    st, _, body = chat(cluster.base, keys["gpu"][0], model="other")
+    assert st == 403 and body["error"]["code"] == "route_not_allowed", body
+    spills = [ln for ln in http_get(cluster.base + "/metrics")[1].decode().splitlines()
+              if ln.startswith("spillway_overflow_total{") and not ln.endswith(" 0")]
+    assert not spills, f"a key's own pool is no spill: {spills}"
