@@ -132,7 +132,7 @@ def test_lm_eval_shaped_batch_scores_each_prompt(gw, tmp_path):
     for i, (ids, ch) in enumerate(zip(prompts, r["choices"])):
         lp = ch["logprobs"]["token_logprobs"]
         assert len(lp) == len(ids) + 1 and lp[0] is None, ch
-        ref = log_softmax(logits_for(model, ids, tmp_path / f"l{i}.bin")[0])
+        ref = log_softmax(logits_for(model, ids, tmp_path / f"l{i}.bin", extra=("-t", "1"))[0])
         want = [ref[j - 1, ids[j]] for j in range(1, len(ids))]
         assert lp[1:len(ids)] == pytest.approx(want, abs=1e-3)
         # and the same as that prompt sent alone
