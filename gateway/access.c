@@ -68,6 +68,10 @@ void sw_access_end(sw_req *r, sw_status_label st, int64_t now_ns)
 {
     double dur = (double)(now_ns - r->t_submit_ns) / 1e9;
     double ttft = r->first_token_ns ? (double)(r->first_token_ns - r->t_submit_ns) / 1e9 : -1;
+    if (r->n_kids) {   /* several choices: their own requests were measured and priced */
+        log_line(r, st, ttft, dur, 0, 0);
+        return;
+    }
     if (r->dispatched_ns) sw_metrics_observe(SW_H_DURATION, pool_of(r), r->model, dur);
     double worker_s = sw_access_worker_seconds(r->usage_worker_s);
     double cost = cost_of(r, worker_s);

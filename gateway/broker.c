@@ -370,8 +370,9 @@ static void fill_route_request(sw_req *r, sw_route_request *rq, const char *excl
     rq->want_target = r->want_target;
     rq->want_quant = r->want_quant;
     rq->exclude_worker = exclude;
-    rq->allowed_pools = r->key_pools;
-    rq->n_allowed_pools = r->n_key_pools;
+    const sw_req *holder = r->parent ? r->parent : r;   /* a choice goes where its request's key may */
+    rq->allowed_pools = holder->key_pools;
+    rq->n_allowed_pools = holder->n_key_pools;
     rq->budget_ms = r->max_queue_ms;
     rq->prefix_key = r->prefix_key;
 }
@@ -532,9 +533,11 @@ static void on_cancel(sw_req *r)
     if (r->phase == SW_PH_RUNNING && r->w) send_cancel(r->w, r->id);
     pthread_mutex_lock(&r->mu);
     if (!r->kids_over) r->client_gone = true;
+    /* a request of several choices ends here too, answered or failed */
+    sw_status_label st = r->client_gone ? SW_ST_CANCELLED : r->err_status ? SW_ST_ERROR : SW_ST_OK;
     wake(r);
     pthread_mutex_unlock(&r->mu);
-    finish(r, SW_ST_CANCELLED);
+    finish(r, st);
 }
 
 static void process_queue(void)

@@ -80,6 +80,7 @@ void sw_choices_start(sw_req *parent)
         k->tenant = dup_or_null(parent->tenant);
         k->want_target = dup_or_null(parent->want_target);
         k->want_quant = dup_or_null(parent->want_quant);
+        memcpy(k->key_label, parent->key_label, sizeof k->key_label);
     }
     for (size_t i = 0; i < parent->n_kids; i += parent->n_per_prompt) want(parent->kids[i]);
 }

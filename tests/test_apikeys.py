@@ -4,6 +4,7 @@ Retry-After over the rps and concurrency limits, tokens per minute
 reconciled when a request ends, the keys file reloaded when it changes,
 metrics by label never by secret; through raw HTTP and the openai client."""
 import json
+import re
 import os
 import socket
 import subprocess
@@ -245,3 +246,21 @@ def test_key_routes_bound_where_its_requests_go(cluster):
     spills = [ln for ln in http_get(cluster.base + "/metrics")[1].decode().splitlines()
               if ln.startswith("spillway_overflow_total{") and not ln.endswith(" 0")]
     assert not spills, f"a key's own pool is no spill: {spills}"
+    # each of a request's several choices is bound the same way
+    before = served_by(cluster)
+    body = {"model": "echo", "max_tokens": 2, "n": 3, "messages": [{"role": "user", "content": "hi"}]}
+    st, _, raw = http_post(cluster.base + "/v1/chat/completions", body,
+                           headers={"Authorization": f"Bearer {keys['cpu'][0]}"})
+    assert st == 200 and len(json.loads(raw)["choices"]) == 3, raw
+    after = served_by(cluster)
+    assert after.get("cpu-pool", 0) - before.get("cpu-pool", 0) == 3
+    assert after.get("gpu-pool", 0) == before.get("gpu-pool", 0), (before, after)
+
+
+def served_by(cluster):
+    """{pool: requests it finished ok}, from the gateway's /metrics."""
+    out = {}
+    for m in re.finditer(r'^spillway_requests_total\{pool="([^"]+)",status="ok"\} (\S+)$',
+                         http_get(cluster.base + "/metrics")[1].decode(), re.M):
+        out[m.group(1)] = float(m.group(2))
+    return out
