@@ -16,7 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
+#include "gateway/access.h"
 #include "gateway/broker.h"
+#include "gateway/choices.h"
 #include "gateway/front.h"
 #include "gateway/metrics.h"
 #include "gateway/registry.h"
@@ -337,15 +339,20 @@ static void detach(sw_req *r, bool error)
     B.capacity_changed = true;
 }
 
-/* The broker lets go of a request: counts it and drops its reference. */
+static void on_cancel(sw_req *r);
+
+/* The broker lets go of a request: counts it and drops its reference. A
+ * request of several choices is counted in its choices, which go first. */
 static void finish(sw_req *r, sw_status_label st)
 {
+    for (size_t i = 0; i < r->n_kids; i++) on_cancel(r->kids[i]);
     if (r->phase == SW_PH_QUEUED) queue_del(r);
     if (st == SW_ST_OK && r->stats) sw_route_stats_service(r->stats, sw_now_ms() - r->dispatch_ms);
     detach(r, st == SW_ST_ERROR);
+    sw_access_end(r, st, sw_now_ns());
     const char *pool = r->pool[0] ? r->pool : r->queued_pool;
-    sw_metrics_request(pool, st);
-    if (r->usage_prompt || r->usage_completion)
+    if (!r->n_kids) sw_metrics_request(pool, st);
+    if (!r->n_kids && (r->usage_prompt || r->usage_completion))
         sw_metrics_tokens(pool, r->usage_prompt, r->usage_cached, r->usage_completion);
     pthread_mutex_lock(&r->mu);
     r->phase = SW_PH_DONE;
@@ -377,6 +384,9 @@ static void fill_route_request(sw_req *r, sw_route_request *rq, const char *excl
     rq->want_target = r->want_target;
     rq->want_quant = r->want_quant;
     rq->exclude_worker = exclude;
+    const sw_req *holder = r->parent ? r->parent : r;   /* a choice goes where its request's key may */
+    rq->allowed_pools = holder->key_pools;
+    rq->n_allowed_pools = holder->n_key_pools;
     rq->budget_ms = r->max_queue_ms;
     rq->prefix_key = r->prefix_key;
 }
@@ -406,6 +416,7 @@ static bool dispatch(sw_req *r, sw_decision *d)
     acct_start(r);
     r->stats = d->stats;
     if (d->spilled) sw_metrics_overflow(d->spill_from, d->pool, d->spill_reason);
+    sw_access_dispatched(r, d->pool, sw_now_ns());
     int64_t now = sw_now_ms();
     r->dispatch_ms = now;
     sw_policy *p = sw_gw_policy(B.g);
@@ -498,27 +509,49 @@ static void route(sw_req *r, const char *exclude, bool from_queue)
     sw_policy_unref(p);
 }
 
+static void on_submit(sw_req *r);
+
+/* A request of several choices, while held: its choices marked to go. */
+static void submit_choices(sw_req *r)
+{
+    if (table_find(r->id) != r) return;   /* over already */
+    for (size_t i = 0; i < r->n_kids; i++) {
+        sw_req *k = r->kids[i];
+        if (!k->send_wanted || k->sent) continue;
+        k->sent = true;
+        on_submit(sw_req_ref(k));
+    }
+}
+
 static void on_submit(sw_req *r)
 {
     table_add(r);   /* the posted reference becomes the table's */
     /* route() may finish the request and drop the table's reference while
      * the HTTP side drops its own: hold one until we are done reading. */
     sw_req_ref(r);
-    route(r, NULL, false);
+    if (r->n_kids) {   /* held here (its client's connection is watched) while its choices run */
+        sw_choices_start(r);
+        submit_choices(r);
+    } else {
+        route(r, NULL, false);
+    }
     if (r->phase == SW_PH_RUNNING) sw_metrics_latency(SW_LAT_DISPATCH, sw_now_ns() - r->t_submit_ns);
     sw_req_unref(r);
 }
 
-/* The client went away (or MHD finished the connection early). */
+/* The client went away (or MHD finished the connection early), or a
+ * request of several choices is over (its client still gets its answer). */
 static void on_cancel(sw_req *r)
 {
     if (!table_find(r->id) || table_find(r->id) != r) return;   /* already finished */
     if (r->phase == SW_PH_RUNNING && r->w) send_cancel(r->w, r->id);
     pthread_mutex_lock(&r->mu);
-    r->client_gone = true;
+    if (!r->kids_over) r->client_gone = true;
+    /* a request of several choices ends here too, answered or failed */
+    sw_status_label st = r->client_gone ? SW_ST_CANCELLED : r->err_status ? SW_ST_ERROR : SW_ST_OK;
     wake(r);
     pthread_mutex_unlock(&r->mu);
-    finish(r, SW_ST_CANCELLED);
+    finish(r, st);
 }
 
 static void process_queue(void)
@@ -712,6 +745,7 @@ static void take_usage(sw_req *r, const Spillway__TokenChunk *c)
     r->usage_completion = c->usage->completion_tokens;
     r->usage_cached = c->usage->cached_tokens;
     r->usage_reasoning = c->usage->reasoning_tokens;
+    r->usage_worker_s = sw_access_worker_seconds(c->usage->worker_seconds);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -771,6 +805,7 @@ static void on_chunk(sw_worker *w, const Spillway__TokenChunk *c, size_t len)
         return;
     }
     bool final = c->finish_reason != SPILLWAY__FINISH_REASON__FINISH_NONE;
+    sw_access_chunk(r, c, t0);
     if (!r->sink->chunk(r, c, t0) && !final) {
         send_cancel(w, r->id);
         finish(r, SW_ST_CANCELLED);
@@ -949,14 +984,7 @@ static void on_message(const uint8_t *id, size_t idlen, const void *buf, size_t 
          * queue may move, or must stop sending there. */
         if (h->active + h->queued < w->hb_active + w->hb_queued || h->draining != w->self_draining)
             B.capacity_changed = true;
-        w->self_draining = h->draining;
-        w->last_seen_ms = now;
-        w->hb_active = h->active;
-        w->hb_queued = h->queued;
-        w->hb_kv = h->kv_utilization;
-        w->hb_batch = h->batch_size;
-        w->hb_tokens = h->tokens_generated;
-        bool clamped = !sw_worker_set_slots(w, h->slots);
+        bool clamped = !sw_worker_heartbeat(w, h, now);
         pthread_mutex_unlock(&B.g->reg.mu);
         if (clamped) slots_clamped(w, h->slots);
         break;
@@ -1156,6 +1184,14 @@ static void drain(void *sock, void (*handle)(const uint8_t *, size_t, const void
     }
 }
 
+static bool inbox_pending(void)
+{
+    pthread_mutex_lock(&B.g->inbox_mu);
+    bool any = B.g->inbox_head != NULL;
+    pthread_mutex_unlock(&B.g->inbox_mu);
+    return any;
+}
+
 static void drain_inbox(void)
 {
     uint64_t v;
@@ -1168,6 +1204,7 @@ static void drain_inbox(void)
         sw_cmd *next = c->next;
         if (c->kind == SW_CMD_SUBMIT) on_submit(c->req);
         else if (c->kind == SW_CMD_OPS) B.capacity_changed = true;   /* the queue may move now */
+        else if (c->kind == SW_CMD_CHOICES) { submit_choices(c->req); sw_req_unref(c->req); }
         else { on_cancel(c->req); sw_req_unref(c->req); }
         free(c);
         c = next;
@@ -1312,9 +1349,11 @@ static void *broker_main(void *arg)
     }
     /* Shutting down: answer everything still waiting so no connection stays
      * suspended (MHD must not be stopped with suspended connections). */
-    drain_inbox();
-    while (B.active)
-        fail(B.active, 503, "server_error", "shutting_down", "the gateway is shutting down", SW_ST_ERROR);
+    do {   /* what the failures post (choices.h) is drained too */
+        drain_inbox();
+        while (B.active)
+            fail(B.active, 503, "server_error", "shutting_down", "the gateway is shutting down", SW_ST_ERROR);
+    } while (inbox_pending());
     return NULL;
 }
 
@@ -1332,6 +1371,11 @@ void sw_broker_post(sw_gateway *g, sw_cmd_kind kind, sw_req *req)
     pthread_mutex_unlock(&g->inbox_mu);
     uint64_t one = 1;
     if (write(g->inbox_fd, &one, sizeof one) < 0) perror("gateway: eventfd write");
+}
+
+void sw_broker_post_here(sw_cmd_kind kind, sw_req *req)
+{
+    sw_broker_post(B.g, kind, req);
 }
 
 /* With --curve-secret: the gateway's keypair into kp, and the ZAP handler

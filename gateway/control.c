@@ -5,6 +5,7 @@
  * changes a request halfway. A file that fails to load leaves the running
  * policy in place. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
@@ -60,6 +61,23 @@ char *sw_gw_status_json(sw_gateway *g)
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;
+}
+
+char *sw_gw_metrics_text(sw_gateway *g)
+{
+    sw_policy *p = sw_gw_policy(g);
+    sw_metrics_snapshot snap;
+    sw_registry_snapshot(&g->reg, p, &snap);
+    snap.routes = calloc(p->n_routes + 1, sizeof *snap.routes);
+    if (snap.routes) {
+        pthread_mutex_lock(&g->reg.mu);
+        snap.n_routes = sw_route_metrics(p, g->route_stats, snap.routes, (int)p->n_routes);
+        pthread_mutex_unlock(&g->reg.mu);
+    }
+    sw_policy_unref(p);
+    char *text = sw_metrics_render(&snap);   /* no registry lock held: render takes only the metrics' */
+    sw_metrics_snapshot_free(&snap);
+    return text;
 }
 
 int sw_gw_reload(sw_gateway *g, char *err, size_t errlen)

@@ -15,15 +15,16 @@
  * The files form layers; each calls only those below it (the broker reaches
  * a client only through its request's sw_sink, req.h):
  *   spillway-gateway.c
- *   http.c (the HTTP front door)          -> broker.c, openai.c, front.c
+ *   http.c (the HTTP front door)          -> broker.c, responses.c, openai.c, front.c
  *   broker.c (and its SDK side)           -> front.c, router.c, control.c
+ *   responses.c (/v1/responses onto chat) -> openai.c
  *   openai.c                              -> front.c
  *   front.c                               -> router.c, registry.c
  *   admin.c (operators' actions)          -> broker.c, registry.c
  *   control.c (policy, reload, status)    -> router.c, registry.c, metrics.c
  *   router.c -> registry.c -> metrics.c -> util.c; req.h, policy.c below all
  * Headers, one per module: gateway.h (control.c), broker.h, http.h,
- * front.h, openai.h, req.h (util.c), router.h, registry.h, metrics.h,
+ * front.h, openai.h, responses.h, req.h (util.c), router.h, registry.h, metrics.h,
  * policy.h, util.h.
  */
 #ifndef SW_GW_GATEWAY_H
@@ -93,5 +94,8 @@ int sw_gw_reload(sw_gateway *g, char *err, size_t errlen);
  * registry's (registry.h's sw_status_build), the routes with their counters
  * and forced overflows, and the last reload error. Caller frees. */
 char *sw_gw_status_json(sw_gateway *g);
+/* The /metrics text (metrics.c's, from snapshots of the registry and the
+ * route counters); NULL out of memory. Caller frees. */
+char *sw_gw_metrics_text(sw_gateway *g);
 
 #endif

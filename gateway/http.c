@@ -28,6 +28,7 @@
 #include "gateway/openai.h"
 #include "gateway/embeddings.h"
 #include "gateway/registry.h"
+#include "gateway/responses.h"
 #include "gateway/req.h"
 #include "gateway/util.h"
 #include "llm/limits.h"
@@ -36,7 +37,7 @@
 #define SW_MAX_BODY (1u << 20)       /* larger request bodies get 413 */
 #define SW_MAX_DISCARD (64ull << 20) /* up to this, an oversized body is read before the 413 */
 
-enum { EP_NONE, EP_COMPLETIONS, EP_CHAT, EP_EMBEDDINGS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_WORKERS,
+enum { EP_NONE, EP_COMPLETIONS, EP_CHAT, EP_RESPONSES, EP_EMBEDDINGS, EP_MODELS, EP_HEALTH, EP_METRICS, EP_WORKERS,
        EP_POLICY, EP_RELOAD, EP_STATUS, EP_OPS };
 
 typedef struct {
@@ -191,11 +192,7 @@ static enum MHD_Result do_models(sw_gateway *g, struct MHD_Connection *c)
 
 static enum MHD_Result do_metrics(sw_gateway *g, struct MHD_Connection *c)
 {
-    sw_metrics_worker *snap = NULL;
-    uint64_t deaths = 0;
-    int n = sw_registry_snapshot(&g->reg, &snap, &deaths);
-    char *text = sw_metrics_render(snap, n, deaths);
-    free(snap);
+    char *text = sw_gw_metrics_text(g);
     if (text && sw_keys_enabled(s_keys)) {   /* the per-key series after the rest */
         sw_sbuf b = {0};
         sw_sbuf_put(&b, text);
@@ -456,18 +453,16 @@ static void suspend_locked(sw_req *r)
     MHD_suspend_connection(r->conn);
 }
 
+/* The events for what arrived since the last: /v1/responses' own, or
+ * chat/completions chunks. */
 static void take_text(sw_req *r, sw_sbuf *out)
 {
-    bool role = r->chat && r->sse_stage == 0;
-    r->sse_stage = 1;
-    if (r->logprobs && (r->text.n || r->reasoning.n || role || r->n_lps > r->n_lps_sent)) {
-        sw_openai_sse_delta_logprobs(r, out, role);
-        r->text.n = r->reasoning.n = 0;
-    } else if (r->text.n || r->reasoning.n || role) {
-        sw_openai_sse_delta(r, out, r->text.s, r->text.n, r->reasoning.s, r->reasoning.n, role);
-        r->text.n = r->reasoning.n = 0;
+    if (r->resp) {
+        sw_responses_sse_take(r, out);
+        r->sse_stage = 1;
+        return;
     }
-    if (r->calls.n > r->n_calls_sent) sw_openai_sse_calls(r, out);
+    sw_openai_sse_pending(r, out);
 }
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -507,7 +502,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 r->finish = SPILLWAY__FINISH_REASON__FINISH_ERROR;
                 r->finished = true;
             }
-            sw_openai_sse_final(r, &r->out);
+            if (r->resp) sw_responses_sse_final(r, &r->out);
+            else sw_openai_sse_final(r, &r->out);
             r->sse_stage = 3;
             continue;
         }
@@ -580,7 +576,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, sw_req *r)
             return respond_error(c, 500, "the gateway ran out of memory holding the response", "server_error",
                                  NULL, "out_of_memory");
         }
-        char *body = r->embed ? sw_embed_response(r) : sw_openai_response(r);
+        char *body = r->embed ? sw_embed_response(r) : r->resp ? sw_responses_body(r) : sw_openai_response(r);
         if (!body) {
             pthread_mutex_unlock(&r->mu);
             return respond_error(c, 500, "the gateway ran out of memory holding the response", "server_error",
@@ -620,6 +616,19 @@ static uint32_t gen_max_tokens(const sw_req *r)
     return m;
 }
 
+/* The pools the admitted key may use, copied into the request for the
+ * router (the request may outlive the ticket). False out of memory. */
+static bool copy_key_pools(const sw_key_ticket *t, sw_req *r)
+{
+    size_t n;
+    char *const *pools = sw_key_pools(t, &n);
+    if (!n) return true;
+    if (!(r->key_pools = calloc(n, sizeof *r->key_pools))) return false;
+    for (; r->n_key_pools < n; r->n_key_pools++)
+        if (!(r->key_pools[r->n_key_pools] = strdup(pools[r->n_key_pools]))) return false;
+    return true;
+}
+
 /* Admission by the client's API key (keys.h), after parsing. True when
  * admitted (ctx->key holds the ticket); false with the refusal queued in *rc. */
 static bool admit_key(struct MHD_Connection *c, conn_ctx *ctx, sw_req *r, enum MHD_Result *rc)
@@ -631,8 +640,13 @@ static bool admit_key(struct MHD_Connection *c, conn_ctx *ctx, sw_req *r, enum M
                           .prompt_tokens = r->prompt_tokens_est, .max_tokens = ctx->key_max_tokens };
     sw_key_refusal why;
     int st = sw_keys_admit(s_keys, &kr, &ctx->key, &why);
+    if (st == 0 && !copy_key_pools(ctx->key, r)) {
+        *rc = respond_error(c, 500, "the gateway ran out of memory", NULL, NULL, "out_of_memory");
+        return false;
+    }
     if (st == 0) {
         r->klass = sw_key_class(ctx->key, r->klass);
+        snprintf(r->key_label, sizeof r->key_label, "%s", sw_key_label(ctx->key));
         return true;
     }
     sw_metrics_request(NULL, SW_ST_REJECTED);
@@ -650,8 +664,11 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     if (__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE))   /* the broker is gone: nobody would ever resume this connection */
         return respond_error(c, 503, "the gateway is shutting down", NULL, NULL, "shutting_down");
     sw_req *r = sw_req_new();
-    r->chat = ctx->ep == EP_CHAT;
-    make_id(r->id, sizeof r->id, r->chat ? "chatcmpl-" : ctx->ep == EP_EMBEDDINGS ? "embd-" : "cmpl-");
+    r->chat = ctx->ep == EP_CHAT || ctx->ep == EP_RESPONSES;   /* a Responses request is chat underneath */
+    make_id(r->id, sizeof r->id, ctx->ep == EP_RESPONSES    ? "resp_"
+                                 : r->chat                  ? "chatcmpl-"
+                                 : ctx->ep == EP_EMBEDDINGS ? "embd-"
+                                                            : "cmpl-");
     r->created_s = time(NULL);
     r->conn = c;
     r->sink = &http_sink;
@@ -689,8 +706,9 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     char msg[256];
     const char *param = NULL;
     const char *body = ctx->body.s ? ctx->body.s : "";
-    int st = ctx->ep == EP_EMBEDDINGS ? sw_embed_parse(r, body, ctx->body.n, p, msg, sizeof msg, &param)
-                                      : sw_openai_parse(r, body, ctx->body.n, r->chat, p, msg, sizeof msg, &param);
+    int st = ctx->ep == EP_RESPONSES    ? sw_responses_parse(r, body, ctx->body.n, p, msg, sizeof msg, &param)
+             : ctx->ep == EP_EMBEDDINGS ? sw_embed_parse(r, body, ctx->body.n, p, msg, sizeof msg, &param)
+                                        : sw_openai_parse(r, body, ctx->body.n, r->chat, p, msg, sizeof msg, &param);
     if (st == 0 && !sw_front_model_exists(&g->reg, p, r->model)) {
         snprintf(msg, sizeof msg, "The model '%s' does not exist", r->model_asked);
         sw_policy_unref(p);
@@ -894,7 +912,7 @@ static int endpoint(const char *url, const char **allow)
 {
     static const struct { const char *path; int ep; const char *method; } T[] = {
         {"/v1/completions", EP_COMPLETIONS, "POST"}, {"/v1/chat/completions", EP_CHAT, "POST"},
-        {"/v1/embeddings", EP_EMBEDDINGS, "POST"},
+        {"/v1/responses", EP_RESPONSES, "POST"},     {"/v1/embeddings", EP_EMBEDDINGS, "POST"},
         {"/v1/models", EP_MODELS, "GET"},            {"/healthz", EP_HEALTH, "GET"},
         {"/metrics", EP_METRICS, "GET"},             {"/admin/workers", EP_WORKERS, "GET"},
         {"/admin/policy", EP_POLICY, "GET"},         {"/admin/reload", EP_RELOAD, "POST"},
@@ -967,6 +985,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     switch (ctx->ep) {
     case EP_COMPLETIONS:
     case EP_CHAT:
+    case EP_RESPONSES:
     case EP_EMBEDDINGS: return start_generate(g, c, ctx);
     case EP_MODELS: return do_models(g, c);
     case EP_HEALTH: return do_health(g, c);

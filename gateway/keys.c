@@ -610,9 +610,10 @@ int sw_key_class(const sw_key_ticket *t, int asked)
     return t->e->klass;
 }
 
-bool sw_key_route_allowed(const sw_key_ticket *t, const char *target)
+char *const *sw_key_pools(const sw_key_ticket *t, size_t *n)
 {
-    return !t || in_list(t->e->routes, t->e->n_routes, target);
+    *n = t ? t->e->n_routes : 0;
+    return t ? t->e->routes : NULL;
 }
 
 /* ---- metrics --------------------------------------------------------------- */

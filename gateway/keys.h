@@ -33,9 +33,11 @@
  *   GET /metrics appends:  sw_keys_metrics(keys, &sbuf);
  *   at shutdown, after every ticket is settled:  sw_keys_close(keys);
  *
- * Optionally the router may ask sw_key_route_allowed(ticket, route->target)
- * to skip routes whose pool the key may not use; without that hook a key's
- * `routes` still bounds an explicit X-Spillway-Target at admission.
+ *   and copies the pools the key may use into the request for the router
+ *   (sw_key_pools; router.h: a route to another pool is not the key's):
+ *     r->key_pools = sw_strv_dup(sw_key_pools(ticket, &r->n_key_pools), ...);
+ * A key's `routes` also bounds an explicit X-Spillway-Target at admission
+ * (403 route_not_allowed, before any routing).
  *
  * Statuses sw_keys_admit returns (OpenAI error shape; param NULL unless said):
  *   401 invalid_request_error / missing_api_key   no "Authorization: Bearer"
@@ -130,8 +132,9 @@ const char *sw_key_label(const sw_key_ticket *t);
  * none was asked (admission already refused a class above the key's). A
  * NULL ticket returns `asked` unchanged. */
 int sw_key_class(const sw_key_ticket *t, int asked);
-/* True when the key may use routes to pool `target` (always for NULL). */
-bool sw_key_route_allowed(const sw_key_ticket *t, const char *target);
+/* The pools the key may use (its `routes`), *n of them; n = 0 (and NULL
+ * for a NULL ticket) means every pool. Valid until settle. */
+char *const *sw_key_pools(const sw_key_ticket *t, size_t *n);
 
 /* Appends the per-key series (Prometheus text) to out:
  *   spillway_client_requests_total{key="LABEL",status="admitted|forbidden|rate_limited|too_large"}

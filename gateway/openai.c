@@ -10,6 +10,7 @@
 #include <math.h>
 #include <time.h>
 #include <cjson/cJSON.h>
+#include "gateway/choices.h"
 #include "gateway/front.h"
 #include "gateway/openai.h"
 #include "llm/generate.h"
@@ -157,7 +158,6 @@ static void free_gen(Spillway__GenerateRequest *g)
     if (g->tools_json != protobuf_c_empty_string) free(g->tools_json);
     if (g->json_schema != protobuf_c_empty_string) free(g->json_schema);
     if (g->tool_choice != protobuf_c_empty_string) free(g->tool_choice);
-    free(g->prompt_tokens);
     free(g->stop);
     for (size_t i = 0; g->sampling && i < g->sampling->n_logit_bias; i++) free(g->sampling->logit_bias[i]);
     if (g->sampling) free(g->sampling->logit_bias);
@@ -429,34 +429,76 @@ static int request_messages(cJSON *o, Spillway__GenerateRequest *g, perr *e)
     return 0;
 }
 
-/* Completions: prompt, a string, an array of one string, or token ids. */
-static int request_prompt(cJSON *o, Spillway__GenerateRequest *g, perr *e)
+/* What a request asks for beyond one GenerateRequest: its prompts (a
+ * completions request may batch them) and samples per prompt (`n`). */
+typedef struct {
+    sw_prompt *prompts;   /* completions; NULL for chat */
+    size_t n_prompts;
+    unsigned n;
+} asked;
+
+static void asked_free(asked *a)
+{
+    for (size_t i = 0; i < a->n_prompts; i++) free((uint32_t *)a->prompts[i].ids);
+    free(a->prompts);
+}
+
+/* One prompt of token ids: a non-empty array of them. */
+static int prompt_ids(cJSON *arr, sw_prompt *pr, perr *e)
+{
+    int n = cJSON_GetArraySize(arr);
+    if (n == 0) return bad(e, "prompt", "'%s' must not contain an empty array of token ids");
+    if ((unsigned)n > SW_MAX_TOKENS_PER_REQUEST) return bad(e, "prompt", "'%s' is too long");
+    uint32_t *ids = malloc((size_t)n * sizeof *ids);
+    if (!ids) return bad(e, "prompt", "'%s': out of memory");
+    pr->ids = ids;
+    cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 4294967295.0 ||
+            it->valuedouble != floor(it->valuedouble))
+            return bad(e, "prompt", "'%s' token ids must be integers from 0 to 2^32-1");
+        ids[pr->n_ids++] = (uint32_t)it->valuedouble;
+    }
+    return 0;
+}
+
+/* One entry of a batch of prompts: a non-empty string, or token ids. */
+static int prompt_entry(cJSON *it, bool ids, sw_prompt *pr, perr *e)
+{
+    if (ids != cJSON_IsArray(it) || (!ids && !cJSON_IsString(it)))
+        return bad(e, "prompt", "'%s' must not mix strings and arrays of token ids");
+    if (ids) return prompt_ids(it, pr, e);
+    if (!*it->valuestring) return bad(e, "prompt", "'%s' must not contain an empty string");
+    pr->text = it->valuestring;   /* the JSON tree's */
+    return 0;
+}
+
+/* Completions: prompt, a string or token ids, or a batch of prompts (an
+ * array of strings, or of token-id arrays), at most SW_MAX_CHOICES. g gets
+ * the first. */
+static int request_prompt(cJSON *o, Spillway__GenerateRequest *g, asked *a, perr *e)
 {
     cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     if (!pr) return bad(e, "prompt", "'%s' is required");
-    if (cJSON_IsString(pr)) {
-        if (!*pr->valuestring) return bad(e, "prompt", "'%s' must not be empty");
-        g->prompt = pr->valuestring;   /* the JSON tree's */
-        return 0;
-    }
-    if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 && cJSON_IsString(cJSON_GetArrayItem(pr, 0)) &&
-        *cJSON_GetArrayItem(pr, 0)->valuestring) {
-        g->prompt = cJSON_GetArrayItem(pr, 0)->valuestring;
-        return 0;
-    }
-    if (!cJSON_IsArray(pr) || cJSON_GetArraySize(pr) == 0)
-        return bad(e, "prompt", "'%s' must be a string or a non-empty array of token ids");
-    int n = cJSON_GetArraySize(pr);
-    if ((unsigned)n > SW_MAX_TOKENS_PER_REQUEST) return bad(e, "prompt", "'%s' is too long");
-    if (!(g->prompt_tokens = malloc((size_t)n * sizeof *g->prompt_tokens)))
-        return bad(e, "prompt", "'%s': out of memory");
-    cJSON *it;
-    cJSON_ArrayForEach(it, pr) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 4294967295.0 ||
-            it->valuedouble != floor(it->valuedouble))
-            return bad(e, "prompt", "'%s' must be a string or an array of token ids (one prompt: n=1)");
-        g->prompt_tokens[g->n_prompt_tokens++] = (uint32_t)it->valuedouble;
-    }
+    if (!cJSON_IsString(pr) && !cJSON_IsArray(pr))
+        return bad(e, "prompt", "'%s' must be a string, an array of token ids, or an array of either prompts");
+    if (cJSON_IsString(pr) ? !*pr->valuestring : cJSON_GetArraySize(pr) == 0)
+        return bad(e, "prompt", "'%s' must not be empty");
+    cJSON *first = cJSON_IsArray(pr) ? pr->child : NULL;
+    bool batch = first && (cJSON_IsString(first) || cJSON_IsArray(first));
+    int n = batch ? cJSON_GetArraySize(pr) : 1;
+    if (n > SW_MAX_CHOICES)
+        return badf(e, "prompt", "'prompt' holds more than %d prompts", SW_MAX_CHOICES);
+    if (!(a->prompts = calloc((size_t)n, sizeof *a->prompts))) return bad(e, "prompt", "'%s': out of memory");
+    int rc = 0;
+    if (!batch && cJSON_IsString(pr)) a->prompts[a->n_prompts++].text = pr->valuestring;
+    else if (!batch) rc = prompt_ids(pr, &a->prompts[a->n_prompts++], e);
+    for (cJSON *it = batch ? first : NULL; it && !rc; it = it->next)
+        rc = prompt_entry(it, cJSON_IsArray(first), &a->prompts[a->n_prompts++], e);
+    if (rc) return rc;
+    if (a->prompts[0].text) g->prompt = (char *)a->prompts[0].text;
+    g->prompt_tokens = (uint32_t *)a->prompts[0].ids;   /* a's: not freed with g */
+    g->n_prompt_tokens = a->prompts[0].n_ids;
     return 0;
 }
 
@@ -478,7 +520,7 @@ static int request_seed(cJSON *o, Spillway__SamplingParams *sp, perr *e)
 
 /* max_tokens and the sampling parameters. The HTTP ranges are OpenAI's
  * (temperature 0..2), within the wire's of llm/limits.h. */
-static int request_sampling(cJSON *o, bool chat, Spillway__GenerateRequest *g, perr *e)
+static int request_sampling(cJSON *o, bool chat, Spillway__GenerateRequest *g, asked *a, perr *e)
 {
     Spillway__SamplingParams *sp = g->sampling;
     double max_tokens = chat ? DEFAULT_MAX_TOKENS_CHAT : DEFAULT_MAX_TOKENS_COMPLETION;
@@ -495,7 +537,10 @@ static int request_sampling(cJSON *o, bool chat, Spillway__GenerateRequest *g, p
     if ((rc = get_number(o, "frequency_penalty", -SW_MAX_PENALTY, SW_MAX_PENALTY, &frequency, e))) return rc;
     if ((rc = request_logit_bias(o, sp, e))) return rc;
     if ((rc = get_int(o, "n", 1, SW_MAX_CHOICES, &n, e))) return rc;
+    if (n * (double)(a->n_prompts ? a->n_prompts : 1) > SW_MAX_CHOICES)
+        return badf(e, "n", "'n' times the prompts is more than %d choices", SW_MAX_CHOICES);
     if ((rc = request_seed(o, sp, e))) return rc;
+    a->n = (unsigned)n;
     g->max_tokens = (uint32_t)max_tokens;
     sp->temperature = (float)temp;
     sp->top_p = (float)top_p;
@@ -731,12 +776,12 @@ cJSON *sw_json_body(const char *body, size_t len, char *msg, size_t msglen, cons
 }
 
 /* Every part of the body onto g, in the order the errors are reported. */
-static int request_fields(cJSON *o, bool chat, Spillway__GenerateRequest *g, sw_req *r, perr *e)
+static int request_fields(cJSON *o, bool chat, Spillway__GenerateRequest *g, sw_req *r, asked *a, perr *e)
 {
     int rc;
     if ((rc = request_model(o, g, e))) return rc;
-    if ((rc = chat ? request_messages(o, g, e) : request_prompt(o, g, e))) return rc;
-    if ((rc = request_sampling(o, chat, g, e))) return rc;
+    if ((rc = chat ? request_messages(o, g, e) : request_prompt(o, g, a, e))) return rc;
+    if ((rc = request_sampling(o, chat, g, a, e))) return rc;
     if ((rc = request_stop(o, g, e))) return rc;
     if (chat && (rc = request_tools(o, g, e))) return rc;
     if ((rc = request_format(o, g, e))) return rc;
@@ -755,11 +800,16 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     Spillway__GenerateRequest g = SPILLWAY__GENERATE_REQUEST__INIT;
     Spillway__SamplingParams sp = SPILLWAY__SAMPLING_PARAMS__INIT;
     g.sampling = &sp;
-    int rc = request_fields(o, chat, &g, r, &e);
-    if (rc == 0 && sw_front_prepare(r, p, &g) != 0) {
+    asked a = {0};
+    int rc = request_fields(o, chat, &g, r, &a, &e);
+    /* several choices: each its own request, beside r (choices.h) */
+    bool several = rc == 0 && a.n * (a.n_prompts ? a.n_prompts : 1) > 1;
+    if (rc == 0 && (sw_front_prepare(r, p, &g) != 0 ||
+                    (several && sw_choices_make(r, p, &g, a.prompts, a.n_prompts ? a.n_prompts : 1, a.n) != 0))) {
         snprintf(msg, msglen, "could not encode the request");
         rc = 500;
     }
+    asked_free(&a);
     free_gen(&g);
     cJSON_Delete(o);
     return rc;
@@ -767,10 +817,16 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
 
 /* ---- responses ------------------------------------------------------------ */
 
+/* The id a response shows: a choice's is its request's. */
+static const char *resp_id(const sw_req *r)
+{
+    return r->parent ? r->parent->id : r->id;
+}
+
 static cJSON *base_obj(sw_req *r, const char *object)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "id", resp_id(r));
     cJSON_AddStringToObject(o, "object", object);
     cJSON_AddNumberToObject(o, "created", (double)r->created_s);
     cJSON_AddStringToObject(o, "model", r->model_asked);
@@ -898,21 +954,21 @@ static bool blank(const char *s)
     return !*s;
 }
 
-/* A response or event object with its one choice (index 0), in *choice. */
+/* A response or event object with r's choice (its index), in *choice. */
 static cJSON *one_choice(sw_req *r, const char *object, cJSON **choice)
 {
     cJSON *o = base_obj(r, object);
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", r->choice);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
     *choice = c;
     return o;
 }
 
-char *sw_openai_response(sw_req *r)
+/* r's choice of a whole response: its message or text, log probabilities
+ * and finish. */
+static void response_choice(sw_req *r, cJSON *c)
 {
-    cJSON *c;
-    cJSON *o = one_choice(r, r->chat ? "chat.completion" : "text_completion", &c);
     const char *text = r->text.s ? r->text.s : "";
     if (r->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
@@ -927,6 +983,26 @@ char *sw_openai_response(sw_req *r)
     if (r->logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(r, 0, r->n_lps, 0));
     else cJSON_AddNullToObject(c, "logprobs");
     add_finish(c, r);
+}
+
+/* A request of several choices lists them in index order (every one has
+ * finished: nothing writes them any more). */
+char *sw_openai_response(sw_req *r)
+{
+    cJSON *c;
+    cJSON *o = one_choice(r, r->chat ? "chat.completion" : "text_completion", &c);
+    if (r->n_kids) {
+        cJSON *a = cJSON_GetObjectItem(o, "choices");
+        cJSON_DeleteItemFromArray(a, 0);
+        for (size_t i = 0; i < r->n_kids; i++) {
+            c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "index", (double)i);
+            response_choice(r->kids[i], c);
+            cJSON_AddItemToArray(a, c);
+        }
+    } else {
+        response_choice(r, c);
+    }
     add_usage(o, r);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -975,16 +1051,17 @@ static void json_escape(sw_sbuf *out, const char *s, size_t n)
 void sw_openai_sse_delta(sw_req *r, sw_sbuf *out, const char *text, size_t n, const char *reasoning, size_t rn,
                          bool role)
 {
-    char head[128];
+    char head[128], index[48];
     snprintf(head, sizeof head, "\",\"object\":\"%s\",\"created\":%lld,\"model\":\"",
              r->chat ? "chat.completion.chunk" : "text_completion", (long long)r->created_s);
+    snprintf(index, sizeof index, "\",\"choices\":[{\"index\":%u,", r->choice);
     sw_sbuf_put(out, "data: {\"id\":\"");
-    sw_sbuf_put(out, r->id);
+    sw_sbuf_put(out, resp_id(r));
     sw_sbuf_put(out, head);
     json_escape(out, r->model_asked, strlen(r->model_asked));
+    sw_sbuf_put(out, index);
     if (r->chat) {
-        sw_sbuf_put(out, role ? "\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
-                              : "\",\"choices\":[{\"index\":0,\"delta\":{");
+        sw_sbuf_put(out, role ? "\"delta\":{\"role\":\"assistant\"," : "\"delta\":{");
         if (rn) {
             sw_sbuf_put(out, "\"reasoning_content\":\"");
             json_escape(out, reasoning, rn);
@@ -993,7 +1070,7 @@ void sw_openai_sse_delta(sw_req *r, sw_sbuf *out, const char *text, size_t n, co
             sw_sbuf_put(out, "\"content\":\"");
         }
     } else {
-        sw_sbuf_put(out, "\",\"choices\":[{\"index\":0,\"text\":\"");
+        sw_sbuf_put(out, "\"text\":\"");
     }
     json_escape(out, text ? text : "", text ? n : 0);
     sw_sbuf_put(out, r->chat ? "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
@@ -1038,10 +1115,23 @@ void sw_openai_sse_calls(sw_req *r, sw_sbuf *out)
     sse_emit(out, o);
 }
 
-/* The last chunk (finish_reason), then usage if asked for, then [DONE]. A
- * failure mid-stream is reported in-band: finish_reason "error" plus an
+void sw_openai_sse_pending(sw_req *r, sw_sbuf *out)
+{
+    bool role = r->chat && r->sse_stage == 0;
+    r->sse_stage = 1;
+    if (r->logprobs && (r->text.n || r->reasoning.n || role || r->n_lps > r->n_lps_sent)) {
+        sw_openai_sse_delta_logprobs(r, out, role);
+        r->text.n = r->reasoning.n = 0;
+    } else if (r->text.n || r->reasoning.n || role) {
+        sw_openai_sse_delta(r, out, r->text.s, r->text.n, r->reasoning.s, r->reasoning.n, role);
+        r->text.n = r->reasoning.n = 0;
+    }
+    if (r->calls.n > r->n_calls_sent) sw_openai_sse_calls(r, out);
+}
+
+/* A failure mid-stream is reported in-band: finish_reason "error" plus an
  * OpenAI error object, since the HTTP status was sent long ago. */
-void sw_openai_sse_final(sw_req *r, sw_sbuf *out)
+void sw_openai_sse_finish(sw_req *r, sw_sbuf *out)
 {
     cJSON *c;
     cJSON *o = one_choice(r, r->chat ? "chat.completion.chunk" : "text_completion", &c);
@@ -1057,6 +1147,13 @@ void sw_openai_sse_final(sw_req *r, sw_sbuf *out)
         cJSON_AddStringToObject(e, "code", r->err_code ? r->err_code : "worker_failed");
     }
     sse_emit(out, o);
+}
+
+/* A request of several choices: theirs were sent as each finished; its own
+ * is only its error. */
+void sw_openai_sse_final(sw_req *r, sw_sbuf *out)
+{
+    if (!r->n_kids || r->finish == SPILLWAY__FINISH_REASON__FINISH_ERROR) sw_openai_sse_finish(r, out);
     if (r->include_usage) {
         cJSON *u = base_obj(r, r->chat ? "chat.completion.chunk" : "text_completion");
         cJSON_AddArrayToObject(u, "choices");

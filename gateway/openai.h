@@ -29,7 +29,8 @@ struct cJSON *sw_json_body(const char *body, size_t len, char *msg, size_t msgle
 char *sw_openai_error_json(const char *message, const char *type, const char *param,
                            const char *code);
 const char *sw_finish_name(int finish);
-/* Non-streaming response body (r->mu held). */
+/* Non-streaming response body (r->mu held): a request of several choices
+ * lists them all, in index order. */
 char *sw_openai_response(sw_req *r);
 /* Streaming: one SSE event for a text delta / the final chunk / usage. */
 void sw_openai_sse_delta(sw_req *r, sw_sbuf *out, const char *text, size_t n, const char *reasoning, size_t rn,
@@ -39,6 +40,14 @@ void sw_openai_sse_calls(sw_req *r, sw_sbuf *out);
 /* A delta event for a request that asked for log probabilities: its text
  * and the entries not relayed yet (n_lps_sent on). */
 void sw_openai_sse_delta_logprobs(sw_req *r, sw_sbuf *out, bool role);
+/* What r has that was not relayed yet (its role first, for chat), as
+ * delta events; the buffers are left empty (r->mu held). */
+void sw_openai_sse_pending(sw_req *r, sw_sbuf *out);
+/* r's choice's last chunk: its finish_reason (and the error, failed). */
+void sw_openai_sse_finish(sw_req *r, sw_sbuf *out);
+/* The end of a stream: the last chunk, usage if asked for, [DONE]. A
+ * request of several choices (whose choices' last chunks went out as each
+ * finished) adds only its error, if it failed. */
 void sw_openai_sse_final(sw_req *r, sw_sbuf *out);
 
 #endif

@@ -380,6 +380,30 @@ static bool get_fraction(pctx *c, yaml_node_t *v, const char *field, float *out)
     return true;
 }
 
+/* A price in dollars: a plain number, 0 up to POLICY_MAX_DOLLARS. */
+#define POLICY_MAX_DOLLARS 1e6
+static bool get_dollars(pctx *c, yaml_node_t *v, const char *field, double *out)
+{
+    if (v->type != YAML_SCALAR_NODE || is_null(v) || !is_plain(v)) {
+        ERR_AT(c, v->start_mark, "%s must be a number of dollars (0 or more, unquoted), got %s", field,
+               v->type != YAML_SCALAR_NODE ? node_kind(v) : is_null(v) ? "nothing" : "a quoted string");
+        return false;
+    }
+    const char *s = scalar(v);
+    char *end;
+    double f = strtod(s, &end);
+    if (end == s || *end != '\0' || !isfinite(f)) {
+        ERR_AT(c, v->start_mark, "%s must be a number of dollars, got '%.40s'", field, s);
+        return false;
+    }
+    if (f < 0.0 || f > POLICY_MAX_DOLLARS) {
+        ERR_AT(c, v->start_mark, "%s must be between 0 and %g, got %.40s", field, POLICY_MAX_DOLLARS, s);
+        return false;
+    }
+    *out = f;
+    return true;
+}
+
 /* One of a fixed set of words; returns its index or -1. */
 static int get_enum(pctx *c, yaml_node_t *v, const char *field, const char *const *words, size_t n)
 {
@@ -431,7 +455,8 @@ static bool get_string_list(pctx *c, yaml_node_t *v, const char *field, char ***
 
 /* ---- pools -------------------------------------------------------------- */
 
-static const char *const POOL_KEYS[] = { "name", "kind", "max_concurrency", "max_queue" };
+static const char *const POOL_KEYS[] = { "name", "kind", "max_concurrency", "max_queue", "cost_per_hour" };
+#define N_POOL_KEYS (sizeof POOL_KEYS / sizeof *POOL_KEYS)
 static const char *const POOL_KINDS[] = { "any", "cpu", "gpu" };  /* index = sw_pool_kind */
 
 static long find_pool(const sw_policy *p, const char *name)
@@ -468,12 +493,12 @@ static void parse_pool(pctx *c, yaml_node_t *body, yaml_node_t *name_node)
         if (!get_string(c, name_node, "pool name", &name)) return;
         where = name_node->start_mark;
         if (is_null(body)) body = NULL;  /* "gpu-pool:" alone = all defaults */
-        else if (!check_mapping(c, body, "pool", POOL_KEYS, 4)) return;
+        else if (!check_mapping(c, body, "pool", POOL_KEYS, N_POOL_KEYS)) return;
         if (body && get(c, body, "name"))
             ERR_AT(c, get(c, body, "name")->start_mark,
                    "pool '%s': 'name' is given by the key in this form of 'pools'", name);
     } else {
-        if (!check_mapping(c, body, "pool", POOL_KEYS, 4)) return;
+        if (!check_mapping(c, body, "pool", POOL_KEYS, N_POOL_KEYS)) return;
         yaml_node_t *nv = get(c, body, "name");
         if (!nv) { ERR_AT(c, body->start_mark, "pool: missing required key 'name'"); return; }
         if (!get_string(c, nv, "pool name", &name)) return;
@@ -498,6 +523,7 @@ static void parse_pool(pctx *c, yaml_node_t *body, yaml_node_t *name_node)
     }
     if ((v = get(c, body, "max_concurrency"))) get_u32(c, v, "max_concurrency", 0, &d->max_concurrency);
     if ((v = get(c, body, "max_queue"))) get_u32(c, v, "max_queue", 0, &d->max_queue);
+    if ((v = get(c, body, "cost_per_hour"))) d->has_cost = get_dollars(c, v, "cost_per_hour", &d->cost_per_hour);
 }
 
 static void parse_pools(pctx *c, yaml_node_t *v)
@@ -1093,6 +1119,7 @@ char *sw_policy_to_json(const sw_policy *p)
         cJSON_AddStringToObject(x, "kind", POOL_KINDS[d->kind <= SW_POOL_GPU ? d->kind : 0]);
         cJSON_AddNumberToObject(x, "max_concurrency", d->max_concurrency);
         cJSON_AddNumberToObject(x, "max_queue", d->max_queue);
+        if (d->has_cost) cJSON_AddNumberToObject(x, "cost_per_hour", d->cost_per_hour);
         cJSON_AddItemToArray(pools, x);
     }
     cJSON *routes = cJSON_AddArrayToObject(o, "routes");

@@ -20,6 +20,10 @@ typedef struct {
     sw_pool_kind kind;
     uint32_t max_concurrency;   /* 0 = unlimited */
     uint32_t max_queue;         /* 0 = policy default */
+    /* What one worker of the pool costs an hour, in dollars (cost_per_hour);
+     * has_cost false: no price given, so its requests are not costed. */
+    double cost_per_hour;
+    bool has_cost;
 } sw_pool_def;
 
 typedef struct {

@@ -294,6 +294,9 @@ char *sw_registry_json(sw_registry *r)
         cJSON_AddNumberToObject(o, "kv_utilization", w->hb_kv);
         cJSON_AddNumberToObject(o, "batch_size", w->hb_batch);
         cJSON_AddNumberToObject(o, "tokens_generated", (double)w->hb_tokens);
+        cJSON_AddNumberToObject(o, "tokens_per_second", sw_worker_alive(w, now) ? w->tps : 0);
+        if (w->hb_pc_queries)
+            cJSON_AddNumberToObject(o, "prefix_cache_hit_rate", (double)w->hb_pc_hits / (double)w->hb_pc_queries);
         cJSON_AddNumberToObject(o, "last_seen_ms_ago", (double)(now - w->last_seen_ms));
         if (w->key[0]) {   /* a public key: no secret, and it tells an operator which key is in use */
             cJSON_AddStringToObject(o, "curve_key", w->key);
@@ -316,22 +319,59 @@ char *sw_registry_json(sw_registry *r)
     return s;
 }
 
-int sw_registry_snapshot(sw_registry *r, sw_metrics_worker **out, uint64_t *deaths)
+/* One worker as /metrics shows it. Caller holds r->mu. */
+static void snap_worker(const sw_registry *r, const sw_worker *w, int64_t now, sw_metrics_worker *m)
+{
+    snprintf(m->id, sizeof m->id, "%s", w->id);
+    snprintf(m->pool, sizeof m->pool, "%s", w->pool);
+    m->healthy = sw_worker_alive(w, now);
+    m->state = !m->healthy ? SW_WS_STALE : (w->slots && w->inflight >= w->slots) ? SW_WS_BUSY : SW_WS_READY;
+    m->drained = w->self_draining || sw_ops_find(&r->ops, SW_OPS_DRAIN, w->id);
+    m->running = w->hb_active;
+    m->waiting = w->hb_queued;
+    m->slots = w->slots;
+    m->batch = w->hb_batch;
+    m->kv = w->hb_kv;
+    m->prefix_hit_rate = w->hb_pc_queries ? (double)w->hb_pc_hits / (double)w->hb_pc_queries : -1;
+    if (m->prefix_hit_rate > 1) m->prefix_hit_rate = 1;   /* a worker's claim, bounded */
+    m->tokens_per_s = m->healthy ? w->tps : 0;
+    m->heartbeat_age_s = (double)(now - (w->hb_ms ? w->hb_ms : w->registered_ms)) / 1000.0;
+}
+
+/* Pool `name`'s live workers, added up. Caller holds r->mu. */
+static void snap_pool(const sw_registry *r, const sw_policy *p, const char *name, int64_t now, sw_metrics_pool *m)
+{
+    snprintf(m->name, sizeof m->name, "%s", name);
+    for (const sw_worker *w = r->head; w; w = w->next) {
+        if (strcmp(w->pool, name) != 0) continue;
+        m->inflight += w->inflight;
+        if (!sw_worker_alive(w, now)) continue;
+        m->healthy++;
+        m->slots += w->slots;
+    }
+    const sw_pool_def *pd = sw_policy_pool(p, name);
+    m->max_concurrency = pd ? pd->max_concurrency : 0;
+    m->cordoned = sw_ops_find(&r->ops, SW_OPS_CORDON, name) != NULL;
+}
+
+void sw_registry_snapshot(sw_registry *r, const sw_policy *p, sw_metrics_snapshot *out)
 {
     int64_t now = sw_now_ms();
-    int n = 0;
+    memset(out, 0, sizeof *out);
+    out->now_ms = now;
     pthread_mutex_lock(&r->mu);
-    sw_metrics_worker *snap = calloc((size_t)r->n + 1, sizeof *snap);
-    for (sw_worker *w = r->head; w && snap && n < r->n; w = w->next) {
-        snprintf(snap[n].pool, sizeof snap[n].pool, "%s", w->pool);
-        snap[n].state = !sw_worker_alive(w, now) ? SW_WS_STALE
-                        : (w->slots && w->inflight >= w->slots) ? SW_WS_BUSY : SW_WS_READY;
-        n++;
+    out->workers = calloc((size_t)r->n + 1, sizeof *out->workers);
+    for (sw_worker *w = r->head; w && out->workers && out->n_workers < r->n; w = w->next)
+        snap_worker(r, w, now, &out->workers[out->n_workers++]);
+    out->pools = calloc(p->n_pools + p->n_routes + 1, sizeof *out->pools);
+    for (size_t i = 0; out->pools && i < p->n_pools + p->n_routes; i++) {
+        const char *name = i < p->n_pools ? p->pools[i].name : p->routes[i - p->n_pools].target;
+        bool dup = false;
+        for (int j = 0; j < out->n_pools; j++) dup |= !strcmp(out->pools[j].name, name);
+        if (!dup) snap_pool(r, p, name, now, &out->pools[out->n_pools++]);
     }
-    *deaths = r->deaths;
+    out->deaths = r->deaths;
     pthread_mutex_unlock(&r->mu);
-    *out = snap;
-    return n;
 }
 
 /* The operators' recent actions, oldest first, as "operator_actions". */
@@ -349,6 +389,42 @@ static void add_actions(cJSON *o, const sw_ops *ops)
         cJSON_AddStringToObject(e, "reason", a->reason);
         cJSON_AddItemToArray(arr, e);
     }
+}
+
+/* One pool of the status document: its kind, live workers' figures, cordon
+ * and price. Caller holds reg->mu. */
+static cJSON *pool_json(sw_registry *reg, const sw_policy *p, const char *name, bool in_policy, int64_t now)
+{
+    cJSON *po = cJSON_CreateObject();
+    cJSON_AddStringToObject(po, "name", name);
+    const sw_pool_def *pd = sw_policy_pool(p, name);
+    cJSON_AddStringToObject(po, "kind", !pd ? "unknown" : pd->kind == SW_POOL_GPU ? "gpu"
+                            : pd->kind == SW_POOL_CPU ? "cpu" : "any");
+    cJSON_AddBoolToObject(po, "in_policy", in_policy);
+    uint32_t workers = 0, slots = 0, inflight = 0, active = 0, queued = 0;
+    for (sw_worker *w = reg->head; w; w = w->next) {
+        if (strcmp(w->pool, name) != 0 || !sw_worker_alive(w, now)) continue;
+        workers++;
+        slots += w->slots;
+        inflight += w->inflight;
+        active += w->hb_active;
+        queued += w->hb_queued;
+    }
+    cJSON_AddNumberToObject(po, "workers", workers);
+    cJSON_AddNumberToObject(po, "slots", slots);
+    cJSON_AddNumberToObject(po, "inflight", inflight);
+    cJSON_AddNumberToObject(po, "active", active);
+    cJSON_AddNumberToObject(po, "queued", queued);
+    const sw_ops_mark *cm = sw_ops_find(&reg->ops, SW_OPS_CORDON, name);
+    cJSON_AddBoolToObject(po, "cordoned", cm != NULL);
+    if (cm) add_mark(po, "cordon", cm);
+    if (pd && pd->has_cost) {   /* lock order: reg->mu, then the metrics' own (it takes no other) */
+        cJSON_AddNumberToObject(po, "cost_per_hour", pd->cost_per_hour);
+        double dpm = sw_metrics_dollars_per_mtok(name, now);
+        if (dpm >= 0) cJSON_AddNumberToObject(po, "dollars_per_million_tokens", dpm);
+        else cJSON_AddNullToObject(po, "dollars_per_million_tokens");
+    }
+    return po;
 }
 
 struct cJSON *sw_status_build(sw_registry *reg, const sw_policy *p, int64_t started_ms)
@@ -381,32 +457,7 @@ struct cJSON *sw_status_build(sw_registry *reg, const sw_policy *p, int64_t star
                 if (!dup) names[n_names++] = w->pool;
             }
         }
-        for (size_t i = 0; i < n_names; i++) {
-            cJSON *po = cJSON_CreateObject();
-            cJSON_AddStringToObject(po, "name", names[i]);
-            const sw_pool_def *pd = sw_policy_pool(p, names[i]);
-            cJSON_AddStringToObject(po, "kind", !pd ? "unknown" : pd->kind == SW_POOL_GPU ? "gpu"
-                                    : pd->kind == SW_POOL_CPU ? "cpu" : "any");
-            cJSON_AddBoolToObject(po, "in_policy", pass == 0);
-            uint32_t workers = 0, slots = 0, inflight = 0, active = 0, queued = 0;
-            for (sw_worker *w = reg->head; w; w = w->next) {
-                if (strcmp(w->pool, names[i]) != 0 || !sw_worker_alive(w, now)) continue;
-                workers++;
-                slots += w->slots;
-                inflight += w->inflight;
-                active += w->hb_active;
-                queued += w->hb_queued;
-            }
-            cJSON_AddNumberToObject(po, "workers", workers);
-            cJSON_AddNumberToObject(po, "slots", slots);
-            cJSON_AddNumberToObject(po, "inflight", inflight);
-            cJSON_AddNumberToObject(po, "active", active);
-            cJSON_AddNumberToObject(po, "queued", queued);
-            const sw_ops_mark *cm = sw_ops_find(&reg->ops, SW_OPS_CORDON, names[i]);
-            cJSON_AddBoolToObject(po, "cordoned", cm != NULL);
-            if (cm) add_mark(po, "cordon", cm);
-            cJSON_AddItemToArray(pools, po);
-        }
+        for (size_t i = 0; i < n_names; i++) cJSON_AddItemToArray(pools, pool_json(reg, p, names[i], pass == 0, now));
     }
     add_actions(o, &reg->ops);
     pthread_mutex_unlock(&reg->mu);
@@ -415,6 +466,39 @@ struct cJSON *sw_status_build(sw_registry *reg, const sw_policy *p, int64_t star
     free(wj);
     cJSON_AddItemToObject(o, "workers", wa ? wa : cJSON_CreateArray());
     return o;
+}
+
+/* tokens/s is measured over at least TPS_MIN_SPAN_MS between marks: the
+ * heartbeats that follow each change in load come ~20 ms apart. */
+#define TPS_MIN_SPAN_MS 1000
+static void update_tps(sw_worker *w, uint64_t tokens, int64_t now)
+{
+    if (!w->tps_mark_ms || tokens < w->tps_mark_tokens) {   /* first, or the worker restarted */
+        w->tps_mark_ms = now;
+        w->tps_mark_tokens = tokens;
+        w->tps = 0;
+        return;
+    }
+    int64_t span = now - w->tps_mark_ms;
+    if (span < TPS_MIN_SPAN_MS) return;
+    w->tps = (double)(tokens - w->tps_mark_tokens) * 1000.0 / (double)span;
+    w->tps_mark_ms = now;
+    w->tps_mark_tokens = tokens;
+}
+
+bool sw_worker_heartbeat(sw_worker *w, const Spillway__Heartbeat *h, int64_t now)
+{
+    w->self_draining = h->draining;
+    w->last_seen_ms = w->hb_ms = now;
+    w->hb_active = h->active;
+    w->hb_queued = h->queued;
+    w->hb_kv = h->kv_utilization;
+    w->hb_batch = h->batch_size;
+    w->hb_tokens = h->tokens_generated;
+    w->hb_pc_queries = h->prefix_cache_queries;
+    w->hb_pc_hits = h->prefix_cache_hits;
+    update_tps(w, h->tokens_generated, now);
+    return sw_worker_set_slots(w, h->slots);
 }
 
 bool sw_worker_set_slots(sw_worker *w, uint32_t claimed)

@@ -38,6 +38,11 @@ typedef struct sw_worker {
     uint32_t hb_active, hb_queued, hb_batch;
     float hb_kv;
     uint64_t hb_tokens;
+    uint64_t hb_pc_queries, hb_pc_hits;     /* prefix cache since the worker started, in tokens */
+    int64_t hb_ms;                          /* when its last heartbeat came */
+    /* tokens/s from the heartbeats' token counts: the count and time of a
+     * mark at least a second old, and the rate up to it */
+    uint64_t tps_mark_tokens; int64_t tps_mark_ms; double tps;
     uint32_t inflight;                      /* requests we dispatched, not finished */
     uint64_t dispatched;                    /* requests we ever sent it (retries included) */
     int64_t last_seen_ms, last_sent_ms, registered_ms;
@@ -78,6 +83,9 @@ void sw_registry_remove(sw_registry *r, sw_worker *w);   /* caller holds mu; fre
  * (llm/limits.h); 0 keeps the old value. Returns false when the claim was
  * over the bound and clamped. Caller holds mu. */
 bool sw_worker_set_slots(sw_worker *w, uint32_t claimed);
+/* Takes a heartbeat's figures into w (caller holds mu). Returns false when
+ * its slots claim was over the bound and clamped (sw_worker_set_slots). */
+bool sw_worker_heartbeat(sw_worker *w, const Spillway__Heartbeat *h, int64_t now);
 /* Remembers that request `id` left w; whether `id` left w lately. */
 void sw_worker_note_left(sw_worker *w, const char *id);
 bool sw_worker_recently_left(const sw_worker *w, const char *id);
@@ -126,8 +134,10 @@ char *sw_registry_json(sw_registry *r);
  * cJSON_Delete; NULL out of memory. */
 struct cJSON;
 struct cJSON *sw_status_build(sw_registry *r, const sw_policy *p, int64_t started_ms);
-/* Each worker's pool and state for /metrics, and the deaths so far; takes
- * r->mu. *out is the caller's to free (NULL and 0 when out of memory). */
-int sw_registry_snapshot(sw_registry *r, sw_metrics_worker **out, uint64_t *deaths);
+/* The workers, the pools of p (their live workers' figures, cordons and
+ * max_concurrency) and the deaths so far, for /metrics; takes r->mu. The
+ * routes are the caller's to add. Free with sw_metrics_snapshot_free; out
+ * of memory, the arrays are NULL and their counts 0. */
+void sw_registry_snapshot(sw_registry *r, const sw_policy *p, sw_metrics_snapshot *out);
 
 #endif

@@ -55,12 +55,18 @@ typedef struct sw_req {
     /* immutable once submitted */
     bool chat, stream, include_usage;
     bool logprobs;                /* the response carries log probabilities */
+    /* /v1/responses (chat underneath): its own state (responses.h), freed
+     * with r through resp_free (so this layer calls nothing above it); else NULL */
+    struct sw_resp *resp;
+    void (*resp_free)(struct sw_resp *);
     char *model_asked, *model;    /* as asked; after alias resolution */
     uint8_t *gen; size_t gen_len; /* encoded Envelope{generate} */
     int klass;
     uint32_t prompt_tokens_est;
     uint64_t prefix_key;          /* sw_prefix_key: routes prompts that share a prefix together */
     char *api_key, *tenant, *want_target, *want_quant;
+    char **key_pools;             /* the pools the client's key may use (keys.h); none: every pool */
+    size_t n_key_pools;
     /* An embeddings request (gateway/embeddings.c): gen holds an
      * Envelope{embed} of embed_n inputs, the longest of its token-id
      * inputs embed_max_ids long; base64: the vectors go out as base64. */
@@ -69,6 +75,7 @@ typedef struct sw_req {
     int64_t max_queue_ms;         /* 0 = policy default */
     int64_t created_s;            /* unix time for the response */
     int64_t t_submit_ns;
+    char key_label[64];           /* the client key's label (keys.h), for the access log; "" = none */
     struct MHD_Connection *conn;
     int fd;
     const sw_sink *sink;          /* the client's side (set before submitting) */
@@ -92,6 +99,7 @@ typedef struct sw_req {
     int finish;                   /* Spillway__FinishReason */
     uint32_t usage_prompt, usage_completion, usage_cached;   /* cached: prompt tokens the worker reused */
     uint32_t usage_reasoning;     /* completion tokens that were reasoning */
+    double usage_worker_s;        /* worker time the request used, as its worker reported it */
     /* the function calls the worker reported, in order; streaming: those
      * from n_calls_sent on are not relayed yet */
     sw_tool_calls calls;
@@ -120,6 +128,19 @@ typedef struct sw_req {
     bool sdk_sent;                /* a chunk went out: failures are in-band now */
     bool sdk_gone;                /* the client's socket vanished */
 
+    /* A request of several choices (n > 1, batched prompts: gateway/choices.h).
+     * The parent is what its client holds; each choice is a request of its own. */
+    struct sw_req *parent;        /* a choice: its parent (no reference: the parent outlives it in the broker) */
+    unsigned choice;              /* a choice: its index in the response (prompt * n + sample) */
+    struct sw_req **kids;         /* the parent: its choices, a reference each (immutable once submitted) */
+    size_t n_kids;
+    unsigned n_per_prompt;        /* the parent: choices per prompt (`n`) */
+    size_t kids_done;             /* the parent, under mu: choices finished */
+    bool kids_over;               /* the parent, under mu: every choice finished, or one failed */
+    bool siblings_sent;           /* a choice, broker only: its prompt's other choices were submitted */
+    bool counted;                 /* a choice, broker only: counted in its parent's kids_done */
+    bool send_wanted, sent;       /* a choice, broker only: to be submitted; submitted */
+
     /* broker only */
     struct sw_worker *w;
     struct sw_route_stats *stats;
@@ -128,6 +149,7 @@ typedef struct sw_req {
     int retry_status;                   /* the worker error that caused the retry, */
     char retry_error[256];              /* reported if no other worker can take it */
     int64_t dispatch_ms;
+    int64_t dispatched_ns, first_token_ns, last_token_ns;   /* access.c's: 0 = not yet */
     int64_t enq_ms, queue_deadline_ms, deadline_ms, first_token_deadline_ms;
     char queued_pool[64];
     sw_policy *policy;

@@ -104,6 +104,12 @@ static bool route_matches(const sw_route *r, const sw_route_request *rq)
     return true;
 }
 
+/* True when the client's key may use pool (router.h: allowed_pools). */
+static bool key_allows(const sw_route_request *rq, const char *pool)
+{
+    return in_list(rq->allowed_pools, rq->n_allowed_pools, pool);
+}
+
 static const char *route_quant(const sw_route *r, const sw_route_request *rq)
 {
     return r->quantization ? r->quantization : rq->want_quant;
@@ -197,6 +203,21 @@ static bool all_drained(sw_registry *reg, const char *pool, const char *model, c
            !sw_registry_pick(reg, pool, model, quant, now, 0);
 }
 
+/* The implicit route's choice: a worker of the model (*w) and one with a
+ * free slot (*roomy), among the pools the client's key may use. */
+static void implicit_pick(sw_registry *reg, const sw_route_request *rq, int64_t now, sw_worker **w,
+                          sw_worker **roomy)
+{
+    size_t n = rq->n_allowed_pools ? rq->n_allowed_pools : 1;
+    for (size_t i = 0; i < n && !*roomy; i++) {
+        const char *pool = rq->n_allowed_pools ? rq->allowed_pools[i] : rq->want_target;
+        if (rq->want_target && strcmp(pool, rq->want_target) != 0) continue;
+        sw_worker *c = pick(reg, pool, rq, rq->want_quant, now);
+        if (!*w) *w = c;
+        *roomy = with_room(reg, c, pool, rq, rq->want_quant, now);
+    }
+}
+
 static route_state check_route(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
                                const sw_route *r, const sw_route_request *rq, int64_t now,
                                sw_worker **w_out, sw_route_stats **st_out)
@@ -238,11 +259,40 @@ static void reject_unavailable(sw_decision *d, const char *model, const char *po
                  "overflow route has a worker)", model, pool, reason);
 }
 
+/* No route names the model: serve it from any worker that registered it
+ * (an implicit route), so a policy need not list every model. */
+static void decide_implicit(sw_registry *reg, const sw_route_request *rq, int64_t now, sw_decision *d)
+{
+    sw_worker *w = NULL, *roomy = NULL;
+    implicit_pick(reg, rq, now, &w, &roomy);
+    if (roomy) {
+        d->kind = SW_DECIDE_DISPATCH;
+        d->worker = roomy;
+        d->pool = roomy->pool;
+        return;
+    }
+    if (w) {   /* its workers are full: wait in the queue for a slot */
+        d->kind = SW_DECIDE_QUEUE;
+        d->pool = w->pool;
+        snprintf(d->message, sizeof d->message, "every worker for model '%s' is at capacity", rq->model);
+        return;
+    }
+    bool registered = sw_registry_count(reg, NULL, rq->model, NULL, now) > 0;
+    if (registered && rq->n_allowed_pools)
+        reject(d, 403, "permission_error", "route_not_allowed",
+               "this API key may not use any pool that serves model '%s'", rq->model);
+    else if (registered)
+        reject(d, 503, "server_error", "no_capacity",
+               "no worker for model '%s' matches the requested target/quantization", rq->model);
+    else
+        reject(d, 404, "invalid_request_error", "model_not_found", "The model '%s' does not exist", rq->model);
+}
+
 void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
                      const sw_route_request *rq, int64_t now, sw_decision *d)
 {
     memset(d, 0, sizeof *d);
-    bool any_route = false, any_match = false, any_saturated = false;
+    bool any_route = false, any_match = false, any_saturated = false, key_refused = false;
     const char *blocked_pool = NULL, *blocked_reason = NULL, *first_pool = NULL;
 
     for (int pass = 0; pass < 2; pass++) {
@@ -251,6 +301,10 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
             const sw_route *r = &p->routes[i];
             if (strcmp(r->model, rq->model) == 0) any_route = true;
             if (r->priority != want || !route_matches(r, rq)) continue;
+            if (!key_allows(rq, r->target)) {
+                key_refused = true;
+                continue;
+            }
             any_match = true;
             if (!first_pool) first_pool = r->target;
             sw_worker *w = NULL;
@@ -277,29 +331,12 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
     }
 
     if (!any_route) {
-        /* No route names the model: serve it from any worker that registered
-         * it (an implicit route), so a policy need not list every model. */
-        sw_worker *w = pick(reg, rq->want_target, rq, rq->want_quant, now);
-        sw_worker *roomy = with_room(reg, w, rq->want_target, rq, rq->want_quant, now);
-        if (roomy) {
-            d->kind = SW_DECIDE_DISPATCH;
-            d->worker = roomy;
-            d->pool = roomy->pool;
-            return;
-        }
-        if (w) {   /* its workers are full: wait in the queue for a slot */
-            d->kind = SW_DECIDE_QUEUE;
-            d->pool = w->pool;
-            snprintf(d->message, sizeof d->message, "every worker for model '%s' is at capacity",
-                     rq->model);
-            return;
-        }
-        if (sw_registry_count(reg, NULL, rq->model, NULL, now) > 0)
-            reject(d, 503, "server_error", "no_capacity",
-                   "no worker for model '%s' matches the requested target/quantization", rq->model);
-        else
-            reject(d, 404, "invalid_request_error", "model_not_found",
-                   "The model '%s' does not exist", rq->model);
+        decide_implicit(reg, rq, now, d);
+        return;
+    }
+    if (!any_match && key_refused) {
+        reject(d, 403, "permission_error", "route_not_allowed",
+               "this API key may not use any pool that routes model '%s'", rq->model);
         return;
     }
     if (!any_match) {
@@ -316,6 +353,22 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
         return;
     }
     reject_unavailable(d, rq->model, blocked_pool, blocked_reason);
+}
+
+int sw_route_metrics(const sw_policy *p, sw_route_stats *head, sw_metrics_route *out, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < p->n_routes && n < max; i++) {
+        const sw_route *r = &p->routes[i];
+        char key[512];
+        route_key(key, sizeof key, r);
+        const sw_route_stats *st = stats_find(head, key);
+        snprintf(out[n].name, sizeof out[n].name, "%s@%s", r->model, r->target);
+        out[n].inflight = st ? st->inflight : 0;
+        out[n].max_concurrency = r->max_concurrency;
+        n++;
+    }
+    return n;
 }
 
 void sw_route_status(const sw_policy *p, const sw_registry *reg, sw_route_stats *head, struct cJSON *arr)

@@ -33,6 +33,8 @@ typedef struct {
     const char *api_key, *tenant;
     const char *want_target, *want_quant;   /* per-request directives, NULL = any */
     const char *exclude_worker;  /* retry: avoid this worker id */
+    char **allowed_pools;        /* the client key's pools: routes elsewhere are not its; */
+    size_t n_allowed_pools;      /* none = every pool */
     uint64_t prefix_key;         /* sw_prefix_key of the prompt; 0 = none */
     int64_t budget_ms;           /* max_queue_ms directive: 0 = none */
 } sw_route_request;
@@ -66,6 +68,10 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
  * its overflow (by whom, why). Caller holds reg->mu. */
 struct cJSON;
 void sw_route_status(const sw_policy *p, const sw_registry *reg, sw_route_stats *head, struct cJSON *arr);
+/* Each route of p, named "model@pool", with its in-flight count and
+ * max_concurrency, into out (at most max); returns how many. Caller holds
+ * reg->mu (where the counts change). */
+int sw_route_metrics(const sw_policy *p, sw_route_stats *head, sw_metrics_route *out, int max);
 /* True if the policy routes the model (after alias resolution). */
 bool sw_policy_has_model(const sw_policy *p, const char *model);
 

@@ -46,6 +46,8 @@ void sw_req_unref(sw_req *r)
     free(r->tenant);
     free(r->want_target);
     free(r->want_quant);
+    for (size_t i = 0; i < r->n_key_pools; i++) free(r->key_pools[i]);
+    free(r->key_pools);
     sw_sbuf_free(&r->text);
     sw_sbuf_free(&r->reasoning);
     sw_tool_calls_free(&r->calls);
@@ -56,6 +58,9 @@ void sw_req_unref(sw_req *r)
     }
     free(r->lps);
     sw_sbuf_free(&r->out);
+    if (r->resp_free) r->resp_free(r->resp);
     if (r->policy) sw_policy_unref(r->policy);
+    for (size_t i = 0; i < r->n_kids; i++) sw_req_unref(r->kids[i]);
+    free(r->kids);
     free(r);
 }

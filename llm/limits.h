@@ -35,8 +35,11 @@
 #define SW_MAX_SCHEMA_LEN 65536
 
 /* ---- request bodies as a whole (gateway/openai.c) ----
- * Choices per request (`n`): one, as the engines generate one sequence. */
-#define SW_MAX_CHOICES 1
+ * Choices per request: `n` times the prompts of a batched completions
+ * request. Each choice is a request of its own at the workers (a slot, a
+ * KV cache: gateway/choices.h), so this bounds what one HTTP request may
+ * take of a pool at once. */
+#define SW_MAX_CHOICES 64
 /* Nesting of objects and arrays in a request body, counted on the raw text
  * before it is parsed: enough for deep JSON schemas, far under cJSON's own
  * limit of 1000 (which would report a deep body as merely "not JSON"). */

@@ -19,8 +19,9 @@ ADMIN_TOKEN_FILE=${ADMIN_TOKEN_FILE:-$STATE/admin.token}
 if [ -n "${MODEL:-}" ]; then
   [ -f "$MODEL" ] || { echo "run: MODEL=$MODEL: no such file" >&2; exit 1; }
   NAME=$(basename "$MODEL" .gguf)
-  CONFIG=build/run-routes.yaml
+  CONFIG=$STATE/routes.yaml
   # Same shape as routes.yaml, for the user's model name.
+  mkdir -p "$STATE"
   sed "s/\"demo\"/\"$NAME\"/g" routes.yaml > "$CONFIG"
 else
   MODEL=models/demo-125m-q4_k_m.gguf

@@ -243,6 +243,8 @@ static void send_heartbeat(link_state *L, const sw_load *l)
     h.slots = l->slots;
     h.batch_size = l->batch_size;
     h.tokens_generated = l->tokens_generated;
+    h.prefix_cache_queries = l->prefix_cache_queries;
+    h.prefix_cache_hits = l->prefix_cache_hits;
     h.draining = L->a->draining;
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_HEARTBEAT;
@@ -834,6 +836,7 @@ static void send_chunk(compute *C, int gw, const char *id, const sw_out *o, cons
         u.completion_tokens = usage->completion_tokens;
         u.cached_tokens = usage->cached_tokens;
         u.reasoning_tokens = usage->reasoning_tokens;
+        u.worker_seconds = usage->worker_seconds;
         c.usage = &u;
     }
     sw_env env = SPILLWAY__ENVELOPE__INIT;

@@ -46,6 +46,8 @@ typedef struct {
     uint32_t active, queued, slots, batch_size;
     float kv_utilization;
     uint64_t tokens_generated;
+    /* The prefix cache since start, in prompt tokens: looked up, found. */
+    uint64_t prefix_cache_queries, prefix_cache_hits;
 } sw_load;
 
 /* A request's token counts, as the final chunk reports them. */
@@ -53,6 +55,7 @@ typedef struct {
     uint32_t prompt_tokens, completion_tokens;
     uint32_t cached_tokens;   /* prompt tokens not computed: their KV was reused */
     uint32_t reasoning_tokens;   /* completion tokens whose text was reasoning */
+    double worker_seconds;       /* the request's share of the steps it was in (Usage.worker_seconds) */
 } sw_usage;
 
 /* What one step gives a request; any part may be empty. */

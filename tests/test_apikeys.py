@@ -4,6 +4,7 @@ Retry-After over the rps and concurrency limits, tokens per minute
 reconciled when a request ends, the keys file reloaded when it changes,
 metrics by label never by secret; through raw HTTP and the openai client."""
 import json
+import re
 import os
 import socket
 import subprocess
@@ -212,3 +213,54 @@ def test_bad_keys_file_refuses_to_start(cluster):
     wait_until(lambda: not g.alive(), 10, what="the gateway to exit")
     out = g.output()
     assert "keys.yaml:4:11:" in out and "keys.yaml:5:10:" in out, out
+
+
+SPILL_POLICY = TWO_POOLS + """routes:
+  - {model: "echo", target: gpu-pool}
+  - {model: "echo", target: cpu-pool, priority: overflow}
+  - {model: "other", target: cpu-pool}
+"""
+
+
+def test_key_routes_bound_where_its_requests_go(cluster):
+    """A key's `routes` are the only pools its requests reach: a cpu-pool key
+    is served by cpu-pool although gpu-pool, the primary, has room (and that is
+    no spill); a key whose pools serve no route of the model gets 403."""
+    keys = {"cpu": new_key("cpu-team", "--routes", "cpu-pool"),
+            "gpu": new_key("gpu-team", "--routes", "gpu-pool"),
+            "any": new_key("any-team")}
+    path = cluster.tmp / "keys.yaml"
+    write_keys(path, [e for _, e in keys.values()])
+    cluster.start_gateway(SPILL_POLICY, extra_args=["--api-keys", path])
+    cluster.start_echo("gpu-pool", 200)
+    cluster.start_echo("cpu-pool", 200)
+    cluster.start_echo("cpu-pool", 200, model_name="other")
+    cluster.wait_model("echo")
+    cluster.wait_model("other")
+    cluster.wait_workers(3)
+    for who, pool in [("cpu", "cpu-pool"), ("any", "gpu-pool"), ("gpu", "gpu-pool"), ("cpu", "cpu-pool")]:
+        st, hdrs, body = chat(cluster.base, keys[who][0])
+        assert st == 200 and hdrs["X-Spillway-Pool"] == pool, (who, hdrs, body)
+    st, _, body = chat(cluster.base, keys["gpu"][0], model="other")
+    assert st == 403 and body["error"]["code"] == "route_not_allowed", body
+    spills = [ln for ln in http_get(cluster.base + "/metrics")[1].decode().splitlines()
+              if ln.startswith("spillway_overflow_total{") and not ln.endswith(" 0")]
+    assert not spills, f"a key's own pool is no spill: {spills}"
+    # each of a request's several choices is bound the same way
+    before = served_by(cluster)
+    body = {"model": "echo", "max_tokens": 2, "n": 3, "messages": [{"role": "user", "content": "hi"}]}
+    st, _, raw = http_post(cluster.base + "/v1/chat/completions", body,
+                           headers={"Authorization": f"Bearer {keys['cpu'][0]}"})
+    assert st == 200 and len(json.loads(raw)["choices"]) == 3, raw
+    after = served_by(cluster)
+    assert after.get("cpu-pool", 0) - before.get("cpu-pool", 0) == 3
+    assert after.get("gpu-pool", 0) == before.get("gpu-pool", 0), (before, after)
+
+
+def served_by(cluster):
+    """{pool: requests it finished ok}, from the gateway's /metrics."""
+    out = {}
+    for m in re.finditer(r'^spillway_requests_total\{pool="([^"]+)",status="ok"\} (\S+)$',
+                         http_get(cluster.base + "/metrics")[1].decode(), re.M):
+        out[m.group(1)] = float(m.group(2))
+    return out

@@ -65,11 +65,27 @@ def test_k8s_manifests_validate():
             except kv.ValidationError as e:
                 pytest.fail(f"{f.name}: {doc.get('kind')} {doc['metadata'].get('name')}: {e}")
             kinds.add(doc["kind"])
-    assert {"Deployment", "Service", "ConfigMap", "HorizontalPodAutoscaler",
+    assert {"Deployment", "StatefulSet", "Service", "ConfigMap", "HorizontalPodAutoscaler",
             "PodDisruptionBudget"} <= kinds, kinds
     gpu = yaml.safe_load_all((OPS / "k8s/worker-gpu.yaml").read_text())
     limits = next(d for d in gpu if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits.get("nvidia.com/gpu") == 1
+
+
+def test_k8s_workers_link_to_every_gateway():
+    """N gateways (docs/deploy.md): each worker names every gateway pod by its
+    own DNS name under the headless Service, one --gateway per replica."""
+    docs = [d for f in sorted((OPS / "k8s").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    gw = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "spillway-gateway")
+    peers = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == gw["spec"]["serviceName"])
+    assert peers["spec"]["clusterIP"] == "None" and peers["spec"]["publishNotReadyAddresses"]
+    want = [f"--gateway=tcp://spillway-gateway-{i}.{gw['spec']['serviceName']}:5555"
+            for i in range(gw["spec"]["replicas"])]
+    assert len(want) >= 2
+    for d in docs:
+        if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("spillway-worker"):
+            args = d["spec"]["template"]["spec"]["containers"][0]["args"]
+            assert [a for a in args if a.startswith("--gateway=")] == want, d["metadata"]["name"]
 
 
 def grafana_exprs(path):

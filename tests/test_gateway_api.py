@@ -146,7 +146,7 @@ def test_non_object_body_is_400(gw):
 @pytest.mark.parametrize("field,value", [
     ("max_tokens", "ten"), ("max_tokens", 1.5), ("max_tokens", 0), ("temperature", "hot"),
     ("temperature", 5), ("stream", "yes"), ("stop", 3), ("stop", ["a", 1]), ("prompt", 7),
-    ("prompt", {"a": 1}), ("prompt", [1, "x"]), ("model", 12), ("seed", "s"), ("n", 2), ("top_p", 2),
+    ("prompt", {"a": 1}), ("prompt", [1, "x"]), ("model", 12), ("seed", "s"), ("n", 0), ("top_p", 2),
     ("stream_options", "x"), ("spillway", {"priority": "urgent"}), ("prompt", ""),
     ("model", "has space"), ("model", "m" * 200), ("stop", "s" * 2000),
 ])

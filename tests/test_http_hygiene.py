@@ -252,9 +252,12 @@ def test_slow_reader_is_cut_off_with_bounded_memory(cluster):
     assert closed and b"data: [DONE]" in data, data[-300:]
     body = dechunk(data)
     assert b'"finish_reason":"error"' in body and b'"code":"stream_backlog"' in body, body[-500:]
-    # Plain build: +1.5 to +3.2 MB seen. Under ASan every allocation carries a
-    # redzone and its shadow, and the allocator keeps its size-class regions:
-    # +8 to +33 MB seen for the same 1 MiB backlog (the +33 MB on a busy 2-core
-    # CI host). Buffering all of this 1M-token stream (~150 MB of SSE) exceeds both.
-    bound_mb = 96 if SANITIZED else 24
+    # Plain build: +1.5 to +3.2 MB seen on an idle host, and now and then +21
+    # to +28 MB on a 2-core host loaded 5x over (the allocator's arenas of the
+    # HTTP threads that served the polling, first touched during the test).
+    # Under ASan every allocation carries a redzone and its shadow, and the
+    # allocator keeps its size-class regions: +8 to +33 MB seen for the same
+    # 1 MiB backlog. Buffering all of this 1M-token stream (~150 MB of SSE)
+    # exceeds both bounds.
+    bound_mb = 96 if SANITIZED else 48
     assert peak - rss0 < bound_mb * 1024, f"gateway RSS grew {peak - rss0} kB for one unread stream"

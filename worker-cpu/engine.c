@@ -51,6 +51,7 @@ typedef struct {
     int32_t next_tok;
     uint64_t deadline_ms;
     uint64_t admitted;        /* admission order: older prompts prefill first */
+    double worker_s;          /* its share of the steps it was in (sw_usage.worker_seconds) */
 } slot;
 
 /* What a slot's KV cache holds: the tokens at positions 0..n-1. It survives
@@ -87,6 +88,7 @@ struct sw_cpu_engine {
     bool logits_grown;
     uint32_t last_batch;
     uint64_t tokens_generated;
+    uint64_t pc_queries, pc_hits;   /* prefix cache, in prompt tokens: looked up, reused */
     /* load() runs on the link thread: it reads only this snapshot, which
      * the compute thread publishes at the end of every submit, cancel and
      * step (publish_load). */
@@ -195,6 +197,8 @@ static int publish_load(sw_cpu_engine *e)
         .batch_size = e->last_batch,
         .kv_utilization = (float)((double)used_pos / ((double)e->n_parallel * e->n_ctx)),
         .tokens_generated = e->tokens_generated,
+        .prefix_cache_queries = e->pc_queries,
+        .prefix_cache_hits = e->pc_hits,
     };
     pthread_mutex_lock(&e->load_mu);
     e->snapshot = l;
@@ -338,6 +342,8 @@ static void admit(sw_cpu_engine *e)
         s->deadline_ms = q->deadline_ms;
         s->admitted = e->n_admitted++;
         s->n_cached = s->n_prefilled = reuse;
+        e->pc_queries += (uint64_t)n_prompt;
+        e->pc_hits += (uint64_t)reuse;
         e->hist[i].n = reuse;
         e->hist[i].last_used = s->admitted + 1;   /* 0: never used, the first to go */
         free(q);
@@ -469,7 +475,7 @@ static void sample_row(sw_cpu_engine *e, int si, float *row, sw_emit_fn emit, sw
     emit(ectx, s->id, &o, &id, 1, fin,
          &(sw_usage){ .prompt_tokens = (uint32_t)sw_gen_n_prompt(s->gen),
                       .completion_tokens = sw_gen_n_generated(s->gen), .cached_tokens = (uint32_t)s->n_cached,
-                      .reasoning_tokens = sw_gen_n_reasoning_tokens(s->gen) });
+                      .reasoning_tokens = sw_gen_n_reasoning_tokens(s->gen), .worker_seconds = s->worker_s });
     if (fin) {
         slot_release(s);
     } else {
@@ -483,6 +489,7 @@ static void run_batch(sw_cpu_engine *e, int n, int n_rows, uint32_t n_decode, sw
                       void *ectx)
 {
     char err[256];
+    double t0 = sw_clock_s();
     if (sw_forward(e->ctx, e->batch, n, e->logits, err, sizeof err)) {
         /* Cannot happen for validated requests; fail what was in the batch. */
         for (int i = 0; i < e->n_slots; i++) {
@@ -494,6 +501,10 @@ static void run_batch(sw_cpu_engine *e, int n, int n_rows, uint32_t n_decode, sw
         return;
     }
     e->last_batch = n_decode;
+    /* The step's time, shared by the tokens each sequence put in it: a
+     * decode token's share, or a prefill chunk's. */
+    double share = (sw_clock_s() - t0) / n;
+    for (int k = 0; k < n; k++) e->slots[e->batch[k].seq].worker_s += share;
     const uint32_t V = e->m->hp.n_vocab;
     for (int r = 0; r < n_rows; r++) {
         slot *s = &e->slots[e->row_slot[r]];

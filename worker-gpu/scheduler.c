@@ -28,6 +28,7 @@ typedef struct {
     uint64_t rng;             /* for device-side sampling draws */
     bool dev_sample_ok;       /* parameters the device sampler implements */
     int chunk;                /* tokens scheduled in the current step */
+    double worker_s;          /* its share of the steps it was in (sw_usage.worker_seconds) */
 } seq;
 
 struct sw_gpu_engine {
@@ -57,6 +58,7 @@ struct sw_gpu_engine {
     pthread_mutex_t mu;
     sw_load load;
     uint32_t batch_max_since_read;
+    uint64_t pc_queries, pc_hits;   /* prefix cache, in prompt tokens: looked up, reused (compute thread) */
     double last_log;
     int log_peak, log_steps_n;      /* since the last log line */
 };
@@ -329,6 +331,8 @@ static void publish_load(sw_gpu_engine *e, int batch_seqs, int sampled)
     if (batch_seqs >= 0) e->load.batch_size = (uint32_t)batch_seqs;
     if (batch_seqs > 0 && (uint32_t)batch_seqs > e->batch_max_since_read) e->batch_max_since_read = (uint32_t)batch_seqs;
     e->load.tokens_generated += (uint64_t)sampled;
+    e->load.prefix_cache_queries = e->pc_queries;
+    e->load.prefix_cache_hits = e->pc_hits;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -381,6 +385,8 @@ static void admit(sw_gpu_engine *e)
             int n_prompt = sw_gen_n_prompt(s->gen);
             s->n_cached = s->n_computed < n_prompt ? s->n_computed : n_prompt;
             s->admitted_once = true;
+            e->pc_queries += (uint64_t)n_prompt;   /* read by publish_load, on this thread */
+            e->pc_hits += (uint64_t)s->n_cached;
         }
         /* keep running sorted by arrival (a recomputed request is older than newcomers) */
         int i = e->n_running;
@@ -504,7 +510,7 @@ static bool stream_token(sw_gpu_engine *e, seq *s, int32_t tok, const float *row
     emit(ctx, s->id, &o, &id, 1, fin,
          &(sw_usage){ .prompt_tokens = (uint32_t)sw_gen_n_prompt(s->gen),
                       .completion_tokens = sw_gen_n_generated(s->gen), .cached_tokens = (uint32_t)s->n_cached,
-                      .reasoning_tokens = sw_gen_n_reasoning_tokens(s->gen) });
+                      .reasoning_tokens = sw_gen_n_reasoning_tokens(s->gen), .worker_seconds = s->worker_s });
     if (fin == SW_FINISH_NONE) return true;
     remove_running(e, s);
     return false;
@@ -526,6 +532,13 @@ static int retire(sw_gpu_engine *e, int n_seqs, bool dev_sample, sw_emit_fn emit
         stream_token(e, s, tok, row, emit, fail, ctx);
     }
     return li;
+}
+
+/* A step's wall time, shared by the tokens each sequence put in it (n in
+ * all): the cost the gateway charges (sw_usage.worker_seconds). */
+static void share_step(sw_gpu_engine *e, int n_seqs, int n, double secs)
+{
+    for (int i = 0; i < n_seqs && n > 0; i++) e->b_seqs[i]->worker_s += secs * e->b_seqs[i]->chunk / n;
 }
 
 /* Schedules this step's chunks; 0 when nothing can run. */
@@ -560,6 +573,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
     };
     char err[256] = "";
     dev_sample = dev_sample && n_logits;
+    double t0 = sw_clock_s();
     int rc = dev_sample ? e->be->ops->forward_sample(e->be->impl, &b, e->b_sample, e->b_sampled, err, sizeof err)
                         : e->be->ops->forward(e->be->impl, &b, e->logits, err, sizeof err);
     if (rc) {
@@ -571,6 +585,7 @@ static int engine_step(void *eng, sw_emit_fn emit, sw_fail_fn fail, void *ctx)
         publish_load(e, 0, 0);
         return e->n_running + e->n_waiting;
     }
+    share_step(e, n_seqs, n, sw_clock_s() - t0);
     int sampled = retire(e, n_seqs, dev_sample, emit, fail, ctx);
     publish_load(e, n_seqs, sampled);
     if (n_seqs > e->log_peak) e->log_peak = n_seqs;

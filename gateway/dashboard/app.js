@@ -203,7 +203,8 @@ function drawChart(canvas, legend, series, unit) {
 function renderPools(st, m) {
   const rows = (st.pools || []).map((p) => {
     const healthy = lookup(m, "spillway_pool_healthy_workers", "pool", p.name);
-    const cost = lookup(m, "spillway_pool_dollars_per_million_tokens", "pool", p.name);
+    const cost = typeof p.dollars_per_million_tokens === "number" ? p.dollars_per_million_tokens
+      : lookup(m, "spillway_pool_dollars_per_million_tokens", "pool", p.name);
     const state = p.cordoned ? "cordoned" + (p.cordon_reason ? ": " + p.cordon_reason : "") : "open";
     const maxc = lookup(m, "spillway_pool_max_concurrency", "pool", p.name);
     const r = row([p.name, p.kind, healthy !== undefined ? healthy + "/" + p.workers : p.workers,

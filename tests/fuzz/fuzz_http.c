@@ -201,6 +201,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static const char S_CHAT[] =
     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 71\r\n\r\n"
     "{\"model\":\"echo\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":1}";
+static const char S_RESPONSES[] =
+    "POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 180\r\n\r\n"
+    "{\"model\":\"echo\",\"instructions\":\"x\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+    "\"input_text\",\"text\":\"hi\"}]},{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"y\"}],"
+    "\"stream\":true}";
 static const char S_PIPELINE[] =
     "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
     "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
@@ -224,6 +229,7 @@ int main(void)
         {(const uint8_t *)S_CHAT, sizeof S_CHAT - 1},       {(const uint8_t *)S_PIPELINE, sizeof S_PIPELINE - 1},
         {(const uint8_t *)S_CHUNKED, sizeof S_CHUNKED - 1}, {(const uint8_t *)S_SMUGGLE, sizeof S_SMUGGLE - 1},
         {(const uint8_t *)S_ADMIN, sizeof S_ADMIN - 1},     {(const uint8_t *)S_DASH, sizeof S_DASH - 1},
+        {(const uint8_t *)S_RESPONSES, sizeof S_RESPONSES - 1},
     };
     int rc = fuzz_main("fuzz_http", seeds, (int)(sizeof seeds / sizeof seeds[0]), check);
     /* The broker and server threads still run; exit without tearing them

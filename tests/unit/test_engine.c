@@ -18,6 +18,7 @@ typedef struct {
     uint32_t ids[4096];
     int n_ids, finish, chunks, after_finish;
     uint32_t prompt_tokens, completion_tokens, cached_tokens;
+    double worker_seconds;
     int failed_code;
 } result;
 
@@ -40,6 +41,7 @@ static void emit(void *ctx, const char *id, const sw_out *o, const uint32_t *ids
         r->prompt_tokens = usage->prompt_tokens;
         r->completion_tokens = usage->completion_tokens;
         r->cached_tokens = usage->cached_tokens;
+        r->worker_seconds = usage->worker_seconds;
     }
 }
 
@@ -178,6 +180,20 @@ static void test_prefix_cache(sw_model *m)
     sw_cpu_engine_set_prefix_cache(e, false);
     got = run_one(e, m, 6, b, 10);
     CHECK(got == 0, "prefix cache off, yet %u reused", got);
+    /* The heartbeat's prefix-cache counts are the requests' own, added up;
+     * each request reports the worker time its steps took. */
+    uint64_t queries = 0, hits = 0;
+    for (int i = 0; i <= 8; i++) {
+        queries += res[i].prompt_tokens;
+        hits += res[i].cached_tokens;
+        CHECK(res[i].worker_seconds > 0 && res[i].worker_seconds < 60, "r%d worker_seconds %g", i,
+              res[i].worker_seconds);
+    }
+    sw_load ld;
+    sw_cpu_engine_ops.load(e, &ld);
+    CHECK(ld.prefix_cache_queries == queries && ld.prefix_cache_hits == hits, "load says %llu/%llu, requests %llu/%llu",
+          (unsigned long long)ld.prefix_cache_hits, (unsigned long long)ld.prefix_cache_queries,
+          (unsigned long long)hits, (unsigned long long)queries);
     sw_cpu_engine_free(e);
 }
 

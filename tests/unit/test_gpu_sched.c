@@ -9,7 +9,10 @@
 
 #define NREQ 4
 #define NSINK 10   /* ids are "r0".."r9" */
-typedef struct { char text[NSINK][4096]; int finish[NSINK]; int fails; uint32_t last_fail; uint32_t cached[NSINK]; } sink;
+typedef struct {
+    char text[NSINK][4096]; int finish[NSINK]; int fails; uint32_t last_fail; uint32_t cached[NSINK];
+    uint32_t prompt[NSINK]; double worker_s[NSINK];
+} sink;
 
 static int idx(const char *id) { return id[1] - '0'; }
 
@@ -20,7 +23,12 @@ static void emit(void *ctx, const char *id, const sw_out *o, const uint32_t *ids
     sink *s = ctx;
     int i = idx(id);
     strncat(s->text[i], text, sizeof s->text[i] - strlen(s->text[i]) - 1);
-    if (finish) { s->finish[i] = finish; s->cached[i] = usage->cached_tokens; }
+    if (finish) {
+        s->finish[i] = finish;
+        s->cached[i] = usage->cached_tokens;
+        s->prompt[i] = usage->prompt_tokens;
+        s->worker_s[i] = usage->worker_seconds;
+    }
 }
 
 static void fail(void *ctx, const char *id, uint32_t code, const char *msg)
@@ -127,6 +135,13 @@ static void test_prefix_cache(sw_model *m)
     sw_load ld;
     sw_gpu_engine_ops.load(e, &ld);
     CHECK(ld.kv_utilization == 0.0f, "cached blocks count as free (%.3f)", ld.kv_utilization);
+    /* The heartbeat's prefix-cache counts add up the requests' own; each
+     * request reports the worker time of its steps. */
+    uint64_t queries = on.prompt[0] + on.prompt[1] + on.prompt[2], hits = on.cached[0] + on.cached[1] + on.cached[2];
+    CHECK(ld.prefix_cache_queries == queries && ld.prefix_cache_hits == hits && hits > 0, "load %llu/%llu, requests %llu/%llu",
+          (unsigned long long)ld.prefix_cache_hits, (unsigned long long)ld.prefix_cache_queries,
+          (unsigned long long)hits, (unsigned long long)queries);
+    for (int i = 0; i < 3; i++) CHECK(on.worker_s[i] > 0 && on.worker_s[i] < 60, "r%d worker_seconds %g", i, on.worker_s[i]);
     sw_gpu_engine_free(e);
     sw_backend_free(be);
 

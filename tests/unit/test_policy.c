@@ -597,6 +597,43 @@ static void test_fuzz(void)
     printf("fuzz: %d loaded, %d rejected\n", loaded, rejected);
 }
 
+/* cost_per_hour: a price per worker of a pool, a plain number >= 0. */
+static void test_cost_per_hour(void)
+{
+    static const char GOOD[] =
+        "pools:\n"
+        "  gpu-pool: {kind: gpu, cost_per_hour: 2.5}\n"
+        "  cpu-pool: {kind: cpu, cost_per_hour: 0}\n"
+        "  free-pool: {kind: cpu}\n"
+        "routes:\n"
+        "  - {model: m, target: gpu-pool}\n";
+    sw_policy *p = parse(GOOD);
+    CHECK(p, "%s", err);
+    if (p) {
+        const sw_pool_def *g = sw_policy_pool(p, "gpu-pool"), *c = sw_policy_pool(p, "cpu-pool"),
+                          *f = sw_policy_pool(p, "free-pool");
+        CHECK(g && g->has_cost && g->cost_per_hour == 2.5);
+        CHECK(c && c->has_cost && c->cost_per_hour == 0);
+        CHECK(f && !f->has_cost);
+        char *json = sw_policy_to_json(p);
+        CHECK(json && strstr(json, "\"cost_per_hour\":2.5"), "%s", json ? json : "(null)");
+        free(json);
+        sw_policy_unref(p);
+    }
+    static const struct { const char *value, *msg; } bad[] = {
+        {"-1", "must be between 0 and"}, {"\"2.5\"", "quoted string"}, {"cheap", "must be a number of dollars"},
+        {"[1]", "got a sequence"}, {"~", "got nothing"}, {"1e9", "must be between 0 and"}, {".nan", "must be a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char text[512];
+        /* "    cost_per_hour: " is 19 characters: the value is at column 20 of line 4. */
+        snprintf(text, sizeof text, "pools:\n  - name: gpu-pool\n    kind: gpu\n    cost_per_hour: %s\n"
+                 "routes:\n  - {model: m, target: gpu-pool}\n", bad[i].value);
+        CHECK(!parse(text), "%s accepted", bad[i].value);
+        CHECK(has_error(4, 20, bad[i].msg) && has_error(4, 20, "cost_per_hour"), "%s: %s", bad[i].value, err);
+    }
+}
+
 int main(void)
 {
     test_seed();
@@ -609,5 +646,6 @@ int main(void)
     test_refcount_version_load();
     test_truncation();
     test_fuzz();
+    test_cost_per_hour();
     CHECK_DONE();
 }

@@ -102,6 +102,9 @@ typedef struct {
 #define G2_AT(n) {"g2", "gpu-pool", "llama:fp8 solo:fp8 dual:fp8", 4, 0, 0, n, 0}
 #define C1_AT(n) {"c1", "cpu-pool", "llama:q4_k_m dual:q4_k_m", 4, 0, 0, n, 0}
 #define F1_AT(n) {"f1", "misc", "free:f32", 2, 0, 0, n, 0}
+/* Client keys' pools. */
+static char *K_CPU[] = {"cpu-pool"};
+static char *K_CPU_SPARE[] = {"cpu-pool", "spare"};
 /* Decisions. */
 #define TO(pool, w) {SW_DECIDE_DISPATCH, pool, w, 0, NULL, NULL, NULL}
 #define SPILL(pool, w, from, why) {SW_DECIDE_DISPATCH, pool, w, 0, NULL, from, why}
@@ -247,6 +250,17 @@ static const row ROWS[] = {
      REFUSE(400, "no_matching_route")},
     {"tenant names are case-sensitive: 400", P_MATCH, {MW("w1", "team-a"), MW("w2", "keyed")}, {{0}},
      {.model = "t", .tenant = "ACME"}, REFUSE(400, "no_matching_route")},
+    /* a client key's pools (router.h allowed_pools): routes elsewhere are not its */
+    {"key of the overflow pool goes there, not as a spill", P_SPILL, {G1, C1}, {{0}},
+     {.model = "llama", .allowed_pools = K_CPU, .n_allowed_pools = 1}, TO("cpu-pool", "c1")},
+    {"key of a saturated pool waits for it", P_SPILL, {G1, C1}, {{2, .inflight = 4}},
+     {.model = "llama", .allowed_pools = K_CPU, .n_allowed_pools = 1}, WAIT("cpu-pool")},
+    {"key with no pool of the model: 403", P_SPILL, {G1, C1}, {{0}},
+     {.model = "solo", .allowed_pools = K_CPU, .n_allowed_pools = 1}, REFUSE(403, "route_not_allowed")},
+    {"unrouted model outside the key's pools: 403", P_SPILL, {F1}, {{0}},
+     {.model = "free", .allowed_pools = K_CPU, .n_allowed_pools = 1}, REFUSE(403, "route_not_allowed")},
+    {"unrouted model in the key's second pool", P_SPILL, {F1, F2}, {{0}},
+     {.model = "free", .allowed_pools = K_CPU_SPARE, .n_allowed_pools = 2}, TO("spare", "f2")},
 };
 
 /* Operators' marks (gateway/ops.h). */

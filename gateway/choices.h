@@ -1,0 +1,58 @@
+/* A request of several choices: `n` > 1, or several prompts in one
+ * completions request (OpenAI's batched form, as lm-eval-harness sends).
+ *
+ * The request its client holds (the parent) does not go to a worker. Each
+ * choice is a request of its own (a child sw_req), routed, queued, counted
+ * and timed out as any, so k choices take k slots for capacity and
+ * overflow. The parent merges their output: SSE events carry each choice's
+ * index, the response lists the choices in index order, and usage counts a
+ * prompt once however many samples were drawn from it.
+ *
+ * A prompt's first choice goes out at once; its others after that choice's
+ * first chunk, when its prompt is in its worker's KV cache: the routing key
+ * (sw_prefix_key) sends them to the same worker, whose prefix cache then
+ * copies the prompt's KV instead of computing it again.
+ *
+ * One choice failing fails the request (streamed: an error event, then
+ * [DONE]) and cancels the others at their workers.
+ *
+ * Layer: beside the broker, on its thread (the sink's calls, start), and on
+ * the HTTP thread that parses (sw_choices_make); uses front.h and openai.h.
+ */
+#ifndef SW_GW_CHOICES_H
+#define SW_GW_CHOICES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "gateway/policy.h"
+#include "gateway/req.h"
+#include "proto/wire.h"
+
+/* One prompt of a completions request: text, or token ids. */
+typedef struct {
+    const char *text;
+    const uint32_t *ids;
+    size_t n_ids;
+} sw_prompt;
+
+/* HTTP thread, after parent was prepared from g (sw_front_prepare): makes
+ * parent's n_prompts * n choices, choice i from prompt i / n (chat: g's
+ * messages, n_prompts 1), with g's seed + i % n when g has one, so that a
+ * prompt's choices are what its own request with n samples would give.
+ * g is left as it came. Returns 0, or -1 out of memory. */
+int sw_choices_make(sw_req *parent, const sw_policy *p, Spillway__GenerateRequest *g, const sw_prompt *prompts,
+                    size_t n_prompts, unsigned n);
+
+/* Broker thread, when the parent is submitted: copies what admission
+ * decided (class, directives) onto the choices and marks each prompt's
+ * first choice to be sent (send_wanted), which the broker then does; the
+ * others are marked when their prompt's first choice has its first chunk,
+ * and posted to the broker as SW_CMD_CHOICES. */
+void sw_choices_start(sw_req *parent);
+
+/* The sink of every choice: merges into the parent, through the parent's
+ * own sink, which must take a chunk into the sw_req it is given (the HTTP
+ * sink does). */
+extern const sw_sink sw_choice_sink;
+
+#endif
