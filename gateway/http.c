@@ -545,9 +545,12 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, sw_req *r)
         char msg[256];
         snprintf(msg, sizeof msg, "%s", r->err_msg);
         const char *type = r->err_type, *code = r->err_code;
+        /* A worker's 400 to embeddings is about an input (a token not in
+         * the vocabulary, a text past the context or the token limit). */
+        const char *param = r->embed && st == 400 ? "input" : NULL;
         r->headers_sent = true;
         pthread_mutex_unlock(&r->mu);
-        return respond_error(c, st, msg, type, NULL, code);
+        return respond_error(c, st, msg, type, param, code);
     }
     if (r->stream && r->decided) {
         r->headers_sent = true;
@@ -655,6 +658,22 @@ static bool admit_key(struct MHD_Connection *c, conn_ctx *ctx, sw_req *r, enum M
     return false;
 }
 
+/* The body parsed by its endpoint's parser into r: 0, or an HTTP status
+ * with msg and *param set. */
+static int parse_body(const conn_ctx *ctx, sw_req *r, const sw_policy *p, char *msg, size_t msglen,
+                      const char **param)
+{
+    const char *body = ctx->body.s ? ctx->body.s : "";
+    if (ctx->ep == EP_RESPONSES) return sw_responses_parse(r, body, ctx->body.n, p, msg, msglen, param);
+    if (ctx->ep == EP_EMBEDDINGS) return sw_embed_parse(r, body, ctx->body.n, p, msg, msglen, param);
+    return sw_openai_parse(r, body, ctx->body.n, r->chat, p, msg, msglen, param);
+}
+
+static const char *id_prefix(int ep)
+{
+    return ep == EP_RESPONSES ? "resp_" : ep == EP_CHAT ? "chatcmpl-" : ep == EP_EMBEDDINGS ? "embd-" : "cmpl-";
+}
+
 static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, conn_ctx *ctx)
 {
     if (ctx->too_large)
@@ -665,10 +684,7 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
         return respond_error(c, 503, "the gateway is shutting down", NULL, NULL, "shutting_down");
     sw_req *r = sw_req_new();
     r->chat = ctx->ep == EP_CHAT || ctx->ep == EP_RESPONSES;   /* a Responses request is chat underneath */
-    make_id(r->id, sizeof r->id, ctx->ep == EP_RESPONSES    ? "resp_"
-                                 : r->chat                  ? "chatcmpl-"
-                                 : ctx->ep == EP_EMBEDDINGS ? "embd-"
-                                                            : "cmpl-");
+    make_id(r->id, sizeof r->id, id_prefix(ctx->ep));
     r->created_s = time(NULL);
     r->conn = c;
     r->sink = &http_sink;
@@ -705,10 +721,7 @@ static enum MHD_Result start_generate(sw_gateway *g, struct MHD_Connection *c, c
     sw_policy *p = sw_gw_policy(g);
     char msg[256];
     const char *param = NULL;
-    const char *body = ctx->body.s ? ctx->body.s : "";
-    int st = ctx->ep == EP_RESPONSES    ? sw_responses_parse(r, body, ctx->body.n, p, msg, sizeof msg, &param)
-             : ctx->ep == EP_EMBEDDINGS ? sw_embed_parse(r, body, ctx->body.n, p, msg, sizeof msg, &param)
-                                        : sw_openai_parse(r, body, ctx->body.n, r->chat, p, msg, sizeof msg, &param);
+    int st = parse_body(ctx, r, p, msg, sizeof msg, &param);
     if (st == 0 && !sw_front_model_exists(&g->reg, p, r->model)) {
         snprintf(msg, sizeof msg, "The model '%s' does not exist", r->model_asked);
         sw_policy_unref(p);

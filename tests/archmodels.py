@@ -417,11 +417,13 @@ def _softcap(s, cap):
     return cap * np.tanh(s / cap) if cap else s
 
 
-def forward(arch, hp, w, tokens, flags=None, moe_renorm=None, n_ctx=4096):
+def forward(arch, hp, w, tokens, flags=None, moe_renorm=None, n_ctx=4096, hidden=False):
     """Logits [T, V] for a prompt of token ids at positions 0..T-1; flags
     (as in ARCHS) and moe_renorm override the architecture's. A LongRoPE
     file rotates with its long factors when the context n_ctx exceeds the
-    original one, else with its short ones (llama.cpp's choice)."""
+    original one, else with its short ones (llama.cpp's choice). hidden:
+    the final-normed hidden states [T, E] instead (what an embedding model
+    pools)."""
     neox, qk_norm, _, gelu, scale_embd, post_norms, softcap, swa, own_rope, granite, nope, oai, olmo2 = flags or ARCHS[arch]
     E, H, KV, hd, eps = hp["E"], hp["n_head"], hp["n_kv"], hp["hd"], hp["eps"]
     g = hp if granite else dict(embd_scale=1.0, residual_scale=1.0, attn_scale=1 / np.sqrt(hd), logit_scale=1.0)
@@ -472,6 +474,8 @@ def forward(arch, hp, w, tokens, flags=None, moe_renorm=None, n_ctx=4096):
             f = _ffn(h, w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"], w[p + "ffn_down.weight"], gelu)
         x = x + g["residual_scale"] * (_rmsnorm(f, w[p + "post_ffw_norm.weight"], eps) if post_norms else f)
     x = _rmsnorm(x, w["output_norm.weight"], eps)
+    if hidden:
+        return x
     out_w = w.get("output.weight", w["token_embd.weight"])
     logits = (x @ out_w.T + w.get("output.bias", 0.0)) / g["logit_scale"]
     return _softcap(logits, softcap and hp["final_softcap"])

@@ -1,0 +1,191 @@
+"""POST /v1/embeddings through the real gateway and CPU worker, checked
+against tests/archmodels.py's numpy forward pass.
+
+The models are tiny random llama files that declare `llama.pooling_type`
+(GGUF's convention: 0 none, 1 mean, 2 cls, 3 last); the worker serves such
+a file for embeddings only: its final hidden states after the output norm,
+pooled as the file says and L2-normalized (as OpenAI's and llama.cpp
+server's vectors are). The reference pools archmodels.forward(hidden=True)
+the same way, in float64.
+
+What is checked: `input` as a string, a list of strings, a list of token
+ids and a list of token-id lists; base64 output (little-endian float32) is
+the float output; usage counts the tokens (a text's BOS included); bad
+input is a 400 in OpenAI's error shape naming `param`; embeddings from a
+generation model and chat on an embedding model are refused; chat on the
+generation model of the same cluster still works."""
+import base64
+import json
+import subprocess
+
+import numpy as np
+import openai
+import pytest
+
+import archmodels as am
+from conftest import bin_path, cpu_pool_policy, http_post
+from test_limits import L
+
+MEAN, CLS, LAST = 1, 2, 3
+MODELS = {"emb-mean": MEAN, "emb-cls": CLS, "emb-last": LAST, "gen": None}
+TEXT, TEXT2 = "the cat sat on the mat", "Once upon a time"
+BOS = 1   # archmodels' SentencePiece vocabulary's; the worker adds it to a text
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return am.make_weights("llama", seed=3)
+
+
+@pytest.fixture
+def gw(cluster, weights, tmp_path):
+    hp, w = weights
+    cluster.start_gateway(cpu_pool_policy(*MODELS))
+    for name, pooling in MODELS.items():
+        path = tmp_path / f"{name}.gguf"
+        am.write_model(path, "llama", hp, w, extra_kv={"llama.pooling_type": pooling} if pooling else None)
+        cluster.start_worker("cpu-pool", name, path, ["--threads", "1", "--parallel", "2"], name=name)
+    for name in MODELS:
+        cluster.wait_model(name, timeout=60)
+    cluster.client = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    cluster.hp, cluster.w = hp, w
+    cluster.ids = {t: text_ids(tmp_path / "gen.gguf", t) for t in (TEXT, TEXT2)}
+    return cluster
+
+
+def text_ids(path, text):
+    """A text's tokens as the worker's prompts have them: the BOS, then
+    what spillway-run --tokenize says (the vocabulary has few merges, so
+    most of it is byte tokens)."""
+    r = subprocess.run([bin_path("spillway-run"), "-m", str(path), "--tokenize", text],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [BOS] + [int(t) for t in r.stdout.split()]
+
+
+def reference(gw, tokens, pooling):
+    """The pooled, L2-normalized vector numpy computes for token ids."""
+    h = am.forward("llama", gw.hp, gw.w, tokens, hidden=True)
+    v = h.mean(0) if pooling == MEAN else h[0] if pooling == CLS else h[-1]
+    return v / np.linalg.norm(v)
+
+
+def close(got, want):
+    got = np.asarray(got, dtype=np.float64)
+    assert got.shape == want.shape
+    cos = got @ want / (np.linalg.norm(got) * np.linalg.norm(want))
+    assert cos > 0.9999 and np.abs(got - want).max() < 2e-3, (cos, np.abs(got - want).max())
+    assert np.linalg.norm(got) == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("model", ["emb-mean", "emb-cls", "emb-last"])
+def test_every_input_form_matches_the_reference(gw, model):
+    c, pooling = gw.client, MODELS[model]
+    a, b = [5, 300, 17, 42, 8], [260, 261, 3, 99, 100, 101, 7, 1, 2]
+    r = c.embeddings.create(model=model, input=TEXT)
+    assert r.object == "list" and r.model == model and len(r.data) == 1
+    assert r.data[0].object == "embedding" and r.data[0].index == 0
+    ids, ids2 = gw.ids[TEXT], gw.ids[TEXT2]
+    close(r.data[0].embedding, reference(gw, ids, pooling))
+    assert r.usage.prompt_tokens == len(ids) and r.usage.total_tokens == len(ids)
+
+    r = c.embeddings.create(model=model, input=[TEXT, TEXT2])
+    assert [d.index for d in r.data] == [0, 1]
+    close(r.data[0].embedding, reference(gw, ids, pooling))
+    close(r.data[1].embedding, reference(gw, ids2, pooling))
+    assert r.usage.prompt_tokens == len(ids) + len(ids2)
+
+    r = c.embeddings.create(model=model, input=a)   # one input, as token ids (no BOS added)
+    assert len(r.data) == 1 and r.usage.prompt_tokens == len(a)
+    close(r.data[0].embedding, reference(gw, a, pooling))
+
+    r = c.embeddings.create(model=model, input=[a, b, a[:1]])
+    assert len(r.data) == 3 and r.usage.prompt_tokens == len(a) + len(b) + 1
+    for d, toks in zip(r.data, [a, b, a[:1]]):
+        close(d.embedding, reference(gw, toks, pooling))
+
+
+def test_many_inputs_in_one_batch_are_each_their_own(gw):
+    """More inputs than the worker has sequences, of varied lengths: each
+    one's vector is what it would be alone."""
+    rng = np.random.default_rng(1)
+    inputs = [[int(t) for t in rng.integers(3, 320, int(n))] for n in rng.integers(1, 40, 9)]
+    r = gw.client.embeddings.create(model="emb-mean", input=inputs)
+    assert [d.index for d in r.data] == list(range(len(inputs)))
+    for d, toks in zip(r.data, inputs):
+        close(d.embedding, reference(gw, toks, MEAN))
+
+
+def test_base64_is_the_floats(gw):
+    body = dict(model="emb-last", input=[TEXT, TEXT2])
+    st, _, raw = http_post(gw.base + "/v1/embeddings", body)
+    assert st == 200, raw
+    floats = json.loads(raw)
+    st, _, raw = http_post(gw.base + "/v1/embeddings", dict(body, encoding_format="base64"))
+    assert st == 200, raw
+    b64 = json.loads(raw)
+    assert b64["usage"] == floats["usage"]
+    for f, b in zip(floats["data"], b64["data"]):
+        got = np.frombuffer(base64.b64decode(b["embedding"]), dtype="<f4")
+        assert got.tolist() == pytest.approx(f["embedding"], abs=1e-7)
+        assert len(got) == gw.hp["E"]
+    # the openai client asks for base64 unless told otherwise, and decodes it
+    # then; asked for it, it hands the string on
+    r = gw.client.embeddings.create(model="emb-last", input=TEXT, encoding_format="base64")
+    close(np.frombuffer(base64.b64decode(r.data[0].embedding), dtype="<f4"), reference(gw, gw.ids[TEXT], LAST))
+    r = gw.client.embeddings.create(model="emb-last", input=TEXT, encoding_format="float")
+    close(r.data[0].embedding, reference(gw, gw.ids[TEXT], LAST))
+
+
+def refused(gw, param, status=400, **body):
+    """Asserts an error in OpenAI's shape naming param; returns it."""
+    st, _, raw = http_post(gw.base + "/v1/embeddings", body)
+    r = json.loads(raw)
+    assert st == status, (st, r)
+    e = r.get("error")
+    assert isinstance(e, dict) and set(e) >= {"message", "type", "param", "code"}, r
+    assert e["type"] == "invalid_request_error" and e["message"], r
+    assert e["param"] == param, r
+    return e
+
+
+def test_bad_input_is_a_400_naming_param(gw):
+    m = "emb-mean"
+    refused(gw, "input", model=m)
+    refused(gw, "input", model=m, input=[])
+    refused(gw, "input", model=m, input="")
+    refused(gw, "input", model=m, input=["a", ""])
+    refused(gw, "input", model=m, input=[[]])
+    refused(gw, "input", model=m, input=["a", 1])
+    refused(gw, "input", model=m, input=[1, "a"])
+    refused(gw, "input", model=m, input=[[1, 2], "a"])
+    refused(gw, "input", model=m, input=[1.5])
+    refused(gw, "input", model=m, input=[-1])
+    refused(gw, "input", model=m, input=7)
+    refused(gw, "input", model=m, input={"text": "a"})
+    refused(gw, "input", model=m, input=["a"] * (L["SW_MAX_EMBED_INPUTS"] + 1))
+    refused(gw, "input", model=m, input=[5] * (L["SW_MAX_EMBED_INPUT_TOKENS"] + 1))
+    refused(gw, "input", model=m, input=[5] * 1025)   # past the model's context (1024)
+    e = refused(gw, "input", model=m, input=[[5, 6], [400]])   # not in the vocabulary (320)
+    assert "vocabulary" in e["message"]
+    refused(gw, "dimensions", model=m, input="a", dimensions=8)
+    refused(gw, "encoding_format", model=m, input="a", encoding_format="int8")
+    refused(gw, "model", input="a")
+    refused(gw, "model", status=404, model="nope", input="a")
+    # at the limits: accepted
+    r = gw.client.embeddings.create(model=m, input=["a"] * 64)
+    assert len(r.data) == 64
+
+
+def test_kinds_of_model_are_kept_apart(gw):
+    e = refused(gw, "model", model="gen", input="hello")
+    assert "not an embedding model" in e["message"]
+    st, _, raw = http_post(gw.base + "/v1/chat/completions",
+                           dict(model="emb-mean", messages=[{"role": "user", "content": "hi"}], max_tokens=4))
+    assert st == 400 and "embedding model" in json.loads(raw)["error"]["message"], raw
+    # the generation model beside them is as it was
+    r = gw.client.chat.completions.create(model="gen", messages=[{"role": "user", "content": "the cat"}],
+                                          max_tokens=5, temperature=0)
+    assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens >= 1
+    r = gw.client.completions.create(model="gen", prompt="the cat", max_tokens=3, temperature=0)
+    assert r.usage.completion_tokens >= 1
