@@ -106,10 +106,11 @@ def test_every_input_form_matches_the_reference(gw, model):
 
 
 def test_many_inputs_in_one_batch_are_each_their_own(gw):
-    """More inputs than the worker has sequences, of varied lengths: each
+    """More inputs than the worker has sequences, of varied lengths, one of
+    them longer than the worker's batch (258 tokens at --parallel 2): each
     one's vector is what it would be alone."""
     rng = np.random.default_rng(1)
-    inputs = [[int(t) for t in rng.integers(3, 320, int(n))] for n in rng.integers(1, 40, 9)]
+    inputs = [[int(t) for t in rng.integers(3, 320, int(n))] for n in [*rng.integers(1, 40, 8), 600, 3]]
     r = gw.client.embeddings.create(model="emb-mean", input=inputs)
     assert [d.index for d in r.data] == list(range(len(inputs)))
     for d, toks in zip(r.data, inputs):
@@ -168,13 +169,19 @@ def test_bad_input_is_a_400_naming_param(gw):
     refused(gw, "input", model=m, input=[5] * 1025)   # past the model's context (1024)
     e = refused(gw, "input", model=m, input=[[5, 6], [400]])   # not in the vocabulary (320)
     assert "vocabulary" in e["message"]
+    e = refused(gw, "input", model=m, input=["a", "x" * 2000])   # a text past the context: the worker counts it
+    assert "context" in e["message"]
     refused(gw, "dimensions", model=m, input="a", dimensions=8)
     refused(gw, "encoding_format", model=m, input="a", encoding_format="int8")
     refused(gw, "model", input="a")
     refused(gw, "model", status=404, model="nope", input="a")
-    # at the limits: accepted
-    r = gw.client.embeddings.create(model=m, input=["a"] * 64)
-    assert len(r.data) == 64
+    # at the limits: served (a token-id input of SW_MAX_EMBED_INPUT_TOKENS
+    # would need a model of that context; the test model's is 1024)
+    n = L["SW_MAX_EMBED_INPUTS"]
+    r = gw.client.embeddings.create(model=m, input=["a"] * n)
+    assert len(r.data) == n and r.data[-1].index == n - 1
+    r = gw.client.embeddings.create(model=m, input=[5] * 1024)
+    close(r.data[0].embedding, reference(gw, [5] * 1024, MEAN))
 
 
 def test_kinds_of_model_are_kept_apart(gw):

@@ -32,6 +32,7 @@
 #include <time.h>
 #include "llm/util.h"
 #include "llm/clock.h"
+#include "llm/limits.h"
 
 #define PREFILL_BUDGET 256     /* prompt tokens per step: bounds a step's latency */
 /* Prompt tokens a step when a request scores its prompt (a logits row
@@ -569,6 +570,11 @@ static int embed_inputs(const sw_cpu_engine *e, const Spillway__EmbedRequest *re
         if (in[i].n > e->n_ctx)
             return sw_errf(err, errlen, "input %zu has %d tokens, more than the model's context of %d", i, in[i].n,
                            e->n_ctx), 400;
+        /* The gateway counts token-id inputs against the limit; a text's
+         * tokens are known only here. */
+        if (in[i].n > SW_MAX_EMBED_INPUT_TOKENS)
+            return sw_errf(err, errlen, "input %zu has %d tokens; at most %d are allowed", i, in[i].n,
+                           SW_MAX_EMBED_INPUT_TOKENS), 400;
     }
     return 0;
 }
