@@ -90,8 +90,8 @@ int sw_front_prepare_embed(sw_req *r, const sw_policy *p, Spillway__EmbedRequest
 
 int sw_front_check_kind(sw_registry *reg, const sw_req *r, char *msg, size_t msglen, const char **param)
 {
-    uint32_t ctx;
-    int kind = sw_registry_model_kind(reg, r->model, sw_now_ms(), &ctx);
+    uint32_t ctx, dim;
+    int kind = sw_registry_model_kind(reg, r->model, sw_now_ms(), &ctx, &dim);
     *param = "model";
     if (kind == SW_MODEL_EMBED && !r->embed) {
         snprintf(msg, msglen, "The model '%s' is an embedding model: use /v1/embeddings", r->model_asked);
@@ -105,6 +105,12 @@ int sw_front_check_kind(sw_registry *reg, const sw_req *r, char *msg, size_t msg
         *param = "input";
         snprintf(msg, msglen, "an input has %u tokens, more than the context of '%s' (%u)", r->embed_max_ids,
                  r->model_asked, ctx);
+        return 400;
+    }
+    if (r->embed && dim && (uint64_t)r->embed_n * dim > SW_MAX_EMBED_VALUES) {
+        *param = "input";
+        snprintf(msg, msglen, "'input' has %u entries; '%s' (%u dimensions) takes at most %u a request",
+                 r->embed_n, r->model_asked, dim, SW_MAX_EMBED_VALUES / dim);
         return 400;
     }
     *param = NULL;

@@ -70,6 +70,7 @@ sw_worker *sw_registry_upsert(sw_registry *r, const void *ident, size_t len,
         w->models[i].quant = strdup(m->quantization ? m->quantization : "");
         w->models[i].ctx = m->context_length;
         w->models[i].embedding = m->embedding;
+        w->models[i].dim = m->embedding ? m->embedding_dim : 0;
         w->n_models++;
     }
     w->last_seen_ms = now;
@@ -161,10 +162,10 @@ int sw_registry_count(sw_registry *r, const char *pool, const char *model,
     return n;
 }
 
-int sw_registry_model_kind(sw_registry *r, const char *model, int64_t now, uint32_t *ctx)
+int sw_registry_model_kind(sw_registry *r, const char *model, int64_t now, uint32_t *ctx, uint32_t *dim)
 {
     int kind = SW_MODEL_UNKNOWN;
-    *ctx = 0;
+    *ctx = *dim = 0;
     pthread_mutex_lock(&r->mu);
     for (sw_worker *w = r->head; w; w = w->next) {
         if (!sw_worker_alive(w, now)) continue;
@@ -173,6 +174,7 @@ int sw_registry_model_kind(sw_registry *r, const char *model, int64_t now, uint3
             if (strcmp(m->name, model) != 0) continue;
             if (kind != SW_MODEL_EMBED) kind = m->embedding ? SW_MODEL_EMBED : SW_MODEL_GENERATE;
             if (m->ctx && (!*ctx || m->ctx < *ctx)) *ctx = m->ctx;
+            if (m->dim > *dim) *dim = m->dim;
         }
     }
     pthread_mutex_unlock(&r->mu);

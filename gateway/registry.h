@@ -23,6 +23,7 @@ typedef struct {
     char *name, *quant;
     uint32_t ctx;
     bool embedding;   /* serves embeddings only (ModelInfo.embedding) */
+    uint32_t dim;     /* its vectors' width (ModelInfo.embedding_dim) */
 } sw_wmodel;
 
 #define SW_WORKER_RECENT 256
@@ -121,10 +122,10 @@ int sw_registry_count(sw_registry *r, const char *pool, const char *model,
                       const char *quant, int64_t now);
 /* What the live workers serving model say it is: SW_MODEL_UNKNOWN (none
  * is connected), SW_MODEL_GENERATE or SW_MODEL_EMBED (any one says so),
- * with the smallest context any of them registered in *ctx (0 when
- * unknown). Takes r->mu. */
+ * with the smallest context any of them registered in *ctx and the widest
+ * embedding any registered in *dim (0 when unknown). Takes r->mu. */
 enum { SW_MODEL_UNKNOWN, SW_MODEL_GENERATE, SW_MODEL_EMBED };
-int sw_registry_model_kind(sw_registry *r, const char *model, int64_t now, uint32_t *ctx);
+int sw_registry_model_kind(sw_registry *r, const char *model, int64_t now, uint32_t *ctx, uint32_t *dim);
 /* JSON array of workers (caller frees); takes r->mu. */
 char *sw_registry_json(sw_registry *r);
 /* The registry's part of the status document served by GET /admin/status

@@ -54,6 +54,11 @@
 #define SW_MAX_EMBED_INPUT_TOKENS 8192
 /* A vector's width on the wire (a worker's reply past it is refused). */
 #define SW_MAX_EMBED_DIM 65536
+/* Floats in one request's answer (inputs x width): 8 MiB of them, so the
+ * worker's reply stays well inside a wire frame (proto/wire.h's 16 MiB,
+ * past which ZeroMQ drops the connection). 2048 inputs of up to 1024
+ * dimensions; a wider model takes fewer inputs a request. */
+#define SW_MAX_EMBED_VALUES (1u << 21)
 
 /* Sampling ranges on the wire; the HTTP API narrows temperature to OpenAI's
  * 0..2 and repetition_penalty to 0..10. */

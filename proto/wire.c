@@ -258,7 +258,7 @@ static bool check_embed_reply(const Spillway__EmbedReply *e, char *err, size_t e
     if (e->dim == 0 || e->dim > SW_MAX_EMBED_DIM)
         return fail(err, errlen, "embed_reply: dim %u (1..%d)", e->dim, SW_MAX_EMBED_DIM);
     if (e->n_input_tokens == 0 || e->n_input_tokens > SW_MAX_EMBED_INPUTS ||
-        e->n_values != e->n_input_tokens * (size_t)e->dim)
+        e->n_values != e->n_input_tokens * (size_t)e->dim || e->n_values > SW_MAX_EMBED_VALUES)
         return fail(err, errlen, "embed_reply: %zu values for %zu inputs of %u", e->n_values, e->n_input_tokens,
                     e->dim);
     for (size_t i = 0; i < e->n_values; i++)

@@ -196,3 +196,24 @@ def test_kinds_of_model_are_kept_apart(gw):
     assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens >= 1
     r = gw.client.completions.create(model="gen", prompt="the cat", max_tokens=3, temperature=0)
     assert r.usage.completion_tokens >= 1
+
+
+def test_a_wide_model_takes_fewer_inputs(cluster, tmp_path):
+    """A request's answer is bounded in floats (SW_MAX_EMBED_VALUES, so the
+    worker's reply fits a wire frame): a model of 2048 dimensions takes
+    half of SW_MAX_EMBED_INPUTS a request, and says so."""
+    hp, w = am.make_weights("llama", E=2048, V=300, n_layer=1, seed=4)
+    path = tmp_path / "wide.gguf"
+    am.write_model(path, "llama", hp, w, extra_kv={"llama.pooling_type": MEAN})
+    cluster.start_gateway(cpu_pool_policy("wide"))
+    cluster.start_worker("cpu-pool", "wide", path, ["--threads", "1", "--parallel", "2"], name="wide")
+    cluster.wait_model("wide", timeout=60)
+    most = L["SW_MAX_EMBED_VALUES"] // 2048
+    assert most < L["SW_MAX_EMBED_INPUTS"]
+    e = refused(cluster, "input", model="wide", input=[[7]] * (most + 1))
+    assert str(most) in e["message"], e
+    c = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    r = c.embeddings.create(model="wide", input=[[7]] * most)   # base64 on the wire: the client's default
+    assert len(r.data) == most and len(r.data[-1].embedding) == 2048
+    cluster.hp, cluster.w = hp, w
+    close(r.data[-1].embedding, reference(cluster, [7], MEAN))

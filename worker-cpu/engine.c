@@ -600,6 +600,9 @@ static int engine_embed(void *eng, const Spillway__EmbedRequest *req, sw_embeddi
         return sw_errf(err, errlen, "model '%s' is not an embedding model (no pooling type in its file)", req->model),
                400;
     size_t n = req->n_inputs, dim = e->m->hp.n_embd;
+    if (n * dim > SW_MAX_EMBED_VALUES)   /* the reply would not fit a frame; the gateway knows it too */
+        return sw_errf(err, errlen, "%zu inputs of %zu dimensions: at most %zu a request", n, dim,
+                       SW_MAX_EMBED_VALUES / dim), 400;
     sw_embed_input *in = calloc(n, sizeof *in);
     int32_t **toks = calloc(n, sizeof *toks);
     int *seqs = malloc((size_t)e->n_slots * sizeof *seqs);
