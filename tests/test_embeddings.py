@@ -21,10 +21,12 @@ import subprocess
 import numpy as np
 import openai
 import pytest
+import zmq
 
 import archmodels as am
-from conftest import bin_path, cpu_pool_policy, http_post
+from conftest import bin_path, cpu_pool_policy, free_port, http_post
 from test_limits import L
+from test_worker_protocol import envelope, f_bytes, one, packed_u32, parse, varint
 
 MEAN, CLS, LAST = 1, 2, 3
 MODELS = {"emb-mean": MEAN, "emb-cls": CLS, "emb-last": LAST, "gen": None}
@@ -40,7 +42,8 @@ def weights():
 @pytest.fixture
 def gw(cluster, weights, tmp_path):
     hp, w = weights
-    cluster.start_gateway(cpu_pool_policy(*MODELS))
+    cluster.sdk_ep = f"tcp://127.0.0.1:{free_port()}"
+    cluster.start_gateway(cpu_pool_policy(*MODELS), extra_args=["--sdk", cluster.sdk_ep])
     for name, pooling in MODELS.items():
         path = tmp_path / f"{name}.gguf"
         am.write_model(path, "llama", hp, w, extra_kv={"llama.pooling_type": pooling} if pooling else None)
@@ -217,3 +220,39 @@ def test_a_wide_model_takes_fewer_inputs(cluster, tmp_path):
     assert len(r.data) == most and len(r.data[-1].embedding) == 2048
     cluster.hp, cluster.w = hp, w
     close(r.data[-1].embedding, reference(cluster, [7], MEAN))
+
+
+EMBED, EMBED_REPLY, ERROR = 50, 51, 7   # Envelope's fields (proto/spillway.proto)
+
+
+def sdk_embed(gw, model, inputs):
+    """An EmbedRequest over the SDK socket, as an SDK client sends it: the
+    answer's Envelope fields."""
+    ins = b"".join(f_bytes(3, f_bytes(1, x) if isinstance(x, str) else
+                           f_bytes(2, b"".join(varint(t) for t in x))) for x in inputs)
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVTIMEO, 30000)
+    try:
+        s.connect(gw.sdk_ep)
+        s.send(envelope(EMBED, f_bytes(1, "sdk-1") + f_bytes(2, model) + ins))
+        return parse(s.recv())
+    finally:
+        s.close()
+        ctx.term()
+
+
+def test_sdk_clients_get_the_vectors(gw):
+    env = sdk_embed(gw, "emb-mean", [TEXT, [5, 6, 7]])
+    assert EMBED_REPLY in env, env
+    b = parse(env[EMBED_REPLY][0])
+    assert one(b, 1).decode() == "sdk-1" and one(b, 2) == gw.hp["E"]
+    assert one(b, 5).decode() == "cpu-pool" and one(b, 6)
+    values = np.frombuffer(b"".join(b[3]), dtype="<f4").reshape(2, -1)
+    close(values[0], reference(gw, gw.ids[TEXT], MEAN))
+    close(values[1], reference(gw, [5, 6, 7], MEAN))
+    assert packed_u32(b, 4) == [len(gw.ids[TEXT]), 3]
+    env = sdk_embed(gw, "gen", ["hello"])   # refused as over HTTP
+    e = parse(env[ERROR][0])
+    assert one(e, 1).decode() == "sdk-1" and one(e, 2) == 400 and b"not an embedding model" in one(e, 3)
