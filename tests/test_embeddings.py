@@ -11,9 +11,12 @@ the same way, in float64.
 What is checked: `input` as a string, a list of strings, a list of token
 ids and a list of token-id lists; base64 output (little-endian float32) is
 the float output; usage counts the tokens (a text's BOS included); bad
-input is a 400 in OpenAI's error shape naming `param`; embeddings from a
-generation model and chat on an embedding model are refused; chat on the
-generation model of the same cluster still works."""
+input is a 400 in OpenAI's error shape naming `param`, limits from
+llm/limits.h read from the header; embeddings from a generation model and
+chat on an embedding model are refused; chat on the generation model of
+the same cluster still works; a model wider than 1024 takes fewer inputs
+(SW_MAX_EMBED_VALUES); an SDK client gets the worker's EmbedReply; the
+GPU worker refuses an embedding model."""
 import base64
 import json
 import subprocess
@@ -256,3 +259,14 @@ def test_sdk_clients_get_the_vectors(gw):
     env = sdk_embed(gw, "gen", ["hello"])   # refused as over HTTP
     e = parse(env[ERROR][0])
     assert one(e, 1).decode() == "sdk-1" and one(e, 2) == 400 and b"not an embedding model" in one(e, 3)
+
+
+def test_the_gpu_worker_refuses_an_embedding_model(weights, tmp_path):
+    """It computes no embeddings, and would serve the file for generation."""
+    hp, w = weights
+    path = tmp_path / "emb.gguf"
+    am.write_model(path, "llama", hp, w, extra_kv={"llama.pooling_type": LAST})
+    r = subprocess.run([bin_path("spillway-worker-gpu"), "--backend", "emulate", "--gateway",
+                        f"tcp://127.0.0.1:{free_port()}", "--pool", "gpu-pool", "--model", f"e={path}"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "is an embedding model (pooling last)" in r.stderr, r.stderr
