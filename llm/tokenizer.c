@@ -93,7 +93,7 @@ struct sw_tokenizer {
     char *merge_arena;
     int32_t byte_tok[256];   /* SPM: <0xNN>; BPE: the token of that byte's mapped char */
     int32_t bos, eos, unk;
-    bool add_bos, add_space_prefix, has_byte_tokens;
+    bool add_bos, add_eos, add_space_prefix, has_byte_tokens;
     sw_pretok *pretok;       /* BPE: the pre-tokenizer */
     uint32_t max_len;        /* longest token text */
     int32_t *special;        /* control / user-defined ids, longest text first */
@@ -443,6 +443,7 @@ static bool load_specials(sw_tokenizer *t, const gguf_file *f, bool has_types, c
      * <s>), as llama.cpp also defaults. */
     if (!gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos))
         t->add_bos = kind == SW_TOK_SPM || sw_pretok_default_bos(t->pretok);
+    if (!gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &t->add_eos)) t->add_eos = false;
     if (!has_types) {   /* ... and BOS/EOS/UNK by their ids */
         if (t->bos >= 0) t->type[t->bos] = TT_CONTROL;
         if (t->eos >= 0) t->type[t->eos] = TT_CONTROL;
@@ -493,6 +494,7 @@ int32_t sw_tok_n_vocab(const sw_tokenizer *t) { return t->n_vocab; }
 int32_t sw_tok_bos(const sw_tokenizer *t) { return t->bos; }
 int32_t sw_tok_eos(const sw_tokenizer *t) { return t->eos; }
 bool sw_tok_add_bos(const sw_tokenizer *t) { return t->add_bos && t->bos >= 0; }
+bool sw_tok_add_eos(const sw_tokenizer *t) { return t->add_eos && t->eos >= 0; }
 
 bool sw_tok_is_eog(const sw_tokenizer *t, int32_t id)
 {

@@ -239,8 +239,8 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
         wr.add_residual_scale(hp["residual_scale"])
         wr.add_attention_scale(hp["attn_scale"])
         wr.add_logit_scale(hp["logit_scale"])
-    for key, value in (extra_kv or {}).items():   # unsigned integers
-        wr.add_uint32(key, value)
+    for key, value in (extra_kv or {}).items():   # unsigned integers, or booleans
+        wr.add_bool(key, value) if isinstance(value, bool) else wr.add_uint32(key, value)
     if vocab:
         wr.add_tokenizer_model("gpt2")
         wr.add_tokenizer_pre("gpt-4o")

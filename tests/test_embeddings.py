@@ -270,3 +270,24 @@ def test_the_gpu_worker_refuses_an_embedding_model(weights, tmp_path):
                         f"tcp://127.0.0.1:{free_port()}", "--pool", "gpu-pool", "--model", f"e={path}"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "is an embedding model (pooling last)" in r.stderr, r.stderr
+
+
+def test_a_file_that_adds_eos_gets_it_after_a_text(cluster, weights, tmp_path):
+    """tokenizer.ggml.add_eos_token (Qwen3-Embedding's files set it): a
+    text's tokens end in EOS (2 here), whose row last pooling reads; token
+    ids are taken as they are."""
+    hp, w = weights
+    path = tmp_path / "eos.gguf"
+    am.write_model(path, "llama", hp, w, extra_kv={"llama.pooling_type": LAST, "tokenizer.ggml.add_eos_token": True})
+    cluster.start_gateway(cpu_pool_policy("eos"))
+    cluster.start_worker("cpu-pool", "eos", path, ["--threads", "1"], name="eos")
+    cluster.wait_model("eos", timeout=60)
+    cluster.hp, cluster.w = hp, w
+    ids = text_ids(path, TEXT) + [2]
+    c = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    r = c.embeddings.create(model="eos", input=TEXT)
+    assert r.usage.prompt_tokens == len(ids)
+    close(r.data[0].embedding, reference(cluster, ids, LAST))
+    r = c.embeddings.create(model="eos", input=[5, 6])
+    assert r.usage.prompt_tokens == 2
+    close(r.data[0].embedding, reference(cluster, [5, 6], LAST))

@@ -161,10 +161,15 @@ int sw_embed_tokenize(const sw_model *m, const char *text, int32_t **out, char *
         if (p) ids = p;
         n = p ? sw_tok_encode(m->tok, text, len, bos, false, ids, cap) : -1;
     }
-    if (n < 0) {
+    /* A file that asks for EOS after its inputs (Qwen3-Embedding: its last
+     * pooling reads the EOS row) gets it, as llama.cpp's embedding does. */
+    int32_t *p = n >= 0 && sw_tok_add_eos(m->tok) ? realloc(ids, ((size_t)n + 1) * sizeof *ids) : ids;
+    if (n < 0 || !p) {
         free(ids);
         return sw_errf(err, errlen, "cannot tokenize the input (out of memory)"), -1;
     }
+    ids = p;
+    if (sw_tok_add_eos(m->tok)) ids[n++] = sw_tok_eos(m->tok);
     *out = ids;
     return n;
 }

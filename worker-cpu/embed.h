@@ -42,7 +42,8 @@ int sw_embed_batch(sw_ctx *c, const int *seqs, int n_seq, const sw_embed_input *
                    char *err, size_t errlen);
 
 /* Tokenizes text as the model's prompts are (its BOS when it adds one,
- * special tokens not parsed: user text). Returns the count, with *out
+ * special tokens not parsed: user text), with its EOS after when the file
+ * says to add one. Returns the count, with *out
  * malloc'd; -1 with err filled. */
 int sw_embed_tokenize(const sw_model *m, const char *text, int32_t **out, char *err, size_t errlen);
 
