@@ -159,7 +159,9 @@ static void acct_start(sw_req *r)
     if (!a) return;
     char err[64];
     sw_env *env = sw_wire_decode(r->gen, r->gen_len, err, sizeof err);
-    uint32_t mt = env && env->generate ? env->generate->max_tokens : 0;
+    /* An embeddings request's gen is an Envelope{embed}: the union's other
+     * member. It relays one EmbedReply, no tokens. */
+    uint32_t mt = env && env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE ? env->generate->max_tokens : 0;
     sw_wire_free(env);
     a->r = r;
     a->max_tokens = mt ? mt : SW_MAX_TOKENS_PER_REQUEST;
