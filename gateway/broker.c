@@ -1001,6 +1001,31 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
     on_submit(r);
 }
 
+/* The status document, the admin API's: for the admin token only, refused
+ * as HTTP refuses it (403 with no token configured, 401 for a wrong one). */
+static void on_sdk_status(const uint8_t *ident, size_t idlen, const Spillway__StatusRequest *q)
+{
+    if (!B.g->admin_token) {
+        sdk_send_error(ident, idlen, q->request_id, 403, "the admin API is disabled: start the gateway with "
+                       "--admin-token-file FILE (see docs/security.md, \"Admin token\")");
+        return;
+    }
+    if (!sw_gw_admin_token_ok(B.g, q->admin_token)) {
+        sdk_send_error(ident, idlen, q->request_id, 401, q->admin_token[0] ? "wrong admin token"
+                       : "the status needs the admin token (the CLI's --admin-token-file)");
+        return;
+    }
+    char *json = sw_gw_status_json(B.g);
+    Spillway__StatusReply sr = SPILLWAY__STATUS_REPLY__INIT;
+    sr.request_id = q->request_id;
+    sr.json = json ? json : (char *)"{}";
+    sw_env out = SPILLWAY__ENVELOPE__INIT;
+    out.body_case = SPILLWAY__ENVELOPE__BODY_STATUS_REPLY;
+    out.status_reply = &sr;
+    sw_wire_send(B.sdk, ident, idlen, &out, ZMQ_DONTWAIT);
+    free(json);
+}
+
 static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, size_t len)
 {
     sw_env *env = decode_or_drop(buf, len, "an SDK client");
@@ -1030,18 +1055,7 @@ static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, 
                 break;
             }
         break;
-    case SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST: {
-        char *json = sw_gw_status_json(B.g);
-        Spillway__StatusReply sr = SPILLWAY__STATUS_REPLY__INIT;
-        sr.request_id = env->status_request->request_id;
-        sr.json = json ? json : (char *)"{}";
-        sw_env out = SPILLWAY__ENVELOPE__INIT;
-        out.body_case = SPILLWAY__ENVELOPE__BODY_STATUS_REPLY;
-        out.status_reply = &sr;
-        sw_wire_send(B.sdk, ident, idlen, &out, ZMQ_DONTWAIT);
-        free(json);
-        break;
-    }
+    case SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST: on_sdk_status(ident, idlen, env->status_request); break;
     default:
         LOG_LIMITED(LOG_UNEXPECTED, "gateway: unexpected %s message from an SDK client\n", sw_wire_kind(env));
     }

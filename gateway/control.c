@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
+#include <sodium.h>
 #include "gateway/gateway.h"
 #include "gateway/metrics.h"
 #include "gateway/router.h"
@@ -41,6 +42,15 @@ void sw_gw_init(sw_gateway *g, sw_policy *p)
     sw_metrics_init();
     g->policy = p;
     sw_metrics_set_pools(p);
+}
+
+bool sw_gw_admin_token_ok(const sw_gateway *g, const char *token)
+{
+    if (!g->admin_token || !token) return false;
+    unsigned char want[crypto_generichash_BYTES], got[crypto_generichash_BYTES];
+    crypto_generichash(want, sizeof want, (const unsigned char *)g->admin_token, strlen(g->admin_token), NULL, 0);
+    crypto_generichash(got, sizeof got, (const unsigned char *)token, strlen(token), NULL, 0);
+    return sodium_memcmp(want, got, sizeof want) == 0;
 }
 
 char *sw_gw_status_json(sw_gateway *g)

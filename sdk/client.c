@@ -427,12 +427,13 @@ int spillway_complete_stream(spillway_client *c, const spillway_request *req,
     return run_request(c, req, fn, user, out, err, errlen);
 }
 
-char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errlen)
+char *spillway_status(spillway_client *c, const char *admin_token, int timeout_ms, char *err, size_t errlen)
 {
     char id[64];
     snprintf(id, sizeof id, "sdk-%u-%llu", c->pid, (unsigned long long)++c->next_id);
     Spillway__StatusRequest sr = SPILLWAY__STATUS_REQUEST__INIT;
     sr.request_id = id;
+    sr.admin_token = (char *)(admin_token ? admin_token : "");
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST;
     env.status_request = &sr;
@@ -445,9 +446,12 @@ char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errl
         sw_env *e = recv_env(c, deadline, err, errlen);
         if (!e) return NULL;
         char *json = NULL;
+        bool refused = e->body_case == SPILLWAY__ENVELOPE__BODY_ERROR && strcmp(e->error->request_id, id) == 0;
+        if (refused && err && errlen)
+            snprintf(err, errlen, "spillway: status refused (%u): %s", e->error->code, e->error->message);
         if (e->body_case == SPILLWAY__ENVELOPE__BODY_STATUS_REPLY && strcmp(e->status_reply->request_id, id) == 0)
             json = strdup(e->status_reply->json);
         sw_wire_free(e);
-        if (json) return json;
+        if (json || refused) return json;
     }
 }

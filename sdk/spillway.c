@@ -3,7 +3,7 @@
  *   spillway complete -m MODEL [-n N] [--temp T] [--seed S] [--stop S] PROMPT
  *   spillway chat     -m MODEL [--system TEXT] [--reasoning-effort E] [--tools FILE [--tool-choice C]]
  *                     [--json | --json-schema FILE] [-n N] [--temp T] MESSAGE
- *   spillway status
+ *   spillway status [--admin-token-file FILE]   the admin API's status document (needs the admin token)
  *   spillway keygen [--out PREFIX]   a CURVE keypair: PREFIX.key (mode 0600) and PREFIX.pub
  *   spillway ops status|drain|undrain|cordon|uncordon|force-overflow|reload ...
  *                                    the operators' commands, over the admin API (sdk/ops.c)
@@ -19,6 +19,7 @@
 #include "sdk/ops.h"
 
 #include <getopt.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 typedef struct {
     const char *cmd, *endpoint, *system_msg, *tools_path, *schema_path;
     const char *key_file, *gateway_key;   /* CURVE: this client's keypair, the gateway's public key */
+    const char *admin_token_file;         /* status: the admin token's file */
     const char *stops[16];
     uint32_t bias_ids[64];
     float bias[64];
@@ -40,7 +42,8 @@ static void usage(FILE *f)
         "usage: spillway complete -m MODEL [options] PROMPT\n"
         "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high]\n"
         "                     [--tools FILE [--tool-choice auto|required|NAME]] [options] MESSAGE\n"
-        "       spillway status\n"
+        "       spillway status [--admin-token-file FILE]   (the gateway's status; the admin token's file\n"
+        "                     defaults to $SPILLWAY_ADMIN_TOKEN_FILE or build/run/admin.token)\n"
         "       spillway ops status|drain|undrain|cordon|uncordon|force-overflow|reload ...\n"
         "                     (spillway ops --help)\n"
         "       spillway keygen [--out PREFIX]   (writes PREFIX.key, mode 0600, and PREFIX.pub;\n"
@@ -177,6 +180,7 @@ static int parse_option(int c, const char *arg, cli_args *a)
     case 'q': a->quiet = 1; break;
     case 'K': a->key_file = arg; break;
     case 'G': a->gateway_key = arg; break;
+    case 'A': a->admin_token_file = arg; break;
     default: usage(stderr); return -1;
     }
     return 0;
@@ -195,7 +199,7 @@ static int parse_args(int argc, char **argv, cli_args *a)
         {"tool-choice", required_argument, 0, 'c'}, {"json-schema", required_argument, 0, 'j'},
         {"json", no_argument, 0, 'J'}, {"logprobs", required_argument, 0, 'l'},
         {"logit-bias", required_argument, 0, 'b'}, {"key", required_argument, 0, 'K'},
-        {"gateway-key", required_argument, 0, 'G'},
+        {"gateway-key", required_argument, 0, 'G'}, {"admin-token-file", required_argument, 0, 'A'},
         {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     a->cmd = argv[1];
@@ -212,7 +216,11 @@ static int parse_args(int argc, char **argv, cli_args *a)
 static int run_status(spillway_client *cl, const cli_args *a)
 {
     char err[512];
-    char *json = spillway_status(cl, a->req.timeout_ms, err, sizeof err);
+    char *token = sw_cli_read_admin_token(a->admin_token_file ? a->admin_token_file : sw_cli_admin_token_file());
+    if (!token) return 1;
+    char *json = spillway_status(cl, token, a->req.timeout_ms, err, sizeof err);
+    sodium_memzero(token, strlen(token));
+    free(token);
     if (!json) { fprintf(stderr, "%s\n", err); return 1; }
     printf("%s\n", json);
     free(json);

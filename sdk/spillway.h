@@ -146,8 +146,11 @@ int spillway_complete_stream(spillway_client *c, const spillway_request *req,
                              spillway_result *out, char *err, size_t errlen);
 void spillway_result_free(spillway_result *r);
 
-/* The gateway's status document (pools, workers, load) as JSON; caller frees. */
-char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errlen);
+/* The gateway's status document (pools, workers, load) as JSON; caller
+ * frees. It is the admin API's: admin_token is the gateway's
+ * (--admin-token-file); NULL, or the gateway refusing it, is NULL with the
+ * reason in err. */
+char *spillway_status(spillway_client *c, const char *admin_token, int timeout_ms, char *err, size_t errlen);
 
 const char *spillway_finish_name(spillway_finish f);
 
