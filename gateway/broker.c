@@ -275,6 +275,7 @@ static void sdk_chunk(sw_req *r, const Spillway__TokenChunk *c, int finish, cons
         out.usage = &u;
     }
     out.finish_reason = finish;
+    out.index = r->choice;
     out.pool = r->pool;
     out.worker_id = r->worker;
     sw_env env = SPILLWAY__ENVELOPE__INIT;
@@ -990,7 +991,10 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
              (unsigned long long)++counter);
     r->chat = g->n_messages > 0;
     r->created_s = time(NULL);
+    unsigned n = g->n;
+    g->n = 0;   /* what goes to a worker is one sample */
     int rc = sw_front_prepare(r, p, g);
+    if (rc == 0 && n > 1) rc = sw_choices_make(r, p, g, NULL, 1, n);
     r->policy = p;
     r->t_submit_ns = sw_now_ns();
     if (rc != 0) {
@@ -1048,7 +1052,7 @@ static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, 
     case SPILLWAY__ENVELOPE__BODY_GENERATE: on_sdk_generate(ident, idlen, env->generate); break;
     case SPILLWAY__ENVELOPE__BODY_CANCEL:
         for (sw_req *r = B.active; r; r = r->next)
-            if (r->sdk && r->sdk_ident_len == idlen && !memcmp(r->sdk_ident, ident, idlen) &&
+            if (r->sdk && !r->parent && r->sdk_ident_len == idlen && !memcmp(r->sdk_ident, ident, idlen) &&
                 !strcmp(r->client_id, env->cancel->request_id)) {
                 r->sdk_gone = true;   /* it asked to stop: send it nothing more */
                 on_cancel(r);

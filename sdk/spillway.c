@@ -1,6 +1,6 @@
 /* spillway: command-line client for a Spillway gateway, over the native SDK.
  *
- *   spillway complete -m MODEL [-n N] [--temp T] [--seed S] [--stop S] PROMPT
+ *   spillway complete -m MODEL [-n N] [--temp T] [--seed S] [--stop S] [--choices N] PROMPT
  *   spillway chat     -m MODEL [--system TEXT] [--reasoning-effort E] [--tools FILE [--tool-choice C]]
  *                     [--json | --json-schema FILE] [-n N] [--temp T] MESSAGE
  *   spillway status [--admin-token-file FILE]   the admin API's status document (needs the admin token)
@@ -49,6 +49,7 @@ static void usage(FILE *f)
         "       spillway keygen [--out PREFIX]   (writes PREFIX.key, mode 0600, and PREFIX.pub;\n"
         "                                         default prefix 'spillway')\n"
         "options: -e ENDPOINT  -n MAX_TOKENS  --temp T  --top-p P  --top-k K  --seed S\n"
+        "         --choices N (OpenAI's n: N samples, seed + i each, printed whole as [choice I])\n"
         "         --stop TEXT (repeatable)  --timeout MS  -q (no summary)\n"
         "         --json (the answer is a JSON object)  --json-schema FILE (... fitting that schema)\n"
         "         --logprobs N (each token's, and N alternatives, on stderr)  --logit-bias ID=BIAS (repeatable)\n"
@@ -136,7 +137,7 @@ static int parse_bias(const char *s, cli_args *a)
     return 0;
 }
 
-/* The numeric flags: -n, --temp, --top-p, --top-k, --seed, --timeout, --logprobs. */
+/* The numeric flags: -n, --temp, --top-p, --top-k, --seed, --timeout, --logprobs, --choices. */
 static int parse_number_option(int c, const char *s, spillway_request *req)
 {
     double v;
@@ -147,6 +148,7 @@ static int parse_number_option(int c, const char *s, spillway_request *req)
     case 'k': if (parse_num("--top-k", s, 0, 1 << 20, &v)) return -1; req->top_k = (uint32_t)v; break;
     case 's': if (parse_num("--seed", s, 0, 1.8e19, &v)) return -1; req->seed = (uint64_t)v; req->has_seed = true; break;
     case 'T': if (parse_num("--timeout", s, 1, 86400000, &v)) return -1; req->timeout_ms = (int)v; break;
+    case 'C': if (parse_num("--choices", s, 1, 64, &v)) return -1; req->n = (uint32_t)v; break;
     case 'l':
         if (parse_num("--logprobs", s, 0, 20, &v)) return -1;
         req->logprobs = true;
@@ -161,7 +163,7 @@ static int parse_option(int c, const char *arg, cli_args *a)
 {
     spillway_request *req = &a->req;
     switch (c) {
-    case 'n': case 't': case 'p': case 'k': case 's': case 'T': case 'l':
+    case 'n': case 't': case 'p': case 'k': case 's': case 'T': case 'l': case 'C':
         return parse_number_option(c, arg, req);
     case 'e': a->endpoint = arg; break;
     case 'm': req->model = arg; break;
@@ -200,6 +202,7 @@ static int parse_args(int argc, char **argv, cli_args *a)
         {"json", no_argument, 0, 'J'}, {"logprobs", required_argument, 0, 'l'},
         {"logit-bias", required_argument, 0, 'b'}, {"key", required_argument, 0, 'K'},
         {"gateway-key", required_argument, 0, 'G'}, {"admin-token-file", required_argument, 0, 'A'},
+        {"choices", required_argument, 0, 'C'},
         {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     a->cmd = argv[1];
@@ -247,6 +250,24 @@ static void print_result(const spillway_result *res, int quiet)
                 res->reasoning_tokens, res->pool, res->worker);
 }
 
+/* --choices N (OpenAI's n): the samples, whole, each under "[choice I]"
+ * with its summary, once all have finished. */
+static int run_choices(spillway_client *cl, spillway_request *req, int quiet)
+{
+    spillway_result res[64];
+    char err[512];
+    req->on_reasoning = NULL;
+    int rc = spillway_complete_n(cl, req, NULL, NULL, res, err, sizeof err) ? 1 : 0;
+    if (rc) fprintf(stderr, "%s\n", err);
+    for (uint32_t i = 0; i < req->n; i++) {
+        printf("[choice %u] %s\n", i, res[i].text ? res[i].text : "");
+        fflush(stdout);
+        print_result(&res[i], quiet);
+        spillway_result_free(&res[i]);
+    }
+    return rc;
+}
+
 /* complete or chat: `text` is the prompt, or the user's message. */
 static int run_generate(spillway_client *cl, cli_args *a, const char *text)
 {
@@ -267,6 +288,7 @@ static int run_generate(spillway_client *cl, cli_args *a, const char *text)
         req->on_reasoning = print_reasoning;
         req->on_reasoning_user = &reasoning_open;
     }
+    if (req->n > 1) return run_choices(cl, req, a->quiet);
     char err[512];
     int rc = spillway_complete_stream(cl, req, print_delta, NULL, &res, err, sizeof err) ? 1 : 0;
     if (reasoning_open) fputs("\n[/reasoning]\n", stderr);
