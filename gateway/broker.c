@@ -1241,7 +1241,8 @@ static void maybe_reload(int64_t now)
         struct stat st;
         if (stat(B.g->config_path, &st) == 0) {
             int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-            if (m != B.g->policy_mtime_ns) want = true;
+            /* atomic: /admin/reload sets it from an HTTP thread */
+            if (m != __atomic_load_n(&B.g->policy_mtime_ns, __ATOMIC_ACQUIRE)) want = true;
         }
     }
     if (!want) return;

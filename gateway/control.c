@@ -95,7 +95,7 @@ int sw_gw_reload(sw_gateway *g, char *err, size_t errlen)
     pthread_mutex_lock(&g->reload_mu);
     /* Record the mtime before reading: a write racing with the read then
      * shows up as a change at the next check, never as a lost update. */
-    g->policy_mtime_ns = file_mtime_ns(g->config_path);
+    __atomic_store_n(&g->policy_mtime_ns, file_mtime_ns(g->config_path), __ATOMIC_RELEASE);
     err[0] = 0;
     sw_policy *np = sw_policy_load(g->config_path, err, errlen);
     if (!np) {

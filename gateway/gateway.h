@@ -62,7 +62,7 @@ typedef struct sw_gateway {
     pthread_mutex_t policy_mu;
     sw_policy *policy;           /* current; swap under policy_mu */
     pthread_mutex_t reload_mu;   /* serializes reloads */
-    int64_t policy_mtime_ns;
+    int64_t policy_mtime_ns;        /* atomic: a reload (any thread) sets it, the broker compares */
     char last_reload_error[4096];
 
     sw_registry reg;
