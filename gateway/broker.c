@@ -277,6 +277,7 @@ static void sdk_chunk(sw_req *r, const Spillway__TokenChunk *c, int finish, cons
         out.usage = &u;
     }
     out.finish_reason = finish;
+    out.index = r->choice;
     out.pool = r->pool;
     out.worker_id = r->worker;
     sw_env env = SPILLWAY__ENVELOPE__INIT;
@@ -1039,7 +1040,10 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
              (unsigned long long)++counter);
     r->chat = g->n_messages > 0;
     r->created_s = time(NULL);
+    unsigned n = g->n;
+    g->n = 0;   /* what goes to a worker is one sample */
     int rc = sw_front_prepare(r, p, g);
+    if (rc == 0 && n > 1) rc = sw_choices_make(r, p, g, NULL, 1, n);
     r->policy = p;
     r->t_submit_ns = sw_now_ns();
     if (rc != 0) {
@@ -1085,6 +1089,31 @@ static void on_sdk_embed(const uint8_t *ident, size_t idlen, Spillway__EmbedRequ
     on_submit(r);
 }
 
+/* The status document, the admin API's: for the admin token only, refused
+ * as HTTP refuses it (403 with no token configured, 401 for a wrong one). */
+static void on_sdk_status(const uint8_t *ident, size_t idlen, const Spillway__StatusRequest *q)
+{
+    if (!B.g->admin_token) {
+        sdk_send_error(ident, idlen, q->request_id, 403, "the admin API is disabled: start the gateway with "
+                       "--admin-token-file FILE (see docs/security.md, \"Admin token\")");
+        return;
+    }
+    if (!sw_gw_admin_token_ok(B.g, q->admin_token)) {
+        sdk_send_error(ident, idlen, q->request_id, 401, q->admin_token[0] ? "wrong admin token"
+                       : "the status needs the admin token (the CLI's --admin-token-file)");
+        return;
+    }
+    char *json = sw_gw_status_json(B.g);
+    Spillway__StatusReply sr = SPILLWAY__STATUS_REPLY__INIT;
+    sr.request_id = q->request_id;
+    sr.json = json ? json : (char *)"{}";
+    sw_env out = SPILLWAY__ENVELOPE__INIT;
+    out.body_case = SPILLWAY__ENVELOPE__BODY_STATUS_REPLY;
+    out.status_reply = &sr;
+    sw_wire_send(B.sdk, ident, idlen, &out, ZMQ_DONTWAIT);
+    free(json);
+}
+
 static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, size_t len)
 {
     sw_env *env = decode_or_drop(buf, len, "an SDK client");
@@ -1109,25 +1138,14 @@ static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, 
     case SPILLWAY__ENVELOPE__BODY_EMBED: on_sdk_embed(ident, idlen, env->embed); break;
     case SPILLWAY__ENVELOPE__BODY_CANCEL:
         for (sw_req *r = B.active; r; r = r->next)
-            if (r->sdk && r->sdk_ident_len == idlen && !memcmp(r->sdk_ident, ident, idlen) &&
+            if (r->sdk && !r->parent && r->sdk_ident_len == idlen && !memcmp(r->sdk_ident, ident, idlen) &&
                 !strcmp(r->client_id, env->cancel->request_id)) {
                 r->sdk_gone = true;   /* it asked to stop: send it nothing more */
                 on_cancel(r);
                 break;
             }
         break;
-    case SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST: {
-        char *json = sw_gw_status_json(B.g);
-        Spillway__StatusReply sr = SPILLWAY__STATUS_REPLY__INIT;
-        sr.request_id = env->status_request->request_id;
-        sr.json = json ? json : (char *)"{}";
-        sw_env out = SPILLWAY__ENVELOPE__INIT;
-        out.body_case = SPILLWAY__ENVELOPE__BODY_STATUS_REPLY;
-        out.status_reply = &sr;
-        sw_wire_send(B.sdk, ident, idlen, &out, ZMQ_DONTWAIT);
-        free(json);
-        break;
-    }
+    case SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST: on_sdk_status(ident, idlen, env->status_request); break;
     default:
         LOG_LIMITED(LOG_UNEXPECTED, "gateway: unexpected %s message from an SDK client\n", sw_wire_kind(env));
     }
@@ -1309,7 +1327,8 @@ static void maybe_reload(int64_t now)
         struct stat st;
         if (stat(B.g->config_path, &st) == 0) {
             int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-            if (m != B.g->policy_mtime_ns) want = true;
+            /* atomic: /admin/reload sets it from an HTTP thread */
+            if (m != __atomic_load_n(&B.g->policy_mtime_ns, __ATOMIC_ACQUIRE)) want = true;
         }
     }
     if (!want) return;

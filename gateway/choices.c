@@ -21,6 +21,10 @@ static sw_req *new_choice(sw_req *parent, unsigned i)
     k->logprobs = parent->logprobs;
     k->created_s = parent->created_s;
     k->sink = &sw_choice_sink;
+    k->sdk = parent->sdk;   /* an SDK client's: its chunks go to that client, under its id, with their index */
+    memcpy(k->sdk_ident, parent->sdk_ident, parent->sdk_ident_len);
+    k->sdk_ident_len = parent->sdk_ident_len;
+    memcpy(k->client_id, parent->client_id, sizeof k->client_id);
     return k;
 }
 

@@ -16,8 +16,13 @@
  * One choice failing fails the request (streamed: an error event, then
  * [DONE]) and cancels the others at their workers.
  *
- * Layer: beside the broker, on its thread (the sink's calls, start), and on
- * the HTTP thread that parses (sw_choices_make); uses front.h and openai.h.
+ * An SDK client's request with n > 1 is made the same way; its choices'
+ * chunks go to the client as they come, each with its index, and each
+ * choice finishes on its own chunk (the client merges them).
+ *
+ * Layer: beside the broker, on its thread (the sink's calls, start; and
+ * sw_choices_make for SDK requests), and on the HTTP thread that parses
+ * (sw_choices_make); uses front.h and openai.h.
  */
 #ifndef SW_GW_CHOICES_H
 #define SW_GW_CHOICES_H
@@ -52,7 +57,8 @@ void sw_choices_start(sw_req *parent);
 
 /* The sink of every choice: merges into the parent, through the parent's
  * own sink, which must take a chunk into the sw_req it is given (the HTTP
- * sink does). */
+ * sink keeps it there; the SDK sink sends it under that choice's client id
+ * and index). */
 extern const sw_sink sw_choice_sink;
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
+#include <sodium.h>
 #include "gateway/gateway.h"
 #include "gateway/metrics.h"
 #include "gateway/router.h"
@@ -41,6 +42,15 @@ void sw_gw_init(sw_gateway *g, sw_policy *p)
     sw_metrics_init();
     g->policy = p;
     sw_metrics_set_pools(p);
+}
+
+bool sw_gw_admin_token_ok(const sw_gateway *g, const char *token)
+{
+    if (!g->admin_token || !token) return false;
+    unsigned char want[crypto_generichash_BYTES], got[crypto_generichash_BYTES];
+    crypto_generichash(want, sizeof want, (const unsigned char *)g->admin_token, strlen(g->admin_token), NULL, 0);
+    crypto_generichash(got, sizeof got, (const unsigned char *)token, strlen(token), NULL, 0);
+    return sodium_memcmp(want, got, sizeof want) == 0;
 }
 
 char *sw_gw_status_json(sw_gateway *g)
@@ -85,7 +95,7 @@ int sw_gw_reload(sw_gateway *g, char *err, size_t errlen)
     pthread_mutex_lock(&g->reload_mu);
     /* Record the mtime before reading: a write racing with the read then
      * shows up as a change at the next check, never as a lost update. */
-    g->policy_mtime_ns = file_mtime_ns(g->config_path);
+    __atomic_store_n(&g->policy_mtime_ns, file_mtime_ns(g->config_path), __ATOMIC_RELEASE);
     err[0] = 0;
     sw_policy *np = sw_policy_load(g->config_path, err, errlen);
     if (!np) {

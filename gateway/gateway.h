@@ -62,7 +62,7 @@ typedef struct sw_gateway {
     pthread_mutex_t policy_mu;
     sw_policy *policy;           /* current; swap under policy_mu */
     pthread_mutex_t reload_mu;   /* serializes reloads */
-    int64_t policy_mtime_ns;
+    int64_t policy_mtime_ns;        /* atomic: a reload (any thread) sets it, the broker compares */
     char last_reload_error[4096];
 
     sw_registry reg;
@@ -94,6 +94,10 @@ int sw_gw_reload(sw_gateway *g, char *err, size_t errlen);
  * registry's (registry.h's sw_status_build), the routes with their counters
  * and forced overflows, and the last reload error. Caller frees. */
 char *sw_gw_status_json(sw_gateway *g);
+/* Whether token is the admin token (false when none is configured). Both
+ * are hashed first and the digests compared with sodium_memcmp, so neither
+ * the token's length nor its bytes show in the timing. */
+bool sw_gw_admin_token_ok(const sw_gateway *g, const char *token);
 /* The /metrics text (metrics.c's, from snapshots of the registry and the
  * route counters); NULL out of memory. Caller frees. */
 char *sw_gw_metrics_text(sw_gateway *g);

@@ -182,6 +182,7 @@ static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t
     if (g->max_tokens > SW_MAX_TOKENS_PER_REQUEST)
         return fail(err, errlen, "generate: max_tokens %u exceeds %u", g->max_tokens,
                     SW_MAX_TOKENS_PER_REQUEST);
+    if (g->n > SW_MAX_CHOICES) return fail(err, errlen, "generate: n %u exceeds %d", g->n, SW_MAX_CHOICES);
     if (g->n_stop > SW_MAX_STOPS)
         return fail(err, errlen, "generate: %zu stop strings (max %d)", g->n_stop, SW_MAX_STOPS);
     for (size_t i = 0; i < g->n_stop; i++) {

@@ -186,6 +186,7 @@ static int send_request(spillway_client *c, const spillway_request *req, char *i
     g.request_id = id;
     g.model = (char *)req->model;
     g.max_tokens = req->max_tokens;
+    g.n = req->n > 1 ? req->n : 0;
     sp.temperature = req->temperature;
     sp.top_p = req->top_p;
     sp.top_k = req->top_k;
@@ -294,17 +295,20 @@ static sw_env *recv_env(spillway_client *c, int64_t deadline, char *err, size_t 
     }
 }
 
-/* One request in flight, and where its answer goes. */
+/* One request in flight, and where its answer goes: one result, or n
+ * (a request of n samples, whose chunks say which they are of). */
 typedef struct {
     spillway_client *c;
     const spillway_request *req;
-    spillway_stream_fn fn;
+    spillway_stream_fn fn;          /* one sample's deltas, or ... */
+    spillway_choice_fn choice_fn;   /* ... each sample's, with its index */
     void *user;
-    spillway_result *out;
+    spillway_result *out;           /* n results */
+    uint32_t n, n_over;             /* samples; those finished */
     char id[64];
     char *err;
     size_t errlen;
-    sw_sbuf text, reasoning;   /* out->text and out->reasoning, growing */
+    sw_sbuf *text, *reasoning;      /* out[i].text and out[i].reasoning, growing */
 } run_ctx;
 
 /* Appends to one of the result's strings through its buffer; the result
@@ -317,51 +321,39 @@ static int append_text(sw_sbuf *b, char **s, size_t *len, const char *t, size_t 
     return b->oom ? -1 : 0;
 }
 
-/* Copies a chunk's text, reasoning, calls and log probabilities into the
- * result. -1: out of memory. */
-static int keep_chunk(run_ctx *x, const Spillway__TokenChunk *ch)
+/* Copies a chunk's text, reasoning, calls and log probabilities into
+ * result i. -1: out of memory. */
+static int keep_chunk(run_ctx *x, uint32_t i, const Spillway__TokenChunk *ch)
 {
-    spillway_result *out = x->out;
+    spillway_result *out = &x->out[i];
     if (ch->pool && *ch->pool) snprintf(out->pool, sizeof out->pool, "%s", ch->pool);
     if (ch->worker_id && *ch->worker_id) snprintf(out->worker, sizeof out->worker, "%s", ch->worker_id);
     size_t n = strlen(ch->text), rn = strlen(ch->reasoning);
-    if (n && append_text(&x->text, &out->text, &out->len, ch->text, n) != 0) return -1;
-    if (rn && append_text(&x->reasoning, &out->reasoning, &out->reasoning_len, ch->reasoning, rn) != 0) return -1;
-    for (size_t i = 0; i < ch->n_tool_calls; i++)
-        if (add_tool_call(out, ch->tool_calls[i]) != 0) return -1;
-    for (size_t i = 0; i < ch->n_logprobs; i++)
-        if (add_logprob(out, ch->logprobs[i]) != 0) return -1;
+    if (n && append_text(&x->text[i], &out->text, &out->len, ch->text, n) != 0) return -1;
+    if (rn && append_text(&x->reasoning[i], &out->reasoning, &out->reasoning_len, ch->reasoning, rn) != 0)
+        return -1;
+    for (size_t k = 0; k < ch->n_tool_calls; k++)
+        if (add_tool_call(out, ch->tool_calls[k]) != 0) return -1;
+    for (size_t k = 0; k < ch->n_logprobs; k++)
+        if (add_logprob(out, ch->logprobs[k]) != 0) return -1;
     return 0;
 }
 
 /* Hands the chunk's reasoning, then its text, to the streaming callbacks;
  * true when one of them asks to stop. */
-static bool callbacks_stop(const run_ctx *x, const Spillway__TokenChunk *ch)
+static bool callbacks_stop(const run_ctx *x, uint32_t i, const Spillway__TokenChunk *ch)
 {
-    if (!x->fn) return false;
     const spillway_request *req = x->req;
     size_t n = strlen(ch->text), rn = strlen(ch->reasoning);
     if (rn && req->on_reasoning && req->on_reasoning(req->on_reasoning_user, ch->reasoning, rn) != 0) return true;
-    return n && x->fn(x->user, ch->text, n) != 0;
+    if (!n) return false;
+    if (x->choice_fn) return x->choice_fn(x->user, i, ch->text, n) != 0;
+    return x->fn && x->fn(x->user, ch->text, n) != 0;
 }
 
-/* A chunk of this request. Returns 1 when the request is over (*rc: 0, or
- * -1 with err set), 0 while it goes on. */
-static int on_chunk(run_ctx *x, const Spillway__TokenChunk *ch, int *rc)
+/* Result i finished as the chunk says. */
+static void finish_result(spillway_result *out, const Spillway__TokenChunk *ch)
 {
-    spillway_result *out = x->out;
-    if (keep_chunk(x, ch) != 0) {
-        set_err(x->err, x->errlen, "spillway: %s", "out of memory");
-        send_cancel(x->c, x->id);
-        *rc = -1;
-        return 1;
-    }
-    if (callbacks_stop(x, ch)) {
-        send_cancel(x->c, x->id);
-        out->finish = SPILLWAY_FINISH_CANCELLED;
-        return 1;
-    }
-    if (ch->finish_reason == SPILLWAY__FINISH_REASON__FINISH_NONE) return 0;
     out->finish = (spillway_finish)ch->finish_reason;
     if (ch->usage) {
         out->prompt_tokens = ch->usage->prompt_tokens;
@@ -369,43 +361,64 @@ static int on_chunk(run_ctx *x, const Spillway__TokenChunk *ch, int *rc)
         out->cached_tokens = ch->usage->cached_tokens;
         out->reasoning_tokens = ch->usage->reasoning_tokens;
     }
-    if (out->finish == SPILLWAY_FINISH_ERROR) {
+}
+
+/* A chunk of this request. Returns 1 when the request is over (*rc: 0, or
+ * -1 with err set), 0 while it goes on. */
+static int on_chunk(run_ctx *x, const Spillway__TokenChunk *ch, int *rc)
+{
+    uint32_t i = ch->index;
+    if (i >= x->n || x->out[i].finish != SPILLWAY_FINISH_NONE) return 0;   /* not a sample we are waiting for */
+    if (keep_chunk(x, i, ch) != 0) {
+        set_err(x->err, x->errlen, "spillway: %s", "out of memory");
+        send_cancel(x->c, x->id);
+        *rc = -1;
+        return 1;
+    }
+    if (callbacks_stop(x, i, ch)) {
+        send_cancel(x->c, x->id);
+        for (uint32_t k = 0; k < x->n; k++)
+            if (x->out[k].finish == SPILLWAY_FINISH_NONE) x->out[k].finish = SPILLWAY_FINISH_CANCELLED;
+        return 1;
+    }
+    if (ch->finish_reason == SPILLWAY__FINISH_REASON__FINISH_NONE) return 0;
+    finish_result(&x->out[i], ch);
+    if (x->out[i].finish == SPILLWAY_FINISH_ERROR) {   /* the gateway ends the others */
         set_err(x->err, x->errlen, "spillway: %s", "the worker failed mid-stream");
         *rc = -1;
+        return 1;
     }
-    return 1;
+    return ++x->n_over == x->n;
 }
 
 /* The gateway refused the request (or lost it): always the end. */
 static void on_error(run_ctx *x, const Spillway__Error *e)
 {
-    x->out->error_code = (int)e->code;
-    x->out->finish = SPILLWAY_FINISH_ERROR;
+    for (uint32_t i = 0; i < x->n; i++) {
+        if (x->out[i].finish != SPILLWAY_FINISH_NONE) continue;
+        x->out[i].error_code = (int)e->code;
+        x->out[i].finish = SPILLWAY_FINISH_ERROR;
+    }
     if (x->err && x->errlen) snprintf(x->err, x->errlen, "spillway: gateway error %u: %s", e->code, e->message);
 }
 
-static int run_request(spillway_client *c, const spillway_request *req, spillway_stream_fn fn,
-                       void *user, spillway_result *out, char *err, size_t errlen)
+/* Sends x's request and takes its answer until it is over. */
+static int await_request(run_ctx *x)
 {
-    memset(out, 0, sizeof *out);
-    if (!req || !req->model || !*req->model) {
-        set_err(err, errlen, "spillway: %s", "request needs a model");
+    spillway_client *c = x->c;
+    if (send_request(c, x->req, x->id, sizeof x->id) != 0) {
+        set_err(x->err, x->errlen, "spillway: send: %s", zmq_strerror(zmq_errno()));
         return -1;
     }
-    run_ctx x = { .c = c, .req = req, .fn = fn, .user = user, .out = out, .err = err, .errlen = errlen };
-    if (send_request(c, req, x.id, sizeof x.id) != 0) {
-        set_err(err, errlen, "spillway: send: %s", zmq_strerror(zmq_errno()));
-        return -1;
-    }
-    int64_t deadline = sw_clock_ms() + (req->timeout_ms > 0 ? req->timeout_ms : 600000);
+    int64_t deadline = sw_clock_ms() + (x->req->timeout_ms > 0 ? x->req->timeout_ms : 600000);
     for (;;) {
-        sw_env *e = recv_env(c, deadline, err, errlen);
-        if (!e) { send_cancel(c, x.id); return -1; }
+        sw_env *e = recv_env(c, deadline, x->err, x->errlen);
+        if (!e) { send_cancel(c, x->id); return -1; }
         int done = 0, rc = 0;
-        if (e->body_case == SPILLWAY__ENVELOPE__BODY_CHUNK && strcmp(e->chunk->request_id, x.id) == 0) {
-            done = on_chunk(&x, e->chunk, &rc);
-        } else if (e->body_case == SPILLWAY__ENVELOPE__BODY_ERROR && strcmp(e->error->request_id, x.id) == 0) {
-            on_error(&x, e->error);
+        if (e->body_case == SPILLWAY__ENVELOPE__BODY_CHUNK && strcmp(e->chunk->request_id, x->id) == 0) {
+            done = on_chunk(x, e->chunk, &rc);
+        } else if (e->body_case == SPILLWAY__ENVELOPE__BODY_ERROR && strcmp(e->error->request_id, x->id) == 0) {
+            on_error(x, e->error);
             rc = -1;
             done = 1;
         }
@@ -414,25 +427,64 @@ static int run_request(spillway_client *c, const spillway_request *req, spillway
     }
 }
 
+/* n results in out (n: the request's samples), answered through fn or
+ * choice_fn. */
+static int run_request(run_ctx *x, uint32_t n)
+{
+    memset(x->out, 0, n * sizeof *x->out);
+    const spillway_request *req = x->req;
+    if (!req || !req->model || !*req->model) {
+        set_err(x->err, x->errlen, "spillway: %s", "request needs a model");
+        return -1;
+    }
+    if ((req->n > 1) != (n > 1) || n > SW_MAX_CHOICES) {
+        set_err(x->err, x->errlen, "spillway: %s", n > SW_MAX_CHOICES ? "n is more than SW_MAX_CHOICES"
+                : "a request with n > 1 goes through spillway_complete_n");
+        return -1;
+    }
+    x->n = n;
+    x->text = calloc(n, sizeof *x->text);
+    x->reasoning = calloc(n, sizeof *x->reasoning);
+    int rc = x->text && x->reasoning ? await_request(x) : -1;
+    if (!x->text || !x->reasoning) set_err(x->err, x->errlen, "spillway: %s", "out of memory");
+    free(x->text);   /* the bytes are the results' */
+    free(x->reasoning);
+    return rc;
+}
+
 int spillway_complete(spillway_client *c, const spillway_request *req,
                       spillway_result *out, char *err, size_t errlen)
 {
-    return run_request(c, req, NULL, NULL, out, err, errlen);
+    run_ctx x = { .c = c, .req = req, .out = out, .err = err, .errlen = errlen };
+    return run_request(&x, 1);
 }
 
 int spillway_complete_stream(spillway_client *c, const spillway_request *req,
                              spillway_stream_fn fn, void *user,
                              spillway_result *out, char *err, size_t errlen)
 {
-    return run_request(c, req, fn, user, out, err, errlen);
+    run_ctx x = { .c = c, .req = req, .fn = fn, .user = user, .out = out, .err = err, .errlen = errlen };
+    return run_request(&x, 1);
 }
 
-char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errlen)
+int spillway_complete_n(spillway_client *c, const spillway_request *req, spillway_choice_fn fn, void *user,
+                        spillway_result *out, char *err, size_t errlen)
+{
+    run_ctx x = { .c = c, .req = req, .choice_fn = fn, .user = user, .out = out, .err = err, .errlen = errlen };
+    if (!req || req->n < 2) {
+        set_err(err, errlen, "spillway: %s", "spillway_complete_n needs a request with n > 1");
+        return -1;
+    }
+    return run_request(&x, req->n);
+}
+
+char *spillway_status(spillway_client *c, const char *admin_token, int timeout_ms, char *err, size_t errlen)
 {
     char id[64];
     snprintf(id, sizeof id, "sdk-%u-%llu", c->pid, (unsigned long long)++c->next_id);
     Spillway__StatusRequest sr = SPILLWAY__STATUS_REQUEST__INIT;
     sr.request_id = id;
+    sr.admin_token = (char *)(admin_token ? admin_token : "");
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST;
     env.status_request = &sr;
@@ -445,9 +497,12 @@ char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errl
         sw_env *e = recv_env(c, deadline, err, errlen);
         if (!e) return NULL;
         char *json = NULL;
+        bool refused = e->body_case == SPILLWAY__ENVELOPE__BODY_ERROR && strcmp(e->error->request_id, id) == 0;
+        if (refused && err && errlen)
+            snprintf(err, errlen, "spillway: status refused (%u): %s", e->error->code, e->error->message);
         if (e->body_case == SPILLWAY__ENVELOPE__BODY_STATUS_REPLY && strcmp(e->status_reply->request_id, id) == 0)
             json = strdup(e->status_reply->json);
         sw_wire_free(e);
-        if (json) return json;
+        if (json || refused) return json;
     }
 }

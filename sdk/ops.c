@@ -49,7 +49,7 @@ static int parse_ops_args(int argc, char **argv, ops_args *a)
 {
     memset(a, 0, sizeof *a);
     a->url = getenv("SPILLWAY_URL") ? getenv("SPILLWAY_URL") : "http://127.0.0.1:8080";
-    a->token_file = getenv("SPILLWAY_ADMIN_TOKEN_FILE") ? getenv("SPILLWAY_ADMIN_TOKEN_FILE") : "build/run/admin.token";
+    a->token_file = sw_cli_admin_token_file();
     a->as = getenv("USER") ? getenv("USER") : "";
     a->reason = "";
     for (int i = 2; i < argc; i++) {
@@ -67,12 +67,17 @@ static int parse_ops_args(int argc, char **argv, ops_args *a)
     return 0;
 }
 
-/* The token: the file's first line. NULL with the reason on stderr. */
-static char *read_token(const char *path)
+const char *sw_cli_admin_token_file(void)
+{
+    const char *env = getenv("SPILLWAY_ADMIN_TOKEN_FILE");
+    return env && *env ? env : "build/run/admin.token";
+}
+
+char *sw_cli_read_admin_token(const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "spillway ops: cannot read the admin token file %s (--admin-token-file FILE): %m\n", path);
+        fprintf(stderr, "spillway: cannot read the admin token file %s (--admin-token-file FILE): %m\n", path);
         return NULL;
     }
     char buf[512];
@@ -80,7 +85,7 @@ static char *read_token(const char *path)
     fclose(f);
     if (line) buf[strcspn(buf, "\r\n")] = 0;
     if (!line || !buf[0]) {
-        fprintf(stderr, "spillway ops: the admin token file %s is empty\n", path);
+        fprintf(stderr, "spillway: the admin token file %s is empty\n", path);
         return NULL;
     }
     return strdup(buf);
@@ -278,7 +283,7 @@ int sw_cli_ops(int argc, char **argv)
         free(body);
         return 2;
     }
-    char *token = read_token(a.token_file);
+    char *token = sw_cli_read_admin_token(a.token_file);
     int rc = 1;
     if (token && curl_global_init(CURL_GLOBAL_DEFAULT) == 0) {
         sw_sbuf resp = {0};

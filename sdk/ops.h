@@ -8,4 +8,10 @@
 /* Runs `spillway ops ARGS` (argv[1] is "ops"); returns the exit status. */
 int sw_cli_ops(int argc, char **argv);
 
+/* The admin token file the commands read unless told: $SPILLWAY_ADMIN_TOKEN_FILE,
+ * else build/run/admin.token (where `make run` writes it). */
+const char *sw_cli_admin_token_file(void);
+/* The token: the file's first line, malloc'd; NULL with the reason on stderr. */
+char *sw_cli_read_admin_token(const char *path);
+
 #endif

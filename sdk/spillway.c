@@ -1,9 +1,9 @@
 /* spillway: command-line client for a Spillway gateway, over the native SDK.
  *
- *   spillway complete -m MODEL [-n N] [--temp T] [--seed S] [--stop S] PROMPT
+ *   spillway complete -m MODEL [-n N] [--temp T] [--seed S] [--stop S] [--choices N] PROMPT
  *   spillway chat     -m MODEL [--system TEXT] [--reasoning-effort E] [--tools FILE [--tool-choice C]]
  *                     [--json | --json-schema FILE] [-n N] [--temp T] MESSAGE
- *   spillway status
+ *   spillway status [--admin-token-file FILE]   the admin API's status document (needs the admin token)
  *   spillway keygen [--out PREFIX]   a CURVE keypair: PREFIX.key (mode 0600) and PREFIX.pub
  *   spillway ops status|drain|undrain|cordon|uncordon|force-overflow|reload ...
  *                                    the operators' commands, over the admin API (sdk/ops.c)
@@ -19,6 +19,7 @@
 #include "sdk/ops.h"
 
 #include <getopt.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 typedef struct {
     const char *cmd, *endpoint, *system_msg, *tools_path, *schema_path;
     const char *key_file, *gateway_key;   /* CURVE: this client's keypair, the gateway's public key */
+    const char *admin_token_file;         /* status: the admin token's file */
     const char *stops[16];
     uint32_t bias_ids[64];
     float bias[64];
@@ -40,12 +42,14 @@ static void usage(FILE *f)
         "usage: spillway complete -m MODEL [options] PROMPT\n"
         "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high]\n"
         "                     [--tools FILE [--tool-choice auto|required|NAME]] [options] MESSAGE\n"
-        "       spillway status\n"
+        "       spillway status [--admin-token-file FILE]   (the gateway's status; the admin token's file\n"
+        "                     defaults to $SPILLWAY_ADMIN_TOKEN_FILE or build/run/admin.token)\n"
         "       spillway ops status|drain|undrain|cordon|uncordon|force-overflow|reload ...\n"
         "                     (spillway ops --help)\n"
         "       spillway keygen [--out PREFIX]   (writes PREFIX.key, mode 0600, and PREFIX.pub;\n"
         "                                         default prefix 'spillway')\n"
         "options: -e ENDPOINT  -n MAX_TOKENS  --temp T  --top-p P  --top-k K  --seed S\n"
+        "         --choices N (OpenAI's n: N samples, seed + i each, printed whole as [choice I])\n"
         "         --stop TEXT (repeatable)  --timeout MS  -q (no summary)\n"
         "         --json (the answer is a JSON object)  --json-schema FILE (... fitting that schema)\n"
         "         --logprobs N (each token's, and N alternatives, on stderr)  --logit-bias ID=BIAS (repeatable)\n"
@@ -133,7 +137,7 @@ static int parse_bias(const char *s, cli_args *a)
     return 0;
 }
 
-/* The numeric flags: -n, --temp, --top-p, --top-k, --seed, --timeout, --logprobs. */
+/* The numeric flags: -n, --temp, --top-p, --top-k, --seed, --timeout, --logprobs, --choices. */
 static int parse_number_option(int c, const char *s, spillway_request *req)
 {
     double v;
@@ -144,6 +148,7 @@ static int parse_number_option(int c, const char *s, spillway_request *req)
     case 'k': if (parse_num("--top-k", s, 0, 1 << 20, &v)) return -1; req->top_k = (uint32_t)v; break;
     case 's': if (parse_num("--seed", s, 0, 1.8e19, &v)) return -1; req->seed = (uint64_t)v; req->has_seed = true; break;
     case 'T': if (parse_num("--timeout", s, 1, 86400000, &v)) return -1; req->timeout_ms = (int)v; break;
+    case 'C': if (parse_num("--choices", s, 1, 64, &v)) return -1; req->n = (uint32_t)v; break;
     case 'l':
         if (parse_num("--logprobs", s, 0, 20, &v)) return -1;
         req->logprobs = true;
@@ -158,7 +163,7 @@ static int parse_option(int c, const char *arg, cli_args *a)
 {
     spillway_request *req = &a->req;
     switch (c) {
-    case 'n': case 't': case 'p': case 'k': case 's': case 'T': case 'l':
+    case 'n': case 't': case 'p': case 'k': case 's': case 'T': case 'l': case 'C':
         return parse_number_option(c, arg, req);
     case 'e': a->endpoint = arg; break;
     case 'm': req->model = arg; break;
@@ -177,6 +182,7 @@ static int parse_option(int c, const char *arg, cli_args *a)
     case 'q': a->quiet = 1; break;
     case 'K': a->key_file = arg; break;
     case 'G': a->gateway_key = arg; break;
+    case 'A': a->admin_token_file = arg; break;
     default: usage(stderr); return -1;
     }
     return 0;
@@ -195,7 +201,8 @@ static int parse_args(int argc, char **argv, cli_args *a)
         {"tool-choice", required_argument, 0, 'c'}, {"json-schema", required_argument, 0, 'j'},
         {"json", no_argument, 0, 'J'}, {"logprobs", required_argument, 0, 'l'},
         {"logit-bias", required_argument, 0, 'b'}, {"key", required_argument, 0, 'K'},
-        {"gateway-key", required_argument, 0, 'G'},
+        {"gateway-key", required_argument, 0, 'G'}, {"admin-token-file", required_argument, 0, 'A'},
+        {"choices", required_argument, 0, 'C'},
         {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     a->cmd = argv[1];
@@ -212,7 +219,11 @@ static int parse_args(int argc, char **argv, cli_args *a)
 static int run_status(spillway_client *cl, const cli_args *a)
 {
     char err[512];
-    char *json = spillway_status(cl, a->req.timeout_ms, err, sizeof err);
+    char *token = sw_cli_read_admin_token(a->admin_token_file ? a->admin_token_file : sw_cli_admin_token_file());
+    if (!token) return 1;
+    char *json = spillway_status(cl, token, a->req.timeout_ms, err, sizeof err);
+    sodium_memzero(token, strlen(token));
+    free(token);
     if (!json) { fprintf(stderr, "%s\n", err); return 1; }
     printf("%s\n", json);
     free(json);
@@ -239,6 +250,24 @@ static void print_result(const spillway_result *res, int quiet)
                 res->reasoning_tokens, res->pool, res->worker);
 }
 
+/* --choices N (OpenAI's n): the samples, whole, each under "[choice I]"
+ * with its summary, once all have finished. */
+static int run_choices(spillway_client *cl, spillway_request *req, int quiet)
+{
+    spillway_result res[64];
+    char err[512];
+    req->on_reasoning = NULL;
+    int rc = spillway_complete_n(cl, req, NULL, NULL, res, err, sizeof err) ? 1 : 0;
+    if (rc) fprintf(stderr, "%s\n", err);
+    for (uint32_t i = 0; i < req->n; i++) {
+        printf("[choice %u] %s\n", i, res[i].text ? res[i].text : "");
+        fflush(stdout);
+        print_result(&res[i], quiet);
+        spillway_result_free(&res[i]);
+    }
+    return rc;
+}
+
 /* complete or chat: `text` is the prompt, or the user's message. */
 static int run_generate(spillway_client *cl, cli_args *a, const char *text)
 {
@@ -259,6 +288,7 @@ static int run_generate(spillway_client *cl, cli_args *a, const char *text)
         req->on_reasoning = print_reasoning;
         req->on_reasoning_user = &reasoning_open;
     }
+    if (req->n > 1) return run_choices(cl, req, a->quiet);
     char err[512];
     int rc = spillway_complete_stream(cl, req, print_delta, NULL, &res, err, sizeof err) ? 1 : 0;
     if (reasoning_open) fputs("\n[/reasoning]\n", stderr);

@@ -71,6 +71,8 @@ typedef struct {
      * non-zero to cancel. */
     int (*on_reasoning)(void *user, const char *delta, size_t len);
     void *on_reasoning_user;
+    uint32_t n;                         /* samples of the prompt (0 or 1: one; up to 64 through
+                                         * spillway_complete_n), each with seed + i */
 } spillway_request;
 
 /* A token's log probability under the model's raw logits, with its bytes
@@ -144,10 +146,25 @@ int spillway_complete(spillway_client *c, const spillway_request *req,
 int spillway_complete_stream(spillway_client *c, const spillway_request *req,
                              spillway_stream_fn fn, void *user,
                              spillway_result *out, char *err, size_t errlen);
+/* Called for each text delta of sample `index` of a request of n; return
+ * non-zero to cancel the whole request. */
+typedef int (*spillway_choice_fn)(void *user, uint32_t index, const char *delta, size_t len);
+/* n samples of one prompt (req->n, 2..64): out is an array of req->n
+ * results, out[i] sample i's, what the same request with seed + i would give
+ * (the gateway makes each its own request; a prompt's samples after the
+ * first take its KV from the worker's prefix cache, which their
+ * cached_tokens show). fn (NULL: none) sees each delta with its index.
+ * Returns 0 when every sample finished, -1 with err filled otherwise; free
+ * each result. */
+int spillway_complete_n(spillway_client *c, const spillway_request *req, spillway_choice_fn fn, void *user,
+                        spillway_result *out, char *err, size_t errlen);
 void spillway_result_free(spillway_result *r);
 
-/* The gateway's status document (pools, workers, load) as JSON; caller frees. */
-char *spillway_status(spillway_client *c, int timeout_ms, char *err, size_t errlen);
+/* The gateway's status document (pools, workers, load) as JSON; caller
+ * frees. It is the admin API's: admin_token is the gateway's
+ * (--admin-token-file); NULL, or the gateway refusing it, is NULL with the
+ * reason in err. */
+char *spillway_status(spillway_client *c, const char *admin_token, int timeout_ms, char *err, size_t errlen);
 
 const char *spillway_finish_name(spillway_finish f);
 

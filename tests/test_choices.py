@@ -12,12 +12,13 @@ logprobs match the log-softmax of spillway-run's logits; a client gone
 mid-stream frees every choice's slot; bad input is a 400 naming `param`."""
 import json
 import re
+import subprocess
 
 import numpy as np
 import openai
 import pytest
 
-from conftest import cpu_pool_policy, http_get, http_post, logits_for, shared_file, wait_until
+from conftest import bin_path, build_sdk_example, cpu_pool_policy, free_port, http_get, http_post, logits_for, shared_file, wait_until
 from test_limits import L
 
 MAXC = L["SW_MAX_CHOICES"]
@@ -26,7 +27,8 @@ STORIES = "models/stories260K.gguf"
 
 @pytest.fixture
 def gw(cluster):
-    cluster.start_gateway(cpu_pool_policy("s"))
+    cluster.sdk_ep = f"tcp://127.0.0.1:{free_port()}"
+    cluster.start_gateway(cpu_pool_policy("s"), extra_args=["--sdk", cluster.sdk_ep])
     cluster.start_worker("cpu-pool", "s", shared_file(STORIES), ["--threads", "1", "--parallel", "4"], name="s")
     cluster.wait_model("s", timeout=60)
     cluster.client = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
@@ -199,6 +201,40 @@ def test_bad_choices_are_400_naming_param(gw, path, body, param):
     st, _, raw = http_post(gw.base + path, dict(model="s", max_tokens=2, **body))
     e = json.loads(raw)["error"]
     assert st == 400 and e["param"] == param and e["type"] == "invalid_request_error", e
+
+
+def test_n_through_the_sdk(gw):
+    """The SDK's spillway_complete_n (the CLI's --choices): the same samples
+    as the HTTP API's n, each with its own result."""
+    body = dict(model="s", prompt="Once upon a time", max_tokens=10, temperature=1, seed=5, n=3)
+    want = [ch["text"] for ch in json.loads(http_post(gw.base + "/v1/completions", body)[2])["choices"]]
+    r = subprocess.run([bin_path("spillway"), "complete", "-e", gw.sdk_ep, "-m", "s", "-n", "10", "--temp", "1",
+                        "--seed", "5", "--choices", "3", "Once upon a time"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = re.findall(r"^\[choice (\d+)\] (.*)$", r.stdout, re.M)
+    assert got == [(str(i), t) for i, t in enumerate(want)], r.stdout
+    assert r.stderr.count("finish=length") == 3 and r.stderr.count("completion_tokens=10") == 3, r.stderr
+    r = subprocess.run([bin_path("spillway"), "complete", "-e", gw.sdk_ep, "-m", "s", "--choices", "65", "x"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--choices" in r.stderr, r.stderr
+
+
+def test_sdk_samples_stream_with_their_index_and_cancel_together(gw, tmp_path):
+    """sdk/examples/samples.c: each sample's deltas, told apart by index, add
+    up to its result; a callback's cancel ends every sample, and their
+    slots come free."""
+    exe = build_sdk_example("samples", tmp_path)
+    r = subprocess.run([str(exe), gw.sdk_ep, "s"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    body = dict(model="s", prompt="Once upon a time", max_tokens=10, temperature=1, seed=5, n=3)
+    want = [ch["text"] for ch in json.loads(http_post(gw.base + "/v1/completions", body)[2])["choices"]]
+    got = re.findall(r"^sample (\d): \[(.*)\] finish=length prompt_tokens=(\d+) cached_tokens=\d+ "
+                     r"completion_tokens=10 streamed=1$", r.stdout, re.M)
+    assert [(int(i), t) for i, t, _ in got] == list(enumerate(want)), r.stdout
+    assert len({p for _, _, p in got}) == 1, "every sample reports the prompt's tokens"
+    assert "cancelled: rc=0 cancelled cancelled cancelled" in r.stdout, r.stdout
+    wait_until(lambda: all(w.get("inflight", 0) == 0 for w in gw.workers()), 15, what="the samples' slots freed")
 
 
 GPU_POLICY = """pools:

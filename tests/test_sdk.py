@@ -50,11 +50,30 @@ def test_cli_chat(sdk_cluster):
 
 
 def test_cli_status_lists_the_worker(sdk_cluster):
-    r = run_cli("status", "-e", sdk_cluster.sdk_ep)
+    r = run_cli("status", "-e", sdk_cluster.sdk_ep, "--admin-token-file", str(sdk_cluster.admin_token_file))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     text = json.dumps(doc)
     assert "gpu-pool" in text and "echo" in text
+
+
+def test_status_over_the_sdk_link_needs_the_admin_token(sdk_cluster, tmp_path):
+    """The status is the admin API's, over the SDK link as over HTTP: a
+    wrong token is refused (401), and so is an empty one."""
+    wrong = tmp_path / "wrong.token"
+    wrong.write_text("not-the-token\n")
+    r = run_cli("status", "-e", sdk_cluster.sdk_ep, "--admin-token-file", str(wrong))
+    assert r.returncode == 1 and "refused (401)" in r.stderr and "wrong admin token" in r.stderr, r.stderr
+    assert "gpu-pool" not in r.stdout
+    r = run_cli("status", "-e", sdk_cluster.sdk_ep, "--admin-token-file", str(tmp_path / "absent"))
+    assert r.returncode == 1 and "cannot read the admin token file" in r.stderr, r.stderr
+
+
+def test_status_is_refused_by_a_gateway_without_an_admin_token(cluster, tmp_path):
+    sdk_ep = f"tcp://127.0.0.1:{free_port()}"
+    cluster.start_gateway(POLICY, extra_args=["--sdk", sdk_ep], admin_token=False)
+    r = run_cli("status", "-e", sdk_ep, "--admin-token-file", str(cluster.admin_token_file))
+    assert r.returncode == 1 and "refused (403)" in r.stderr and "--admin-token-file" in r.stderr, r.stderr
 
 
 def test_cli_unknown_model_is_an_error(sdk_cluster):
