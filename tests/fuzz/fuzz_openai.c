@@ -21,6 +21,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "tests/fuzz/api_policy.h"
 #include "tests/fuzz/driver.h"
 
 static sw_policy *policy;
@@ -164,15 +165,9 @@ static const char *const BODIES[] = {
 
 #endif
 
-/* "small" is an alias, so resolution is exercised too. */
 static bool load_policy(void)
 {
-    static const char y[] = "pools:\n  - {name: cpu-pool, kind: cpu}\nroutes:\n  - {model: llama, target: cpu-pool}\n"
-                            "aliases:\n  small: llama\n";
-    char err[512];
-    policy = sw_policy_parse("fuzz", y, sizeof y - 1, err, sizeof err);
-    if (!policy) fprintf(stderr, "fuzz_openai: %s\n", err);
-    return policy != NULL;
+    return (policy = fuzz_api_policy("fuzz_openai")) != NULL;
 }
 
 #ifdef SW_LIBFUZZER

@@ -1,0 +1,21 @@
+/* The policy the API parsers' fuzzers (fuzz_openai, fuzz_responses) parse
+ * against: one CPU pool serving "llama", and "small" an alias of it, so
+ * that model resolution is exercised too. */
+#ifndef SW_FUZZ_API_POLICY_H
+#define SW_FUZZ_API_POLICY_H
+
+#include <stdio.h>
+#include "gateway/policy.h"
+
+/* The policy, or NULL with the reason on stderr under the fuzzer's name. */
+static sw_policy *fuzz_api_policy(const char *who)
+{
+    static const char y[] = "pools:\n  - {name: cpu-pool, kind: cpu}\nroutes:\n  - {model: llama, target: cpu-pool}\n"
+                            "aliases:\n  small: llama\n";
+    char err[512];
+    sw_policy *p = sw_policy_parse("fuzz", y, sizeof y - 1, err, sizeof err);
+    if (!p) fprintf(stderr, "%s: %s\n", who, err);
+    return p;
+}
+
+#endif
