@@ -1,6 +1,6 @@
-/* The policy the API parsers' fuzzers (fuzz_openai, fuzz_responses) parse
- * against: one CPU pool serving "llama", and "small" an alias of it, so
- * that model resolution is exercised too. */
+/* The policy the API parsers' fuzzers (fuzz_openai, fuzz_responses,
+ * fuzz_embeddings) parse against: one CPU pool serving "llama", and
+ * "small" an alias of it, so that model resolution is exercised too. */
 #ifndef SW_FUZZ_API_POLICY_H
 #define SW_FUZZ_API_POLICY_H
 

@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 #include <sodium.h>
 
+#include "tests/fuzz/api_policy.h"
 #include "tests/fuzz/driver.h"
 
 enum { DIM = 3 };
@@ -123,22 +124,13 @@ static bool check(const uint8_t *data, size_t n)
 #ifndef SW_LIBFUZZER
 static const char *const BODIES[] = {
     "{\"model\":\"small\",\"input\":\"hi \\u00e9\\t\\u0001\\\"x\\\"\",\"encoding_format\":\"float\",\"user\":\"u\"}",
-    "{\"model\":\"emb\",\"input\":[\"a\",\"bb\",\"c d\"],\"encoding_format\":\"base64\"}",
-    "{\"model\":\"emb\",\"input\":[1,2,3,4294967295]}",
-    "{\"model\":\"emb\",\"input\":[[5],[6,7],[8,9,10]],\"encoding_format\":null,\"dimensions\":null}",
+    "{\"model\":\"llama\",\"input\":[\"a\",\"bb\",\"c d\"],\"encoding_format\":\"base64\"}",
+    "{\"model\":\"llama\",\"input\":[1,2,3,4294967295]}",
+    "{\"model\":\"llama\",\"input\":[[5],[6,7],[8,9,10]],\"encoding_format\":null,\"dimensions\":null}",
 };
 #endif
 
-/* "small" is an alias, so resolution is exercised too. */
-static bool load_policy(void)
-{
-    static const char y[] = "pools:\n  - {name: cpu-pool, kind: cpu}\nroutes:\n  - {model: emb, target: cpu-pool}\n"
-                            "aliases:\n  small: emb\n";
-    char err[512];
-    policy = sw_policy_parse("fuzz", y, sizeof y - 1, err, sizeof err);
-    if (!policy) fprintf(stderr, "fuzz_embeddings: %s\n", err);
-    return policy != NULL;
-}
+static bool load_policy(void) { return (policy = fuzz_api_policy("fuzz_embeddings")) != NULL; }
 
 #ifdef SW_LIBFUZZER
 int LLVMFuzzerInitialize(int *argc, char ***argv)
