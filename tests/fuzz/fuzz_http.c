@@ -154,14 +154,28 @@ static size_t one_response(const char *p, const char *end, int *status)
     return end - body >= cl ? (size_t)(body - p) + (size_t)cl : 0;
 }
 
+/* Where the header block of the request at in ends: at its first empty
+ * line, where a line may end in LF alone (libmicrohttpd takes "\n" as a
+ * line's end too, so "...\r\n\n" ends the headers). NULL: it does not. */
+static const char *headers_end(const char *in, size_t n)
+{
+    const char *end = in + n;
+    for (const char *p = memchr(in, '\n', n); p; p = memchr(p + 1, '\n', (size_t)(end - p - 1))) {
+        if (p + 1 < end && p[1] == '\n') return p + 1;
+        if (p + 2 < end && p[1] == '\r' && p[2] == '\n') return p + 1;
+        if (p + 1 >= end) break;
+    }
+    return NULL;
+}
+
 /* Whether the input's first request is a well-formed HTTP/1.1 request
  * whose headers carry both Content-Length and Transfer-Encoding: chunked. */
 static bool framed_two_ways(const char *in, size_t n)
 {
     if (n < 16 || n > 4096 || memchr(in, 0, n) || (memcmp(in, "GET /", 5) && memcmp(in, "POST /", 6))) return false;
-    const char *eol = memmem(in, n, "\r\n", 2), *hend = memmem(in, n, "\r\n\r\n", 4);
+    const char *eol = memmem(in, n, "\r\n", 2), *hend = headers_end(in, n);
     if (!eol || !hend || eol - in < 9 || strncmp(eol - 9, " HTTP/1.1", 9)) return false;
-    size_t hn = (size_t)(hend - in) + 2;
+    size_t hn = (size_t)(hend - in);
     return memmem(in, hn, "\r\nContent-Length:", 17) && memmem(in, hn, "\r\nTransfer-Encoding: chunked\r\n", 30);
 }
 
