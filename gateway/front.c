@@ -18,32 +18,44 @@ static uint32_t prompt_estimate(const Spillway__GenerateRequest *g)
     return n;
 }
 
-int sw_front_prepare(sw_req *r, const sw_policy *p, Spillway__GenerateRequest *g)
+/* r's names of the model: as asked, and resolved. -1: out of memory. */
+static int set_model(sw_req *r, const sw_policy *p, const char *asked)
 {
     free(r->model_asked);
     free(r->model);
-    r->model_asked = strdup(g->model);
-    r->model = strdup(sw_policy_resolve(p, g->model));
-    if (!r->model_asked || !r->model) return -1;
+    r->model_asked = strdup(asked);
+    r->model = strdup(sw_policy_resolve(p, asked));
+    return r->model_asked && r->model ? 0 : -1;
+}
+
+/* env into r->gen, under r's id and resolved model and with the policy's
+ * deadline when the client set none: *id, *model and *dl are the message's
+ * own fields, put back before its owner frees them. */
+static int encode_as_ours(sw_req *r, const sw_policy *p, sw_env *env, char **id, char **model, uint64_t *dl)
+{
+    char *cid = *id, *cmodel = *model;
+    uint64_t cdl = *dl;
+    *id = r->id;
+    *model = r->model;
+    if (!cdl) *dl = (uint64_t)time(NULL) * 1000 + p->defaults.request_timeout_ms;
+    free(r->gen);
+    r->gen = NULL;
+    r->gen_len = sw_wire_encode(env, &r->gen);
+    *id = cid;
+    *model = cmodel;
+    *dl = cdl;
+    return r->gen_len && r->gen ? 0 : -1;
+}
+
+int sw_front_prepare(sw_req *r, const sw_policy *p, Spillway__GenerateRequest *g)
+{
+    if (set_model(r, p, g->model) != 0) return -1;
     r->prompt_tokens_est = prompt_estimate(g);
     r->prefix_key = sw_prefix_key(g);
-    /* Encoded under our id and the resolved model; g's own strings go back
-     * before its owner frees them. */
-    char *cid = g->request_id, *cmodel = g->model;
-    uint64_t dl = g->deadline_unix_ms;
-    g->request_id = r->id;
-    g->model = r->model;
-    if (!dl) g->deadline_unix_ms = (uint64_t)time(NULL) * 1000 + p->defaults.request_timeout_ms;
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE;
     env.generate = g;
-    free(r->gen);
-    r->gen = NULL;
-    r->gen_len = sw_wire_encode(&env, &r->gen);
-    g->request_id = cid;
-    g->model = cmodel;
-    g->deadline_unix_ms = dl;
-    return r->gen_len && r->gen ? 0 : -1;
+    return encode_as_ours(r, p, &env, &g->request_id, &g->model, &g->deadline_unix_ms);
 }
 
 /* The inputs' tokens in all (text: about four bytes a token), and the
@@ -62,30 +74,15 @@ static uint32_t embed_estimate(const Spillway__EmbedRequest *e, uint32_t *longes
 
 int sw_front_prepare_embed(sw_req *r, const sw_policy *p, Spillway__EmbedRequest *e)
 {
-    free(r->model_asked);
-    free(r->model);
-    r->model_asked = strdup(e->model);
-    r->model = strdup(sw_policy_resolve(p, e->model));
-    if (!r->model_asked || !r->model) return -1;
+    if (set_model(r, p, e->model) != 0) return -1;
     r->embed = true;
     r->embed_n = (uint32_t)e->n_inputs;
     r->prompt_tokens_est = embed_estimate(e, &r->embed_max_ids);
     r->prefix_key = 0;
-    char *cid = e->request_id, *cmodel = e->model;   /* as in sw_front_prepare */
-    uint64_t dl = e->deadline_unix_ms;
-    e->request_id = r->id;
-    e->model = r->model;
-    if (!dl) e->deadline_unix_ms = (uint64_t)time(NULL) * 1000 + p->defaults.request_timeout_ms;
     sw_env env = SPILLWAY__ENVELOPE__INIT;
     env.body_case = SPILLWAY__ENVELOPE__BODY_EMBED;
     env.embed = e;
-    free(r->gen);
-    r->gen = NULL;
-    r->gen_len = sw_wire_encode(&env, &r->gen);
-    e->request_id = cid;
-    e->model = cmodel;
-    e->deadline_unix_ms = dl;
-    return r->gen_len && r->gen ? 0 : -1;
+    return encode_as_ours(r, p, &env, &e->request_id, &e->model, &e->deadline_unix_ms);
 }
 
 int sw_front_check_kind(sw_registry *reg, const sw_req *r, char *msg, size_t msglen, const char **param)
