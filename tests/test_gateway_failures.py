@@ -11,7 +11,7 @@ import urllib.request
 import openai
 import pytest
 
-from conftest import TWO_POOLS, http_post, wait_until
+from conftest import SANITIZED, TSAN, TWO_POOLS, http_post, wait_until
 
 POLICY = TWO_POOLS + """\
 routes:
@@ -45,6 +45,11 @@ def start(cluster, rate_gpu, rate_cpu=None):
     return gpu, cpu
 
 
+# How soon a client's leaving frees its worker slot: 0.2 s, or 0.5 s under
+# a sanitizer (TSan once took 201 ms on a busy 2-core host).
+FREED_WITHIN_S = 0.5 if SANITIZED or TSAN else 0.2
+
+
 def slot_freed_after_close(cluster, sk):
     """Closes the client socket; returns seconds until the worker reports 0 active."""
     wait_until(lambda: worker_in(cluster, "gpu-pool")["active"] == 1, 5, interval=0.01,
@@ -65,7 +70,7 @@ def test_disconnect_during_prefill_frees_slot(cluster, stream):
     sk = raw_request(cluster, {"model": "echo", "prompt": "long " * 500, "max_tokens": 50,
                                "stream": stream})
     took = slot_freed_after_close(cluster, sk)
-    assert took < 0.2, f"slot freed after {took * 1000:.0f} ms"
+    assert took < FREED_WITHIN_S, f"slot freed after {took * 1000:.0f} ms"
     assert "cancelled" in cluster.gateway.output() or "disconnected" in cluster.gateway.output()
     # The gateway's own accounting agrees and it keeps serving.
     wait_until(lambda: worker_in(cluster, "gpu-pool")["inflight"] == 0, 2)
@@ -79,7 +84,7 @@ def test_disconnect_mid_stream_frees_slot(cluster):
     while got.count(b"data: ") < 3:
         got += sk.recv(4096)
     took = slot_freed_after_close(cluster, sk)
-    assert took < 0.2, f"slot freed after {took * 1000:.0f} ms"
+    assert took < FREED_WITHIN_S, f"slot freed after {took * 1000:.0f} ms"
 
 
 def test_kill9_mid_stream_gives_error_chunk(cluster):
