@@ -1516,9 +1516,10 @@ void sw_broker_stop(sw_gateway *g)
     zmq_close(B.router);
     if (B.sdk) zmq_close(B.sdk);
     zmq_ctx_term(g->zctx);
-    sw_route_stats_free(B.g->route_stats);
-    B.g->route_stats = NULL;
+    /* under reg.mu, as /admin/status reads them (HTTP still serves) */
     pthread_mutex_lock(&g->reg.mu);
+    sw_route_stats_free(g->route_stats);
+    g->route_stats = NULL;
     while (g->reg.head) sw_registry_remove(&g->reg, g->reg.head);
     pthread_mutex_unlock(&g->reg.mu);
     close(g->inbox_fd);
