@@ -5,7 +5,11 @@
 #define SW_FUZZ_API_POLICY_H
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <cjson/cJSON.h>
+#include "gateway/openai.h"
 #include "gateway/policy.h"
+#include "tests/fuzz/driver.h"
 
 /* The policy, or NULL with the reason on stderr under the fuzzer's name. */
 static sw_policy *fuzz_api_policy(const char *who)
@@ -16,6 +20,19 @@ static sw_policy *fuzz_api_policy(const char *who)
     sw_policy *p = sw_policy_parse("fuzz", y, sizeof y - 1, err, sizeof err);
     if (!p) fprintf(stderr, "%s: %s\n", who, err);
     return p;
+}
+
+/* A rejected body: a 400 (or 500) with a message, and the error object
+ * built from them valid JSON. */
+static void check_rejected(int rc, const char *msg, const char *param)
+{
+    INVARIANT(rc == 400 || rc == 500, "status %d", rc);
+    INVARIANT(msg[0], "status %d without a message", rc);
+    char *ej = sw_openai_error_json(msg, "invalid_request_error", param, NULL);
+    cJSON *o = ej ? cJSON_Parse(ej) : NULL;
+    INVARIANT(o, "the error object is not JSON: %s", ej ? ej : "(null)");
+    cJSON_Delete(o);
+    free(ej);
 }
 
 #endif

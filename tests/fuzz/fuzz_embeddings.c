@@ -107,13 +107,7 @@ static bool check(const uint8_t *data, size_t n)
     const char *param = NULL;
     int rc = sw_embed_parse(r, (const char *)data, n, policy, msg, sizeof msg, &param);
     if (rc) {
-        INVARIANT(rc == 400 || rc == 500, "status %d", rc);
-        INVARIANT(msg[0], "status %d without a message", rc);
-        char *ej = sw_openai_error_json(msg, "invalid_request_error", param, NULL);
-        cJSON *o = ej ? cJSON_Parse(ej) : NULL;
-        INVARIANT(o, "the error object is not JSON: %s", ej ? ej : "(null)");
-        cJSON_Delete(o);
-        free(ej);
+        check_rejected(rc, msg, param);
     } else {
         check_accepted(r);
     }
