@@ -14,6 +14,7 @@
  */
 #include "sdk/spillway.h"
 #include "llm/cli.h"
+#include "llm/limits.h"
 #include "llm/util.h"
 #include "proto/curve.h"
 #include "sdk/ops.h"
@@ -148,7 +149,7 @@ static int parse_number_option(int c, const char *s, spillway_request *req)
     case 'k': if (parse_num("--top-k", s, 0, 1 << 20, &v)) return -1; req->top_k = (uint32_t)v; break;
     case 's': if (parse_num("--seed", s, 0, 1.8e19, &v)) return -1; req->seed = (uint64_t)v; req->has_seed = true; break;
     case 'T': if (parse_num("--timeout", s, 1, 86400000, &v)) return -1; req->timeout_ms = (int)v; break;
-    case 'C': if (parse_num("--choices", s, 1, 64, &v)) return -1; req->n = (uint32_t)v; break;
+    case 'C': if (parse_num("--choices", s, 1, SW_MAX_CHOICES, &v)) return -1; req->n = (uint32_t)v; break;
     case 'l':
         if (parse_num("--logprobs", s, 0, 20, &v)) return -1;
         req->logprobs = true;
@@ -254,7 +255,7 @@ static void print_result(const spillway_result *res, int quiet)
  * with its summary, once all have finished. */
 static int run_choices(spillway_client *cl, spillway_request *req, int quiet)
 {
-    spillway_result res[64];
+    spillway_result res[SW_MAX_CHOICES];
     char err[512];
     req->on_reasoning = NULL;
     int rc = spillway_complete_n(cl, req, NULL, NULL, res, err, sizeof err) ? 1 : 0;
