@@ -1040,10 +1040,10 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
              (unsigned long long)++counter);
     r->chat = g->n_messages > 0;
     r->created_s = time(NULL);
-    unsigned n = g->n;
-    g->n = 0;   /* what goes to a worker is one sample */
-    int rc = sw_front_prepare(r, p, g);
-    if (rc == 0 && n > 1) rc = sw_choices_make(r, p, g, NULL, 1, n);
+    /* n samples of a batch of prompts, made as over HTTP (choices.h) */
+    sw_prompt *prompts = sw_choices_wire_prompts(g);
+    int rc = g->n_prompts && !prompts ? -1 : sw_choices_prepare(r, p, g, prompts, g->n_prompts, g->n);
+    free(prompts);
     r->policy = p;
     r->t_submit_ns = sw_now_ns();
     if (rc != 0) {

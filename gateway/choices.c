@@ -65,6 +65,43 @@ int sw_choices_make(sw_req *parent, const sw_policy *p, Spillway__GenerateReques
     return rc;
 }
 
+int sw_choices_prepare(sw_req *parent, const sw_policy *p, Spillway__GenerateRequest *g, const sw_prompt *prompts,
+                       size_t n_prompts, unsigned n)
+{
+    Spillway__Prompt **batch = g->prompts;
+    size_t n_batch = g->n_prompts;
+    uint32_t wire_n = g->n;
+    char *prompt = g->prompt;
+    uint32_t *ids = g->prompt_tokens;
+    size_t n_ids = g->n_prompt_tokens;
+    g->prompts = NULL;   /* a worker takes one prompt and one sample */
+    g->n_prompts = 0;
+    g->n = 0;
+    if (n == 0) n = 1;
+    aim(g, prompts && n_prompts ? &prompts[0] : NULL, g->sampling ? g->sampling->seed : 0, 0);
+    int rc = sw_front_prepare(parent, p, g);
+    g->prompt = prompt;
+    g->prompt_tokens = ids;
+    g->n_prompt_tokens = n_ids;
+    size_t k = (n_prompts ? n_prompts : 1) * n;
+    if (rc == 0 && k > 1) rc = sw_choices_make(parent, p, g, prompts, n_prompts ? n_prompts : 1, n);
+    g->prompts = batch;
+    g->n_prompts = n_batch;
+    g->n = wire_n;
+    return rc;
+}
+
+sw_prompt *sw_choices_wire_prompts(const Spillway__GenerateRequest *g)
+{
+    sw_prompt *pr = g->n_prompts ? calloc(g->n_prompts, sizeof *pr) : NULL;
+    for (size_t i = 0; pr && i < g->n_prompts; i++) {
+        const Spillway__Prompt *w = g->prompts[i];
+        if (w->n_tokens) pr[i] = (sw_prompt){ .ids = w->tokens, .n_ids = w->n_tokens };
+        else pr[i].text = w->text;
+    }
+    return pr;
+}
+
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
 /* Choice k is to go to the broker. */

@@ -16,9 +16,11 @@
  * One choice failing fails the request (streamed: an error event, then
  * [DONE]) and cancels the others at their workers.
  *
- * An SDK client's request with n > 1 is made the same way; its choices'
- * chunks go to the client as they come, each with its index, and each
- * choice finishes on its own chunk (the client merges them).
+ * An SDK client's request with n > 1, or with a batch of prompts (the
+ * wire's GenerateRequest.prompts), is made the same way, by the same
+ * sw_choices_prepare; its choices' chunks go to the client as they come,
+ * each with its index (prompt * n + sample), and each choice finishes on
+ * its own chunk with its own usage (the client merges them).
  *
  * Layer: beside the broker, on its thread (the sink's calls, start; and
  * sw_choices_make for SDK requests), and on the HTTP thread that parses
@@ -39,6 +41,21 @@ typedef struct {
     const uint32_t *ids;
     size_t n_ids;
 } sw_prompt;
+
+/* The one way a generate request is made, from either kind of client
+ * (openai.c's parse, the broker's SDK side): parent prepared from g aimed
+ * at the first of n_prompts prompts (0: g's own prompt or messages) by
+ * sw_front_prepare, and, when n_prompts * n (n 0 is 1) is more than one
+ * choice, its choices by sw_choices_make. What is encoded for a worker is
+ * one prompt and one sample: g's n and batch (the wire's prompts) are left
+ * out. g is left as it came. Returns 0, or -1 out of memory. */
+int sw_choices_prepare(sw_req *parent, const sw_policy *p, Spillway__GenerateRequest *g, const sw_prompt *prompts,
+                       size_t n_prompts, unsigned n);
+
+/* An SDK client's batch (g->prompts) as prompts pointing into g: a
+ * malloc'd array of g->n_prompts; NULL when there is none or out of memory
+ * (g->n_prompts says which). */
+sw_prompt *sw_choices_wire_prompts(const Spillway__GenerateRequest *g);
 
 /* HTTP thread, after parent was prepared from g (sw_front_prepare): makes
  * parent's n_prompts * n choices, choice i from prompt i / n (chat: g's

@@ -803,9 +803,7 @@ int sw_openai_parse(sw_req *r, const char *body, size_t len, bool chat, const sw
     asked a = {0};
     int rc = request_fields(o, chat, &g, r, &a, &e);
     /* several choices: each its own request, beside r (choices.h) */
-    bool several = rc == 0 && a.n * (a.n_prompts ? a.n_prompts : 1) > 1;
-    if (rc == 0 && (sw_front_prepare(r, p, &g) != 0 ||
-                    (several && sw_choices_make(r, p, &g, a.prompts, a.n_prompts ? a.n_prompts : 1, a.n) != 0))) {
+    if (rc == 0 && sw_choices_prepare(r, p, &g, a.prompts, a.n_prompts, a.n) != 0) {
         snprintf(msg, msglen, "could not encode the request");
         rc = 500;
     }

@@ -155,15 +155,36 @@ static bool check_sampling(const Spillway__SamplingParams *s, char *err, size_t 
            check_logit_bias(s, err, errlen);
 }
 
+/* A batch of prompts (an SDK client's): at most SW_MAX_CHOICES choices in
+ * all, each prompt exactly one of text and token ids. */
+static bool check_prompts(const Spillway__GenerateRequest *g, char *err, size_t errlen)
+{
+    size_t choices = g->n_prompts * (g->n > 1 ? g->n : 1);
+    if (g->n_prompts > SW_MAX_CHOICES || choices > SW_MAX_CHOICES)
+        return fail(err, errlen, "generate: %zu prompts of %u samples (max %d choices)", g->n_prompts, g->n,
+                    SW_MAX_CHOICES);
+    for (size_t i = 0; i < g->n_prompts; i++) {
+        const Spillway__Prompt *pr = g->prompts[i];
+        if ((pr->text && pr->text[0]) == (pr->n_tokens > 0))
+            return fail(err, errlen, "generate: prompts[%zu] must have exactly one of text and tokens", i);
+        if (pr->n_tokens > SW_MAX_TOKENS_PER_REQUEST)
+            return fail(err, errlen, "generate: prompts[%zu] has %zu tokens (max %u)", i, pr->n_tokens,
+                        SW_MAX_TOKENS_PER_REQUEST);
+        if (!check_text("generate: prompts text", pr->text, err, errlen)) return false;
+    }
+    return true;
+}
+
 static bool check_generate(const Spillway__GenerateRequest *g, char *err, size_t errlen)
 {
     char what[64];
     if (!check_id("generate: request_id", g->request_id, SW_MAX_ID_LEN, err, errlen)) return false;
     if (!check_id("generate: model", g->model, SW_MAX_ID_LEN, err, errlen)) return false;
-    int inputs = (g->prompt && g->prompt[0]) + (g->n_prompt_tokens > 0) + (g->n_messages > 0);
-    if (inputs == 0) return fail(err, errlen, "generate: no prompt, prompt_tokens or messages");
+    int inputs = (g->prompt && g->prompt[0]) + (g->n_prompt_tokens > 0) + (g->n_messages > 0) + (g->n_prompts > 0);
+    if (inputs == 0) return fail(err, errlen, "generate: no prompt, prompt_tokens, messages or prompts");
     if (inputs > 1)
-        return fail(err, errlen, "generate: more than one of prompt, prompt_tokens, messages");
+        return fail(err, errlen, "generate: more than one of prompt, prompt_tokens, messages, prompts");
+    if (!check_prompts(g, err, errlen)) return false;
     if (!check_text("generate: prompt", g->prompt, err, errlen)) return false;
     if (g->n_prompt_tokens > SW_MAX_TOKENS_PER_REQUEST)
         return fail(err, errlen, "generate: %zu prompt tokens (max %u)", g->n_prompt_tokens,

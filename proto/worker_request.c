@@ -73,6 +73,10 @@ static int request_messages(sw_request *r, const Spillway__GenerateRequest *req,
 /* One prompt form: messages, else token ids, else text. */
 static int request_prompt(sw_request *r, const Spillway__GenerateRequest *req, char *err, size_t errlen)
 {
+    if (req->n_prompts > 0) {   /* the gateway makes each prompt its own request */
+        sw_errf(err, errlen, "a batch of prompts is split by the gateway: a worker takes one prompt");
+        return 400;
+    }
     if (req->n_messages > 0) return request_messages(r, req, err, errlen);
     if (req->n_prompt_tokens == 0) {
         r->gen.prompt = req->prompt ? req->prompt : "";

@@ -1,6 +1,10 @@
 /* spillway: command-line client for a Spillway gateway, over the native SDK.
  *
  *   spillway complete -m MODEL [-n N] [--temp T] [--seed S] [--stop S] [--choices N] PROMPT
+ *   spillway complete -m MODEL [options] --prompt P1 --prompt P2 ... | --prompts-file FILE
+ *                     a batch: each prompt's --choices samples, [choice PROMPT*N+SAMPLE] each
+ *   spillway embed    -m MODEL [TEXT ...]   (no TEXT: one input a line of stdin) the vectors as
+ *                     /v1/embeddings gives them (JSON)
  *   spillway chat     -m MODEL [--system TEXT] [--reasoning-effort E] [--tools FILE [--tool-choice C]]
  *                     [--json | --json-schema FILE] [-n N] [--temp T] MESSAGE
  *   spillway status [--admin-token-file FILE]   the admin API's status document (needs the admin token)
@@ -34,13 +38,41 @@ typedef struct {
     uint32_t bias_ids[64];
     float bias[64];
     int quiet;
+    char **prompts;                       /* a batch: --prompt and --prompts-file lines, malloc'd */
+    size_t n_prompts;
     spillway_request req;
 } cli_args;
+
+/* The batch's prompts; -1 out of memory. */
+static int add_prompt(cli_args *a, const char *text)
+{
+    char **v = realloc(a->prompts, (a->n_prompts + 1) * sizeof *v);
+    if (!v) return -1;
+    a->prompts = v;
+    if (!(v[a->n_prompts] = strdup(text))) return -1;
+    a->n_prompts++;
+    return 0;
+}
+
+static void free_prompts(cli_args *a)
+{
+    for (size_t i = 0; i < a->n_prompts; i++) free(a->prompts[i]);
+    free(a->prompts);
+    a->prompts = NULL;
+    a->n_prompts = 0;
+}
 
 static void usage(FILE *f)
 {
     fprintf(f,
         "usage: spillway complete -m MODEL [options] PROMPT\n"
+        "       spillway complete -m MODEL [options] --prompt TEXT [--prompt TEXT ...] | --prompts-file FILE\n"
+        "                     (a batch, as /v1/completions takes prompt as an array: each prompt's\n"
+        "                     --choices samples, printed whole as [choice I], I = prompt * N + sample;\n"
+        "                     FILE has one prompt a line, '-' for stdin; at most %d choices in all)\n"
+        "       spillway embed -m MODEL [TEXT ...]   (the embeddings of each TEXT, or of each line of\n"
+        "                     stdin; prints /v1/embeddings' JSON: {\"object\":\"list\",\"data\":[{\"index\":I,\n"
+        "                     \"embedding\":[...]}...],\"model\":...,\"usage\":...}; at most %d inputs)\n"
         "       spillway chat -m MODEL [--system TEXT] [--reasoning-effort low|medium|high]\n"
         "                     [--tools FILE [--tool-choice auto|required|NAME]] [options] MESSAGE\n"
         "       spillway status [--admin-token-file FILE]   (the gateway's status; the admin token's file\n"
@@ -54,7 +86,8 @@ static void usage(FILE *f)
         "         --stop TEXT (repeatable)  --timeout MS  -q (no summary)\n"
         "         --json (the answer is a JSON object)  --json-schema FILE (... fitting that schema)\n"
         "         --logprobs N (each token's, and N alternatives, on stderr)  --logit-bias ID=BIAS (repeatable)\n"
-        "         --key FILE --gateway-key FILE|Z85  authenticate with CURVE (a gateway with --client-keys)\n");
+        "         --key FILE --gateway-key FILE|Z85  authenticate with CURVE (a gateway with --client-keys)\n",
+        SW_MAX_CHOICES, SW_MAX_EMBED_INPUTS);
 }
 
 static int parse_num(const char *flag, const char *s, double lo, double hi, double *out)
@@ -159,6 +192,29 @@ static int parse_number_option(int c, const char *s, spillway_request *req)
     return 0;
 }
 
+/* Each line of path ('-': stdin) as a prompt of the batch, its newline
+ * (and a CR before it) left out; an empty line is refused, naming it (a
+ * prompt must have text, and skipping it would shift the indexes). */
+static int read_lines(const char *flag, const char *path, cli_args *a)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+    if (!f) { fprintf(stderr, "spillway: %s: cannot read '%s'\n", flag, path); return -1; }
+    char *line = NULL;
+    size_t cap = 0, no = 0;
+    ssize_t n;
+    int rc = 0;
+    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
+        no++;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (n == 0) { fprintf(stderr, "spillway: %s: line %zu is empty (one input a line)\n", flag, no); rc = -1; }
+        else if (add_prompt(a, line) != 0) { fprintf(stderr, "spillway: out of memory\n"); rc = -1; }
+    }
+    if (rc == 0 && ferror(f)) { fprintf(stderr, "spillway: %s: cannot read '%s'\n", flag, path); rc = -1; }
+    free(line);
+    if (f != stdin) fclose(f);
+    return rc;
+}
+
 /* One option from getopt_long; -1 on a bad one (its message printed). */
 static int parse_option(int c, const char *arg, cli_args *a)
 {
@@ -184,6 +240,10 @@ static int parse_option(int c, const char *arg, cli_args *a)
     case 'K': a->key_file = arg; break;
     case 'G': a->gateway_key = arg; break;
     case 'A': a->admin_token_file = arg; break;
+    case 'P':
+        if (add_prompt(a, arg) != 0) { fprintf(stderr, "spillway: out of memory\n"); return -1; }
+        break;
+    case 'F': return read_lines("--prompts-file", arg, a);
     default: usage(stderr); return -1;
     }
     return 0;
@@ -203,7 +263,8 @@ static int parse_args(int argc, char **argv, cli_args *a)
         {"json", no_argument, 0, 'J'}, {"logprobs", required_argument, 0, 'l'},
         {"logit-bias", required_argument, 0, 'b'}, {"key", required_argument, 0, 'K'},
         {"gateway-key", required_argument, 0, 'G'}, {"admin-token-file", required_argument, 0, 'A'},
-        {"choices", required_argument, 0, 'C'},
+        {"choices", required_argument, 0, 'C'}, {"prompt", required_argument, 0, 'P'},
+        {"prompts-file", required_argument, 0, 'F'},
         {"quiet", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     a->cmd = argv[1];
@@ -269,6 +330,89 @@ static int run_choices(spillway_client *cl, spillway_request *req, int quiet)
     return rc;
 }
 
+/* --prompt / --prompts-file: the batch's choices, whole, each under
+ * "[choice I]" (I = prompt * N + sample, as /v1/completions indexes them)
+ * with its summary, then the request's usage (each prompt counted once). */
+static int run_batch(spillway_client *cl, cli_args *a)
+{
+    spillway_request *req = &a->req;
+    size_t n = req->n > 1 ? req->n : 1;
+    spillway_input *in = calloc(a->n_prompts, sizeof *in);
+    spillway_result *res = calloc(a->n_prompts * n, sizeof *res);
+    if (!in || !res) { free(in); free(res); fprintf(stderr, "spillway: out of memory\n"); return 1; }
+    for (size_t i = 0; i < a->n_prompts; i++) in[i].text = a->prompts[i];
+    req->prompts = in;
+    req->n_prompts = a->n_prompts;
+    req->on_reasoning = NULL;
+    spillway_usage u;
+    char err[512];
+    int rc = spillway_complete_batch(cl, req, NULL, NULL, res, &u, err, sizeof err) ? 1 : 0;
+    if (rc) fprintf(stderr, "%s\n", err);
+    bool sent = a->n_prompts * n <= SW_MAX_CHOICES;   /* more: refused, the results untouched (zeroed here) */
+    for (size_t i = 0; sent && i < a->n_prompts * n; i++) {
+        printf("[choice %zu] %s\n", i, res[i].text ? res[i].text : "");
+        fflush(stdout);
+        print_result(&res[i], a->quiet);
+        spillway_result_free(&res[i]);
+    }
+    if (!a->quiet && !rc)
+        fprintf(stderr, "[usage prompt_tokens=%u cached_tokens=%u completion_tokens=%u total_tokens=%u]\n",
+                u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.prompt_tokens + u.completion_tokens);
+    free(in);
+    free(res);
+    return rc;
+}
+
+/* s as a JSON string (the model's name: printable, but it may hold a quote). */
+static void put_json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf("\\u%04x", (unsigned char)*s);
+        else putchar(*s);
+    }
+    putchar('"');
+}
+
+/* The vectors as /v1/embeddings' response body: each float with the 9
+ * digits that give it back exactly. */
+static void print_embeddings(const spillway_embeddings *e, const char *model)
+{
+    fputs("{\"object\":\"list\",\"data\":[", stdout);
+    for (size_t i = 0; i < e->count; i++) {
+        printf("%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":[", i ? "," : "", i);
+        const float *v = e->values + i * e->dim;
+        for (uint32_t k = 0; k < e->dim; k++) printf("%s%.9g", k ? "," : "", (double)v[k]);
+        fputs("]}", stdout);
+    }
+    fputs("],\"model\":", stdout);
+    put_json_string(model);
+    printf(",\"usage\":{\"prompt_tokens\":%u,\"total_tokens\":%u}}\n", e->prompt_tokens, e->prompt_tokens);
+}
+
+/* embed: the texts are the arguments, or else stdin's lines. */
+static int run_embed(spillway_client *cl, cli_args *a, int argc, char **argv)
+{
+    for (int i = optind; i < argc; i++)
+        if (add_prompt(a, argv[i]) != 0) { fprintf(stderr, "spillway: out of memory\n"); return 1; }
+    if (optind == argc && read_lines("embed (stdin)", "-", a) != 0) return 2;
+    spillway_embeddings e;
+    char err[512];
+    int rc = spillway_embed_texts(cl, a->req.model, (const char *const *)a->prompts, a->n_prompts, &e,
+                                  a->req.timeout_ms, err, sizeof err);
+    if (rc == 0) {
+        print_embeddings(&e, a->req.model);
+        if (!a->quiet)
+            fprintf(stderr, "[embeddings=%zu dim=%u prompt_tokens=%u pool=%s worker=%s]\n", e.count, e.dim,
+                    e.prompt_tokens, e.pool, e.worker);
+    } else {
+        fprintf(stderr, "%s\n", err);
+    }
+    spillway_embeddings_free(&e);
+    return rc ? 1 : 0;
+}
+
 /* complete or chat: `text` is the prompt, or the user's message. */
 static int run_generate(spillway_client *cl, cli_args *a, const char *text)
 {
@@ -314,8 +458,26 @@ static int run(cli_args *a, int argc, char **argv)
     int rc;
     if (!strcmp(a->cmd, "status")) {
         rc = run_status(cl, a);
+    } else if (!strcmp(a->cmd, "embed")) {
+        if (!a->req.model) {
+            fprintf(stderr, "spillway embed: needs -m MODEL\n");
+            rc = 2;
+        } else {
+            rc = run_embed(cl, a, argc, argv);
+        }
+    } else if (!strcmp(a->cmd, "complete") && a->n_prompts) {
+        if (!a->req.model || optind != argc) {
+            fprintf(stderr, "spillway complete: a batch (--prompt, --prompts-file) needs -m MODEL and no PROMPT "
+                            "argument\n");
+            rc = 2;
+        } else {
+            rc = run_batch(cl, a);
+        }
     } else if (!strcmp(a->cmd, "complete") || !strcmp(a->cmd, "chat")) {
-        if (!a->req.model || optind != argc - 1) {
+        if (a->n_prompts) {
+            fprintf(stderr, "spillway chat: --prompt and --prompts-file are for complete\n");
+            rc = 2;
+        } else if (!a->req.model || optind != argc - 1) {
             fprintf(stderr, "spillway %s: needs -m MODEL and exactly one text argument\n", a->cmd);
             rc = 2;
         } else {
@@ -366,16 +528,15 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "keygen")) return run_keygen(argc, argv);
     if (!strcmp(argv[1], "ops")) return sw_cli_ops(argc, argv);
     cli_args a;
-    if (parse_args(argc, argv, &a) != 0) return 2;
+    if (parse_args(argc, argv, &a) != 0) { free_prompts(&a); return 2; }
     /* read after the flags, so that a bad flag leaves nothing to free */
     char *tools = a.tools_path ? read_file("--tools", a.tools_path) : NULL;
-    if (a.tools_path && !tools) return 2;
-    a.req.tools_json = tools;
     char *schema = a.schema_path ? read_file("--json-schema", a.schema_path) : NULL;
-    if (a.schema_path && !schema) { free(tools); return 2; }
+    a.req.tools_json = tools;
     if (schema) a.req.json_schema = schema;
-    int rc = run(&a, argc, argv);
+    int rc = (a.tools_path && !tools) || (a.schema_path && !schema) ? 2 : run(&a, argc, argv);
     free(tools);
     free(schema);
+    free_prompts(&a);
     return rc;
 }

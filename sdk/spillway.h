@@ -34,6 +34,14 @@ typedef struct {
     const char *content;
 } spillway_message;
 
+/* A prompt of a batch (spillway_complete_batch), or an input to embed
+ * (spillway_embed): text, or token ids (n_ids > 0), exactly one of them. */
+typedef struct {
+    const char *text;
+    const uint32_t *ids;
+    size_t n_ids;
+} spillway_input;
+
 /* How long a reasoning model thinks (gpt-oss: "Reasoning: low|medium|high"). */
 typedef enum {
     SPILLWAY_EFFORT_DEFAULT = 0, SPILLWAY_EFFORT_LOW = 1, SPILLWAY_EFFORT_MEDIUM = 2, SPILLWAY_EFFORT_HIGH = 3
@@ -73,6 +81,9 @@ typedef struct {
     void *on_reasoning_user;
     uint32_t n;                         /* samples of the prompt (0 or 1: one; up to 64 through
                                          * spillway_complete_n), each with seed + i */
+    const spillway_input *prompts;      /* a batch of completion prompts, in place of prompt
+                                         * (OpenAI's prompt as an array): spillway_complete_batch */
+    size_t n_prompts;
 } spillway_request;
 
 /* A token's log probability under the model's raw logits, with its bytes
@@ -159,6 +170,55 @@ typedef int (*spillway_choice_fn)(void *user, uint32_t index, const char *delta,
 int spillway_complete_n(spillway_client *c, const spillway_request *req, spillway_choice_fn fn, void *user,
                         spillway_result *out, char *err, size_t errlen);
 void spillway_result_free(spillway_result *r);
+
+/* A request's usage as the HTTP API counts it: each prompt's tokens once,
+ * however many samples were drawn from it; every choice's completion. */
+typedef struct {
+    uint32_t prompt_tokens, completion_tokens, cached_tokens;
+} spillway_usage;
+
+/* A batch of prompts (req->prompts, req->n_prompts of them, in place of
+ * req->prompt and messages), each with req->n samples (0 or 1: one), as
+ * the HTTP API's completions take `prompt` as an array: out is an array of
+ * n_prompts * n results, out[prompt * n + sample] (the index HTTP gives
+ * that choice), each what that prompt's own request with seed + sample
+ * would give: the gateway makes each choice its own request, with the code
+ * HTTP's batches go through (gateway/choices.h). fn (NULL: none) sees each
+ * delta with its index; usage (NULL: not wanted) gets the totals. At most
+ * SW_MAX_CHOICES (64, llm/limits.h) choices: more are refused before out
+ * is touched, as is a prompt that is empty, both text and ids, or not
+ * UTF-8. Returns 0 when every choice finished, -1 with err filled
+ * otherwise; free each result. */
+int spillway_complete_batch(spillway_client *c, const spillway_request *req, spillway_choice_fn fn, void *user,
+                            spillway_result *out, spillway_usage *usage, char *err, size_t errlen);
+
+/* The embeddings of a request's inputs, in input order. */
+typedef struct {
+    uint32_t dim;               /* floats in a vector */
+    size_t count;               /* vectors: one an input */
+    float *values;              /* malloc'd: count * dim floats, input i's at values + i * dim, each
+                                 * L2-normalized (the worker's EmbedReply, as /v1/embeddings gives them) */
+    uint32_t *input_tokens;     /* malloc'd: each input's tokens (a text's BOS included) */
+    uint32_t prompt_tokens;     /* all the inputs' tokens (OpenAI's usage.prompt_tokens) */
+    char pool[64];              /* which pool and worker served it */
+    char worker[128];
+    int error_code;             /* HTTP-like status when the gateway refused it, else 0 */
+} spillway_embeddings;
+
+/* Embeds n_inputs inputs (1..SW_MAX_EMBED_INPUTS, each text or at most
+ * SW_MAX_EMBED_INPUT_TOKENS token ids: llm/limits.h) with an embedding
+ * model, in one request (POST /v1/embeddings over the SDK link: the same
+ * routing, limits and vectors). timeout_ms 0: 10 minutes. Returns 0 with
+ * out filled, or -1 with err filled: a bad argument (nothing sent), or the
+ * gateway's refusal with its status in out->error_code and its message in
+ * err (a model that is not an embedding model, an input past its context,
+ * more floats than SW_MAX_EMBED_VALUES). Free out either way. */
+int spillway_embed(spillway_client *c, const char *model, const spillway_input *inputs, size_t n_inputs,
+                   spillway_embeddings *out, int timeout_ms, char *err, size_t errlen);
+/* The same for texts (NUL-terminated UTF-8, none empty). */
+int spillway_embed_texts(spillway_client *c, const char *model, const char *const *texts, size_t n_texts,
+                         spillway_embeddings *out, int timeout_ms, char *err, size_t errlen);
+void spillway_embeddings_free(spillway_embeddings *e);
 
 /* The gateway's status document (pools, workers, load) as JSON; caller
  * frees. It is the admin API's: admin_token is the gateway's

@@ -1,6 +1,7 @@
 /* Mutation fuzz of the wire decoder (one ZeroMQ frame -> sw_env).
  *
- * Seeds: one envelope of each kind, encoded here. Invariants:
+ * Seeds: one envelope of each kind (and a GenerateRequest of each prompt
+ * form, a batch of prompts among them), encoded here. Invariants:
  *   - a rejected frame says why;
  *   - an accepted frame encodes again, and that encoding decodes and encodes
  *     to the same bytes: the gateway forwards what it decoded (chunks to SDK
@@ -76,6 +77,12 @@ int main(void)
     e.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE; e.generate = &g; add_seed(&e);
     g.prompt = ""; g.n_messages = 1; g.messages = cms; add_seed(&e);
     g.n_messages = 0; g.messages = NULL; g.n_prompt_tokens = 3; g.prompt_tokens = toks; add_seed(&e);
+    /* an SDK client's batch of prompts, a text and token ids, of 2 samples each */
+    Spillway__Prompt pa = SPILLWAY__PROMPT__INIT, pb = SPILLWAY__PROMPT__INIT;
+    pa.text = "hello"; pb.n_tokens = 3; pb.tokens = toks;
+    Spillway__Prompt *prs[] = { &pa, &pb };
+    g.n_prompt_tokens = 0; g.prompt_tokens = NULL; g.n_prompts = 2; g.prompts = prs; g.n = 2; add_seed(&e);
+    g.n_prompts = 0; g.prompts = NULL; g.n = 0;
 
     Spillway__Usage u = SPILLWAY__USAGE__INIT;
     u.prompt_tokens = 3; u.completion_tokens = 4;

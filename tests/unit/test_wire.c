@@ -7,6 +7,7 @@
 #include <string.h>
 #include <zmq.h>
 #include "proto/wire.h"
+#include "proto/worker_request.h"
 #include "tests/unit/check.h"
 
 /* CHECK(cond) without a message expands to an empty format string. */
@@ -633,6 +634,61 @@ static void test_send(void)
     zmq_ctx_term(ctx);
 }
 
+/* A batch of prompts (an SDK client's GenerateRequest.prompts): it comes
+ * through whole, in place of prompt, and every way it can be wrong is
+ * refused: beside a prompt, an entry empty or both text and ids or not
+ * UTF-8, more than SW_MAX_CHOICES prompts, or prompts times n past it. */
+static void test_prompts_batch(void)
+{
+    static Spillway__Prompt pr[SW_MAX_CHOICES + 1];
+    static Spillway__Prompt *pp[SW_MAX_CHOICES + 1];
+    for (int i = 0; i <= SW_MAX_CHOICES; i++) {
+        spillway__prompt__init(&pr[i]);
+        pr[i].text = "Once";
+        pp[i] = &pr[i];
+    }
+    pr[1].text = ""; pr[1].n_tokens = 3; pr[1].tokens = prompt_ids;
+    sw_env env = SPILLWAY__ENVELOPE__INIT;
+    env.body_case = SPILLWAY__ENVELOPE__BODY_GENERATE; env.generate = &gen;
+    gen.prompt = ""; gen.n_prompts = 2; gen.prompts = pp; gen.n = 3;
+    uint8_t *f;
+    size_t n = sw_wire_encode(&env, &f);
+    char err[256];
+    sw_env *d = sw_wire_decode(f, n, err, sizeof err);
+    CHECK(d != NULL, "a batch of a text and a token-id prompt: %s", err);
+    if (d) {
+        const Spillway__GenerateRequest *g = d->generate;
+        CHECK(g->n_prompts == 2 && !strcmp(g->prompts[0]->text, "Once") && g->prompts[0]->n_tokens == 0);
+        CHECK(g->prompts[1]->n_tokens == 3 && g->prompts[1]->tokens[2] == 32000 && !g->prompts[1]->text[0]);
+        CHECK(g->n == 3);
+    }
+    sw_wire_free(d);
+    free(f);
+    gen.prompt = "x"; reject_generate("a batch beside a prompt", "more than one");
+    gen.prompt = "";
+    pr[0].text = ""; reject_generate("an empty prompt", "prompts[0] must have exactly one");
+    pr[0].text = "a"; pr[0].n_tokens = 1; pr[0].tokens = prompt_ids;
+    reject_generate("text and ids", "prompts[0] must have exactly one");
+    pr[0].n_tokens = 0; pr[0].tokens = NULL;
+    pr[0].text = "caf\xc3"; reject_generate("a prompt not UTF-8", "UTF-8");
+    pr[0].text = "Once";
+    gen.n = SW_MAX_CHOICES / 2 + 1; reject_generate("prompts times n past SW_MAX_CHOICES", "prompts of");
+    gen.n = 0; gen.n_prompts = SW_MAX_CHOICES + 1; reject_generate("too many prompts", "choices");
+    gen.n_prompts = SW_MAX_CHOICES;
+    pr[1] = pr[0];
+    n = sw_wire_encode(&env, &f);
+    d = sw_wire_decode(f, n, err, sizeof err);
+    CHECK(d != NULL, "SW_MAX_CHOICES prompts: %s", err);
+    sw_wire_free(d);
+    free(f);
+    /* a worker never takes a batch: the gateway splits it */
+    gen.n_prompts = 2; gen.n = 0;
+    sw_request r;
+    CHECK(sw_request_from_wire(&r, &gen, err, sizeof err) == 400 && strstr(err, "split by the gateway"), "%s", err);
+    sw_request_free(&r);
+    gen.n_prompts = 0; gen.prompts = NULL; gen.prompt = "Once upon a time";
+}
+
 int main(void)
 {
     init_messages();
@@ -647,5 +703,6 @@ int main(void)
     test_chunk_errors();
     test_other_errors();
     test_send();
+    test_prompts_batch();
     CHECK_DONE();
 }
