@@ -1051,6 +1051,14 @@ static void on_sdk_generate(const uint8_t *ident, size_t idlen, Spillway__Genera
         sw_req_unref(r);
         return;
     }
+    char msg[300];
+    const char *param;
+    if ((rc = sw_front_check_kind(&B.g->reg, r, msg, sizeof msg, &param))) {   /* as over HTTP: not an embedding model */
+        sdk_send_error(ident, idlen, r->client_id, (uint32_t)rc, msg);
+        sw_metrics_request(NULL, SW_ST_REJECTED);
+        sw_req_unref(r);
+        return;
+    }
     on_submit(r);
 }
 

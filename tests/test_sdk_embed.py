@@ -83,6 +83,10 @@ def test_refusals_come_back_with_the_gateways_message(gw):
     assert r.returncode == 1 and "gateway error 404" in r.stderr and "'nope' does not exist" in r.stderr, r.stderr
     r = cli("embed", "-e", gw.sdk_ep, "-m", "emb-mean", "a", "x" * 2000)   # past the context: the worker counts it
     assert r.returncode == 1 and "gateway error 400" in r.stderr and "context" in r.stderr, r.stderr
+    # generation from an embedding model: the gateway refuses it (its words, not the worker's), as over HTTP
+    for args in (("complete", "hello"), ("complete", "--prompt", "a", "--prompt", "b"), ("chat", "hello")):
+        r = cli(args[0], "-e", gw.sdk_ep, "-m", "emb-mean", "-n", "2", *args[1:])
+        assert r.returncode == 1 and "gateway error 400" in r.stderr and "is an embedding model: use /v1/embeddings" in r.stderr, (args, r.stderr)
 
 
 def test_bad_arguments_are_refused_before_sending(gw):
