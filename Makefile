@@ -167,7 +167,8 @@ test: deps
 # The kernel, attention, forward-pass and golden-logit tests again with each
 # lower ISA path forced (SPILLWAY_ISA), so a host with AVX-512 keeps the AVX2
 # and scalar paths honest; on a host without AVX2 the avx2 run is the scalar
-# path again.
+# path again. (make test itself runs the programs on CPUs that lack AVX-512
+# or AVX2, emulated by qemu-x86_64: tests/test_isa_emulated.py.)
 ISA_TESTS := tests/test_golden.py tests/test_unit_c.py -k "golden or kernels or attention or forward or quant"
 test-isa: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all

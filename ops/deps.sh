@@ -15,6 +15,9 @@ DEBS+=(clang libclang-rt-dev libomp-dev)
 # the dashboard (Selenium drives Debian's chromium-driver; nothing is
 # downloaded), network namespaces for the many-host test
 DEBS+=(prometheus chromium chromium-driver iproute2)
+# tests/test_isa_emulated.py: the programs under QEMU user-mode with an
+# AVX2-only and an SSE-only CPU model (qemu-x86_64; 7.2+ emulates AVX2)
+DEBS+=(qemu-user)
 
 missing=()
 for p in "${DEBS[@]}"; do

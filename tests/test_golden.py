@@ -5,12 +5,11 @@ For each golden/NAME.gguf the token ids in NAME.tokens are fed with
 `spillway-run --tokens ... --logits-out` (one batch, positions 0..n-1) and
 compared with NAME.logits.f32 row by row."""
 
-import os
-
 import numpy as np
 import pytest
 
-from conftest import GOLDEN, SHARED, cosines, load_golden, logits_for
+from conftest import GOLDEN, SHARED, bin_path, cosines, load_golden, logits_for
+from kernelreport import cpu_report, int8_form_expected
 
 
 @pytest.fixture(params=GOLDEN or ["(none)"])
@@ -55,8 +54,8 @@ def test_golden_logits_int8_form(name, tmp_path):
           f"top-1 {(got.argmax(1) == ref.argmax(1)).mean():.3f}; against the exact products {cosines(got, exact).min():.6f}")
     assert cos.min() >= 0.998
     on = "int8 form from 1 tokens" in err
-    if "avx512_vnni" in open("/proc/cpuinfo").read() and not os.environ.get("SPILLWAY_ISA"):
-        assert on, err   # the best path on this host has the form
+    rep = cpu_report(bin_path("spillway-bench"))
+    assert on == int8_form_expected(rep), (rep, err)   # the form is used exactly where the ISA in use has it
     if on:
         assert not np.array_equal(got, exact), "the int8 form was not used"
 

@@ -4,6 +4,7 @@ The outputs are read back with the `gguf` Python package (llama.cpp's own
 reader) and dequantized with gguf.quants, so a format mistake on our side
 cannot hide behind a matching mistake in our own reader.
 """
+import os
 import subprocess
 
 import numpy as np
@@ -12,6 +13,7 @@ from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
 from conftest import bin_path, shared_file
+from kernelreport import check_kernels_report, cpu_report, expected_best, int8_form_expected
 
 TINY = dict(dim=128, layers=2, heads=4, kv_heads=2, ffn=256, vocab=1024)
 # Relative RMS error allowed per tensor, by output file type.
@@ -335,34 +337,38 @@ def test_bench_kernels_mode(tmp_path):
     """spillway-bench --kernels needs no model: the packed matmul in cache and
     streamed at 1 and 8 tokens, and in cache at 128 (the K-quants there on
     the int8 form where the ISA has it), as a table and a JSON line. The
-    program says which kernels this host has; the test checks exactly those,
-    and that an AVX-512 host has them all."""
-    import json
+    program says which kernels this host has, and from which CPU features
+    it chose them; the test checks exactly those kernels, and that an
+    AVX-512 VNNI host has them all (kernelreport.check_kernels_report)."""
     r = run([bin_path("spillway-bench"), "--kernels", "-t", "2", "--mem-mib", "64"], ok=False)
     if r.returncode != 0 and "no packed kernels to time" in r.stderr:
         pytest.skip("this ISA has no packed kernels: " + r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stderr
-    j = json.loads(r.stdout.strip().splitlines()[-1])
-    got = {(k["type"], k["weights"], k["tokens"]) for k in j["kernels"]}
-    types = ("q4_K", "q5_K", "q6_K", "q8_0", "q5_0", "q4_0", "mxfp4")
-    unpacked = set(j["unpacked"])
-    assert unpacked <= set(types), unpacked
-    for t in unpacked:
-        assert f"no packed {t} here" in r.stderr
-    # The int8 form is installed where the CPU has the dot-product instruction
-    # for that ISA's registers: AVX-512 VNNI, or AVX-VNNI on the AVX2 path.
-    flags = set(open("/proc/cpuinfo").read().split())
-    vnni = (j["isa"] == "avx512" and "avx512_vnni" in flags) or \
-           (j["isa"] == "avx2" and "avx_vnni" in flags)
-    assert (j["i8_min_tokens"] > 0) == vnni, (j["isa"], j["i8_min_tokens"])
-    if vnni and j["isa"] == "avx512":
-        assert not unpacked
-    have = [t for t in types if t not in unpacked]
-    assert got == {(t, w, n) for t in have for w in ("cache", "stream") for n in (1, 8)} | \
-        {(t, "cache", 128) for t in have}, got
-    i8 = j["i8_min_tokens"]
-    for k in j["kernels"]:
-        assert k["gb_per_s"] > 0 and k["gmac_per_s"] > 0, k
-        on_i8 = i8 > 0 and k["tokens"] >= i8 and k["type"].endswith("_K")
-        assert k["form"] == ("int8" if on_i8 else "packed"), k
-    assert j["mem_read_gb_per_s"] > 0 and j["threads"] == 2
+    j = check_kernels_report(r.stdout, r.stderr, threads=2)
+    assert not j["quick"]
+
+
+def test_bench_kernels_quick():
+    """--quick runs every point once on small matrices (for an emulator):
+    the same kernels as the full run, each timed."""
+    r = run([bin_path("spillway-bench"), "--kernels", "--quick", "-t", "2", "--mem-mib", "16"], ok=False)
+    if r.returncode != 0 and "no packed kernels to time" in r.stderr:
+        pytest.skip("this ISA has no packed kernels: " + r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stderr
+    assert check_kernels_report(r.stdout, r.stderr, threads=2)["quick"]
+    assert run([bin_path("spillway-bench"), "--quick"], ok=False).returncode == 2   # --kernels only
+
+
+def test_bench_cpu_mode():
+    """--cpu: the ISA in use, the best one and the features it follows from;
+    SPILLWAY_ISA moves the first only, and never above the best."""
+    rep = cpu_report(bin_path("spillway-bench"))
+    assert rep["best"] == expected_best(rep), rep
+    if not os.environ.get("SPILLWAY_ISA"):
+        assert rep["isa"] == rep["best"]
+    assert (rep["i8_min_tokens"] > 0) == int8_form_expected(rep), rep
+    order = ["scalar", "avx2", "avx512"]
+    for isa in order:
+        forced = cpu_report(bin_path("spillway-bench"), env=dict(os.environ, SPILLWAY_ISA=isa))
+        assert forced["best"] == rep["best"] and forced["cpu"] == rep["cpu"]
+        assert forced["isa"] == order[min(order.index(isa), order.index(rep["best"]))], forced

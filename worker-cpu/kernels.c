@@ -78,6 +78,26 @@ static bool cpu_has_avx512(void)
            __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
+/* Every feature a kernel table is chosen by or installs a kernel for, as
+ * sw_cpu_features reports them. */
+static char cpu_features[128];
+
+static void add_feature(const char *name, int has)
+{
+    size_t len = strlen(cpu_features);
+    if (has) snprintf(cpu_features + len, sizeof cpu_features - len, "%s%s", len ? " " : "", name);
+}
+
+static void cpu_features_init(void)
+{
+/* (__builtin_cpu_supports takes only a string literal) */
+#define CPU_FEATURE(name) add_feature(name, __builtin_cpu_supports(name))
+    CPU_FEATURE("sse4.2"); CPU_FEATURE("avx"); CPU_FEATURE("avx2"); CPU_FEATURE("fma"); CPU_FEATURE("f16c");
+    CPU_FEATURE("avxvnni"); CPU_FEATURE("avx512f"); CPU_FEATURE("avx512bw"); CPU_FEATURE("avx512vl");
+    CPU_FEATURE("avx512dq"); CPU_FEATURE("avx512vnni");
+#undef CPU_FEATURE
+}
+
 static int i8_min_tokens = SW_I8_MIN_TOKENS;
 
 /* SPILLWAY_I8_MIN_TOKENS=N overrides the int8 form's threshold (0: off). */
@@ -96,6 +116,7 @@ static void i8_env(void)
 static void isa_init(void)
 {
     __builtin_cpu_init();
+    cpu_features_init();
     fill_scalar(&tables[SW_ISA_SCALAR]);
     tables[SW_ISA_AVX2] = tables[SW_ISA_SCALAR];
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
@@ -142,6 +163,18 @@ sw_isa sw_isa_set(sw_isa isa)
     if ((int)isa < 0) isa = SW_ISA_SCALAR;
     isa_cur = isa > isa_best ? isa_best : isa;
     return isa_cur;
+}
+
+sw_isa sw_isa_best(void)
+{
+    pthread_once(&isa_once, isa_init);
+    return isa_best;
+}
+
+const char *sw_cpu_features(void)
+{
+    pthread_once(&isa_once, isa_init);
+    return cpu_features;
 }
 
 const char *sw_isa_name(sw_isa isa)

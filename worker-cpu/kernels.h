@@ -30,6 +30,14 @@ sw_isa sw_isa_active(void);
 /* Forces an ISA (clamped to what the CPU supports); returns what is now active. */
 sw_isa sw_isa_set(sw_isa isa);
 const char *sw_isa_name(sw_isa isa);
+/* The best ISA this CPU has, whatever is forced. */
+sw_isa sw_isa_best(void);
+/* The CPU features the choice was made from, as cpuid (and the OS's saved
+ * register state) report them to __builtin_cpu_supports: space-separated
+ * GCC names ("avx2 fma f16c avx512f ... avxvnni"), only those present.
+ * Tests ask the program for this rather than read /proc/cpuinfo, which
+ * is the host's under emulation and can list what the OS has turned off. */
+const char *sw_cpu_features(void);
 
 /* Bytes one activation row of n floats takes in the format that weights of
  * type wtype are multiplied with (Q8_K for K-quants, Q8_0 for Q4_0..Q8_0,

@@ -4,6 +4,8 @@
  * ratios are what to compare).
  *
  *   spillway-bench -m MODEL [-t THREADS] [-p 512] [-n 128] [-b 1,4,16] [--mem-mib 1024]
+ *   spillway-bench --kernels [--quick]   the packed matmul alone, no model
+ *   spillway-bench --cpu                 what this CPU has, as one JSON line
  *
  * Prints a table, then one JSON line.
  */
@@ -28,7 +30,7 @@
 
 typedef struct {
     const char *model;
-    int threads, n_prompt, n_gen, mem_mib, precise, kernels;
+    int threads, n_prompt, n_gen, mem_mib, precise, kernels, quick, cpu;
     int batches[MAX_BATCHES], n_batches;
 } options;
 
@@ -38,7 +40,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: spillway-bench -m MODEL [-t THREADS] [-p N] [-n N] [-b B1,B2,...] [--mem-mib MIB] [--precise]\n"
-        "       spillway-bench --kernels [-t THREADS] [--mem-mib MIB]\n"
+        "       spillway-bench --kernels [--quick] [-t THREADS] [--mem-mib MIB]\n"
+        "       spillway-bench --cpu\n"
         "  -p N        prompt tokens for the prefill measurement (default 512)\n"
         "  -n N        decode steps per batch size (default 128)\n"
         "  -b LIST     decode batch sizes (default 1,4,16)\n"
@@ -46,7 +49,11 @@ static void usage(FILE *f)
         "  --precise   use residual-corrected activations (default: the serving path)\n"
         "  --kernels   no model: the packed matmul (Q4_K Q5_K Q6_K Q8_0 Q5_0 Q4_0 MXFP4) on random\n"
         "              weights, in cache and streamed from memory (MIB/4 of weights),\n"
-        "              at 1 and 8 tokens, and in cache at 128 (the int8 form where it applies)\n");
+        "              at 1 and 8 tokens, and in cache at 128 (the int8 form where it applies)\n"
+        "  --quick     with --kernels: every point once on small matrices (a check that each\n"
+        "              kernel runs, as under an emulator; the figures mean nothing)\n"
+        "  --cpu       no model: the ISA in use, the best this CPU has, the CPU features they\n"
+        "              were chosen from and the int8 form's threshold, as one JSON line\n");
 }
 
 static void parse_batches(options *o, const char *s)
@@ -72,6 +79,8 @@ static options parse_args(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
         if (!strcmp(a, "--precise")) { o.precise = 1; continue; }
         if (!strcmp(a, "--kernels")) { o.kernels = 1; continue; }
+        if (!strcmp(a, "--quick")) { o.quick = 1; continue; }
+        if (!strcmp(a, "--cpu")) { o.cpu = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "spillway-bench: %s: missing value (or unknown option)\n", a); exit(2); }
         const char *v = argv[++i];
         if (!strcmp(a, "-m")) o.model = v;
@@ -82,7 +91,8 @@ static options parse_args(int argc, char **argv)
         else if (!strcmp(a, "--mem-mib")) o.mem_mib = (int)sw_cli_long("spillway-bench", a, v, 16, 1 << 20);
         else { fprintf(stderr, "spillway-bench: unknown option '%s'\n", a); usage(stderr); exit(2); }
     }
-    if (!o.model && !o.kernels) { fprintf(stderr, "spillway-bench: -m MODEL is required\n"); usage(stderr); exit(2); }
+    if (o.quick && !o.kernels) { fprintf(stderr, "spillway-bench: --quick goes with --kernels\n"); exit(2); }
+    if (!o.model && !o.kernels && !o.cpu) { fprintf(stderr, "spillway-bench: -m MODEL is required\n"); usage(stderr); exit(2); }
     return o;
 }
 
@@ -241,6 +251,15 @@ static int bench_decode(const sw_model *m, int batch, int n_gen, int precise, ui
 
 typedef struct { const char *type, *where, *form; int tokens; double gb_s, gmac_s; } kernel_result;
 
+/* The matrices timed: columns; cache rows a thread (as Q4_K; other types
+ * as many bytes); rows of a streamed matrix; multiply-adds per point in
+ * cache (0: one pass); seconds of the int8 peak (the least: one window of
+ * its calls). --quick runs each kernel
+ * once on small ones: under an emulator the full run takes many minutes. */
+typedef struct { int64_t cols, cache_rows, stream_rows; double macs, peak_s; } kernel_shape;
+static const kernel_shape FULL_SHAPE = { 4096, 512, 4096, 2e8, 0.25 };
+static const kernel_shape QUICK_SHAPE = { 512, 32, 64, 0, 1e-9 };
+
 /* n_mat packed copies of one rows x cols matrix of random quantized rows. */
 static sw_packed **make_packs(sw_type type, int64_t rows, int64_t cols, int n_mat, gguf_tensor *t, uint8_t **data)
 {
@@ -281,15 +300,16 @@ enum { N_TOK = sizeof KERNEL_TOKENS / sizeof KERNEL_TOKENS[0], MAX_TOK = 128 };
 
 /* Times the n_mat packed rows x cols matrices pk (in cache when !where,
  * else streamed) at each token count, adding a result each to res. */
-static void time_packs(sw_packed **pk, int n_mat, sw_type type, int where, int64_t rows, int64_t cols,
+static void time_packs(sw_packed **pk, int n_mat, sw_type type, int where, int64_t rows, const kernel_shape *ks,
                        const float *x, float *y, kernel_result *res, int *nres)
 {
+    const int64_t cols = ks->cols;
     for (int k = 0; k < N_TOK; k++) {
         int ntok = KERNEL_TOKENS[k];
         if (where && ntok > 8) continue;   /* many tokens are compute-bound wherever the weights are */
         const bool i8 = sw_i8_min_tokens() && ntok >= sw_i8_min_tokens() &&
                         (type == SW_TYPE_Q4_K || type == SW_TYPE_Q5_K || type == SW_TYPE_Q6_K);
-        int reps = where ? 2 : (int)(200000000 / ((double)rows * cols * ntok) + 1);
+        int reps = !ks->macs ? 1 : where ? 2 : (int)(ks->macs / ((double)rows * cols * ntok) + 1);
         for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);   /* warm-up */
         double t0 = sw_clock_s();
         for (int it = 0; it < reps; it++)
@@ -304,12 +324,12 @@ static void time_packs(sw_packed **pk, int n_mat, sw_type type, int where, int64
 
 /* The --kernels table, then its JSON line. */
 static void print_kernels(int threads, double bw, double peak, const kernel_result *res, int nres,
-                          const char *const *unpacked, int nunpacked)
+                          const char *const *unpacked, int nunpacked, int quick)
 {
     printf("packed matmul kernels, %d threads, isa %s; streaming read %.1f GB/s; ", threads,
            sw_isa_name(sw_isa_active()), bw);
     if (peak > 0) printf("int8 multiply-add peak (%s) %.1f GMAC/s\n", sw_int8_peak_mix(), peak);
-    else printf("int8 multiply-add peak not measured (no int8 path on this isa)\n");
+    else printf("int8 multiply-add peak not measured (%s)\n", quick ? "--quick" : "no int8 path on this isa");
     printf("%-6s %-7s %7s %-7s %9s %9s %8s\n", "type", "weights", "tokens", "form", "GB/s", "GMAC/s", "of peak");
     for (int i = 0; i < nres; i++) {
         printf("%-6s %-7s %7d %-7s %9.1f %9.1f", res[i].type, res[i].where, res[i].tokens, res[i].form, res[i].gb_s,
@@ -319,20 +339,22 @@ static void print_kernels(int threads, double bw, double peak, const kernel_resu
     }
     /* what this host has, so a test checks exactly that: unpacked types
      * and the token count from which the K-quants run on the int8 form */
-    printf("{\"threads\":%d,\"isa\":\"%s\",\"mem_read_gb_per_s\":%.2f,\"int8_peak_gmac_per_s\":%.1f,"
-           "\"i8_min_tokens\":%d,\"unpacked\":[", threads, sw_isa_name(sw_isa_active()), bw, peak, sw_i8_min_tokens());
+    printf("{\"threads\":%d,\"isa\":\"%s\",\"best\":\"%s\",\"cpu\":\"%s\",\"quick\":%s,\"mem_read_gb_per_s\":%.4g,"
+           "\"int8_peak_gmac_per_s\":%.4g,\"i8_min_tokens\":%d,\"unpacked\":[", threads, sw_isa_name(sw_isa_active()),
+           sw_isa_name(sw_isa_best()), sw_cpu_features(), quick ? "true" : "false", bw, peak, sw_i8_min_tokens());
     for (int i = 0; i < nunpacked; i++) printf("%s\"%s\"", i ? "," : "", unpacked[i]);
     printf("],\"kernels\":[");
     for (int i = 0; i < nres; i++)
-        printf("%s{\"type\":\"%s\",\"weights\":\"%s\",\"tokens\":%d,\"form\":\"%s\",\"gb_per_s\":%.2f,"
-               "\"gmac_per_s\":%.2f}", i ? "," : "", res[i].type, res[i].where, res[i].tokens, res[i].form, res[i].gb_s,
+        printf("%s{\"type\":\"%s\",\"weights\":\"%s\",\"tokens\":%d,\"form\":\"%s\",\"gb_per_s\":%.4g,"
+               "\"gmac_per_s\":%.4g}", i ? "," : "", res[i].type, res[i].where, res[i].tokens, res[i].form, res[i].gb_s,
                res[i].gmac_s);
     printf("]}\n");
 }
 
 static int bench_kernels(const options *o, int threads)
 {
-    const int64_t cols = 4096;
+    const kernel_shape *ks = o->quick ? &QUICK_SHAPE : &FULL_SHAPE;
+    const int64_t cols = ks->cols;
     kernel_result res[N_TYPES * 2 * N_TOK];
     int nres = 0;
     const char *unpacked[N_TYPES];   /* types this isa has no packed kernel for */
@@ -351,9 +373,10 @@ static int bench_kernels(const options *o, int threads)
              * inside its L2; stream: 4096 x 4096 ones adding up to MIB/4 */
             const sw_type type = KERNEL_TYPES[ti];
             size_t row_bytes = sw_row_size(type, (uint64_t)cols);
-            int64_t rows = where ? 4096 : (int64_t)((512 * sw_row_size(SW_TYPE_Q4_K, (uint64_t)cols)) / row_bytes / 16 * 16) * threads;
+            int64_t rows = where ? ks->stream_rows
+                                 : (int64_t)((ks->cache_rows * sw_row_size(SW_TYPE_Q4_K, (uint64_t)cols)) / row_bytes / 16 * 16) * threads;
             size_t one = row_bytes * (size_t)rows;
-            int n_mat = where ? (int)(((size_t)o->mem_mib << 18) / one) : 1;
+            int n_mat = where && !o->quick ? (int)(((size_t)o->mem_mib << 18) / one) : 1;
             if (n_mat < 1) n_mat = 1;
             gguf_tensor t;
             uint8_t *data = NULL;
@@ -366,7 +389,7 @@ static int bench_kernels(const options *o, int threads)
                 }
                 continue;
             }
-            time_packs(pk, n_mat, type, where, rows, cols, x, y, res, &nres);
+            time_packs(pk, n_mat, type, where, rows, ks, x, y, res, &nres);
             for (int m = 0; m < n_mat; m++) sw_packed_free(pk[m]);
             free(pk);
             free(data);
@@ -374,8 +397,8 @@ static int bench_kernels(const options *o, int threads)
     if (!nres) { fprintf(stderr, "spillway-bench: no packed kernels to time\n"); return 1; }
     double bw = 0;
     for (int i = 0; i < 3; i++) bw += meter_pass(&rm) / 3;
-    double peak = sw_int8_peak_gmac_s(0.25);
-    print_kernels(threads, bw, peak, res, nres, unpacked, nunpacked);
+    double peak = ks->peak_s ? sw_int8_peak_gmac_s(ks->peak_s) : 0;
+    print_kernels(threads, bw, peak, res, nres, unpacked, nunpacked, o->quick);
     if (rm.sink == 12345.678) fprintf(stderr, " ");
     free(rm.buf); free(x); free(y);
     return 0;
@@ -470,6 +493,11 @@ int main(int argc, char **argv)
     options o = parse_args(argc, argv);
     if (o.threads) omp_set_num_threads(o.threads);
     int threads = omp_get_max_threads();
+    if (o.cpu) {
+        printf("{\"isa\":\"%s\",\"best\":\"%s\",\"cpu\":\"%s\",\"i8_min_tokens\":%d}\n", sw_isa_name(sw_isa_active()),
+               sw_isa_name(sw_isa_best()), sw_cpu_features(), sw_i8_min_tokens());
+        return 0;
+    }
     if (o.kernels) return bench_kernels(&o, threads);
     char err[1024];
     sw_model *m = sw_model_load(o.model, err, sizeof err);

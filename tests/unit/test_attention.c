@@ -90,6 +90,7 @@ static void test_tiles(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int 
 int main(void)
 {
     sw_isa best = sw_isa_active();
+    printf("ISA in use: %s (best on this CPU: %s)\n", sw_isa_name(best), sw_isa_name(sw_isa_best()));
     for (int i = 0; i <= (int)best; i++) {
         sw_isa isa = (sw_isa)i;
         const sw_attn_kernels *k = sw_attn_kernels_for(isa);

@@ -2,7 +2,14 @@
  * llm/quant.c, for every ISA this CPU supports: activation quantization,
  * single dots and matmul over odd row counts and token counts. Weight blocks
  * are random bytes (every bit pattern of quants and packed scales) with
- * block scales from tiny (fp16 subnormal) to huge. */
+ * block scales from tiny (fp16 subnormal) to huge.
+ *
+ *   test_kernels [--quick]
+ *
+ * --quick: only the best ISA this CPU has, and every kernel of it on fewer
+ * shapes and token counts (no wide-matrix work split): about 1/30 of the
+ * work, for a CPU emulated by qemu-x86_64 -cpu MODEL
+ * (tests/test_isa_emulated.py), where the full run takes over 10 minutes. */
 #include "worker-cpu/kernels.h"
 #include "worker-cpu/kernels_impl.h"
 #include "tests/unit/check.h"
@@ -16,6 +23,8 @@ static const sw_type WTYPES[] = {SW_TYPE_F32, SW_TYPE_F16, SW_TYPE_BF16, SW_TYPE
                                  SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_MXFP4, SW_TYPE_Q4_K,
                                  SW_TYPE_Q5_K, SW_TYPE_Q6_K};
 #define NW (int)(sizeof WTYPES / sizeof WTYPES[0])
+
+static bool quick;   /* --quick */
 
 /* Offsets of the fp16 scale fields in a block; -1 ends. The second entry of
  * Q4_1/Q5_1/Q4_K/Q5_K is the min / offset field. */
@@ -163,8 +172,8 @@ static void test_dots(sw_isa isa)
     for (int k = 0; k < NW; k++) {
         sw_type t = WTYPES[k];
         const sw_type_traits *tr = sw_type_info(t);
-        int bad = 0;
-        for (int trial = 0; trial < 40; trial++) {
+        int bad = 0, trials = quick ? 8 : 40;
+        for (int trial = 0; trial < trials; trial++) {
             int64_t bs = tr->block_size == 1 ? 32 : tr->block_size;
             int64_t n = bs * (1 + (int64_t)(rng_u64() % (NMAX / bs)));
             if (trial < 4) n = bs;
@@ -182,7 +191,7 @@ static void test_dots(sw_isa isa)
                 CHECK(ok, "isa %s %s n=%lld wmode %d amode %d: %.9g vs ref %.9g (mag %.3g)", sw_isa_name(isa),
                       tr->name, (long long)n, wmode, amode, got, ref, mag);
         }
-        CHECK(bad == 0, "isa %s %s: %d of 40 dots off", sw_isa_name(isa), tr->name, bad);
+        CHECK(bad == 0, "isa %s %s: %d of %d dots off", sw_isa_name(isa), tr->name, bad, trials);
     }
 }
 
@@ -190,14 +199,15 @@ static void test_matmul(sw_isa isa)
 {
     static const int64_t ROWS[] = {1, 7, 33};
     static const int TOKS[] = {1, 2, 3, 5, 7, 11, 12, 14, 16, 37}; /* every dotn width 1..8; 37: packed path */
+    static const int QUICK_TOKS[] = {1, 2, 5, 11};   /* --quick: dotn widths 1, 2, 3, 5 */
     for (int k = 0; k < NW; k++) {
         sw_type t = WTYPES[k];
         const sw_type_traits *tr = sw_type_info(t);
         sw_type at = tr->vec_dot_type;
-        for (int ri = 0; ri < 3; ri++)
-            for (int ti = 0; ti < 10; ti++) {
+        for (int ri = 0; ri < (quick ? 2 : 3); ri++)
+            for (int ti = 0; ti < (quick ? 4 : 10); ti++) {
                 int64_t rows = ROWS[ri], cols = tr->block_size == 1 ? 96 : tr->block_size * (ri == 2 ? 3 : 2);
-                int ntok = TOKS[ti];
+                int ntok = quick ? QUICK_TOKS[ti] : TOKS[ti];
                 size_t rs = sw_row_size(t, (uint64_t)cols), ars = sw_row_size(at, (uint64_t)cols);
                 uint8_t *w = malloc(rs * rows), *a = malloc(ars * ntok);
                 float *x = malloc(sizeof(float) * cols * ntok), *y = malloc(sizeof(float) * rows * ntok);
@@ -227,7 +237,8 @@ static void test_matmul(sw_isa isa)
     }
 }
 
-/* Larger shapes through the GGUF-tensor entry points (and several threads). */
+/* Larger shapes through the GGUF-tensor entry points (and several threads;
+ * --quick: 3 tokens, not 9). */
 static void test_tensor_paths(sw_isa isa)
 {
     gguf_tensor t;
@@ -241,7 +252,7 @@ static void test_tensor_paths(sw_isa isa)
     uint8_t *w = malloc(t.nbytes);
     for (uint64_t r = 0; r < t.ne[1]; r++) random_weights(t.type, w + r * rs, 1024, 3);
     t.data = w;
-    int ntok = 9;
+    int ntok = quick ? 3 : 9;
     float *x = malloc(sizeof(float) * 1024 * ntok), *y = malloc(sizeof(float) * 300 * ntok);
     uint8_t *a = malloc(sw_act_row_size(t.type, 1024) * ntok);
     size_t ars = sw_act_row_size(t.type, 1024);
@@ -353,6 +364,20 @@ static void test_avx512_bw_table(void)
     }
 }
 
+/* The reference products of rows weight rows (rs bytes apart) with ntok
+ * activation rows (ars bytes apart; 0: one row for all), ref[i * rows + r],
+ * and each one's magnitude: computed once for all the token counts a test
+ * runs (they are most of its time, and under an emulator most of that). */
+static void ref_products(sw_type t, const uint8_t *w, size_t rs, int64_t rows, int64_t cols, const uint8_t *a,
+                         size_t ars, int ntok, float *ref, double *mag)
+{
+    for (int i = 0; i < ntok; i++)
+        for (int64_t r = 0; r < rows; r++) {
+            ref[i * rows + r] = sw_vec_dot_ref(t, cols, w + r * rs, a + i * ars);
+            mag[i * rows + r] = dot_magnitude(t, w + r * rs, a + i * ars, cols);
+        }
+}
+
 /* One activation row x for weight type t, quantized by the reference. */
 static void ref_act(sw_type t, const float *x, int64_t cols, uint8_t *a)
 {
@@ -364,7 +389,8 @@ static void ref_act(sw_type t, const float *x, int64_t cols, uint8_t *a)
  * every token count 1..40, all weight scale modes, and for the 32-weight
  * types odd block counts (the scale blocks' padding). On ISAs without a
  * packed kernel there is no pack, and sw_matmul_tensor must be used; that
- * is checked too. */
+ * is checked too. --quick: 17 rows only, token counts 1..5, 9 and 17
+ * (each tile width, a tile and one token, two tiles and one). */
 static void test_packed(sw_isa isa)
 {
     static const int64_t ROWS[] = {16, 17, 33, 48, 15};
@@ -372,6 +398,7 @@ static void test_packed(sw_isa isa)
                                     SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_MXFP4};
     static const int64_t Q32_COLS[] = {96, 256, 2080};
     for (int ri = 0; ri < 5 * (int)(sizeof TYPES / sizeof TYPES[0]); ri++) {
+        if (quick && ri % 5 != 1) continue;
         gguf_tensor t;
         memset(&t, 0, sizeof t);
         strcpy(t.name, "packed.weight");
@@ -402,20 +429,21 @@ static void test_packed(sw_isa isa)
                                                                           ? sizeof(sw_q5k16) : sizeof(sw_q6k16));
         CHECK(sw_packed_bytes(pk) == (size_t)(rows / 16) * group, "packed %s size %zu", sw_type_info(t.type)->name,
               sw_packed_bytes(pk));
+        const int max_tok = quick ? 17 : 40;
+        float *ref = malloc(sizeof(float) * (size_t)(rows * max_tok));
+        double *mag = malloc(sizeof(double) * (size_t)(rows * max_tok));
+        ref_products(t.type, w, rs, rows, cols, a, ars, max_tok, ref, mag);
         int bad = 0;
-        for (int ntok = 1; ntok <= 40; ntok++) {
+        for (int ntok = 1; ntok <= max_tok; ntok = quick && ntok >= 5 ? 2 * ntok - 1 : ntok + 1) {
             for (int64_t i = 0; i < rows * ntok; i++) y[i] = -12345.0f;
             sw_matmul_packed(pk, x, ntok, y);
-            for (int i = 0; i < ntok; i++)
-                for (int64_t r = 0; r < rows; r++) {
-                    float ref = sw_vec_dot_ref(t.type, cols, w + r * rs, a + i * ars);
-                    double mag = dot_magnitude(t.type, w + r * rs, a + i * ars, cols);
-                    float got = y[i * rows + r];
-                    if (!close_enough(got, ref, mag, 2e-6) && bad++ < 3)
-                        CHECK(0, "isa %s packed %s rows %lld cols %lld tok %d/%d row %lld: %.9g vs ref %.9g",
-                              sw_isa_name(isa), sw_type_info(t.type)->name, (long long)rows, (long long)cols, i, ntok, (long long)r, got, ref);
-                }
+            for (int64_t i = 0; i < rows * ntok; i++)
+                if (!close_enough(y[i], ref[i], mag[i], 2e-6) && bad++ < 3)
+                    CHECK(0, "isa %s packed %s rows %lld cols %lld tok %lld/%d row %lld: %.9g vs ref %.9g",
+                          sw_isa_name(isa), sw_type_info(t.type)->name, (long long)rows, (long long)cols,
+                          (long long)(i / rows), ntok, (long long)(i % rows), y[i], ref[i]);
         }
+        free(mag);
         CHECK(bad == 0, "isa %s packed %s rows %lld: %d wrong", sw_isa_name(isa), sw_type_info(t.type)->name,
               (long long)rows, bad);
         /* another ISA chosen after packing: same results from the original rows */
@@ -424,10 +452,10 @@ static void test_packed(sw_isa isa)
         sw_isa_set(isa);
         for (int i = 0; i < 3; i++)
             for (int64_t r = 0; r < rows; r++)
-                if (y[i * rows + r] != sw_vec_dot_ref(t.type, cols, w + r * rs, a + i * ars)) bad++;
+                if (y[i * rows + r] != ref[i * rows + r]) bad++;
         CHECK(bad == 0, "packed tensor under the scalar ISA equals the reference");
         sw_packed_free(pk);
-        free(w); free(a); free(x); free(y);
+        free(w); free(a); free(x); free(y); free(ref);
     }
     gguf_tensor t8;
     memset(&t8, 0, sizeof t8);
@@ -448,7 +476,7 @@ static void test_packed_extremes(sw_isa isa)
 {
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K, SW_TYPE_Q4_0,
                                     SW_TYPE_Q4_1, SW_TYPE_Q5_0, SW_TYPE_Q5_1, SW_TYPE_Q8_0, SW_TYPE_MXFP4};
-    static const int NTOK[] = {1, 2, 3, 8};
+    static const int NTOK[] = {8, 1, 2, 3};   /* --quick: the first */
     const int64_t rows = 32, cols = 512;
     for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++)
         for (int pat = 0; pat < 2; pat++) {
@@ -481,16 +509,17 @@ static void test_packed_extremes(sw_isa isa)
             for (int64_t i = 0; i < cols * 8; i++) x[i] = pat ? -1.0f : 1.0f;
             ref_act(type, x, cols, a);
             sw_packed *pk = sw_pack_tensor(&t);
+            float ref[32];
+            double mag[32];
+            if (pk) ref_products(type, w, rs, rows, cols, a, 0, 1, ref, mag);   /* every token's input is x */
             int bad = 0;
-            for (size_t n = 0; pk && n < sizeof NTOK / sizeof NTOK[0]; n++) {
+            for (size_t n = 0; pk && n < (quick ? 1 : sizeof NTOK / sizeof NTOK[0]); n++) {
                 sw_matmul_packed(pk, x, NTOK[n], y);
                 for (int i = 0; i < NTOK[n]; i++)
-                    for (int64_t r = 0; r < rows; r++) {
-                        float ref = sw_vec_dot_ref(type, cols, w + r * rs, a);
-                        if (!close_enough(y[i * rows + r], ref, dot_magnitude(type, w + r * rs, a, cols), 2e-6) && bad++ < 2)
+                    for (int64_t r = 0; r < rows; r++)
+                        if (!close_enough(y[i * rows + r], ref[r], mag[r], 2e-6) && bad++ < 2)
                             CHECK(0, "isa %s extreme %s pattern %d tok %d/%d row %lld: %.9g vs ref %.9g", sw_isa_name(isa),
-                                  tr->name, pat, i, NTOK[n], (long long)r, y[i * rows + r], ref);
-                    }
+                                  tr->name, pat, i, NTOK[n], (long long)r, y[i * rows + r], ref[r]);
             }
             CHECK(bad == 0, "isa %s: packed %s at the bounds (pattern %d): %d wrong", sw_isa_name(isa), tr->name, pat, bad);
             sw_packed_free(pk);
@@ -546,7 +575,8 @@ static void check_fused(sw_isa isa, const char *what, int np, const sw_type *typ
     free(x); free(a);
 }
 
-/* A Q4_K with leftover rows, a Q6_K and a Q5_K in one fused product. */
+/* A Q4_K with leftover rows, a Q6_K and a Q5_K in one fused product.
+ * --quick: the mixes at 2 tokens only. */
 static void test_packed_n(sw_isa isa)
 {
     static const int64_t ROWS[] = {33, 32, 64};
@@ -557,15 +587,15 @@ static void test_packed_n(sw_isa isa)
     static const int64_t ROWS4[] = {33, 64};
     static const sw_type Q4[] = {SW_TYPE_Q4_K, SW_TYPE_Q4_K};
     static const int NTOK4[] = {1, 5, 11};
-    check_fused(isa, "fused packed Q4_K product", 2, Q4, ROWS4, 512, NTOK4, 3);
+    check_fused(isa, "fused packed Q4_K product", 2, Q4, ROWS4, 512, NTOK4, quick ? 1 : 3);
     /* a Q4_K_M mix for eight experts (Q4_K q, Q8_0 k and v), and a Qwen2-0.5B-style
      * fallback mix (Q5_0 q and k, Q8_0 v): both activation forms of one input */
     static const int64_t ROWSM[] = {48, 17, 32};
     static const sw_type MIX[] = {SW_TYPE_Q4_K, SW_TYPE_Q8_0, SW_TYPE_Q8_0};
     static const sw_type FALLBACK[] = {SW_TYPE_Q5_0, SW_TYPE_Q5_0, SW_TYPE_Q8_0};
-    static const int NTOKM[] = {1, 2, 9, 33};
-    check_fused(isa, "fused Q4_K + Q8_0 product", 3, MIX, ROWSM, 512, NTOKM, 4);
-    check_fused(isa, "fused Q5_0 + Q8_0 product", 3, FALLBACK, ROWSM, 896, NTOKM, 4);
+    static const int NTOKM[] = {2, 1, 9, 33};
+    check_fused(isa, "fused Q4_K + Q8_0 product", 3, MIX, ROWSM, 512, NTOKM, quick ? 1 : 4);
+    check_fused(isa, "fused Q5_0 + Q8_0 product", 3, FALLBACK, ROWSM, 896, NTOKM, quick ? 1 : 4);
 }
 
 /* Wide matrices (8192 columns: a Q6_K group is 106 KB, so an L2 tile holds
@@ -836,11 +866,13 @@ static void test_bad_input(void)
     CHECK(sw_act_row_size((sw_type)99, 32) == 0, "unknown type has no act size");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    quick = argc > 1 && !strcmp(argv[1], "--quick");
+    if (argc > 1 && !quick) { fprintf(stderr, "usage: test_kernels [--quick]\n"); return 2; }
     sw_isa best = sw_isa_set(SW_ISA_AVX512);
-    printf("best ISA on this CPU: %s\n", sw_isa_name(best));
-    for (int i = 0; i <= (int)best; i++) {
+    printf("best ISA on this CPU: %s (%s)%s\n", sw_isa_name(best), sw_cpu_features(), quick ? ", --quick" : "");
+    for (int i = quick ? (int)best : 0; i <= (int)best; i++) {
         sw_isa isa = (sw_isa)i;
         CHECK(sw_isa_set(isa) == isa && sw_isa_active() == isa, "select %s", sw_isa_name(isa));
         test_quantize_act(isa);
@@ -850,7 +882,7 @@ int main(void)
         test_packed(isa);
         test_packed_extremes(isa);
         test_packed_n(isa);
-        test_packed_wide(isa);
+        if (!quick) test_packed_wide(isa);
         test_packed_jobs(isa);
     }
     if (best == SW_ISA_AVX512) test_avx512_bw_table();
