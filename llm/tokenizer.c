@@ -443,8 +443,10 @@ static int32_t wpm_lookup(const void *vocab, const char *s, size_t n) { return m
 /* WordPiece: [CLS] is its BOS and [SEP] its EOS (cls_token_id, else
  * bos_token_id; seperator_token_id, as llama.cpp spells the key, else
  * eos_token_id; else the tokens of those texts), and both go around every
- * input unless the file says not (add_bos_token, add_sep_token), as BERT
- * was trained. The vocabulary tells the rest: uncased when no token but
+ * input, as BERT was trained, unless the file says not: add_bos_token
+ * false leaves [CLS] out, add_eos_token false (gguf-py writes true, with
+ * add_sep_token, which it means for pairs, false) [SEP] unless
+ * add_sep_token is true. The vocabulary tells the rest: uncased when no token but
  * the bracketed specials has an upper-case letter, llama.cpp's spelling
  * when a piece starts with U+2581. */
 static void load_wpm(sw_tokenizer *t, const gguf_file *f)
@@ -453,7 +455,9 @@ static void load_wpm(sw_tokenizer *t, const gguf_file *f)
     t->eos = wpm_id(t, f, "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.eos_token_id", "[SEP]");
     t->unk = wpm_id(t, f, "tokenizer.ggml.unknown_token_id", NULL, "[UNK]");
     if (!gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos)) t->add_bos = true;
-    if (!gguf_get_bool(f, "tokenizer.ggml.add_sep_token", &t->add_eos)) t->add_eos = true;
+    bool sep = false;
+    if (!gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &t->add_eos)) t->add_eos = true;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_sep_token", &sep)) t->add_eos = t->add_eos || sep;
     bool upper = false, phantom = false;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         const char *s = t->arena + t->off[i];

@@ -25,8 +25,8 @@ int32_t sw_tok_n_vocab(const sw_tokenizer *t);
 int32_t sw_tok_bos(const sw_tokenizer *t);   /* -1 if none */
 int32_t sw_tok_eos(const sw_tokenizer *t);   /* -1 if none */
 bool sw_tok_add_bos(const sw_tokenizer *t);  /* tokenizer.ggml.add_bos_token; default: yes for SPM and Llama 3 BPE, no for GPT-2 BPE */
-/* tokenizer.ggml.add_eos_token (default no; WordPiece: add_sep_token,
- * default yes): only embeddings append it (worker-cpu/embed.c); a
+/* tokenizer.ggml.add_eos_token (default no; WordPiece: [SEP], default
+ * yes, or add_sep_token): only embeddings append it (worker-cpu/embed.c); a
  * generation prompt never ends in EOS. */
 bool sw_tok_add_eos(const sw_tokenizer *t);
 /* True for tokens that end generation (EOS, EOT, <|im_end|> and the like). */

@@ -121,7 +121,8 @@ def make_weights(arch, E=64, n_head=4, F=128, n_layer=2, n_ctx=64, seed=0):
 def write_model(path, hp, w, pooling=MEAN, quantize=None, extra_kv=None, drop_kv=(), spelling="phantom"):
     """quantize = (type, name part): matrices whose names hold the part are
     stored in that type (quantized by the gguf package). extra_kv: more
-    keys (bools, ints as uint32, floats); drop_kv: keys left out."""
+    keys (bools, ints as uint32, floats), "<arch>." or "tokenizer." ones;
+    drop_kv: the "<arch>." keys left out."""
     arch = hp["arch"]
     wr = GGUFWriter(str(path), arch)
     kv = {"context_length": hp["n_ctx"], "embedding_length": hp["E"], "block_count": hp["n_layer"],
@@ -129,11 +130,9 @@ def write_model(path, hp, w, pooling=MEAN, quantize=None, extra_kv=None, drop_kv
           "attention.layer_norm_epsilon": hp["eps"], "attention.causal": False, "pooling_type": pooling}
     if arch == "nomic-bert":
         kv["rope.freq_base"] = hp["theta"]
-    kv.update({k[len(arch) + 1:]: val for k, val in (extra_kv or {}).items() if k.startswith(arch + ".")})
-    for k, val in kv.items():
-        if k in drop_kv:
-            continue
-        key = arch + "." + k
+    kv = {arch + "." + k: val for k, val in kv.items() if k not in drop_kv}
+    kv.update(extra_kv or {})
+    for key, val in kv.items():
         if isinstance(val, bool):
             wr.add_bool(key, val)
         elif isinstance(val, float):

@@ -75,6 +75,30 @@ def test_every_pooling_and_input_form_matches_the_reference(cluster, tmp_path, a
     assert max(abs(float(x @ y)) for i, x in enumerate(got) for y in got[i + 1:]) < 0.999
 
 
+def test_the_special_tokens_are_the_files(cluster, tmp_path):
+    """[CLS] and [SEP] go around a text by default, and with the keys
+    gguf-py writes for a BERT tokenizer (BOS [CLS], EOS [SEP],
+    add_eos_token true, add_sep_token false); add_eos_token false leaves
+    [SEP] out, add_bos_token false [CLS]."""
+    hp, w = em.make_weights("bert", seed=7)
+    files = {"gguf-py": {"tokenizer.ggml.bos_token_id": em.CLS_ID, "tokenizer.ggml.eos_token_id": em.SEP_ID,
+                         "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": True,
+                         "tokenizer.ggml.add_sep_token": False},
+             "no-sep": {"tokenizer.ggml.add_eos_token": False}, "no-cls": {"tokenizer.ggml.add_bos_token": False}}
+    cluster.start_gateway(cpu_pool_policy(*files))
+    for name, kv in files.items():
+        em.write_model(tmp_path / f"{name}.gguf", hp, w, pooling=em.MEAN, extra_kv=kv)
+        cluster.start_worker("cpu-pool", name, tmp_path / f"{name}.gguf", ["--threads", "1"], name=name)
+    c = openai.OpenAI(base_url=cluster.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    ids = em.text_ids(TEXT)
+    want = {"gguf-py": ids, "no-sep": ids[:-1], "no-cls": ids[1:]}
+    for name, toks in want.items():
+        cluster.wait_model(name, timeout=60)
+        r = c.embeddings.create(model=name, input=TEXT)
+        assert r.usage.prompt_tokens == len(toks), name
+        close(r.data[0].embedding, em.embedding(hp, em.read_weights(tmp_path / f"{name}.gguf"), toks, em.MEAN))
+
+
 def test_many_inputs_in_batches_are_each_their_own(cluster, tmp_path):
     """More tokens than one batch holds (the context, 64), in inputs of
     varied lengths up to the context: each vector is its input's alone (no
