@@ -252,6 +252,17 @@ def test_files_the_graph_does_not_match_are_refused(tmp_path, case, words):
     assert r.returncode == 1 and words in r.stderr, r.stderr
 
 
+def test_generation_tools_refuse_an_encoder(tmp_path):
+    """spillway-run computes a decoder's logits: an encoder has none."""
+    hp, w = em.make_weights("nomic-bert")
+    path = tmp_path / "nomic.gguf"
+    em.write_model(path, hp, w)
+    r = subprocess.run([bin_path("spillway-run"), "-m", str(path), "-p", "hello", "-n", "2"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "model is an encoder: it computes embeddings only" in r.stderr, r.stderr
+    assert r.stdout == "" and "runtime error" not in r.stderr
+
+
 def test_the_gpu_worker_refuses_an_encoder(tmp_path):
     hp, w = em.make_weights("bert")
     path = tmp_path / "bert.gguf"

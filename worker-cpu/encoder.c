@@ -300,7 +300,7 @@ static void attend_one(const sw_enc *e, int t, int h, float *s, float *out)
 static void attention(sw_enc *e, int n)
 {
     const int H = (int)e->m->hp.n_head, D = (int)e->m->hp.head_dim;
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 4) num_threads(e->threads)   /* att has a row per thread */
     for (int w = 0; w < n * H; w++) {
         const int t = w / H, h = w % H;
         float *s = e->att + (size_t)omp_get_thread_num() * e->n_ctx;

@@ -498,7 +498,8 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
 {
     const sw_hparams *hp = &m->hp;
     if (sw_model_is_encoder(m)) {   /* its tensors are another graph's (worker-cpu/encoder.h) */
-        sw_errf(err, errlen, "%s is an encoder: it computes embeddings only, with sw_enc_new", m->arch);
+        sw_errf(err, errlen, "this %s model is an encoder: it computes embeddings only (spillway-worker-cpu serves "
+                "them at /v1/embeddings)", m->arch);
         return NULL;
     }
     if (n_seq < 1 || n_seq > 4096) { sw_errf(err, errlen, "number of sequences %d out of range", n_seq); return NULL; }
