@@ -1,4 +1,5 @@
-/* Loading a GGUF model: Llama's graph and its Qwen2/Qwen3/Phi-3/Gemma variants.
+/* Loading a GGUF model: Llama's graph and its Qwen2/Qwen3/Phi-3/Gemma
+ * variants (the BERT-family encoders' tensors: model_encoder.c).
  *
  * Nothing is copied: tensors stay in the reader's mmap. Everything the forward
  * pass will touch is validated here (presence, dimensions, element type,
@@ -13,6 +14,7 @@
 #include <stddef.h>
 #include <string.h>
 #include "llm/util.h"
+#include "llm/model_impl.h"
 
 const char *sw_file_type_name(uint32_t ftype)
 {
@@ -123,7 +125,7 @@ static const gguf_tensor *need(const gguf_file *f, const char *name, uint64_t ne
 }
 
 /* Reads an integer hyperparameter "<arch>.<key>". */
-static bool hp_u32(const gguf_file *f, const char *arch, const char *key, uint32_t *out,
+bool sw_hp_u32(const gguf_file *f, const char *arch, const char *key, uint32_t *out,
                    bool required, char *err, size_t errlen)
 {
     char full[128];
@@ -139,7 +141,7 @@ static bool hp_u32(const gguf_file *f, const char *arch, const char *key, uint32
 }
 
 /* Reads an optional float hyperparameter "<arch>.<key>" (absent: keeps *out). */
-static bool hp_f32(const gguf_file *f, const char *arch, const char *key, float *out, char *err, size_t errlen)
+bool sw_hp_f32(const gguf_file *f, const char *arch, const char *key, float *out, char *err, size_t errlen)
 {
     char full[128];
     snprintf(full, sizeof full, "%s.%s", arch, key);
@@ -185,8 +187,8 @@ static bool read_rope_scaling(const gguf_file *f, const char *arch, sw_hparams *
      * first below. */
     float attn = 1.0f;
     hp->rope_orig_ctx = hp->n_ctx_train;
-    if (!hp_f32(f, arch, "rope.scaling.attn_factor", &attn, err, errlen) ||
-        !hp_u32(f, arch, "rope.scaling.original_context_length", &hp->rope_orig_ctx, false, err, errlen))
+    if (!sw_hp_f32(f, arch, "rope.scaling.attn_factor", &attn, err, errlen) ||
+        !sw_hp_u32(f, arch, "rope.scaling.original_context_length", &hp->rope_orig_ctx, false, err, errlen))
         return false;
     if (!(attn > 0.0f && attn < 100.0f) || hp->rope_orig_ctx == 0) {
         sw_errf(err, errlen, "metadata '%s.rope.scaling.attn_factor' = %g / 'original_context_length' = %u out of range",
@@ -199,10 +201,10 @@ static bool read_rope_scaling(const gguf_file *f, const char *arch, sw_hparams *
     hp->rope_yarn = true;
     hp->yarn_beta_fast = 32.0f;
     hp->yarn_beta_slow = 1.0f;
-    if (!hp_f32(f, arch, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, err, errlen) ||
-        !hp_f32(f, arch, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, err, errlen) ||
-        !hp_f32(f, arch, "rope.scaling.yarn_ext_factor", &ext, err, errlen) ||
-        !hp_f32(f, arch, "rope.scaling.yarn_log_multiplier", &log_mul, err, errlen))
+    if (!sw_hp_f32(f, arch, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, err, errlen) ||
+        !sw_hp_f32(f, arch, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, err, errlen) ||
+        !sw_hp_f32(f, arch, "rope.scaling.yarn_ext_factor", &ext, err, errlen) ||
+        !sw_hp_f32(f, arch, "rope.scaling.yarn_log_multiplier", &log_mul, err, errlen))
         return false;
     if (log_mul != 0.0f) {
         sw_errf(err, errlen, "metadata '%s.rope.scaling.yarn_log_multiplier': YaRN with a log multiplier is not supported", arch);
@@ -273,15 +275,15 @@ float sw_rope_mscale(const sw_hparams *hp, bool sliding)
 static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, char *err, size_t errlen)
 {
     memset(hp, 0, sizeof *hp);
-    if (!hp_u32(f, arch, "embedding_length", &hp->n_embd, true, err, errlen) ||
-        !hp_u32(f, arch, "block_count", &hp->n_layer, true, err, errlen) ||
-        !hp_u32(f, arch, "attention.head_count", &hp->n_head, true, err, errlen) ||
-        !hp_u32(f, arch, "feed_forward_length", &hp->n_ff, true, err, errlen))
+    if (!sw_hp_u32(f, arch, "embedding_length", &hp->n_embd, true, err, errlen) ||
+        !sw_hp_u32(f, arch, "block_count", &hp->n_layer, true, err, errlen) ||
+        !sw_hp_u32(f, arch, "attention.head_count", &hp->n_head, true, err, errlen) ||
+        !sw_hp_u32(f, arch, "feed_forward_length", &hp->n_ff, true, err, errlen))
         return false;
     hp->n_head_kv = hp->n_head;
     hp->n_ctx_train = 2048;
-    if (!hp_u32(f, arch, "attention.head_count_kv", &hp->n_head_kv, false, err, errlen) ||
-        !hp_u32(f, arch, "context_length", &hp->n_ctx_train, false, err, errlen))
+    if (!sw_hp_u32(f, arch, "attention.head_count_kv", &hp->n_head_kv, false, err, errlen) ||
+        !sw_hp_u32(f, arch, "context_length", &hp->n_ctx_train, false, err, errlen))
         return false;
 
     /* Sanity limits: far beyond any real model, small enough that size
@@ -297,7 +299,7 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
     if (hp->n_ctx_train == 0 || hp->n_ctx_train > 1u << 24) { sw_errf(err, errlen, "metadata '%s.context_length' = %u out of range", arch, hp->n_ctx_train); return false; }
 
     /* llama.cpp's enum: 4 (rank) scores pairs and is not an embedding. */
-    if (!hp_u32(f, arch, "pooling_type", &hp->pooling, false, err, errlen)) return false;
+    if (!sw_hp_u32(f, arch, "pooling_type", &hp->pooling, false, err, errlen)) return false;
     if (hp->pooling > SW_POOLING_LAST) {
         sw_errf(err, errlen, "metadata '%s.pooling_type' = %u: only none (0), mean (1), cls (2) and last (3) are supported",
                 arch, hp->pooling);
@@ -305,14 +307,14 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
     }
     hp->head_dim = hp->n_embd / hp->n_head;
     uint32_t key_len = 0;
-    if (!hp_u32(f, arch, "attention.key_length", &key_len, false, err, errlen)) return false;
+    if (!sw_hp_u32(f, arch, "attention.key_length", &key_len, false, err, errlen)) return false;
     if (key_len) hp->head_dim = key_len;
     if (!key_len && hp->n_embd % hp->n_head) {
         sw_errf(err, errlen, "embedding_length %u is not a multiple of head_count %u", hp->n_embd, hp->n_head);
         return false;
     }
     uint32_t val_len = hp->head_dim;
-    if (!hp_u32(f, arch, "attention.value_length", &val_len, false, err, errlen)) return false;
+    if (!sw_hp_u32(f, arch, "attention.value_length", &val_len, false, err, errlen)) return false;
     if (val_len != hp->head_dim) {
         sw_errf(err, errlen, "metadata '%s.attention.value_length' %u != key_length %u (unsupported)", arch, val_len, hp->head_dim);
         return false;
@@ -322,18 +324,18 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
         return false;
     }
     hp->n_rot = hp->head_dim;
-    if (!hp_u32(f, arch, "rope.dimension_count", &hp->n_rot, false, err, errlen)) return false;
+    if (!sw_hp_u32(f, arch, "rope.dimension_count", &hp->n_rot, false, err, errlen)) return false;
     if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {
         sw_errf(err, errlen, "metadata '%s.rope.dimension_count' = %u: must be even and <= head dim %u", arch, hp->n_rot, hp->head_dim);
         return false;
     }
 
     hp->rope_theta = 10000.0f;
-    if (!hp_f32(f, arch, "rope.freq_base", &hp->rope_theta, err, errlen)) return false;
+    if (!sw_hp_f32(f, arch, "rope.freq_base", &hp->rope_theta, err, errlen)) return false;
     if (!(hp->rope_theta > 0.0f)) { sw_errf(err, errlen, "metadata '%s.rope.freq_base' = %g must be positive", arch, hp->rope_theta); return false; }
     if (!read_rope_scaling(f, arch, hp, err, errlen)) return false;
     hp->rms_eps = 1e-5f;
-    if (!hp_f32(f, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, errlen)) return false;
+    if (!sw_hp_f32(f, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err, errlen)) return false;
     if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f)) {
         sw_errf(err, errlen, "metadata '%s.attention.layer_norm_rms_epsilon' = %g out of range", arch, hp->rms_eps);
         return false;
@@ -368,21 +370,24 @@ static void pick_quant_name(sw_model *m)
  * their 27B models' query scale out of the file: llama.cpp tells those
  * models by their depth (depth_27b), and so does this loader. */
 static const sw_arch ARCHS[] = {
-    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts        granite nope shexp  oai   olmo2 */
-    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, false, 0, false, false, false},
-    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false},
-    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false},
-    {"qwen2moe", true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, true, false, false},
-    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, false, false},
-    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false},
-    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false},
-    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO,      false, 0, false, false, false},
-    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO,      false, 0, false, false, false},
-    {"granite",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false, false},
-    {"granitemoe", false, false, false,       false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false, false},
-    {"smollm3",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 4, false, false, false},
-    {"gpt-oss",  true,  false,  false,        false, false,    false,     0.f, 0.f,   2, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, true, false},
-    {"olmo2",    true,  false,  false,        false, false,    true,      0.f, 0.f,   4, 0,    true,  0,  SW_MOE_NO,      false, 0, false, false, true},
+    /* name      neox   qk_norm fused_gate_up gelu  scale_embd post_norms softcaps    swa: period width own_rope depth_27b experts        granite nope shexp  oai   olmo2  enc */
+    {"llama",    false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, false, 0, false, false, false, 0},
+    {"qwen2",    true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false, 0},
+    {"qwen3",    true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false, 0},
+    {"qwen2moe", true,  false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, true, false, false, 0},
+    {"qwen3moe", true,  true,   false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, false, false, 0},
+    {"phi3",     true,  false,  true,         false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false, 0},
+    {"gemma",    true,  false,  false,        true,  true,     false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 0, false, false, false, 0},
+    {"gemma2",   true,  false,  false,        true,  true,     true,      50.f, 30.f, 2, 4096, false, 46, SW_MOE_NO,      false, 0, false, false, false, 0},
+    {"gemma3",   true,  true,   false,        true,  true,     true,      0.f, 0.f,   6, 0,    true,  62, SW_MOE_NO,      false, 0, false, false, false, 0},
+    {"granite",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false, false, 0},
+    {"granitemoe", false, false, false,       false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_ALLOWED, true,  0, false, false, false, 0},
+    {"smollm3",  false, false,  false,        false, false,    false,     0.f, 0.f,   0, 0,    false, 0,  SW_MOE_NO,      false, 4, false, false, false, 0},
+    {"gpt-oss",  true,  false,  false,        false, false,    false,     0.f, 0.f,   2, 0,    false, 0,  SW_MOE_ALWAYS,  false, 0, false, true, false, 0},
+    {"olmo2",    true,  false,  false,        false, false,    true,      0.f, 0.f,   4, 0,    true,  0,  SW_MOE_NO,      false, 0, false, false, true, 0},
+    /* the encoders (model_encoder.c): none of the columns above applies but RoPE's pairs */
+    {.name = "bert", .encoder = SW_ENC_BERT},
+    {.name = "nomic-bert", .rope_neox = true, .encoder = SW_ENC_NOMIC},
 };
 enum { N_ARCHS = sizeof ARCHS / sizeof ARCHS[0] };
 
@@ -408,8 +413,8 @@ static void arch_list(char *buf, size_t len)
 static bool read_expert_hparams(const gguf_file *f, const char *arch, const sw_arch *g, sw_hparams *hp, char *err,
                                 size_t errlen)
 {
-    if (!hp_u32(f, arch, "expert_count", &hp->n_expert, false, err, errlen) ||
-        !hp_u32(f, arch, "expert_used_count", &hp->n_expert_used, false, err, errlen))
+    if (!sw_hp_u32(f, arch, "expert_count", &hp->n_expert, false, err, errlen) ||
+        !sw_hp_u32(f, arch, "expert_used_count", &hp->n_expert_used, false, err, errlen))
         return false;
     if (hp->n_expert <= 1) {
         hp->n_expert = hp->n_expert_used = 0;
@@ -429,7 +434,7 @@ static bool read_expert_hparams(const gguf_file *f, const char *arch, const sw_a
     }
     /* Qwen3-MoE's experts are n_ff / n_used wide unless the file says (llama.cpp's default too) */
     hp->n_ff_exp = g->experts == SW_MOE_ALWAYS ? hp->n_ff / hp->n_expert_used : hp->n_ff;
-    if (!hp_u32(f, arch, "expert_feed_forward_length", &hp->n_ff_exp, false, err, errlen)) return false;
+    if (!sw_hp_u32(f, arch, "expert_feed_forward_length", &hp->n_ff_exp, false, err, errlen)) return false;
     if (hp->n_ff_exp == 0 || hp->n_ff_exp > 1u << 20) {
         sw_errf(err, errlen, "metadata '%s.expert_feed_forward_length' = %u out of range", arch, hp->n_ff_exp);
         return false;
@@ -437,14 +442,14 @@ static bool read_expert_hparams(const gguf_file *f, const char *arch, const sw_a
     hp->expert_renorm = !g->shared_expert;
     if (g->shared_expert) {
         hp->n_ff_shexp = hp->n_ff;   /* llama.cpp's default too */
-        if (!hp_u32(f, arch, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false, err, errlen)) return false;
+        if (!sw_hp_u32(f, arch, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false, err, errlen)) return false;
         if (hp->n_ff_shexp == 0 || hp->n_ff_shexp > 1u << 20) {
             sw_errf(err, errlen, "metadata '%s.expert_shared_feed_forward_length' = %u out of range", arch, hp->n_ff_shexp);
             return false;
         }
     }
     hp->expert_weights_scale = 1.0f;
-    if (!hp_f32(f, arch, "expert_weights_scale", &hp->expert_weights_scale, err, errlen)) return false;
+    if (!sw_hp_f32(f, arch, "expert_weights_scale", &hp->expert_weights_scale, err, errlen)) return false;
     if (hp->expert_weights_scale == 0.0f) hp->expert_weights_scale = 1.0f;   /* 0: unset */
     if (!(hp->expert_weights_scale > 0.0f && hp->expert_weights_scale < 1e6f)) {
         sw_errf(err, errlen, "metadata '%s.expert_weights_scale' = %g out of range", arch, hp->expert_weights_scale);
@@ -461,7 +466,7 @@ static bool read_granite_scales(const gguf_file *f, const char *arch, sw_hparams
     float *const dst[] = {&hp->embd_scale, &hp->residual_scale, &hp->attn_scale, &hp->logit_scale};
     for (int i = 0; i < 4; i++) {
         float v = 0.0f;
-        if (!hp_f32(f, arch, keys[i], &v, err, errlen)) return false;
+        if (!sw_hp_f32(f, arch, keys[i], &v, err, errlen)) return false;
         if (v == 0.0f) continue;
         if (!(v > 0.0f && v < 1e6f)) {
             sw_errf(err, errlen, "metadata '%s.%s' = %g out of range (0, 1e6)", arch, keys[i], v);
@@ -485,8 +490,8 @@ static bool read_graph_hparams(const gguf_file *f, const char *arch, const sw_ar
     if (g->granite_scales && !read_granite_scales(f, arch, hp, err, errlen)) return false;
     hp->attn_softcap = g->attn_softcap;
     hp->final_softcap = g->final_softcap;
-    if (!hp_f32(f, arch, "attn_logit_softcapping", &hp->attn_softcap, err, errlen) ||
-        !hp_f32(f, arch, "final_logit_softcapping", &hp->final_softcap, err, errlen))
+    if (!sw_hp_f32(f, arch, "attn_logit_softcapping", &hp->attn_softcap, err, errlen) ||
+        !sw_hp_f32(f, arch, "final_logit_softcapping", &hp->final_softcap, err, errlen))
         return false;
     if (!(hp->attn_softcap >= 0.0f && hp->attn_softcap < 1e6f) || !(hp->final_softcap >= 0.0f && hp->final_softcap < 1e6f)) {
         sw_errf(err, errlen, "metadata '%s.attn_logit_softcapping' / 'final_logit_softcapping' = %g / %g out of range",
@@ -497,7 +502,7 @@ static bool read_graph_hparams(const gguf_file *f, const char *arch, const sw_ar
      * global layers' in OLMo 3 (whose files say olmo2) */
     hp->rope_theta_swa = g->swa_own_rope && !g->olmo2 ? 10000.0f : hp->rope_theta;
     hp->rope_scale_swa = g->swa_own_rope ? 0.0f : hp->rope_scale;
-    if (g->swa_own_rope && !hp_f32(f, arch, "rope.freq_base_swa", &hp->rope_theta_swa, err, errlen)) return false;
+    if (g->swa_own_rope && !sw_hp_f32(f, arch, "rope.freq_base_swa", &hp->rope_theta_swa, err, errlen)) return false;
     if (!(hp->rope_theta_swa > 0.0f)) {
         sw_errf(err, errlen, "metadata '%s.rope.freq_base_swa' = %g must be positive", arch, hp->rope_theta_swa);
         return false;
@@ -518,7 +523,7 @@ static bool mark_sliding_layers(sw_model *m, char *err, size_t errlen)
     uint32_t period = g->swa_pattern;
     hp->n_swa = g->swa_window;
     if (!period) return true;
-    if (!hp_u32(m->file, m->arch, "attention.sliding_window", &hp->n_swa, false, err, errlen)) return false;
+    if (!sw_hp_u32(m->file, m->arch, "attention.sliding_window", &hp->n_swa, false, err, errlen)) return false;
     if (!hp->n_swa) return true;
     char key[128];
     snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch);
@@ -532,7 +537,7 @@ static bool mark_sliding_layers(sw_model *m, char *err, size_t errlen)
         for (uint32_t l = 0; l < hp->n_layer; l++) m->layers[l].sliding = gguf_arr_int(kv, l) != 0;
         return true;
     }
-    if (!hp_u32(m->file, m->arch, "attention.sliding_window_pattern", &period, false, err, errlen)) return false;
+    if (!sw_hp_u32(m->file, m->arch, "attention.sliding_window_pattern", &period, false, err, errlen)) return false;
     /* of each `period` layers the last one is global; 0 makes them all sliding */
     for (uint32_t l = 0; l < hp->n_layer; l++) m->layers[l].sliding = period == 0 || l % period < period - 1;
     return true;
@@ -545,33 +550,22 @@ static void mark_nope_layers(sw_model *m)
     for (uint32_t l = 0; period && l < m->hp.n_layer; l++) m->layers[l].no_rope = (l + 1) % period == 0;
 }
 
-/* Binds the file's tensors to the model, remembering which were used: a
- * tensor no graph step reads (a bias, a norm, a scaling table of some
- * variant this loader does not know) would change the result if it were
- * silently skipped, so load refuses files that have one. */
-typedef struct {
-    sw_model *m;
-    bool *used;      /* per file tensor */
-    char *err;
-    size_t errlen;
-} loader;
-
-static const gguf_tensor *bind(loader *ld, const char *name, uint64_t ne0, uint64_t ne1, bool optional)
+const gguf_tensor *sw_ld_bind(sw_loader *ld, const char *name, uint64_t ne0, uint64_t ne1, bool optional)
 {
     const gguf_tensor *t = need(ld->m->file, name, ne0, ne1, 0, optional, ld->err, ld->errlen);
     if (t) ld->used[t - ld->m->file->tensors] = true;
     return t;
 }
 
-static const gguf_tensor *bindf(loader *ld, uint64_t ne0, uint64_t ne1, bool optional, const char *fmt, uint32_t l)
+const gguf_tensor *sw_ld_bindf(sw_loader *ld, uint64_t ne0, uint64_t ne1, bool optional, const char *fmt, uint32_t l)
 {
     char name[96];
     snprintf(name, sizeof name, fmt, l);
-    return bind(ld, name, ne0, ne1, optional);
+    return sw_ld_bind(ld, name, ne0, ne1, optional);
 }
 
 /* A stack of n_expert matrices [ne0, ne1] of layer l, as n_expert views. */
-static const gguf_tensor *bind_experts(loader *ld, uint64_t ne0, uint64_t ne1, const char *fmt, uint32_t l)
+static const gguf_tensor *bind_experts(sw_loader *ld, uint64_t ne0, uint64_t ne1, const char *fmt, uint32_t l)
 {
     char name[96];
     snprintf(name, sizeof name, fmt, l);
@@ -596,7 +590,7 @@ static const gguf_tensor *bind_experts(loader *ld, uint64_t ne0, uint64_t ne1, c
 
 /* Rows [r0, r0 + n) of matrix t, or elements [r0, r0 + n) of vector t, as a
  * tensor of their own: how fused tensors are split. */
-static const gguf_tensor *split(sw_model *m, const gguf_tensor *t, uint64_t r0, uint64_t n, const char *part)
+const gguf_tensor *sw_ld_split(sw_model *m, const gguf_tensor *t, uint64_t r0, uint64_t n, const char *part)
 {
     gguf_tensor *v = &m->views[m->n_views++];
     *v = *t;
@@ -616,88 +610,88 @@ static const gguf_tensor *split(sw_model *m, const gguf_tensor *t, uint64_t r0, 
 
 /* q, k and v of layer l: three tensors, or one fused attn_qkv; biases
  * likewise, each optional. */
-static bool bind_qkv(loader *ld, uint32_t l, sw_layer *L)
+bool sw_ld_bind_qkv(sw_loader *ld, uint32_t l, sw_layer *L)
 {
     const sw_hparams *hp = &ld->m->hp;
     const uint64_t E = hp->n_embd, QD = (uint64_t)hp->n_head * hp->head_dim, KVD = (uint64_t)hp->n_head_kv * hp->head_dim;
     sw_model *m = ld->m;
-    const gguf_tensor *qkv = bindf(ld, E, QD + 2 * KVD, true, "blk.%u.attn_qkv.weight", l);
+    const gguf_tensor *qkv = sw_ld_bindf(ld, E, QD + 2 * KVD, true, "blk.%u.attn_qkv.weight", l);
     if (ld->err[0]) return false;
     if (qkv) {
-        L->wq = split(m, qkv, 0, QD, "q");
-        L->wk = split(m, qkv, QD, KVD, "k");
-        L->wv = split(m, qkv, QD + KVD, KVD, "v");
-    } else if (!(L->wq = bindf(ld, E, QD, false, "blk.%u.attn_q.weight", l)) ||
-               !(L->wk = bindf(ld, E, KVD, false, "blk.%u.attn_k.weight", l)) ||
-               !(L->wv = bindf(ld, E, KVD, false, "blk.%u.attn_v.weight", l))) {
+        L->wq = sw_ld_split(m, qkv, 0, QD, "q");
+        L->wk = sw_ld_split(m, qkv, QD, KVD, "k");
+        L->wv = sw_ld_split(m, qkv, QD + KVD, KVD, "v");
+    } else if (!(L->wq = sw_ld_bindf(ld, E, QD, false, "blk.%u.attn_q.weight", l)) ||
+               !(L->wk = sw_ld_bindf(ld, E, KVD, false, "blk.%u.attn_k.weight", l)) ||
+               !(L->wv = sw_ld_bindf(ld, E, KVD, false, "blk.%u.attn_v.weight", l))) {
         return false;
     }
-    const gguf_tensor *b = bindf(ld, QD + 2 * KVD, 0, true, "blk.%u.attn_qkv.bias", l);
+    const gguf_tensor *b = sw_ld_bindf(ld, QD + 2 * KVD, 0, true, "blk.%u.attn_qkv.bias", l);
     if (ld->err[0]) return false;
     if (b) {
-        L->bq = split(m, b, 0, QD, "q");
-        L->bk = split(m, b, QD, KVD, "k");
-        L->bv = split(m, b, QD + KVD, KVD, "v");
+        L->bq = sw_ld_split(m, b, 0, QD, "q");
+        L->bk = sw_ld_split(m, b, QD, KVD, "k");
+        L->bv = sw_ld_split(m, b, QD + KVD, KVD, "v");
         return true;
     }
-    L->bq = bindf(ld, QD, 0, true, "blk.%u.attn_q.bias", l);
-    if (!ld->err[0]) L->bk = bindf(ld, KVD, 0, true, "blk.%u.attn_k.bias", l);
-    if (!ld->err[0]) L->bv = bindf(ld, KVD, 0, true, "blk.%u.attn_v.bias", l);
+    L->bq = sw_ld_bindf(ld, QD, 0, true, "blk.%u.attn_q.bias", l);
+    if (!ld->err[0]) L->bk = sw_ld_bindf(ld, KVD, 0, true, "blk.%u.attn_k.bias", l);
+    if (!ld->err[0]) L->bv = sw_ld_bindf(ld, KVD, 0, true, "blk.%u.attn_v.bias", l);
     return !ld->err[0];
 }
 
-static bool bind_layer(loader *ld, uint32_t l, sw_layer *L)
+static bool bind_layer(sw_loader *ld, uint32_t l, sw_layer *L)
 {
     const sw_hparams *hp = &ld->m->hp;
     const sw_arch *a = ld->m->graph;
     const uint64_t E = hp->n_embd, F = hp->n_ff, QD = (uint64_t)hp->n_head * hp->head_dim;
     const uint64_t KVD = (uint64_t)hp->n_head_kv * hp->head_dim;
     /* OLMo 2 has no input norms: its q and k norms span all heads */
-    if (a->olmo2 ? !(L->q_norm = bindf(ld, QD, 0, false, "blk.%u.attn_q_norm.weight", l)) ||
-                       !(L->k_norm = bindf(ld, KVD, 0, false, "blk.%u.attn_k_norm.weight", l))
-                 : !(L->attn_norm = bindf(ld, E, 0, false, "blk.%u.attn_norm.weight", l)) ||
-                       !(L->ffn_norm = bindf(ld, E, 0, false, a->oai_moe ? "blk.%u.post_attention_norm.weight"
+    if (a->olmo2 ? !(L->q_norm = sw_ld_bindf(ld, QD, 0, false, "blk.%u.attn_q_norm.weight", l)) ||
+                       !(L->k_norm = sw_ld_bindf(ld, KVD, 0, false, "blk.%u.attn_k_norm.weight", l))
+                 : !(L->attn_norm = sw_ld_bindf(ld, E, 0, false, "blk.%u.attn_norm.weight", l)) ||
+                       !(L->ffn_norm = sw_ld_bindf(ld, E, 0, false, a->oai_moe ? "blk.%u.post_attention_norm.weight"
                                                                           : "blk.%u.ffn_norm.weight", l)))
         return false;
-    if (!bind_qkv(ld, l, L) || !(L->wo = bindf(ld, QD, E, false, "blk.%u.attn_output.weight", l)) ||
-        (!hp->n_expert && !(L->w_down = bindf(ld, F, E, false, "blk.%u.ffn_down.weight", l))))
+    if (!sw_ld_bind_qkv(ld, l, L) || !(L->wo = sw_ld_bindf(ld, QD, E, false, "blk.%u.attn_output.weight", l)) ||
+        (!hp->n_expert && !(L->w_down = sw_ld_bindf(ld, F, E, false, "blk.%u.ffn_down.weight", l))))
         return false;
-    L->bo = bindf(ld, E, 0, true, "blk.%u.attn_output.bias", l);
-    if (!ld->err[0]) L->sinks = bindf(ld, hp->n_head, 0, true, "blk.%u.attn_sinks.weight", l);
+    L->bo = sw_ld_bindf(ld, E, 0, true, "blk.%u.attn_output.bias", l);
+    if (!ld->err[0]) L->sinks = sw_ld_bindf(ld, hp->n_head, 0, true, "blk.%u.attn_sinks.weight", l);
     if (ld->err[0]) return false;
-    if (a->qk_norm && (!(L->q_norm = bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_q_norm.weight", l)) ||
-                       !(L->k_norm = bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_k_norm.weight", l))))
+    if (a->qk_norm && (!(L->q_norm = sw_ld_bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_q_norm.weight", l)) ||
+                       !(L->k_norm = sw_ld_bindf(ld, hp->head_dim, 0, false, "blk.%u.attn_k_norm.weight", l))))
         return false;
-    if (a->post_norms && (!(L->post_attn_norm = bindf(ld, E, 0, false, "blk.%u.post_attention_norm.weight", l)) ||
-                          !(L->post_ffn_norm = bindf(ld, E, 0, false, "blk.%u.post_ffw_norm.weight", l))))
+    if (a->post_norms && (!(L->post_attn_norm = sw_ld_bindf(ld, E, 0, false, "blk.%u.post_attention_norm.weight", l)) ||
+                          !(L->post_ffn_norm = sw_ld_bindf(ld, E, 0, false, "blk.%u.post_ffw_norm.weight", l))))
         return false;
     if (hp->n_expert) {
         const uint64_t FE = hp->n_ff_exp, FS = hp->n_ff_shexp;
-        if (FS && (!(L->gate_inp_shexp = bindf(ld, E, 0, false, "blk.%u.ffn_gate_inp_shexp.weight", l)) ||
-                   !(L->w_gate = bindf(ld, E, FS, false, "blk.%u.ffn_gate_shexp.weight", l)) ||
-                   !(L->w_up = bindf(ld, E, FS, false, "blk.%u.ffn_up_shexp.weight", l)) ||
-                   !(L->w_down = bindf(ld, FS, E, false, "blk.%u.ffn_down_shexp.weight", l))))
+        if (FS && (!(L->gate_inp_shexp = sw_ld_bindf(ld, E, 0, false, "blk.%u.ffn_gate_inp_shexp.weight", l)) ||
+                   !(L->w_gate = sw_ld_bindf(ld, E, FS, false, "blk.%u.ffn_gate_shexp.weight", l)) ||
+                   !(L->w_up = sw_ld_bindf(ld, E, FS, false, "blk.%u.ffn_up_shexp.weight", l)) ||
+                   !(L->w_down = sw_ld_bindf(ld, FS, E, false, "blk.%u.ffn_down_shexp.weight", l))))
             return false;
         const uint64_t NE = hp->n_expert;
-        L->gate_inp_b = bindf(ld, NE, 0, true, "blk.%u.ffn_gate_inp.bias", l);
-        if (!ld->err[0]) L->gate_exps_b = bindf(ld, FE, NE, true, "blk.%u.ffn_gate_exps.bias", l);
-        if (!ld->err[0]) L->up_exps_b = bindf(ld, FE, NE, true, "blk.%u.ffn_up_exps.bias", l);
-        if (!ld->err[0]) L->down_exps_b = bindf(ld, E, NE, true, "blk.%u.ffn_down_exps.bias", l);
+        L->gate_inp_b = sw_ld_bindf(ld, NE, 0, true, "blk.%u.ffn_gate_inp.bias", l);
+        if (!ld->err[0]) L->gate_exps_b = sw_ld_bindf(ld, FE, NE, true, "blk.%u.ffn_gate_exps.bias", l);
+        if (!ld->err[0]) L->up_exps_b = sw_ld_bindf(ld, FE, NE, true, "blk.%u.ffn_up_exps.bias", l);
+        if (!ld->err[0]) L->down_exps_b = sw_ld_bindf(ld, E, NE, true, "blk.%u.ffn_down_exps.bias", l);
         if (ld->err[0]) return false;
-        return (L->gate_inp = bindf(ld, E, NE, false, "blk.%u.ffn_gate_inp.weight", l)) &&
+        return (L->gate_inp = sw_ld_bindf(ld, E, NE, false, "blk.%u.ffn_gate_inp.weight", l)) &&
                (L->gate_exps = bind_experts(ld, E, FE, "blk.%u.ffn_gate_exps.weight", l)) &&
                (L->up_exps = bind_experts(ld, E, FE, "blk.%u.ffn_up_exps.weight", l)) &&
                (L->down_exps = bind_experts(ld, FE, E, "blk.%u.ffn_down_exps.weight", l));
     }
     if (a->fused_gate_up) {
-        const gguf_tensor *gu = bindf(ld, E, 2 * F, false, "blk.%u.ffn_up.weight", l);
+        const gguf_tensor *gu = sw_ld_bindf(ld, E, 2 * F, false, "blk.%u.ffn_up.weight", l);
         if (!gu) return false;
-        L->w_gate = split(ld->m, gu, 0, F, "gate");
-        L->w_up = split(ld->m, gu, F, F, "up");
+        L->w_gate = sw_ld_split(ld->m, gu, 0, F, "gate");
+        L->w_up = sw_ld_split(ld->m, gu, F, F, "up");
         return true;
     }
-    return (L->w_gate = bindf(ld, E, F, false, "blk.%u.ffn_gate.weight", l)) &&
-           (L->w_up = bindf(ld, E, F, false, "blk.%u.ffn_up.weight", l));
+    return (L->w_gate = sw_ld_bindf(ld, E, F, false, "blk.%u.ffn_gate.weight", l)) &&
+           (L->w_up = sw_ld_bindf(ld, E, F, false, "blk.%u.ffn_up.weight", l));
 }
 
 uint64_t sw_expert_bytes(const sw_layer *L, uint32_t e)
@@ -719,7 +713,7 @@ static uint64_t layer_bytes(const sw_layer *L)
 /* The optional per-layer tensors the graph reads as "the model has them"
  * (from layer 0) must be in every layer or in none; the experts' three
  * biases come together, as gate's (entry `with`) does. */
-static bool same_in_every_layer(loader *ld)
+static bool same_in_every_layer(sw_loader *ld)
 {
     static const struct { size_t at; const char *name; int with; } opt[] = {
         {offsetof(sw_layer, bo), "attn_output.bias", 0},          {offsetof(sw_layer, sinks), "attn_sinks.weight", 1},
@@ -741,7 +735,7 @@ static bool same_in_every_layer(loader *ld)
     return true;
 }
 
-static bool bind_tensors(loader *ld)
+static bool bind_tensors(sw_loader *ld)
 {
     sw_model *m = ld->m;
     const gguf_file *f = m->file;
@@ -756,18 +750,18 @@ static bool bind_tensors(loader *ld)
     hp->n_vocab = (uint32_t)e->ne[1];
     const uint64_t E = hp->n_embd, V = hp->n_vocab;
 
-    if (!(m->token_embd = bind(ld, "token_embd.weight", E, V, false))) return false;
-    if (!(m->output_norm = bind(ld, "output_norm.weight", E, 0, false))) return false;
-    m->output = bind(ld, "output.weight", E, V, true);
+    if (!(m->token_embd = sw_ld_bind(ld, "token_embd.weight", E, V, false))) return false;
+    if (!(m->output_norm = sw_ld_bind(ld, "output_norm.weight", E, 0, false))) return false;
+    m->output = sw_ld_bind(ld, "output.weight", E, V, true);
     if (ld->err[0]) return false;            /* present but invalid */
     if (!m->output) {
         m->output = m->token_embd;           /* tied embeddings */
         m->tied_output = true;
     }
-    m->output_bias = bind(ld, "output.bias", V, 0, true);
-    m->rope_freqs = bind(ld, "rope_freqs.weight", hp->n_rot / 2, 0, true);
-    if (!ld->err[0]) m->rope_long = bind(ld, "rope_factors_long.weight", hp->n_rot / 2, 0, true);
-    if (!ld->err[0]) m->rope_short = bind(ld, "rope_factors_short.weight", hp->n_rot / 2, 0, true);
+    m->output_bias = sw_ld_bind(ld, "output.bias", V, 0, true);
+    m->rope_freqs = sw_ld_bind(ld, "rope_freqs.weight", hp->n_rot / 2, 0, true);
+    if (!ld->err[0]) m->rope_long = sw_ld_bind(ld, "rope_factors_long.weight", hp->n_rot / 2, 0, true);
+    if (!ld->err[0]) m->rope_short = sw_ld_bind(ld, "rope_factors_short.weight", hp->n_rot / 2, 0, true);
     if (!ld->err[0] && !m->rope_long != !m->rope_short) {
         sw_errf(ld->err, ld->errlen, "tensor 'rope_factors_%s.weight' without 'rope_factors_%s.weight'",
                 m->rope_long ? "long" : "short", m->rope_long ? "short" : "long");
@@ -787,11 +781,17 @@ static bool bind_tensors(loader *ld)
     if (!same_in_every_layer(ld)) return false;
     m->weight_bytes += m->expert_bytes + m->output->nbytes + m->output_norm->nbytes +
                        sw_row_size(m->token_embd->type, E) + (m->output_bias ? m->output_bias->nbytes : 0);
+    return true;
+}
 
+/* Whether the graph reads every tensor of the file (see sw_loader). */
+static bool all_used(const sw_loader *ld)
+{
+    const gguf_file *f = ld->m->file;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         if (!ld->used[i]) {
             sw_errf(ld->err, ld->errlen, "tensor '%s' is not part of the '%s' graph as implemented here; "
-                    "refusing to compute without it", f->tensors[i].name, m->arch);
+                    "refusing to compute without it", f->tensors[i].name, ld->m->arch);
             return false;
         }
     }
@@ -801,10 +801,10 @@ static bool bind_tensors(loader *ld)
 static bool load_tensors(sw_model *m, char *err, size_t errlen)
 {
     m->hp.rope_neox = m->graph->rope_neox;
-    loader ld = {m, calloc(m->file->n_tensors + 1, sizeof(bool)), err, errlen};
+    sw_loader ld = {m, calloc(m->file->n_tensors + 1, sizeof(bool)), err, errlen};
     if (!ld.used) { sw_errf(err, errlen, "out of memory"); return false; }
     err[0] = 0;
-    bool ok = bind_tensors(&ld);
+    bool ok = (sw_model_is_encoder(m) ? sw_encoder_bind(&ld) : bind_tensors(&ld)) && all_used(&ld);
     free(ld.used);
     return ok;
 }
@@ -835,6 +835,7 @@ sw_model *sw_model_load(const char *path, char *err, size_t errlen)
     }
     if (!read_hparams(m->file, m->arch, &m->hp, ebuf, sizeof ebuf) ||
         !read_graph_hparams(m->file, m->arch, m->graph, &m->hp, ebuf, sizeof ebuf) ||
+        (sw_model_is_encoder(m) && !sw_encoder_hparams(m->file, m->arch, &m->hp, ebuf, sizeof ebuf)) ||
         !load_tensors(m, ebuf, sizeof ebuf) || !mark_sliding_layers(m, ebuf, sizeof ebuf)) {
         sw_errf(err, errlen, "%s: %s", path, ebuf);
         goto fail;

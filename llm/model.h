@@ -3,6 +3,11 @@
  * Mixtral use. Shared by both workers and the tools: the CPU engine computes
  * on it, the GPU worker uploads from it.
  *
+ * Or a BERT-family encoder (sw_model_is_encoder: archs "bert" and
+ * "nomic-bert", llm/model_encoder.c), an embedding model the CPU worker
+ * alone computes (worker-cpu/encoder.h): bidirectional attention, LayerNorms
+ * after the residual adds, absolute positions (bert) or RoPE (nomic-bert).
+ *
  * sw_model_load only reads and validates: every tensor the forward pass uses
  * is checked for presence, shape and type, so compute code can trust it. The
  * tensor pointers are public because the GPU worker uploads the same tensors.
@@ -53,11 +58,18 @@ typedef struct {
      * SW_POOLING_*) says how its final hidden states are pooled into one
      * vector. NONE (absent): a generation model. */
     uint32_t pooling;
+    float norm_eps;       /* an encoder's LayerNorm epsilon (attention.layer_norm_epsilon); 0 in a decoder */
 } sw_hparams;
 
 enum { SW_POOLING_NONE = 0, SW_POOLING_MEAN = 1, SW_POOLING_CLS = 2, SW_POOLING_LAST = 3 };
 
 enum { SW_MOE_NO, SW_MOE_ALLOWED, SW_MOE_ALWAYS };   /* sw_arch.experts */
+
+/* sw_arch.encoder: a decoder, or which BERT-family encoder. BERT (bge,
+ * all-MiniLM, ...): learned absolute positions, a GELU FFN (the exact, erf
+ * form) with biases. nomic-bert (nomic-embed-text): RoPE (NEOX pairs) in
+ * place of positions, a SwiGLU FFN, q/k/v fused, no biases. */
+enum { SW_ENC_NONE = 0, SW_ENC_BERT, SW_ENC_NOMIC };
 
 /* How an architecture's graph differs from Llama's (model.c has the table). */
 typedef struct {
@@ -88,6 +100,7 @@ typedef struct {
                            * x * sigmoid(1.702 x) * (u + 1)) */
     bool olmo2;           /* no norms before attention and the FFN (their outputs are normed instead:
                            * post_norms), and q and k RMS-normalized over all heads at once (OLMo 2) */
+    int encoder;          /* SW_ENC_*: a BERT-family encoder (none of the fields above apply but rope_neox) */
 } sw_arch;
 
 /* One transformer block. Matrices follow GGUF's convention: ne[0] = input
@@ -125,6 +138,14 @@ typedef struct {
     const gguf_tensor *gate_inp_shexp;
     /* Gemma 2/3: norms of the attention and FFN outputs ([n_embd]), else NULL */
     const gguf_tensor *post_attn_norm, *post_ffn_norm;
+    /* An encoder's (NULL in a decoder, whose attn_norm and ffn_norm an
+     * encoder has not): the LayerNorms (gain and bias, [n_embd]) of the
+     * residual stream after attention is added (attn_output_norm) and after
+     * the FFN is (layer_output_norm), and the FFN's optional biases ([n_ff],
+     * [n_embd]). Its wq, wk, wv, wo, w_up, w_down (and nomic-bert's w_gate)
+     * and optional bq, bk, bv, bo are the fields above. */
+    const gguf_tensor *attn_out_norm, *attn_out_norm_b, *out_norm, *out_norm_b;
+    const gguf_tensor *b_up, *b_down;
     bool sliding;                   /* attends to the last hp.n_swa positions only */
     bool no_rope;                   /* q and k are not rotated (sw_arch.nope_period) */
 } sw_layer;
@@ -148,6 +169,11 @@ typedef struct sw_model {
      * context beyond rope_orig_ctx, and for one within it; else NULL */
     const gguf_tensor *rope_long, *rope_short;
     const gguf_tensor *output_bias;  /* optional [n_vocab] */
+    /* An encoder's (NULL in a decoder; an encoder's output_norm and output
+     * are NULL): token type 0's embedding (row 0 of [n_embd, types],
+     * optional), the learned positions [n_embd, >= n_ctx_train] (bert; NULL:
+     * RoPE), and the LayerNorm of the summed embeddings (gain and bias). */
+    const gguf_tensor *token_types, *pos_embd, *embd_norm, *embd_norm_b;
     sw_layer *layers;                /* n_layer entries */
     /* Fused tensors (attn_qkv, Phi-3's ffn_up) split into row ranges that
      * the fields above point to; owned by the model. */
@@ -187,6 +213,9 @@ uint64_t sw_expert_bytes(const sw_layer *L, uint32_t e);
 /* Whether m is an embedding model (a pooling type in its metadata): it is
  * served for embeddings only, never for generation. */
 static inline bool sw_model_is_embedding(const sw_model *m) { return m->hp.pooling != SW_POOLING_NONE; }
+/* Whether m is a BERT-family encoder (always an embedding model): only
+ * worker-cpu/encoder.h computes it; sw_ctx_new refuses it. */
+static inline bool sw_model_is_encoder(const sw_model *m) { return m->graph->encoder != SW_ENC_NONE; }
 /* "mean", "cls", "last" or "none". */
 const char *sw_pooling_name(uint32_t pooling);
 

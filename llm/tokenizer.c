@@ -11,6 +11,10 @@
  * bytes are mapped to printable code points (GPT-2's byte<->unicode table), and
  * adjacent symbols are merged by merge rank (lowest first, ties: leftmost).
  *
+ * WordPiece ("bert"): BERT's normalization, words split at spaces and
+ * punctuation, and each word cut greedily into the longest pieces
+ * (wordpiece.c, over this file's vocabulary map).
+ *
  * Both merge loops share one engine: symbols in a linked list over a buffer,
  * candidate pairs in a binary heap, stale pairs discarded when popped. That
  * keeps long inputs at O(n log n).
@@ -19,6 +23,7 @@
 #include "llm/pretok.h"
 #include "llm/text.h"
 #include "llm/util.h"
+#include "llm/wordpiece.h"
 
 #include <limits.h>
 #include <math.h>
@@ -95,6 +100,7 @@ struct sw_tokenizer {
     int32_t bos, eos, unk;
     bool add_bos, add_eos, add_space_prefix, has_byte_tokens;
     sw_pretok *pretok;       /* BPE: the pre-tokenizer */
+    sw_wpm wpm;              /* WordPiece: its settings (lookup: this vocabulary) */
     uint32_t max_len;        /* longest token text */
     int32_t *special;        /* control / user-defined ids, longest text first */
     int n_special, n_user;     /* n_user: how many of them are user-defined */
@@ -276,7 +282,7 @@ static bool finish_load(sw_tokenizer *t, const gguf_file *f, char *err, size_t e
             int v = byte_token_value(t->arena + t->off[i], t->len[i]);
             if (v >= 0 && t->byte_tok[v] < 0) { t->byte_tok[v] = i; t->has_byte_tokens = true; }
         }
-    } else {
+    } else if (t->kind == SW_TOK_BPE) {
         init_byte_map();
         for (int b = 0; b < 256; b++) {
             char u[4];
@@ -364,10 +370,11 @@ static bool check_vocab(const gguf_file *f, sw_tok_kind *kind, vocab_arrays *va,
     }
     if (gguf_str_eq(model, "llama")) *kind = SW_TOK_SPM;
     else if (gguf_str_eq(model, "gpt2")) *kind = SW_TOK_BPE;
+    else if (gguf_str_eq(model, "bert")) *kind = SW_TOK_WPM;
     else {
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(model.len < 60 ? model.len : 60), model.ptr);
-        sw_errf(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%s' (want llama or gpt2)", name);
+        sw_errf(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%s' (want llama, gpt2 or bert)", name);
         return false;
     }
     const gguf_kv *tokens = gguf_find(f, "tokenizer.ggml.tokens");
@@ -413,12 +420,66 @@ static void load_scores_types(sw_tokenizer *t, const vocab_arrays *va)
     }
 }
 
+/* Without a type array, BOS, EOS and UNK are known by their ids. */
+static void mark_specials(sw_tokenizer *t, bool has_types)
+{
+    if (has_types) return;
+    if (t->bos >= 0) t->type[t->bos] = TT_CONTROL;
+    if (t->eos >= 0) t->type[t->eos] = TT_CONTROL;
+    if (t->unk >= 0) t->type[t->unk] = TT_UNKNOWN;
+}
+
+/* A WordPiece special: the file's id under key (else key2), else the
+ * token of that text, else -1. */
+static int32_t wpm_id(const sw_tokenizer *t, const gguf_file *f, const char *key, const char *key2, const char *text)
+{
+    int32_t id = meta_id(f, key, -1, t->n_vocab);
+    if (id < 0 && key2) id = meta_id(f, key2, -1, t->n_vocab);
+    return id >= 0 ? id : map_get(&t->vocab, text, strlen(text));
+}
+
+static int32_t wpm_lookup(const void *vocab, const char *s, size_t n) { return map_get(vocab, s, n); }
+
+/* WordPiece: [CLS] is its BOS and [SEP] its EOS (cls_token_id, else
+ * bos_token_id; seperator_token_id, as llama.cpp spells the key, else
+ * eos_token_id; else the tokens of those texts), and both go around every
+ * input, as BERT was trained, unless the file says not: add_bos_token
+ * false leaves [CLS] out, add_eos_token false (gguf-py writes true, with
+ * add_sep_token, which it means for pairs, false) [SEP] unless
+ * add_sep_token is true. The vocabulary tells the rest: uncased when no token but
+ * the bracketed specials has an upper-case letter, llama.cpp's spelling
+ * when a piece starts with U+2581. */
+static void load_wpm(sw_tokenizer *t, const gguf_file *f)
+{
+    t->bos = wpm_id(t, f, "tokenizer.ggml.cls_token_id", "tokenizer.ggml.bos_token_id", "[CLS]");
+    t->eos = wpm_id(t, f, "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.eos_token_id", "[SEP]");
+    t->unk = wpm_id(t, f, "tokenizer.ggml.unknown_token_id", NULL, "[UNK]");
+    if (!gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos)) t->add_bos = true;
+    bool sep = false;
+    if (!gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &t->add_eos)) t->add_eos = true;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_sep_token", &sep)) t->add_eos = t->add_eos || sep;
+    bool upper = false, phantom = false;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        const char *s = t->arena + t->off[i];
+        uint32_t n = t->len[i];
+        if (t->type[i] == TT_CONTROL || (n >= 2 && s[0] == '[' && s[n - 1] == ']')) continue;
+        phantom = phantom || (n >= 3 && !memcmp(s, "\xE2\x96\x81", 3));
+        for (uint32_t k = 0; k < n && !upper; k++) upper = s[k] >= 'A' && s[k] <= 'Z';
+    }
+    t->wpm = (sw_wpm){ wpm_lookup, &t->vocab, !upper, phantom, t->unk };
+}
+
 /* The special ids, the space-prefix and BOS rules and (BPE) the
  * pre-tokenizer; has_types: f gave token types. False with err set. */
 static bool load_specials(sw_tokenizer *t, const gguf_file *f, bool has_types, char *err, size_t errlen)
 {
     const sw_tok_kind kind = t->kind;
     int32_t nv = t->n_vocab;
+    if (kind == SW_TOK_WPM) {
+        load_wpm(t, f);
+        mark_specials(t, has_types);
+        return true;
+    }
     t->bos = meta_id(f, "tokenizer.ggml.bos_token_id", kind == SW_TOK_SPM ? 1 : -1, nv);
     t->eos = meta_id(f, "tokenizer.ggml.eos_token_id", kind == SW_TOK_SPM ? 2 : -1, nv);
     t->unk = meta_id(f, "tokenizer.ggml.unknown_token_id", kind == SW_TOK_SPM ? 0 : -1, nv);
@@ -444,11 +505,7 @@ static bool load_specials(sw_tokenizer *t, const gguf_file *f, bool has_types, c
     if (!gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos))
         t->add_bos = kind == SW_TOK_SPM || sw_pretok_default_bos(t->pretok);
     if (!gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &t->add_eos)) t->add_eos = false;
-    if (!has_types) {   /* ... and BOS/EOS/UNK by their ids */
-        if (t->bos >= 0) t->type[t->bos] = TT_CONTROL;
-        if (t->eos >= 0) t->type[t->eos] = TT_CONTROL;
-        if (t->unk >= 0) t->type[t->unk] = TT_UNKNOWN;
-    }
+    mark_specials(t, has_types);
     return true;
 }
 
@@ -758,9 +815,12 @@ static int32_t match_special(const sw_tokenizer *t, const char *s, size_t n, boo
 
 /* Every plain-text fragment starts the text or follows a special token; like
  * SentencePiece encoding each segment separately, each gets the dummy prefix. */
+static void push_id(void *out, int32_t id) { idvec_push(out, id); }
+
 static void encode_text(const sw_tokenizer *t, merger *m, const char *s, size_t n, idvec *out)
 {
     if (t->kind == SW_TOK_SPM) spm_encode(t, m, s, n, t->add_space_prefix, out);
+    else if (t->kind == SW_TOK_WPM) m->oom |= !sw_wpm_encode(&t->wpm, s, n, push_id, out);
     else bpe_encode(t, m, s, n, out);
 }
 
@@ -819,7 +879,13 @@ static size_t piece_raw(const sw_tokenizer *t, int32_t id, char *buf)
     default: break;
     }
     size_t p = 0;
-    if (t->kind == SW_TOK_SPM) {
+    if (t->kind == SW_TOK_WPM && !t->wpm.phantom) {   /* "##ing" -> "ing", "play" -> " play" */
+        if (n >= 2 && s[0] == '#' && s[1] == '#') { memcpy(buf, s + 2, n - 2); return n - 2; }
+        buf[0] = ' ';
+        memcpy(buf + 1, s, n);
+        return n + 1;
+    }
+    if (t->kind != SW_TOK_BPE) {   /* SPM, and WordPiece as llama.cpp spells it */
         for (uint32_t i = 0; i < n; ) {
             if (i + 3 <= n && memcmp(s + i, "\xE2\x96\x81", 3) == 0) { buf[p++] = ' '; i += 3; }
             else buf[p++] = s[i++];

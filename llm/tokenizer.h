@@ -1,6 +1,8 @@
 /* Tokenizers built from GGUF metadata (tokenizer.ggml.*):
  *   "llama" -> SentencePiece-style (scores, byte fallback, dummy prefix)
  *   "gpt2"  -> byte-level BPE (merges, pre-tokenizer by tokenizer.ggml.pre)
+ *   "bert"  -> WordPiece (BERT's normalization and words, llm/wordpiece.h);
+ *              its BOS is [CLS] and its EOS [SEP], both added by default
  * Works on vocab-only GGUF files.
  */
 #ifndef SW_TOKENIZER_H
@@ -11,7 +13,7 @@
 #include <stdbool.h>
 #include "gguf.h"
 
-typedef enum { SW_TOK_SPM = 1, SW_TOK_BPE = 2 } sw_tok_kind;
+typedef enum { SW_TOK_SPM = 1, SW_TOK_BPE = 2, SW_TOK_WPM = 3 } sw_tok_kind;
 
 typedef struct sw_tokenizer sw_tokenizer;
 
@@ -23,8 +25,9 @@ int32_t sw_tok_n_vocab(const sw_tokenizer *t);
 int32_t sw_tok_bos(const sw_tokenizer *t);   /* -1 if none */
 int32_t sw_tok_eos(const sw_tokenizer *t);   /* -1 if none */
 bool sw_tok_add_bos(const sw_tokenizer *t);  /* tokenizer.ggml.add_bos_token; default: yes for SPM and Llama 3 BPE, no for GPT-2 BPE */
-/* tokenizer.ggml.add_eos_token (default no): only embeddings append it
- * (worker-cpu/embed.c); a generation prompt never ends in EOS. */
+/* tokenizer.ggml.add_eos_token (default no; WordPiece: [SEP], default
+ * yes, or add_sep_token): only embeddings append it (worker-cpu/embed.c); a
+ * generation prompt never ends in EOS. */
 bool sw_tok_add_eos(const sw_tokenizer *t);
 /* True for tokens that end generation (EOS, EOT, <|im_end|> and the like). */
 bool sw_tok_is_eog(const sw_tokenizer *t, int32_t id);

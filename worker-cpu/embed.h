@@ -8,6 +8,9 @@
  * input in its own KV sequence, so the weights are read once a batch
  * however many inputs there are. No protobuf here: the engine (engine.c)
  * turns the wire's request into sw_embed_input.
+ *
+ * A BERT-family encoder is another graph (encoder.h, sw_enc_embed); it
+ * shares the pooling below and sw_embed_tokenize.
  */
 #ifndef SW_CPU_EMBED_H
 #define SW_CPU_EMBED_H

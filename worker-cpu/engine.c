@@ -24,6 +24,7 @@
 #include "worker-cpu/forward.h"
 #include "llm/generate.h"
 #include "worker-cpu/embed.h"
+#include "worker-cpu/encoder.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -72,7 +73,8 @@ typedef struct queued {
 
 struct sw_cpu_engine {
     sw_model *m;
-    sw_ctx *ctx;
+    sw_ctx *ctx;              /* a decoder's; NULL for an encoder, which has enc */
+    sw_enc *enc;
     int n_slots, n_parallel, n_ctx, max_batch;   /* n_slots KV caches, at most n_parallel in use */
     slot *slots;
     kv_history *hist;         /* [n_slots] */
@@ -117,7 +119,9 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n
     e->n_parallel = n_parallel;
     e->n_ctx = n_ctx;
     e->max_batch = n_parallel + PREFILL_BUDGET;
-    e->ctx = sw_ctx_new(m, n_slots, n_ctx, e->max_batch, err, errlen);
+    /* An encoder computes an input whole, in one batch: the batch holds the longest. */
+    if (sw_model_is_encoder(m)) e->enc = sw_enc_new(m, n_ctx, n_ctx > e->max_batch ? n_ctx : e->max_batch, err, errlen);
+    else e->ctx = sw_ctx_new(m, n_slots, n_ctx, e->max_batch, err, errlen);
     e->slots = calloc((size_t)n_slots, sizeof *e->slots);
     e->hist = calloc((size_t)n_slots, sizeof *e->hist);
     e->lcp = calloc((size_t)n_slots, sizeof *e->lcp);
@@ -128,8 +132,9 @@ sw_cpu_engine *sw_cpu_engine_new(sw_model *m, int n_parallel, int n_cache, int n
     e->row_slot = calloc((size_t)e->max_batch, sizeof *e->row_slot);
     e->row_pos = calloc((size_t)e->max_batch, sizeof *e->row_pos);
     e->logits = malloc((size_t)n_parallel * m->hp.n_vocab * sizeof(float));
-    if (!e->ctx || !e->slots || !e->hist || !e->lcp || !e->batch || !e->row_slot || !e->row_pos || !e->logits) {
-        if (e->ctx) sw_errf(err, errlen, "out of memory");
+    if (!(e->ctx || e->enc) || !e->slots || !e->hist || !e->lcp || !e->batch || !e->row_slot || !e->row_pos ||
+        !e->logits) {
+        if (e->ctx || e->enc) sw_errf(err, errlen, "out of memory");
         sw_cpu_engine_free(e);
         return NULL;
     }
@@ -159,6 +164,7 @@ void sw_cpu_engine_free(sw_cpu_engine *e)
     }
     pthread_mutex_destroy(&e->load_mu);
     sw_ctx_free(e->ctx);
+    sw_enc_free(e->enc);
     if (e->hist) for (int i = 0; i < e->n_slots; i++) free(e->hist[i].toks);
     free(e->hist);
     free(e->lcp);
@@ -613,7 +619,9 @@ static int engine_embed(void *eng, const Spillway__EmbedRequest *req, sw_embeddi
     if (!code) code = embed_inputs(e, req, in, toks, err, errlen);
     int n_seq = code ? 0 : free_seqs(e, seqs);
     if (!code && !n_seq) code = (sw_errf(err, errlen, "no free sequence: the worker is busy"), 503);
-    if (!code && sw_embed_batch(e->ctx, seqs, n_seq, in, (int)n, out->values, err, errlen)) code = 400;
+    if (!code && (e->enc ? sw_enc_embed(e->enc, in, (int)n, out->values, err, errlen)
+                         : sw_embed_batch(e->ctx, seqs, n_seq, in, (int)n, out->values, err, errlen)))
+        code = 400;
     for (size_t i = 0; !code && i < n; i++) out->tokens[i] = (uint32_t)in[i].n;
     out->n = (uint32_t)n;
     out->dim = (uint32_t)dim;

@@ -497,6 +497,11 @@ static bool load_norms(sw_ctx *c, char *err, size_t errlen)
 sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen)
 {
     const sw_hparams *hp = &m->hp;
+    if (sw_model_is_encoder(m)) {   /* its tensors are another graph's (worker-cpu/encoder.h) */
+        sw_errf(err, errlen, "this %s model is an encoder: it computes embeddings only (spillway-worker-cpu serves "
+                "them at /v1/embeddings)", m->arch);
+        return NULL;
+    }
     if (n_seq < 1 || n_seq > 4096) { sw_errf(err, errlen, "number of sequences %d out of range", n_seq); return NULL; }
     if (n_ctx < 1 || n_ctx > (1 << 24)) { sw_errf(err, errlen, "context length %d out of range", n_ctx); return NULL; }
     if (max_batch < 1 || max_batch > (1 << 16)) { sw_errf(err, errlen, "batch size %d out of range", max_batch); return NULL; }

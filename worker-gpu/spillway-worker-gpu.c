@@ -237,6 +237,13 @@ static sw_model *load_model(const char *path, sw_fp8_weights **w, int quiet)
     char err[512];
     sw_model *m = sw_model_load(path, err, sizeof err);
     if (!m) { fprintf(stderr, PROG ": %s\n", err); return NULL; }
+    if (sw_model_is_encoder(m)) {   /* no decoder weights to convert; run_daemon says the same of any embedding model */
+        fprintf(stderr, PROG ": %s is an embedding model (pooling %s, a %s encoder): serve it with "
+                "spillway-worker-cpu, which computes embeddings; this worker does not\n", path,
+                sw_pooling_name(m->hp.pooling), m->arch);
+        sw_model_free(m);
+        return NULL;
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     *w = sw_fp8_weights_from_model(m, err, sizeof err);

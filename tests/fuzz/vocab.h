@@ -1,8 +1,8 @@
 /* Tiny tokenizers built by the fuzz programs themselves, so that they need
  * no model file (CI has none): a SentencePiece vocabulary (byte fallback,
- * scores, a user-defined and control tokens) and byte-level BPE ones (the
+ * scores, a user-defined and control tokens), byte-level BPE ones (the
  * 256 byte tokens, a few merges, control tokens) for each pre-tokenizer
- * family of llm/pretok.c. Header-only, like driver.h. */
+ * family of llm/pretok.c, and two WordPiece ones. Header-only, like driver.h. */
 #ifndef SW_FUZZ_VOCAB_H
 #define SW_FUZZ_VOCAB_H
 
@@ -108,8 +108,29 @@ static sw_tokenizer *vocab_bpe(const char *pre)
     return vocab_load(w);
 }
 
+/* WordPiece: llama.cpp's spelling ("▁" starts a word) of an uncased
+ * vocabulary, or tokenizer.json's ("##" continues one) of a cased one. */
+static sw_tokenizer *vocab_wpm(bool phantom)
+{
+    static const char *const llama[] = { "[PAD]", "[UNK]", "[CLS]", "[SEP]", "\xE2\x96\x81the", "\xE2\x96\x81t", "he",
+                                         "h", "e", "t", "\xE2\x96\x81" "a", "\xE2\x96\x81,", "\xE2\x96\x81!",
+                                         "\xE2\x96\x81\xE6\x9D\xB1", "\xE2\x96\x81" "e" };
+    static const char *const hf[] = { "[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "The", "t", "##he", "##h", "##e",
+                                      "a", ",", "!", "\xE6\x9D\xB1", "caf", "##\xC3\xA9" };
+    const char *const *toks = phantom ? llama : hf;
+    const int32_t nt = phantom ? (int32_t)(sizeof llama / sizeof *llama) : (int32_t)(sizeof hf / sizeof *hf);
+    int32_t types[16];
+    for (int32_t i = 0; i < nt; i++) types[i] = i < 4 ? 3 : 1;
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_str(w, "tokenizer.ggml.model", "bert");
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)nt);
+    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)nt);
+    return vocab_load(w);
+}
+
 /* The SPM tokenizer first, then one BPE tokenizer per pre-tokenizer family
- * (each family's first name); returns how many were built. */
+ * (each family's first name), then the two WordPiece ones; returns how
+ * many were built. */
 static int vocab_all(sw_tokenizer **out, int max)
 {
     int n = 0;
@@ -120,6 +141,8 @@ static int vocab_all(sw_tokenizer **out, int max)
         snprintf(name, sizeof name, "%.*s", (int)strcspn(names, " "), names);
         if ((out[n] = vocab_bpe(name))) n++;
     }
+    for (int k = 0; k < 2 && n < max; k++)
+        if ((out[n] = vocab_wpm(k == 0))) n++;
     return n;
 }
 

@@ -442,7 +442,7 @@ static void test_bad_metadata(void)
     close(fd);
     const char *toks[] = { "a", "b" };
     const float scores[] = { 0.0f };
-    const char *cases[][2] = { { "llama", "scores" }, { "bert", "model" }, { NULL, "model" }, { "gpt2", "merges" } };
+    const char *cases[][2] = { { "llama", "scores" }, { "t5", "model" }, { NULL, "model" }, { "gpt2", "merges" } };
     for (int c = 0; c < 4; c++) {
         gguf_writer *w = gguf_writer_new();
         if (cases[c][0]) gguf_w_str(w, "tokenizer.ggml.model", cases[c][0]);
@@ -474,6 +474,47 @@ static gguf_writer *bpe_vocab(const char *pre, const char **toks, int nt, const 
 /* Whether BOS goes first when the file has no tokenizer.ggml.add_bos_token:
  * yes for Llama 3's and Tekken's BPE, no for GPT-2's or DeepSeek's (as llama.cpp decides it); the key,
  * when present, wins. */
+/* WordPiece over a vocabulary in llama.cpp's spelling: BERT's normalization
+ * (uncased: lower case, accents stripped), punctuation split off, the
+ * longest pieces, [UNK] for a word without them; [CLS] is BOS and [SEP]
+ * EOS, both added by default. (tests/test_encoders.py checks many more
+ * texts against the tokenizers package.) */
+static void test_wordpiece(void)
+{
+    char path[] = "/tmp/sw_test_wpm_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    const char *toks[] = { "[PAD]", "[UNK]", "[CLS]", "[SEP]", "\xE2\x96\x81hello", "\xE2\x96\x81he", "llo", ",", "\xE2\x96\x81,",
+                           "\xE2\x96\x81!", "\xE2\x96\x81\xE6\x9D\xB1", "\xE2\x96\x81x" };
+    const int32_t types[] = { 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_str(w, "tokenizer.ggml.model", "bert");
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 12);
+    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 12);
+    gguf_file *f = write_and_open(w, path);
+    char err[256] = "";
+    sw_tokenizer *t = f ? sw_tok_load(f, err, sizeof err) : NULL;
+    CHECK(t != NULL, "bert vocabulary: %s", err);
+    if (t) {
+        CHECK(sw_tok_kind_of(t) == SW_TOK_WPM && sw_tok_bos(t) == 2 && sw_tok_eos(t) == 3, "kind and specials");
+        CHECK(sw_tok_add_bos(t) && sw_tok_add_eos(t), "[CLS] and [SEP] added by default");
+        int32_t ids[32];
+        const char *text = "H\xC3\xA9LLO, he\tqq!\xE6\x9D\xB1x";   /* HéLLO, he<tab>qq!東x */
+        int n = sw_tok_encode(t, text, strlen(text), true, false, ids, 32);
+        const int32_t want[] = { 2, 4, 8, 5, 1, 9, 10, 11 };
+        CHECK(n == 8 && !memcmp(ids, want, sizeof want), "wordpiece: n=%d", n);
+        char buf[16];
+        CHECK(sw_tok_piece(t, 4, buf, sizeof buf) == 6 && !memcmp(buf, " hello", 6), "a word's first piece");
+        CHECK(sw_tok_piece(t, 6, buf, sizeof buf) == 3 && !memcmp(buf, "llo", 3), "a continuation");
+        n = sw_tok_encode(t, "hehello", 7, false, false, ids, 32);
+        CHECK(n == 1 && ids[0] == 1, "no pieces: [UNK], n=%d", n);
+        sw_tok_free(t);
+    }
+    if (f) gguf_close(f);
+    unlink(path);
+}
+
 static void test_add_bos_default(void)
 {
     char path[] = "/tmp/sw_test_addbos_XXXXXX";
@@ -563,5 +604,6 @@ int main(void)
     test_qwen2_digits();
     test_constructed_spm();
     test_bad_metadata();
+    test_wordpiece();
     CHECK_DONE();
 }
