@@ -53,6 +53,20 @@ static inline int sw_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
     return len;
 }
 
+/* Writes code point cp (at most 0x10FFFF) as UTF-8 to out (room for 4
+ * bytes); returns its length. */
+static inline int sw_utf8_encode(uint32_t cp, char *out)
+{
+    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F)); return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18)); out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F)); return 4;
+}
+
 /* Whether the NUL-terminated s is strict UTF-8 throughout. */
 static inline bool sw_utf8_valid(const char *s)
 {

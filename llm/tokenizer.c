@@ -166,18 +166,6 @@ static void init_byte_map(void)
     pthread_once(&once, build_byte_map);
 }
 
-static int utf8_put(uint32_t cp, char *out)
-{
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
-    if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F)); return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18)); out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F)); return 4;
-}
-
 /* Decodes one code point at s[0..n); *cp gets it. Invalid or truncated
  * sequences consume one byte and give SW_INVALID_CP + byte, a value no
  * character has, so the byte still reaches the tokenizer. */
@@ -286,7 +274,7 @@ static bool finish_load(sw_tokenizer *t, const gguf_file *f, char *err, size_t e
         init_byte_map();
         for (int b = 0; b < 256; b++) {
             char u[4];
-            int k = utf8_put(byte_to_cp[b], u);
+            int k = sw_utf8_encode(byte_to_cp[b], u);
             t->byte_tok[b] = map_get(&t->vocab, u, (size_t)k);
         }
     }
@@ -757,7 +745,7 @@ static void bpe_word(const sw_tokenizer *t, merger *m, const uint8_t *w, size_t 
     if (!ensure_syms(m, len)) { if (buf != small) free(buf); return; }
     size_t p = 0;
     for (size_t i = 0; i < len; i++) {
-        int k = utf8_put(byte_to_cp[w[i]], buf + p);
+        int k = sw_utf8_encode(byte_to_cp[w[i]], buf + p);
         m->syms[i] = (sym){ (int)i - 1, i + 1 < len ? (int)i + 1 : -1, (uint32_t)p, (uint32_t)k };
         p += (size_t)k;
     }

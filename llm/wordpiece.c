@@ -57,18 +57,6 @@ static void normalize(const sw_wpm *w, const uint8_t *s, size_t len, cpvec *out)
     }
 }
 
-static size_t utf8_put(uint32_t cp, char *out)
-{
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
-    if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F)); return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18)); out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F)); return 4;
-}
-
 /* Step 3 for one word of n (1..SW_WPM_MAX_WORD_CHARS) code points: its
  * pieces into ids; their count, or -1 when some part has none. */
 static int word_pieces(const sw_wpm *w, const uint32_t *cp, size_t n, int32_t *ids)
@@ -78,7 +66,7 @@ static int word_pieces(const sw_wpm *w, const uint32_t *cp, size_t n, int32_t *i
     char buf[PRE + 4 * SW_WPM_MAX_WORD_CHARS];
     size_t off[SW_WPM_MAX_WORD_CHARS + 1];
     off[0] = PRE;
-    for (size_t i = 0; i < n; i++) off[i + 1] = off[i] + utf8_put(cp[i], buf + off[i]);
+    for (size_t i = 0; i < n; i++) off[i + 1] = off[i] + (size_t)sw_utf8_encode(cp[i], buf + off[i]);
     int nt = 0;
     for (size_t s = 0; s < n;) {
         /* the first piece: "▁" + text (llama.cpp's) or text; the others: text or "##" + text */

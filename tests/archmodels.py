@@ -260,8 +260,15 @@ def write_model(path, arch, hp, w, fused_qkv=False, extra_tensors=None, rope_dim
         wr.add_eos_token_id(2)
     tensors = fuse(arch, w, hp["n_layer"], fused_qkv)
     tensors.update(extra_tensors or {})
+    write_tensors(wr, tensors, quantize)
+
+
+def write_tensors(wr, tensors, quantize=None):
+    """Adds the tensors to a GGUFWriter and writes its file: the matrices
+    whose names hold quantize[1] stored as type quantize[0] (quantized by
+    the gguf package), the rest as they are."""
     for name, a in tensors.items():
-        if quantize and quantize[1] in name:
+        if quantize and quantize[1] in name and a.ndim >= 2:
             wr.add_tensor(name, gguf.quants.quantize(a, quantize[0]), raw_dtype=quantize[0])
         else:
             wr.add_tensor(name, a)

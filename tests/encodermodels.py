@@ -22,6 +22,8 @@ import gguf
 from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as QT
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
+from archmodels import write_tensors
+
 MEAN, CLS, LAST = 1, 2, 3
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 UNK, CLS_ID, SEP_ID = 1, 2, 3
@@ -140,15 +142,7 @@ def write_model(path, hp, w, pooling=MEAN, quantize=None, extra_kv=None, drop_kv
         else:
             wr.add_uint32(key, val)
     add_vocab(wr, vocab(), spelling)
-    for name, a in w.items():
-        if quantize and quantize[1] in name and a.ndim == 2:
-            wr.add_tensor(name, gguf.quants.quantize(a, quantize[0]), raw_dtype=quantize[0])
-        else:
-            wr.add_tensor(name, a)
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
+    write_tensors(wr, w, quantize)
 
 
 def read_weights(path):

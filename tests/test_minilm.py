@@ -19,6 +19,7 @@ import openai
 import pytest
 
 import encodermodels as em
+from archmodels import write_tensors
 from conftest import bin_path, cpu_pool_policy
 
 SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
@@ -63,7 +64,6 @@ def gguf_tensors(st):
 
 def write_minilm(path, st, pieces, quantize=None):
     from gguf import GGUFWriter
-    import gguf
     wr = GGUFWriter(str(path), "bert")
     for key, val in [("context_length", 512), ("embedding_length", 384), ("block_count", 6),
                      ("feed_forward_length", 1536), ("attention.head_count", 12), ("pooling_type", em.MEAN)]:
@@ -77,15 +77,7 @@ def write_minilm(path, st, pieces, quantize=None):
     wr.add_uint32("tokenizer.ggml.token_type_count", 2)
     for key, tok in [("unknown", "[UNK]"), ("cls", "[CLS]"), ("seperator", "[SEP]"), ("padding", "[PAD]")]:
         wr.add_uint32(f"tokenizer.ggml.{key}_token_id", pieces.index(tok))
-    for name, a in gguf_tensors(st).items():
-        if quantize and a.ndim == 2 and name.startswith("blk."):
-            wr.add_tensor(name, gguf.quants.quantize(a, quantize), raw_dtype=quantize)
-        else:
-            wr.add_tensor(name, a)
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
+    write_tensors(wr, gguf_tensors(st), (quantize, "blk.") if quantize else None)   # the blocks' matrices
 
 
 HP = dict(arch="bert", E=384, n_head=12, F=1536, n_layer=6, n_ctx=512, eps=1e-12)
