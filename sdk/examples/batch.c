@@ -4,6 +4,7 @@
  * Build: cc batch.c -I<spillway> -I<build>/gen -L<build>/lib -lsw_sdk -lsw_proto -lzmq -lprotobuf-c
  * Run:   batch ENDPOINT MODEL N PROMPT... */
 #include "sdk/spillway.h"
+#include "input.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,24 +22,6 @@ static int on_delta(void *user, uint32_t index, const char *delta, size_t len)
     size_t room = sizeof s->text[index] - strlen(s->text[index]) - 1;
     strncat(s->text[index], delta, len < room ? len : room);
     return 0;
-}
-
-/* "[1,403,261]" as token ids into in (ids malloc'd); 0, or -1 if s is not that. */
-static int parse_ids(const char *s, spillway_input *in)
-{
-    size_t n = strlen(s);
-    if (n < 3 || s[0] != '[' || s[n - 1] != ']') return -1;
-    uint32_t *ids = malloc(n * sizeof *ids);
-    const char *p = s + 1;
-    while (ids && *p != ']') {
-        char *end;
-        unsigned long v = strtoul(p, &end, 10);
-        if (end == p || v > UINT32_MAX || (*end != ',' && *end != ']')) { free(ids); return -1; }
-        ids[in->n_ids++] = (uint32_t)v;
-        p = *end == ',' ? end + 1 : end;
-    }
-    in->ids = ids;
-    return ids ? 0 : -1;
 }
 
 int main(int argc, char **argv)
