@@ -169,7 +169,7 @@ test: deps
 # and scalar paths honest; on a host without AVX2 the avx2 run is the scalar
 # path again. (make test itself runs the programs on CPUs that lack AVX-512
 # or AVX2, emulated by qemu-x86_64: tests/test_isa_emulated.py.)
-ISA_TESTS := tests/test_golden.py tests/test_unit_c.py -k "golden or kernels or attention or forward or quant"
+ISA_TESTS := tests/test_golden.py tests/test_unit_c.py -k "(golden or kernels or attention or forward or quant) and not emulated"
 test-isa: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@for isa in avx2 scalar; do echo "== SPILLWAY_ISA=$$isa"; \
