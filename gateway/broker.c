@@ -1122,14 +1122,24 @@ static void on_sdk_status(const uint8_t *ident, size_t idlen, const Spillway__St
     free(json);
 }
 
+/* An SDK client's frame, decoded; NULL when invalid. A request that fails
+ * the wire's checks but names itself is answered with why (a 400), so the
+ * client is not left waiting for its timeout. */
+static sw_env *sdk_decode(const uint8_t *ident, size_t idlen, const void *buf, size_t len)
+{
+    char err[256], rid[SW_MAX_ID_LEN + 1];
+    sw_env *env = sw_wire_decode_request(buf, len, err, sizeof err, rid, sizeof rid);
+    if (env) return env;
+    LOG_LIMITED(LOG_INVALID, "gateway: dropped an invalid frame (%zu bytes) from an SDK client: %s\n", len, err);
+    if (rid[0]) sdk_send_error(ident, idlen, rid, 400, err);
+    return NULL;
+}
+
 static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, size_t len)
 {
-    sw_env *env = decode_or_drop(buf, len, "an SDK client");
+    if (idlen > sizeof(((sw_req *)0)->sdk_ident)) return;
+    sw_env *env = sdk_decode(ident, idlen, buf, len);
     if (!env) return;
-    if (idlen > sizeof(((sw_req *)0)->sdk_ident)) {
-        sw_wire_free(env);
-        return;
-    }
     if (AUTHN.sdk_curve && !sw_zap_client_allowed(AUTHN.key)) {
         /* Admitted at connect, removed from --client-keys since: refuse its requests. */
         const char *rid = env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE ? env->generate->request_id

@@ -373,8 +373,19 @@ size_t sw_wire_encode(sw_env *env, uint8_t **out)
     return written;
 }
 
-sw_env *sw_wire_decode(const void *buf, size_t len, char *err, size_t errlen)
+/* The request id of a client's request envelope, if it is a valid id. */
+static const char *client_request_id(const sw_env *env)
 {
+    const char *rid = env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE ? env->generate->request_id
+                      : env->body_case == SPILLWAY__ENVELOPE__BODY_EMBED ? env->embed->request_id
+                      : env->body_case == SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST ? env->status_request->request_id
+                      : NULL;
+    return rid && check_id("", rid, SW_MAX_ID_LEN, NULL, 0) ? rid : NULL;
+}
+
+sw_env *sw_wire_decode_request(const void *buf, size_t len, char *err, size_t errlen, char *rid, size_t ridlen)
+{
+    if (rid && ridlen) rid[0] = 0;
     if (err && errlen) err[0] = 0;
     if (!buf || len == 0) {
         fail(err, errlen, "empty frame");
@@ -390,10 +401,17 @@ sw_env *sw_wire_decode(const void *buf, size_t len, char *err, size_t errlen)
         return NULL;
     }
     if (!check_envelope(env, err, errlen)) {
+        const char *id = rid && ridlen ? client_request_id(env) : NULL;
+        if (id) snprintf(rid, ridlen, "%s", id);
         spillway__envelope__free_unpacked(env, NULL);
         return NULL;
     }
     return env;
+}
+
+sw_env *sw_wire_decode(const void *buf, size_t len, char *err, size_t errlen)
+{
+    return sw_wire_decode_request(buf, len, err, errlen, NULL, 0);
 }
 
 void sw_wire_free(sw_env *env)

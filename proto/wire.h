@@ -42,6 +42,10 @@ typedef Spillway__Envelope sw_env;
 size_t sw_wire_encode(sw_env *env, uint8_t **out);
 /* Decodes and validates one frame. Free with sw_wire_free. */
 sw_env *sw_wire_decode(const void *buf, size_t len, char *err, size_t errlen);
+/* As sw_wire_decode, and where the frame is a client's request (generate,
+ * embed, status) that fails the checks but carries a valid request id, rid
+ * gets that id ("" otherwise), so that the client can be told why. */
+sw_env *sw_wire_decode_request(const void *buf, size_t len, char *err, size_t errlen, char *rid, size_t ridlen);
 void sw_wire_free(sw_env *env);
 /* Short name of the body kind, for logs ("register", "chunk", ...). */
 const char *sw_wire_kind(const sw_env *env);
