@@ -1142,10 +1142,7 @@ static void on_sdk_message(const uint8_t *ident, size_t idlen, const void *buf, 
     if (!env) return;
     if (AUTHN.sdk_curve && !sw_zap_client_allowed(AUTHN.key)) {
         /* Admitted at connect, removed from --client-keys since: refuse its requests. */
-        const char *rid = env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE ? env->generate->request_id
-                          : env->body_case == SPILLWAY__ENVELOPE__BODY_EMBED ? env->embed->request_id
-                          : env->body_case == SPILLWAY__ENVELOPE__BODY_STATUS_REQUEST ? env->status_request->request_id
-                          : NULL;
+        const char *rid = sw_wire_client_request_id(env);
         if (rid) sdk_send_error(ident, idlen, rid, 403, "this client's CURVE key is no longer in --client-keys");
         sw_metrics_auth_refused(true, "revoked");
         sw_wire_free(env);

@@ -373,8 +373,7 @@ size_t sw_wire_encode(sw_env *env, uint8_t **out)
     return written;
 }
 
-/* The request id of a client's request envelope, if it is a valid id. */
-static const char *client_request_id(const sw_env *env)
+const char *sw_wire_client_request_id(const sw_env *env)
 {
     const char *rid = env->body_case == SPILLWAY__ENVELOPE__BODY_GENERATE ? env->generate->request_id
                       : env->body_case == SPILLWAY__ENVELOPE__BODY_EMBED ? env->embed->request_id
@@ -401,7 +400,7 @@ sw_env *sw_wire_decode_request(const void *buf, size_t len, char *err, size_t er
         return NULL;
     }
     if (!check_envelope(env, err, errlen)) {
-        const char *id = rid && ridlen ? client_request_id(env) : NULL;
+        const char *id = rid && ridlen ? sw_wire_client_request_id(env) : NULL;
         if (id) snprintf(rid, ridlen, "%s", id);
         spillway__envelope__free_unpacked(env, NULL);
         return NULL;

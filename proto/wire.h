@@ -46,6 +46,9 @@ sw_env *sw_wire_decode(const void *buf, size_t len, char *err, size_t errlen);
  * embed, status) that fails the checks but carries a valid request id, rid
  * gets that id ("" otherwise), so that the client can be told why. */
 sw_env *sw_wire_decode_request(const void *buf, size_t len, char *err, size_t errlen, char *rid, size_t ridlen);
+/* The request id of a client's request (generate, embed, status), or NULL
+ * for another body or an id that is not valid. */
+const char *sw_wire_client_request_id(const sw_env *env);
 void sw_wire_free(sw_env *env);
 /* Short name of the body kind, for logs ("register", "chunk", ...). */
 const char *sw_wire_kind(const sw_env *env);
