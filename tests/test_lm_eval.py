@@ -26,6 +26,9 @@ import pytest
 
 from conftest import bin_path, cpu_pool_policy, logits_for, shared_file
 
+# lm-eval is an outside tool: the plain suite runs it; the request it sends
+# runs under the sanitizers in test_choices' lm-eval-shaped batch.
+pytestmark = pytest.mark.plain_only
 STORIES = "models/stories260K.gguf"
 DOCS = [
     dict(ctx="Once upon a time, there was a little", choices=[" girl", " tree", " car"], gold=0),
