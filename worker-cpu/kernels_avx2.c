@@ -649,7 +649,7 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
             const __m256i sc32 = _mm256_slli_epi16(scw, 5);   /* |32 sc| <= 4096 */
             _Pragma("GCC unroll 4")
             for (int t = 0; t < NT; t++)
-                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(sc32, _mm256_set1_epi32(pairs[t][j])));
+                acc[t] = kept(_mm256_add_epi32(acc[t], _mm256_madd_epi16(sc32, _mm256_set1_epi32(pairs[t][j]))));
             _Pragma("GCC unroll 2")
             for (int hh = 0; hh < 2; hh++) {   /* sub-block 2j + hh */
                 const __m256i hb = _mm256_load_si256((const __m256i *)(p->qh[j][hh] + 32 * h));
@@ -668,7 +668,7 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
                     for (int t = 0; t < NT; t++) {
                         __m256i s16 = add_pair_products(_mm256_setzero_si256(), lo, hi,
                                                         ACT_BLOCK(act, stride, t, i)->qs + 32 * j + 8 * c);
-                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16, s));
+                        acc[t] = kept(_mm256_add_epi32(acc[t], _mm256_madd_epi16(s16, s)));
                     }
                 }
             }
