@@ -482,7 +482,14 @@ q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, c
             acc[0][t] = acc[1][t] = _mm256_setzero_si256();
         }
         _Pragma("GCC unroll 1")
-        for (int j = 0; j < 8; j++) q4k16_sub_avx2(p, j, a, NT, acc);
+        for (int j = 0; j < 8; j++) {
+            if (NT == 4) {   /* the block SW_AVX2_PF ahead, 5 of its 37 lines a sub-block; batch 1 is faster without */
+                const char *pf = (const char *)p + SW_AVX2_PF + 320 * j;
+                _mm_prefetch(pf, _MM_HINT_T1); _mm_prefetch(pf + 64, _MM_HINT_T1); _mm_prefetch(pf + 128, _MM_HINT_T1);
+                _mm_prefetch(pf + 192, _MM_HINT_T1); _mm_prefetch(pf + 256, _MM_HINT_T1);
+            }
+            q4k16_sub_avx2(p, j, a, NT, acc);
+        }
         /* mins: word pairs (m_2q, m_2q+1) per row against the token's paired 32-sums */
         _Pragma("GCC unroll 2")
         for (int h = 0; h < 2; h++) {
