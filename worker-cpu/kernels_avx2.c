@@ -336,8 +336,8 @@ KQ_ENTRY(q5_k)
 KQ_ENTRY(q6_k)
 #undef KQ_ENTRY
 
-/* Software prefetch distance (into L2) of the packed Q5_K and 32-weight
- * kernels below: the VNNI kernels'. Q4_K's AVX2 kernel goes without (it
+/* Software prefetch distance (into L2) of the packed kernels below: the
+ * VNNI kernels'. Q4_K's AVX2 kernel prefetches only at 4 tokens a pass (it
  * slowed batch 1 there), but the others need it at batch 1 to reach the
  * bandwidth (docs/perf/cpu.md, "The 32-weight types"). */
 #ifndef SW_AVX2_PF
@@ -401,76 +401,126 @@ static inline __attribute__((always_inline)) __m256 k_block_add(const k_block_ro
  * vpmaddubsw multiplies byte pairs into words; a sub-block's 8 of them per
  * row pair (16 products of at most 15 x 128, so |sum| <= 30720) are summed
  * as words and widened once, by vpmaddwd against the rows' sub-block scale.
- * So per 32 multiply-adds there is one vpmaddubsw and one word add, and per
- * 256 one vpmaddwd: the scales cost almost nothing beside it, where the dot
- * kernels above widen every product pair. With 16 ymm registers and three
- * accumulators per token and 8 rows, a pass takes both row halves of the
- * group for 2 tokens, which beat one half for 4 tokens in two passes. No
- * software prefetch, unlike the VNNI kernel: here it slowed batch 1 from
- * memory. (Both measured: docs/perf/cpu.md, "CPUs without AVX-512".) */
+ * So per 32 multiply-adds there is one vpmaddubsw and (7 in 8) one word
+ * add, and per 256 one vpmaddwd. A pass takes both 8-row halves of the
+ * group for up to 4 tokens: each unpacked vector (an and, or a shift and
+ * an and) serves 4 tokens and each broadcast activation dword both halves.
+ * The 8 word sums, the 4 unpacked vectors, the mask and a broadcast fill
+ * 15 of the 16 ymm; the widened sums live in memory (one load and store
+ * per sub-block, half, token). Software prefetch into L2 only at 4 tokens
+ * a pass, spread over the sub-blocks: at batch 1 it slowed the stream from
+ * memory, at 8 tokens it took the streamed figure from 50 to 84 GMAC/s a
+ * core. (docs/perf/cpu.md, "CPUs without AVX-512" and "AVX2 packed Q4_K,
+ * 4 tokens a pass".) */
+
+/* v for the compiler, which may neither move its computation nor
+ * reassociate the sums through it (GCC otherwise computed all the products
+ * of a sub-block first and spilled them). */
+static inline __attribute__((always_inline)) __m256i kept(__m256i v)
+{
+    __asm__("" : "+x"(v));
+    return v;
+}
+
+/* Sub-block j of block p for both halves and NT tokens (a[t]: their Q8_K
+ * quants): acc[h][t] += the rows' scale j x their word sums. */
+static inline __attribute__((always_inline)) void
+q4k16_sub_avx2(const sw_q4k16 *p, int j, const int8_t *const *a, const int NT, __m256i acc[2][4])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i s16[2][4];
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < 4; c++) {
+        const __m256i v0 = _mm256_load_si256((const __m256i *)p->qs[j][c]);
+        const __m256i v1 = _mm256_load_si256((const __m256i *)(p->qs[j][c] + 32));
+        const __m256i lo[2] = {_mm256_and_si256(v0, m4), _mm256_and_si256(v1, m4)};
+        const __m256i hi[2] = {_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4)};
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            int32_t x;
+            memcpy(&x, a[t] + 32 * j + 8 * c, 4);
+            __m256i b = _mm256_set1_epi32(x);
+            _Pragma("GCC unroll 2")
+            for (int h = 0; h < 2; h++) {
+                const __m256i m = _mm256_maddubs_epi16(lo[h], b);
+                s16[h][t] = kept(c ? _mm256_add_epi16(s16[h][t], m) : m);
+            }
+            memcpy(&x, a[t] + 32 * j + 8 * c + 4, 4);
+            b = _mm256_set1_epi32(x);
+            _Pragma("GCC unroll 2")
+            for (int h = 0; h < 2; h++)
+                s16[h][t] = kept(_mm256_add_epi16(s16[h][t], _mm256_maddubs_epi16(hi[h], b)));
+        }
+    }
+    /* each row's scale in both words of its dword: rows 8h..8h+3 in the low lane, 8h+4.. the high */
+    const __m256i scb = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p->sc[j]));
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++) {
+        const char z = (char)0x80, r = (char)(8 * h);
+        const __m256i sc = _mm256_shuffle_epi8(scb, _mm256_setr_epi8(
+            r, z, r, z, r + 1, z, r + 1, z, r + 2, z, r + 2, z, r + 3, z, r + 3, z,
+            r + 4, z, r + 4, z, r + 5, z, r + 5, z, r + 6, z, r + 6, z, r + 7, z, r + 7, z));
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) acc[h][t] = _mm256_add_epi32(acc[h][t], _mm256_madd_epi16(s16[h][t], sc));
+    }
+}
+
 static inline __attribute__((always_inline)) void
 q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
                 size_t bsp_stride, const int NT, float *out, size_t ostride)
 {
-    enum { NH = 2 };   /* the two 8-row halves of the group */
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 total[NH][2];
-    for (int h = 0; h < NH; h++)
-        _Pragma("GCC unroll 2")
+    __m256 total[2][4];
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++)
+        _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) total[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++, p++) {
-        __m256i acc[NH][2];
-        for (int h = 0; h < NH; h++)
-            _Pragma("GCC unroll 2")
-            for (int t = 0; t < NT; t++) acc[h][t] = _mm256_setzero_si256();
+        const int8_t *a[4];
+        __m256i acc[2][4];
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            a[t] = ACT_BLOCK(act, stride, t, i)->qs;
+            acc[0][t] = acc[1][t] = _mm256_setzero_si256();
+        }
+        _Pragma("GCC unroll 1")
         for (int j = 0; j < 8; j++) {
-            __m256i s16[NH][2];
-            for (int h = 0; h < NH; h++)
-                _Pragma("GCC unroll 2")
-                for (int t = 0; t < NT; t++) s16[h][t] = _mm256_setzero_si256();
-            /* not unrolled: unrolled, GCC computed all the products first
-             * and spilled them before summing */
-            _Pragma("GCC unroll 1")
-            for (int c = 0; c < 4; c++) {
-                for (int h = 0; h < NH; h++) {
-                    __m256i v = _mm256_load_si256((const __m256i *)(p->qs[j][c] + 32 * h));
-                    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                    _Pragma("GCC unroll 2")
-                    for (int t = 0; t < NT; t++)
-                        s16[h][t] = add_pair_products(s16[h][t], lo, hi, ACT_BLOCK(act, stride, t, i)->qs + 32 * j + 8 * c);
-                }
+            if (NT == 4) {   /* the block SW_AVX2_PF ahead, 5 of its 37 lines a sub-block; batch 1 is faster without */
+                const char *pf = (const char *)p + SW_AVX2_PF + 320 * j;
+                _mm_prefetch(pf, _MM_HINT_T1); _mm_prefetch(pf + 64, _MM_HINT_T1); _mm_prefetch(pf + 128, _MM_HINT_T1);
+                _mm_prefetch(pf + 192, _MM_HINT_T1); _mm_prefetch(pf + 256, _MM_HINT_T1);
             }
-            for (int h = 0; h < NH; h++) {
-                /* each row's scale in both words of its dword */
-                __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p->sc[j] + 8 * h)));
-                sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-                _Pragma("GCC unroll 2")
-                for (int t = 0; t < NT; t++) acc[h][t] = _mm256_add_epi32(acc[h][t], _mm256_madd_epi16(s16[h][t], sc));
-            }
+            q4k16_sub_avx2(p, j, a, NT, acc);
         }
         /* mins: word pairs (m_2q, m_2q+1) per row against the token's paired 32-sums */
-        for (int h = 0; h < NH; h++) {
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
             k_block_rows kb = k_block_load(p, 8 * h);
-            _Pragma("GCC unroll 2")
+            _Pragma("GCC unroll 4")
             for (int t = 0; t < NT; t++)
                 total[h][t] = k_block_add(&kb, acc[h][t], bsp + (size_t)t * bsp_stride + 4 * i,
                                           ACT_BLOCK(act, stride, t, i)->d, total[h][t]);
         }
     }
-    for (int h = 0; h < NH; h++)
-        _Pragma("GCC unroll 2")
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++)
+        _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + 8 * h, total[h][t]);
 }
 
 static void q4k16_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
                        size_t bsp_stride, int ntok, float *out, size_t ostride)
 {
-    for (int t0 = 0; t0 < ntok; t0 += 2) {
+    for (int t0 = 0; t0 < ntok; t0 += 4) {
         const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
         const int32_t *b = bsp + (size_t)t0 * bsp_stride;
         float *o = out + (size_t)t0 * ostride;
-        if (ntok - t0 == 1) q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 1, o, ostride);
-        else q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 2, o, ostride);
+        switch (ntok - t0) {
+        case 1: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 1, o, ostride); break;
+        case 2: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 2, o, ostride); break;
+        case 3: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 3, o, ostride); break;
+        default: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 4, o, ostride); break;
+        }
     }
 }
 
@@ -608,7 +658,7 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
             const __m256i sc32 = _mm256_slli_epi16(scw, 5);   /* |32 sc| <= 4096 */
             _Pragma("GCC unroll 4")
             for (int t = 0; t < NT; t++)
-                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(sc32, _mm256_set1_epi32(pairs[t][j])));
+                acc[t] = kept(_mm256_add_epi32(acc[t], _mm256_madd_epi16(sc32, _mm256_set1_epi32(pairs[t][j]))));
             _Pragma("GCC unroll 2")
             for (int hh = 0; hh < 2; hh++) {   /* sub-block 2j + hh */
                 const __m256i hb = _mm256_load_si256((const __m256i *)(p->qh[j][hh] + 32 * h));
@@ -627,7 +677,7 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
                     for (int t = 0; t < NT; t++) {
                         __m256i s16 = add_pair_products(_mm256_setzero_si256(), lo, hi,
                                                         ACT_BLOCK(act, stride, t, i)->qs + 32 * j + 8 * c);
-                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16, s));
+                        acc[t] = kept(_mm256_add_epi32(acc[t], _mm256_madd_epi16(s16, s)));
                     }
                 }
             }
