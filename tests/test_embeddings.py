@@ -228,22 +228,30 @@ def test_a_wide_model_takes_fewer_inputs(cluster, tmp_path):
 EMBED, EMBED_REPLY, ERROR = 50, 51, 7   # Envelope's fields (proto/spillway.proto)
 
 
-def sdk_embed(gw, model, inputs):
-    """An EmbedRequest over the SDK socket, as an SDK client sends it: the
+def sdk_exchange(gw, frames, timeout_ms=30000):
+    """Each frame sent over the SDK socket as a client sends it, and its
     answer's Envelope fields."""
-    ins = b"".join(f_bytes(3, f_bytes(1, x) if isinstance(x, str) else
-                           f_bytes(2, b"".join(varint(t) for t in x))) for x in inputs)
     ctx = zmq.Context()
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.RCVTIMEO, 30000)
+    s.setsockopt(zmq.RCVTIMEO, timeout_ms)
     try:
         s.connect(gw.sdk_ep)
-        s.send(envelope(EMBED, f_bytes(1, "sdk-1") + f_bytes(2, model) + ins))
-        return parse(s.recv())
+        out = []
+        for frame in frames:
+            s.send(frame)
+            out.append(parse(s.recv()))
+        return out
     finally:
         s.close()
         ctx.term()
+
+
+def sdk_embed(gw, model, inputs):
+    """An EmbedRequest over the SDK socket: the answer's Envelope fields."""
+    ins = b"".join(f_bytes(3, f_bytes(1, x) if isinstance(x, str) else
+                           f_bytes(2, b"".join(varint(t) for t in x))) for x in inputs)
+    return sdk_exchange(gw, [envelope(EMBED, f_bytes(1, "sdk-1") + f_bytes(2, model) + ins)])[0]
 
 
 def test_sdk_clients_get_the_vectors(gw):

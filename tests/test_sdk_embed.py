@@ -14,7 +14,6 @@ import json
 import subprocess
 
 import numpy as np
-import zmq
 
 from conftest import bin_path, build_sdk_example, http_post
 from test_embeddings import CLS, MEAN, TEXT, TEXT2, close, gw, reference, weights  # noqa: F401 (fixtures)
@@ -110,20 +109,10 @@ def test_a_request_the_wire_refuses_is_answered_with_why(gw):
     """A frame that decodes but fails the wire's checks, from a client that
     named its request, gets a 400 saying what is wrong (not silence until
     the client's timeout)."""
-    from test_embeddings import EMBED, ERROR
+    from test_embeddings import EMBED, ERROR, sdk_exchange
     from test_worker_protocol import envelope, f_bytes, generate, one, parse
     bad = [envelope(EMBED, f_bytes(1, "sdk-7") + f_bytes(2, "emb-mean") + f_bytes(3, f_bytes(1, b"caf\xe9"))),
            generate("sdk-7", model="emb mean")]
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.RCVTIMEO, 10000)
-    try:
-        s.connect(gw.sdk_ep)
-        for frame, words in zip(bad, (b"not valid UTF-8", b"has a space")):
-            s.send(frame)
-            e = parse(parse(s.recv())[ERROR][0])
-            assert one(e, 1) == b"sdk-7" and one(e, 2) == 400 and words in one(e, 3), e
-    finally:
-        s.close()
-        ctx.term()
+    for env, words in zip(sdk_exchange(gw, bad, timeout_ms=10000), (b"not valid UTF-8", b"has a space")):
+        e = parse(env[ERROR][0])
+        assert one(e, 1) == b"sdk-7" and one(e, 2) == 400 and words in one(e, 3), e
