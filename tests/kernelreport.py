@@ -36,13 +36,17 @@ def int8_form_expected(rep):
 def cpu_report(bench, prefix=(), env=None):
     """`spillway-bench --cpu`'s JSON, run under prefix (an emulator's
     command line, or nothing) with env (default: ours, with no
-    SPILLWAY_I8_MIN_TOKENS, so the threshold is the default one)."""
+    SPILLWAY_I8_MIN_TOKENS or SPILLWAY_PREFETCH_1TOK, so the threshold and
+    the prefetch choice are the defaults)."""
     if env is None:
         env = dict(os.environ)
         env.pop("SPILLWAY_I8_MIN_TOKENS", None)
+        env.pop("SPILLWAY_PREFETCH_1TOK", None)
     r = subprocess.run([*prefix, bench, "--cpu"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    rep["stderr"] = r.stderr
+    return rep
 
 
 def check_kernels_report(stdout, stderr, threads):

@@ -32,10 +32,12 @@ from conftest import BUILD, SANITIZED, TSAN, bin_path, cosines, logits_for, shar
 from kernelreport import check_kernels_report, cpu_report, expected_best, features
 
 QEMU = shutil.which("qemu-x86_64")
-# model -> (the ISA detection must pick, features it must report, features it must not)
+# model -> (the ISA detection must pick, features it must report, features it
+# must not, whether it is an Intel CPU: the packed Q4_K kernel's one-token
+# prefetch follows the vendor, kernels.h's sw_prefetch_one_token)
 CPUS = {
-    "EPYC-Milan": ("avx2", {"avx", "avx2", "fma", "f16c"}, {"avxvnni", "avx512f", "avx512bw", "avx512vnni"}),
-    "Nehalem": ("scalar", {"sse4.2"}, {"avx", "avx2", "fma", "f16c", "avx512f"}),
+    "EPYC-Milan": ("avx2", {"avx", "avx2", "fma", "f16c"}, {"avxvnni", "avx512f", "avx512bw", "avx512vnni"}, False),
+    "Nehalem": ("scalar", {"sse4.2"}, {"avx", "avx2", "fma", "f16c", "avx512f"}, True),
 }
 GREEDY_TOKENS = 60   # of the published 252: about 4 s emulated on AVX2
 GOLDEN_TOKENS = 12   # of synth-spm-d256-q4km's 38: 3 s
@@ -51,7 +53,7 @@ pytestmark = [
 def env_detect():
     """Our environment without what would force or move the choice."""
     env = dict(os.environ)
-    for k in ("SPILLWAY_ISA", "SPILLWAY_I8_MIN_TOKENS"):
+    for k in ("SPILLWAY_ISA", "SPILLWAY_I8_MIN_TOKENS", "SPILLWAY_PREFETCH_1TOK"):
         env.pop(k, None)
     return env
 
@@ -80,12 +82,13 @@ def cpu(request):
 
 def test_detection(cpu):
     """The program picks the model's best path from cpuid alone."""
-    best, present, absent = CPUS[cpu]
+    best, present, absent, intel = CPUS[cpu]
     rep = cpu_report(bin_path("spillway-bench"), prefix=[QEMU, "-cpu", cpu], env=env_detect())
     print(cpu, rep)
     assert present <= features(rep) and not absent & features(rep), rep
     assert rep["best"] == rep["isa"] == best == expected_best(rep), rep
     assert rep["i8_min_tokens"] == 0, rep   # neither model has a dot-product instruction
+    assert rep["prefetch_1tok"] is intel, rep
 
 
 def test_kernels_quick(cpu):

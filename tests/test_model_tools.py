@@ -372,3 +372,32 @@ def test_bench_cpu_mode():
         forced = cpu_report(bin_path("spillway-bench"), env=dict(os.environ, SPILLWAY_ISA=isa))
         assert forced["best"] == rep["best"] and forced["cpu"] == rep["cpu"]
         assert forced["isa"] == order[min(order.index(isa), order.index(rep["best"]))], forced
+
+
+def cpuinfo_first(key):
+    """The first processor's `key` line of /proc/cpuinfo (this test runs
+    natively, where that file is this CPU's)."""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k.strip() == key:
+                return v.strip()
+    pytest.skip(f"/proc/cpuinfo has no {key!r}")
+
+
+def test_bench_cpu_model_and_prefetch_choice():
+    """--cpu names the CPU as cpuid's brand string (what the kernel shows
+    as /proc/cpuinfo's model name) and says whether the packed Q4_K kernel
+    prefetches at one token: on Intel CPUs by default, not on others;
+    SPILLWAY_PREFETCH_1TOK=0|1 decides instead, and another value is
+    refused with a warning that keeps the default."""
+    rep = cpu_report(bin_path("spillway-bench"))
+    assert rep["cpu_model"] == " ".join(cpuinfo_first("model name").split()), rep
+    assert rep["prefetch_1tok"] == (cpuinfo_first("vendor_id") == "GenuineIntel"), rep
+    env = {k: v for k, v in os.environ.items() if k != "SPILLWAY_PREFETCH_1TOK"}
+    for value, want in (("0", False), ("1", True)):
+        forced = cpu_report(bin_path("spillway-bench"), env=dict(env, SPILLWAY_PREFETCH_1TOK=value))
+        assert forced["prefetch_1tok"] is want and not forced["stderr"], forced
+    bad = cpu_report(bin_path("spillway-bench"), env=dict(env, SPILLWAY_PREFETCH_1TOK="yes"))
+    assert bad["prefetch_1tok"] == rep["prefetch_1tok"], bad
+    assert "SPILLWAY_PREFETCH_1TOK=yes not understood (0|1)" in bad["stderr"], bad

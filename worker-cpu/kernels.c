@@ -25,6 +25,7 @@
 #include "worker-cpu/kernels_impl.h"
 #include "llm/clock.h"
 
+#include <cpuid.h>
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -113,18 +114,31 @@ static void i8_env(void)
     else i8_min_tokens = (int)n;
 }
 
+static bool prefetch_1tok;
+
+/* sw_prefetch_one_token's choice: Intel's, unless SPILLWAY_PREFETCH_1TOK says. */
+static void prefetch_init(void)
+{
+    prefetch_1tok = __builtin_cpu_is("intel");
+    const char *env = getenv("SPILLWAY_PREFETCH_1TOK");
+    if (!env || !*env) return;
+    if (!strcmp(env, "0") || !strcmp(env, "1")) prefetch_1tok = *env == '1';
+    else fprintf(stderr, "kernels: SPILLWAY_PREFETCH_1TOK=%s not understood (0|1); using %d\n", env, prefetch_1tok);
+}
+
 static void isa_init(void)
 {
     __builtin_cpu_init();
     cpu_features_init();
+    prefetch_init();
     fill_scalar(&tables[SW_ISA_SCALAR]);
     tables[SW_ISA_AVX2] = tables[SW_ISA_SCALAR];
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-        sw_kernels_fill_avx2(&tables[SW_ISA_AVX2]);
+        sw_kernels_fill_avx2(&tables[SW_ISA_AVX2], prefetch_1tok);
         isa_best = SW_ISA_AVX2;
         tables[SW_ISA_AVX512] = tables[SW_ISA_AVX2];
         if (cpu_has_avx512()) {
-            sw_kernels_fill_avx512(&tables[SW_ISA_AVX512], __builtin_cpu_supports("avx512vnni"));
+            sw_kernels_fill_avx512(&tables[SW_ISA_AVX512], __builtin_cpu_supports("avx512vnni"), prefetch_1tok);
             isa_best = SW_ISA_AVX512;
         }
     }
@@ -165,6 +179,12 @@ sw_isa sw_isa_set(sw_isa isa)
     return isa_cur;
 }
 
+bool sw_prefetch_one_token(void)
+{
+    pthread_once(&isa_once, isa_init);
+    return prefetch_1tok;
+}
+
 sw_isa sw_isa_best(void)
 {
     pthread_once(&isa_once, isa_init);
@@ -175,6 +195,32 @@ const char *sw_cpu_features(void)
 {
     pthread_once(&isa_once, isa_init);
     return cpu_features;
+}
+
+/* cpuid leaves 0x80000002-4: 48 bytes of brand string, often space-padded. */
+static char cpu_model[49];
+
+static void cpu_model_init(void)
+{
+    unsigned r[12] = {0}, max = __get_cpuid_max(0x80000000, NULL);
+    for (unsigned i = 0; max >= 0x80000004 && i < 3; i++)
+        __get_cpuid(0x80000002 + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+    const char *b = (const char *)r;
+    size_t n = 0;
+    for (size_t i = 0; i < 48 && b[i]; i++) {
+        char c = b[i] >= 0x20 && b[i] < 0x7f && b[i] != '"' && b[i] != '\\' ? b[i] : ' ';
+        if (c != ' ' || (n && cpu_model[n - 1] != ' ')) cpu_model[n++] = c;
+    }
+    while (n && cpu_model[n - 1] == ' ') n--;
+    cpu_model[n] = 0;
+    if (!n) strcpy(cpu_model, "unknown");
+}
+
+const char *sw_cpu_model(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, cpu_model_init);
+    return cpu_model;
 }
 
 const char *sw_isa_name(sw_isa isa)

@@ -18,6 +18,7 @@
 #define SW_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "llm/quant.h"
@@ -38,6 +39,10 @@ sw_isa sw_isa_best(void);
  * Tests ask the program for this rather than read /proc/cpuinfo, which
  * is the host's under emulation and can list what the OS has turned off. */
 const char *sw_cpu_features(void);
+/* The CPU's brand string from cpuid ("AMD EPYC 7763 64-Core Processor"),
+ * trimmed and JSON-safe, for benchmark figures to name their host;
+ * "unknown" where cpuid has none. */
+const char *sw_cpu_model(void);
 
 /* Bytes one activation row of n floats takes in the format that weights of
  * type wtype are multiplied with (Q8_K for K-quants, Q8_0 for Q4_0..Q8_0,
@@ -105,6 +110,16 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n);
 int sw_set_i8_min_tokens(int n);
 /* The threshold in effect: 0 when it is off or the active ISA has no int8 form. */
 int sw_i8_min_tokens(void);
+
+/* Whether the packed Q4_K kernel issues software prefetches (into L2) at
+ * one token; every other product always does. Where the hardware
+ * prefetcher alone keeps ahead of a one-token Q4_K stream they only take
+ * its miss buffers: on AMD Zen 4, batch 1 was 12% faster without them. On
+ * the Intel Xeon hosts it fell far behind: batch 1 read at 73% of the
+ * bandwidth without them, 97% with (docs/perf/cpu.md, "Software prefetch
+ * at one token"). So on by default on Intel CPUs, off on others;
+ * SPILLWAY_PREFETCH_1TOK=0|1 decides at start-up instead. */
+bool sw_prefetch_one_token(void);
 
 /* The CPU's int8 multiply-add peak, measured: every OpenMP thread runs
  * independent chains of the instructions the packed kernels are built on

@@ -337,9 +337,9 @@ KQ_ENTRY(q6_k)
 #undef KQ_ENTRY
 
 /* Software prefetch distance (into L2) of the packed kernels below: the
- * VNNI kernels'. Q4_K's AVX2 kernel prefetches only at 4 tokens a pass (it
- * slowed batch 1 there), but the others need it at batch 1 to reach the
- * bandwidth (docs/perf/cpu.md, "The 32-weight types"). */
+ * VNNI kernels'. Q4_K's kernel prefetches at one token only where
+ * sw_prefetch_one_token says so; the others need it at batch 1 to reach the
+ * bandwidth everywhere (docs/perf/cpu.md, "The 32-weight types"). */
 #ifndef SW_AVX2_PF
 #define SW_AVX2_PF (16 * (int)sizeof(sw_q4k16))
 #endif
@@ -407,11 +407,12 @@ static inline __attribute__((always_inline)) __m256 k_block_add(const k_block_ro
  * an and) serves 4 tokens and each broadcast activation dword both halves.
  * The 8 word sums, the 4 unpacked vectors, the mask and a broadcast fill
  * 15 of the 16 ymm; the widened sums live in memory (one load and store
- * per sub-block, half, token). Software prefetch into L2 only at 4 tokens
- * a pass, spread over the sub-blocks: at batch 1 it slowed the stream from
- * memory, at 8 tokens it took the streamed figure from 50 to 84 GMAC/s a
- * core. (docs/perf/cpu.md, "CPUs without AVX-512" and "AVX2 packed Q4_K,
- * 4 tokens a pass".) */
+ * per sub-block, half, token). Software prefetch into L2, spread over the
+ * sub-blocks: at 8 tokens it took the streamed figure from 50 to 84 GMAC/s
+ * a core; at one token only where pf1 (sw_prefetch_one_token: on the Intel
+ * host it took the stream from 16 to 30 GB/s, on AMD it was slower).
+ * (docs/perf/cpu.md, "CPUs without AVX-512", "AVX2 packed Q4_K, 4 tokens
+ * a pass" and "Software prefetch at one token".) */
 
 /* v for the compiler, which may neither move its computation nor
  * reassociate the sums through it (GCC otherwise computed all the products
@@ -468,7 +469,7 @@ q4k16_sub_avx2(const sw_q4k16 *p, int j, const int8_t *const *a, const int NT, _
 
 static inline __attribute__((always_inline)) void
 q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
-                size_t bsp_stride, const int NT, float *out, size_t ostride)
+                size_t bsp_stride, const int NT, float *out, size_t ostride, const bool pf1)
 {
     __m256 total[2][4];
     _Pragma("GCC unroll 2")
@@ -485,7 +486,7 @@ q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, c
         }
         _Pragma("GCC unroll 1")
         for (int j = 0; j < 8; j++) {
-            if (NT == 4) {   /* the block SW_AVX2_PF ahead, 5 of its 37 lines a sub-block; batch 1 is faster without */
+            if (NT > 1 || pf1) {   /* the block SW_AVX2_PF ahead, 5 of its 37 lines a sub-block */
                 const char *pf = (const char *)p + SW_AVX2_PF + 320 * j;
                 _mm_prefetch(pf, _MM_HINT_T1); _mm_prefetch(pf + 64, _MM_HINT_T1); _mm_prefetch(pf + 128, _MM_HINT_T1);
                 _mm_prefetch(pf + 192, _MM_HINT_T1); _mm_prefetch(pf + 256, _MM_HINT_T1);
@@ -516,12 +517,20 @@ static void q4k16_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t st
         const int32_t *b = bsp + (size_t)t0 * bsp_stride;
         float *o = out + (size_t)t0 * ostride;
         switch (ntok - t0) {
-        case 1: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 1, o, ostride); break;
-        case 2: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 2, o, ostride); break;
-        case 3: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 3, o, ostride); break;
-        default: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 4, o, ostride); break;
+        case 1: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 1, o, ostride, false); break;
+        case 2: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 2, o, ostride, false); break;
+        case 3: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 3, o, ostride, false); break;
+        default: q4k16_rows_avx2(p, nb, a, stride, b, bsp_stride, 4, o, ostride, false); break;
         }
     }
+}
+
+/* The same with software prefetch at one token too (sw_prefetch_one_token) */
+static void q4k16_pf1_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
+                           size_t bsp_stride, int ntok, float *out, size_t ostride)
+{
+    if (ntok == 1) q4k16_rows_avx2(p, nb, act, stride, bsp, bsp_stride, 1, out, ostride, true);
+    else q4k16_avx2(p, nb, act, stride, bsp, bsp_stride, ntok, out, ostride);
 }
 
 
@@ -1084,7 +1093,7 @@ _Static_assert(SW_INT8_PEAK_MACS == 24 * 32, "int8_peak_avx2: 24 vpmaddubsw of 3
 
 #pragma GCC pop_options
 
-void sw_kernels_fill_avx2(sw_kernel_table *t)
+void sw_kernels_fill_avx2(sw_kernel_table *t, bool prefetch1)
 {
     t->quant_q8_k = quant_q8_k_avx2;
     t->quant_q8_0 = quant_q8_0_avx2;
@@ -1103,7 +1112,7 @@ void sw_kernels_fill_avx2(sw_kernel_table *t)
     t->dotn[SW_TYPE_Q5_K] = dotn_q5_k_avx2;
     t->dot[SW_TYPE_Q6_K] = dot_q6_k_avx2;
     t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_avx2;
-    t->q4k16 = q4k16_avx2;
+    t->q4k16 = prefetch1 ? q4k16_pf1_avx2 : q4k16_avx2;
     t->q5k16 = q5k16_avx2;
     t->q6k16 = q6k16_avx2;
     t->int8_peak = int8_peak_avx2;

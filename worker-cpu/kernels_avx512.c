@@ -213,12 +213,14 @@ static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __
  * miss buffers but many L2 ones, and a single core streaming packed weights
  * needs dozens of lines in flight to cover DRAM latency: T1 at 16 blocks
  * reached the streaming-read figure where T0 at 4 fell short of it.
- * Except for Q4_K at one token: there the kernel needs so little work per
- * line that the hardware prefetcher alone keeps ahead, and the software
- * prefetches only took miss buffers from it, so batch-1 Q4_K runs without
- * them. Q6_K at one token and Q4_K at 2-4 tokens, with more work per line,
+ * Q4_K at one token prefetches only where sw_prefetch_one_token says so:
+ * on AMD Zen 4 the kernel needed so little work per line that the hardware
+ * prefetcher alone kept ahead, and the software prefetches only took miss
+ * buffers from it; on the Intel host they took the stream from 22 to 31
+ * GB/s. Q6_K at one token and Q4_K at 2-4 tokens, with more work per line,
  * lost much of their speed without them, so they keep them. The figures:
- * docs/perf/cpu.md, "Side by side with ik_llama.cpp" and sessions 5-6.
+ * docs/perf/cpu.md, "Side by side with ik_llama.cpp", sessions 5-6 and
+ * "Software prefetch at one token".
  * -DSW_Q16_PREFETCH / -DSW_Q16_HINT override both for such experiments. */
 #ifndef SW_Q16_HINT
 #define SW_Q16_HINT _MM_HINT_T1
@@ -238,9 +240,10 @@ static inline __attribute__((always_inline)) __m512i shift_bits(__m512i h, int s
  * ternary-logic OR each). The rest is one code. */
 static inline __attribute__((always_inline)) void
 qk16_rows(const uint8_t *blocks, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
-          const int NT, float *out, size_t ostride, const bool q5)
+          const int NT, float *out, size_t ostride, const bool q5, const bool pf1)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    const bool pf = NT > 1 || q5 || pf1;
     const size_t bb = q5 ? sizeof(sw_q5k16) : sizeof(sw_q4k16);
     __m512 total[SW_DOTN_MAX];
     _Pragma("GCC unroll 8")
@@ -264,7 +267,7 @@ qk16_rows(const uint8_t *blocks, int64_t nb, const void *act, size_t stride, con
                 __m512i v = _mm512_load_si512(p->qs[j][c]);
                 /* SW_Q16_PREFETCH ahead: the hardware prefetcher alone
                  * falls behind once each line feeds several tokens */
-                if (NT > 1 || q5) _mm_prefetch((const char *)p->qs[j][c] + SW_Q16_PREFETCH, SW_Q16_HINT);
+                if (pf) _mm_prefetch((const char *)p->qs[j][c] + SW_Q16_PREFETCH, SW_Q16_HINT);
                 __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 if (q5) {   /* bits 2c and 2c + 1 of h to bit 4: lo | (h' & 0x10) */
                     lo = _mm512_ternarylogic_epi32(lo, shift_bits(h, 4 - 2 * c), m10, 0xF8);
@@ -282,7 +285,7 @@ qk16_rows(const uint8_t *blocks, int64_t nb, const void *act, size_t stride, con
             for (int t = 0; t < NT; t++) blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), sc, blk[t]);
         }
         /* the 5 lines of scales, mins and d/dmin */
-        for (int k = 0; (NT > 1 || q5) && k < 5; k++) _mm_prefetch((const char *)p->sc + 64 * k + SW_Q16_PREFETCH, SW_Q16_HINT);
+        for (int k = 0; pf && k < 5; k++) _mm_prefetch((const char *)p->sc + 64 * k + SW_Q16_PREFETCH, SW_Q16_HINT);
         __m512i mn[4];
         _Pragma("GCC unroll 4")
         for (int q = 0; q < 4; q++) mn[q] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)p->mn[q]));
@@ -307,14 +310,21 @@ static inline __attribute__((always_inline)) void
 q4k16_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
            const int NT, float *out, size_t ostride)
 {
-    qk16_rows((const uint8_t *)p, nb, act, stride, bsp, bsp_stride, NT, out, ostride, false);
+    qk16_rows((const uint8_t *)p, nb, act, stride, bsp, bsp_stride, NT, out, ostride, false, false);
+}
+
+static inline __attribute__((always_inline)) void
+q4k16_pf1_rows(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
+               size_t bsp_stride, const int NT, float *out, size_t ostride)
+{
+    qk16_rows((const uint8_t *)p, nb, act, stride, bsp, bsp_stride, NT, out, ostride, false, true);
 }
 
 static inline __attribute__((always_inline)) void
 q5k16_rows(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp, size_t bsp_stride,
            const int NT, float *out, size_t ostride)
 {
-    qk16_rows((const uint8_t *)p, nb, act, stride, bsp, bsp_stride, NT, out, ostride, true);
+    qk16_rows((const uint8_t *)p, nb, act, stride, bsp, bsp_stride, NT, out, ostride, true, false);
 }
 
 /* Prepacked Q6_K: two 64-byte quant loads and one high-bit load give four
@@ -493,6 +503,13 @@ SW_Q32_TYPES(SW_Q32_ENTRY)
 #define SW_Q16_ROWS q4k16_rows
 SW_Q16_ENTRY(q4k16_vnni, sw_q4k16)
 #undef SW_Q16_ROWS
+/* Q4_K with software prefetch at one token too (sw_prefetch_one_token) */
+static void q4k16_pf1_vnni(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,
+                           size_t bsp_stride, int ntok, float *out, size_t ostride)
+{
+    if (ntok == 1) q4k16_pf1_rows(p, nb, act, stride, bsp, bsp_stride, 1, out, ostride);
+    else q4k16_vnni(p, nb, act, stride, bsp, bsp_stride, ntok, out, ostride);
+}
 #define SW_Q16_ROWS q5k16_rows
 SW_Q16_ENTRY(q5k16_vnni, sw_q5k16)
 #undef SW_Q16_ROWS
@@ -720,7 +737,7 @@ static int64_t int8_peak_vnni(int64_t iters)
 
 #pragma GCC pop_options
 
-void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni)
+void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni, bool prefetch1)
 {
     t->quant_q8_k = quant_q8_k_avx512;
     t->quant_q8_0 = quant_q8_0_avx512;
@@ -742,7 +759,7 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni)
         t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_vnni;
         t->gemm16 = gemm16_vnni;
         t->pack16 = pack16_vnni;
-        t->q4k16 = q4k16_vnni;
+        t->q4k16 = prefetch1 ? q4k16_pf1_vnni : q4k16_vnni;
         t->q5k16 = q5k16_vnni;
         t->q6k16 = q6k16_vnni;
 #define SW_Q32_FILL(name, type) t->q32x16[type] = name##x16_vnni;

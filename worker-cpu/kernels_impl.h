@@ -264,8 +264,9 @@ static inline void sw_q8k_aux(const block_q8_k *y, int64_t n, float *out)
 
 /* Overwrite the entries each ISA implements (these only run on CPUs that
  * have the ISA; kernels.c checks cpuid before calling them). */
-void sw_kernels_fill_avx2(sw_kernel_table *t);
-void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni);
+/* prefetch1: the packed Q4_K kernel also prefetches at one token (sw_prefetch_one_token). */
+void sw_kernels_fill_avx2(sw_kernel_table *t, bool prefetch1);
+void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni, bool prefetch1);
 
 /* Q8_K scale choice shared by the SIMD quantizers: given the block's max and
  * min (from vector reductions), the signed value of largest magnitude. On a

@@ -339,9 +339,11 @@ static void print_kernels(int threads, double bw, double peak, const kernel_resu
     }
     /* what this host has, so a test checks exactly that: unpacked types
      * and the token count from which the K-quants run on the int8 form */
-    printf("{\"threads\":%d,\"isa\":\"%s\",\"best\":\"%s\",\"cpu\":\"%s\",\"quick\":%s,\"mem_read_gb_per_s\":%.4g,"
-           "\"int8_peak_gmac_per_s\":%.4g,\"i8_min_tokens\":%d,\"unpacked\":[", threads, sw_isa_name(sw_isa_active()),
-           sw_isa_name(sw_isa_best()), sw_cpu_features(), quick ? "true" : "false", bw, peak, sw_i8_min_tokens());
+    printf("{\"threads\":%d,\"isa\":\"%s\",\"best\":\"%s\",\"cpu\":\"%s\",\"cpu_model\":\"%s\",\"quick\":%s,"
+           "\"mem_read_gb_per_s\":%.4g,\"int8_peak_gmac_per_s\":%.4g,\"i8_min_tokens\":%d,\"prefetch_1tok\":%s,"
+           "\"unpacked\":[", threads, sw_isa_name(sw_isa_active()), sw_isa_name(sw_isa_best()), sw_cpu_features(),
+           sw_cpu_model(), quick ? "true" : "false", bw, peak, sw_i8_min_tokens(),
+           sw_prefetch_one_token() ? "true" : "false");
     for (int i = 0; i < nunpacked; i++) printf("%s\"%s\"", i ? "," : "", unpacked[i]);
     printf("],\"kernels\":[");
     for (int i = 0; i < nres; i++)
@@ -420,8 +422,9 @@ static void print_table(const options *o, const sw_model *m, int threads, const 
     char i8[64] = "";
     if (sw_i8_min_tokens() && !o->precise)
         snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());
-    printf("model %s (%s), %d threads, isa %s%s%s\n", name, m->quant_name, threads,
-           sw_isa_name(sw_isa_active()), o->precise ? ", precise activations" : "", i8);
+    printf("model %s (%s), %d threads, isa %s%s%s%s\ncpu %s\n", name, m->quant_name, threads,
+           sw_isa_name(sw_isa_active()), o->precise ? ", precise activations" : "", i8,
+           sw_prefetch_one_token() ? ", one-token prefetch" : "", sw_cpu_model());
     printf("weights read per decode step: %.1f MiB (per token at batch 1: %llu bytes)%s\n",
            m->weight_bytes / 1048576.0, (unsigned long long)m->weight_bytes,
            m->hp.n_expert ? "; a mixture's larger batches read every expert some token uses, counted per step" : "");
@@ -463,12 +466,13 @@ static void print_json(const options *o, const sw_model *m, int threads, const r
     const char *name = strrchr(o->model, '/') ? strrchr(o->model, '/') + 1 : o->model;
     const double peak = r->peak, prefill = r->prefill;
     const decode_result *res = r->res, *b1 = r->b1;
-    printf("{\"model\":\"%s\",\"quantization\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"precise\":%s,"
-           "\"i8_min_tokens\":%d,\"weight_bytes_per_token\":%llu,\"int8_peak_gmac_per_s\":%.1f,\"prefill_tokens\":%d,"
-           "\"prefill_tokens_per_s\":%.2f,\"prefill_gmac_per_s\":%.6g,\"decode\":[",
-           name, m->quant_name, threads, sw_isa_name(sw_isa_active()), o->precise ? "true" : "false",
-           o->precise ? 0 : sw_i8_min_tokens(), (unsigned long long)m->weight_bytes, peak, o->n_prompt, prefill,
-           r->prefill_gmac);
+    printf("{\"model\":\"%s\",\"quantization\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"cpu_model\":\"%s\","
+           "\"precise\":%s,\"i8_min_tokens\":%d,\"prefetch_1tok\":%s,\"weight_bytes_per_token\":%llu,"
+           "\"int8_peak_gmac_per_s\":%.1f,\"prefill_tokens\":%d,\"prefill_tokens_per_s\":%.2f,"
+           "\"prefill_gmac_per_s\":%.6g,\"decode\":[",
+           name, m->quant_name, threads, sw_isa_name(sw_isa_active()), sw_cpu_model(), o->precise ? "true" : "false",
+           o->precise ? 0 : sw_i8_min_tokens(), sw_prefetch_one_token() ? "true" : "false",
+           (unsigned long long)m->weight_bytes, peak, o->n_prompt, prefill, r->prefill_gmac);
     for (int i = 0; i < o->n_batches; i++)
         printf("%s{\"batch\":%d,\"tokens_per_s\":%.2f,\"gb_per_s\":%.2f,\"weight_bytes_per_token\":%llu,"
                "\"mem_read_beside_gb_per_s\":%.2f,\"gmac_per_s\":%.6g}", i ? "," : "", res[i].batch, res[i].tok_s,
@@ -494,8 +498,9 @@ int main(int argc, char **argv)
     if (o.threads) omp_set_num_threads(o.threads);
     int threads = omp_get_max_threads();
     if (o.cpu) {
-        printf("{\"isa\":\"%s\",\"best\":\"%s\",\"cpu\":\"%s\",\"i8_min_tokens\":%d}\n", sw_isa_name(sw_isa_active()),
-               sw_isa_name(sw_isa_best()), sw_cpu_features(), sw_i8_min_tokens());
+        printf("{\"isa\":\"%s\",\"best\":\"%s\",\"cpu\":\"%s\",\"cpu_model\":\"%s\",\"i8_min_tokens\":%d,"
+               "\"prefetch_1tok\":%s}\n", sw_isa_name(sw_isa_active()), sw_isa_name(sw_isa_best()), sw_cpu_features(),
+               sw_cpu_model(), sw_i8_min_tokens(), sw_prefetch_one_token() ? "true" : "false");
         return 0;
     }
     if (o.kernels) return bench_kernels(&o, threads);

@@ -287,7 +287,7 @@ static void test_avx512_bw_table(void)
         !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx2")) return;
     sw_kernel_table t;
     memset(&t, 0, sizeof t);
-    sw_kernels_fill_avx512(&t, false);
+    sw_kernels_fill_avx512(&t, false, false);
     static uint8_t w[4096 * 2], act[4096 * 2];
     static float x[4096 * 4], out[4];
     int checked = 0;
@@ -734,8 +734,8 @@ static void test_int8_form(sw_isa isa)
     }
     sw_kernel_table kt;
     memset(&kt, 0, sizeof kt);
-    if (vnni) sw_kernels_fill_avx512(&kt, true);
-    else sw_kernels_fill_avx2(&kt);
+    if (vnni) sw_kernels_fill_avx512(&kt, true, false);
+    else sw_kernels_fill_avx2(&kt, false);
     CHECK(kt.i8x16 != NULL, "the %s table has the int8 kernel", sw_isa_name(isa));
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
     const int64_t rows = 32, cols = 1024, nb = cols / QK_K;
@@ -854,6 +854,55 @@ static void test_int8_form(sw_isa isa)
     for (int j = 0; j < NJ; j++) { sw_packed_free((sw_packed *)jobs[j].p); free(w[j]); free(x[j]); free(y[j]); }
 }
 
+/* The packed Q4_K kernel with and without software prefetch at one token
+ * (sw_prefetch_one_token picks one per CPU, so test_packed checks only
+ * that one against the reference): distinct entry points, and the same
+ * products bit for bit at 1..5 tokens, on every table this CPU can run. */
+static void test_prefetch_variants(void)
+{
+    if (sw_isa_set(SW_ISA_AVX512) < SW_ISA_AVX2) { printf("one-token prefetch variants: skipped (no AVX2)\n"); return; }
+    const int64_t rows = 16, cols = 1024, nb = cols / QK_K;
+    gguf_tensor t;
+    uint8_t *w = random_tensor(&t, SW_TYPE_Q4_K, rows, cols, 1);
+    sw_packed *pk = sw_pack_tensor(&t);
+    size_t ars = sw_act_row_size(SW_TYPE_Q4_K, cols);
+    uint8_t *a = malloc(ars * 5);
+    int32_t bsp[5 * 4 * 4];
+    float x[1024];
+    for (int tk = 0; tk < 5; tk++) {
+        random_x(x, cols, tk % 3);
+        ref_act(SW_TYPE_Q4_K, x, cols, a + tk * ars);
+        const block_q8_k *b = (const block_q8_k *)(a + tk * ars);
+        for (int64_t i = 0; i < nb; i++)   /* the int16 pairs of 32-sums, as kernels.c's packed_bsums */
+            for (int q = 0; q < 4; q++) {
+                const int16_t *s = b[i].bsums;
+                uint16_t lo = (uint16_t)(s[4 * q] + s[4 * q + 1]), hi = (uint16_t)(s[4 * q + 2] + s[4 * q + 3]);
+                bsp[tk * nb * 4 + 4 * i + q] = (int32_t)((uint32_t)lo | (uint32_t)hi << 16);
+            }
+    }
+    const bool vnni = __builtin_cpu_supports("avx512vnni") && sw_isa_best() == SW_ISA_AVX512;
+    int differ = 0;
+    for (int k = 0; k < 1 + vnni && pk; k++) {
+        sw_kernel_table off, on;
+        memset(&off, 0, sizeof off); memset(&on, 0, sizeof on);
+        if (k) { sw_kernels_fill_avx512(&off, true, false); sw_kernels_fill_avx512(&on, true, true); }
+        else { sw_kernels_fill_avx2(&off, false); sw_kernels_fill_avx2(&on, true); }
+        CHECK(off.q4k16 && on.q4k16 && off.q4k16 != on.q4k16, "%s: two Q4_K entry points", k ? "avx512" : "avx2");
+        for (int ntok = 1; ntok <= 5 && off.q4k16 && on.q4k16; ntok++) {
+            float y0[5 * 16], y1[5 * 16];
+            off.q4k16((const sw_q4k16 *)sw_packed_group(pk, 0), nb, a, ars, bsp, (size_t)nb * 4, ntok, y0, 16);
+            on.q4k16((const sw_q4k16 *)sw_packed_group(pk, 0), nb, a, ars, bsp, (size_t)nb * 4, ntok, y1, 16);
+            differ += memcmp(y0, y1, sizeof(float) * 16 * (size_t)ntok) != 0;
+        }
+        CHECK(differ == 0, "%s: Q4_K with and without one-token prefetch equal (%d token counts differ)",
+              k ? "avx512" : "avx2", differ);
+    }
+    CHECK(pk != NULL, "Q4_K packs");
+    if (pk && !differ) printf("one-token prefetch variants: equal on %s\n", vnni ? "avx2 and avx512" : "avx2");
+    sw_packed_free(pk);
+    free(w); free(a);
+}
+
 static void test_bad_input(void)
 {
     float x[100] = {0}, y[10];
@@ -888,6 +937,7 @@ int main(int argc, char **argv)
     if (best == SW_ISA_AVX512) test_avx512_bw_table();
     test_int8_form(SW_ISA_AVX512);
     test_int8_form(SW_ISA_AVX2);
+    test_prefetch_variants();
     test_bad_input();
     CHECK_DONE();
 }
