@@ -134,11 +134,11 @@ static void isa_init(void)
     fill_scalar(&tables[SW_ISA_SCALAR]);
     tables[SW_ISA_AVX2] = tables[SW_ISA_SCALAR];
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-        sw_kernels_fill_avx2(&tables[SW_ISA_AVX2], prefetch_1tok);
+        sw_kernels_fill_avx2(&tables[SW_ISA_AVX2]);
         isa_best = SW_ISA_AVX2;
         tables[SW_ISA_AVX512] = tables[SW_ISA_AVX2];
         if (cpu_has_avx512()) {
-            sw_kernels_fill_avx512(&tables[SW_ISA_AVX512], __builtin_cpu_supports("avx512vnni"), prefetch_1tok);
+            sw_kernels_fill_avx512(&tables[SW_ISA_AVX512], __builtin_cpu_supports("avx512vnni"));
             isa_best = SW_ISA_AVX512;
         }
     }
@@ -183,6 +183,14 @@ bool sw_prefetch_one_token(void)
 {
     pthread_once(&isa_once, isa_init);
     return prefetch_1tok;
+}
+
+bool sw_set_prefetch_one_token(bool on)
+{
+    pthread_once(&isa_once, isa_init);
+    bool was = prefetch_1tok;
+    prefetch_1tok = on;
+    return was;
 }
 
 sw_isa sw_isa_best(void)
@@ -886,7 +894,9 @@ static void packed_group(const sw_kernel_table *kt, const sw_packed *p, int64_t 
         return;
     }
     const int32_t *b = (const int32_t *)(buf + as->off_bs4) + (size_t)t * (size_t)nb * 4;
-    if (p->type == SW_TYPE_Q4_K) kt->q4k16((const sw_q4k16 *)grp, nb, a, ars, b, (size_t)nb * 4, cnt, out, (size_t)p->rows);
+    if (p->type == SW_TYPE_Q4_K)
+        (prefetch_1tok && kt->q4k16_pf1 ? kt->q4k16_pf1 : kt->q4k16)((const sw_q4k16 *)grp, nb, a, ars, b, (size_t)nb * 4, cnt, out,
+                                                    (size_t)p->rows);
     else kt->q5k16((const sw_q5k16 *)grp, nb, a, ars, b, (size_t)nb * 4, cnt, out, (size_t)p->rows);
 }
 

@@ -118,8 +118,11 @@ int sw_i8_min_tokens(void);
  * the Intel Xeon hosts it fell far behind: batch 1 read at 73% of the
  * bandwidth without them, 97% with (docs/perf/cpu.md, "Software prefetch
  * at one token"). So on by default on Intel CPUs, off on others;
- * SPILLWAY_PREFETCH_1TOK=0|1 decides at start-up instead. */
+ * SPILLWAY_PREFETCH_1TOK=0|1 decides at start-up instead, and
+ * sw_set_prefetch_one_token later (process-wide, between products; it
+ * returns the previous choice). */
 bool sw_prefetch_one_token(void);
+bool sw_set_prefetch_one_token(bool on);
 
 /* The CPU's int8 multiply-add peak, measured: every OpenMP thread runs
  * independent chains of the instructions the packed kernels are built on

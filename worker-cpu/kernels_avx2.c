@@ -1093,7 +1093,7 @@ _Static_assert(SW_INT8_PEAK_MACS == 24 * 32, "int8_peak_avx2: 24 vpmaddubsw of 3
 
 #pragma GCC pop_options
 
-void sw_kernels_fill_avx2(sw_kernel_table *t, bool prefetch1)
+void sw_kernels_fill_avx2(sw_kernel_table *t)
 {
     t->quant_q8_k = quant_q8_k_avx2;
     t->quant_q8_0 = quant_q8_0_avx2;
@@ -1112,7 +1112,8 @@ void sw_kernels_fill_avx2(sw_kernel_table *t, bool prefetch1)
     t->dotn[SW_TYPE_Q5_K] = dotn_q5_k_avx2;
     t->dot[SW_TYPE_Q6_K] = dot_q6_k_avx2;
     t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_avx2;
-    t->q4k16 = prefetch1 ? q4k16_pf1_avx2 : q4k16_avx2;
+    t->q4k16 = q4k16_avx2;
+    t->q4k16_pf1 = q4k16_pf1_avx2;
     t->q5k16 = q5k16_avx2;
     t->q6k16 = q6k16_avx2;
     t->int8_peak = int8_peak_avx2;

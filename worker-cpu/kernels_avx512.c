@@ -737,7 +737,7 @@ static int64_t int8_peak_vnni(int64_t iters)
 
 #pragma GCC pop_options
 
-void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni, bool prefetch1)
+void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni)
 {
     t->quant_q8_k = quant_q8_k_avx512;
     t->quant_q8_0 = quant_q8_0_avx512;
@@ -759,7 +759,8 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni, bool prefetch1)
         t->dotn[SW_TYPE_Q6_K] = dotn_q6_k_vnni;
         t->gemm16 = gemm16_vnni;
         t->pack16 = pack16_vnni;
-        t->q4k16 = prefetch1 ? q4k16_pf1_vnni : q4k16_vnni;
+        t->q4k16 = q4k16_vnni;
+        t->q4k16_pf1 = q4k16_pf1_vnni;
         t->q5k16 = q5k16_vnni;
         t->q6k16 = q6k16_vnni;
 #define SW_Q32_FILL(name, type) t->q32x16[type] = name##x16_vnni;

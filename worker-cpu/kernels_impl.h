@@ -239,6 +239,7 @@ typedef struct {
     sw_gemm16_fn gemm16;   /* K-quants x many tokens over sw_kpack16; NULL: dotn only */
     int (*pack16)(sw_type type, const uint8_t *w, size_t row_size, int64_t nb, sw_kpack16 *pk); /* as sw_kpack16_rows */
     sw_q4k16_fn q4k16;     /* prepacked Q4_K (sw_pack_tensor); NULL: the raw-row paths */
+    sw_q4k16_fn q4k16_pf1; /* the same, with software prefetch at one token too (sw_prefetch_one_token) */
     sw_q5k16_fn q5k16;     /* prepacked Q5_K */
     sw_q6k16_fn q6k16;     /* prepacked Q6_K */
     sw_q32x16_fn q32x16[SW_TYPE_COUNT];   /* prepacked Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 */
@@ -264,9 +265,8 @@ static inline void sw_q8k_aux(const block_q8_k *y, int64_t n, float *out)
 
 /* Overwrite the entries each ISA implements (these only run on CPUs that
  * have the ISA; kernels.c checks cpuid before calling them). */
-/* prefetch1: the packed Q4_K kernel also prefetches at one token (sw_prefetch_one_token). */
-void sw_kernels_fill_avx2(sw_kernel_table *t, bool prefetch1);
-void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni, bool prefetch1);
+void sw_kernels_fill_avx2(sw_kernel_table *t);
+void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni);
 
 /* Q8_K scale choice shared by the SIMD quantizers: given the block's max and
  * min (from vector reductions), the signed value of largest magnitude. On a

@@ -299,26 +299,42 @@ static const int KERNEL_TOKENS[] = {1, 8, 128};
 enum { N_TOK = sizeof KERNEL_TOKENS / sizeof KERNEL_TOKENS[0], MAX_TOK = 128 };
 
 /* Times the n_mat packed rows x cols matrices pk (in cache when !where,
- * else streamed) at each token count, adding a result each to res. */
+ * else streamed) at ntok tokens, adding a result to res. */
+static void time_pack(sw_packed **pk, int n_mat, sw_type type, int where, int64_t rows, const kernel_shape *ks,
+                      int ntok, const char *form, const float *x, float *y, kernel_result *res, int *nres)
+{
+    const int64_t cols = ks->cols;
+    int reps = !ks->macs ? 1 : where ? 2 : (int)(ks->macs / ((double)rows * cols * ntok) + 1);
+    for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);   /* warm-up */
+    double t0 = sw_clock_s();
+    for (int it = 0; it < reps; it++)
+        for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);
+    double dt = sw_clock_s() - t0;
+    double bytes = (double)sw_packed_bytes(pk[0]) * n_mat * reps;
+    res[(*nres)++] = (kernel_result){ sw_type_info(type)->name, where ? "stream" : "cache", form, ntok,
+                                      bytes / dt / 1e9, (double)rows * cols * ntok * n_mat * reps / dt / 1e9 };
+}
+
+/* time_pack at each token count. Q4_K at one token twice: without ("no-pf")
+ * and with ("pf") its software prefetch, whichever this CPU defaults to
+ * (sw_prefetch_one_token), so one run shows which a host should use. */
 static void time_packs(sw_packed **pk, int n_mat, sw_type type, int where, int64_t rows, const kernel_shape *ks,
                        const float *x, float *y, kernel_result *res, int *nres)
 {
-    const int64_t cols = ks->cols;
     for (int k = 0; k < N_TOK; k++) {
         int ntok = KERNEL_TOKENS[k];
         if (where && ntok > 8) continue;   /* many tokens are compute-bound wherever the weights are */
         const bool i8 = sw_i8_min_tokens() && ntok >= sw_i8_min_tokens() &&
                         (type == SW_TYPE_Q4_K || type == SW_TYPE_Q5_K || type == SW_TYPE_Q6_K);
-        int reps = !ks->macs ? 1 : where ? 2 : (int)(ks->macs / ((double)rows * cols * ntok) + 1);
-        for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);   /* warm-up */
-        double t0 = sw_clock_s();
-        for (int it = 0; it < reps; it++)
-            for (int m = 0; m < n_mat; m++) sw_matmul_packed(pk[m], x, ntok, y);
-        double dt = sw_clock_s() - t0;
-        double bytes = (double)sw_packed_bytes(pk[0]) * n_mat * reps;
-        res[(*nres)++] = (kernel_result){ sw_type_info(type)->name, where ? "stream" : "cache",
-                                          i8 ? "int8" : "packed", ntok,
-                                          bytes / dt / 1e9, (double)rows * cols * ntok * n_mat * reps / dt / 1e9 };
+        if (type != SW_TYPE_Q4_K || ntok != 1) {
+            time_pack(pk, n_mat, type, where, rows, ks, ntok, i8 ? "int8" : "packed", x, y, res, nres);
+            continue;
+        }
+        const bool was = sw_set_prefetch_one_token(false);
+        time_pack(pk, n_mat, type, where, rows, ks, ntok, "no-pf", x, y, res, nres);
+        sw_set_prefetch_one_token(true);
+        time_pack(pk, n_mat, type, where, rows, ks, ntok, "pf", x, y, res, nres);
+        sw_set_prefetch_one_token(was);
     }
 }
 
@@ -330,6 +346,8 @@ static void print_kernels(int threads, double bw, double peak, const kernel_resu
            sw_isa_name(sw_isa_active()), bw);
     if (peak > 0) printf("int8 multiply-add peak (%s) %.1f GMAC/s\n", sw_int8_peak_mix(), peak);
     else printf("int8 multiply-add peak not measured (%s)\n", quick ? "--quick" : "no int8 path on this isa");
+    printf("cpu %s; q4_K at 1 token is timed without (no-pf) and with (pf) software prefetch, "
+           "this CPU's default: %s\n", sw_cpu_model(), sw_prefetch_one_token() ? "pf" : "no-pf");
     printf("%-6s %-7s %7s %-7s %9s %9s %8s\n", "type", "weights", "tokens", "form", "GB/s", "GMAC/s", "of peak");
     for (int i = 0; i < nres; i++) {
         printf("%-6s %-7s %7d %-7s %9.1f %9.1f", res[i].type, res[i].where, res[i].tokens, res[i].form, res[i].gb_s,
@@ -357,7 +375,7 @@ static int bench_kernels(const options *o, int threads)
 {
     const kernel_shape *ks = o->quick ? &QUICK_SHAPE : &FULL_SHAPE;
     const int64_t cols = ks->cols;
-    kernel_result res[N_TYPES * 2 * N_TOK];
+    kernel_result res[N_TYPES * 2 * N_TOK + 2];   /* + Q4_K at one token, twice */
     int nres = 0;
     const char *unpacked[N_TYPES];   /* types this isa has no packed kernel for */
     int nunpacked = 0;

@@ -287,7 +287,7 @@ static void test_avx512_bw_table(void)
         !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx2")) return;
     sw_kernel_table t;
     memset(&t, 0, sizeof t);
-    sw_kernels_fill_avx512(&t, false, false);
+    sw_kernels_fill_avx512(&t, false);
     static uint8_t w[4096 * 2], act[4096 * 2];
     static float x[4096 * 4], out[4];
     int checked = 0;
@@ -734,8 +734,8 @@ static void test_int8_form(sw_isa isa)
     }
     sw_kernel_table kt;
     memset(&kt, 0, sizeof kt);
-    if (vnni) sw_kernels_fill_avx512(&kt, true, false);
-    else sw_kernels_fill_avx2(&kt, false);
+    if (vnni) sw_kernels_fill_avx512(&kt, true);
+    else sw_kernels_fill_avx2(&kt);
     CHECK(kt.i8x16 != NULL, "the %s table has the int8 kernel", sw_isa_name(isa));
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
     const int64_t rows = 32, cols = 1024, nb = cols / QK_K;
@@ -883,15 +883,15 @@ static void test_prefetch_variants(void)
     const bool vnni = __builtin_cpu_supports("avx512vnni") && sw_isa_best() == SW_ISA_AVX512;
     int differ = 0;
     for (int k = 0; k < 1 + vnni && pk; k++) {
-        sw_kernel_table off, on;
-        memset(&off, 0, sizeof off); memset(&on, 0, sizeof on);
-        if (k) { sw_kernels_fill_avx512(&off, true, false); sw_kernels_fill_avx512(&on, true, true); }
-        else { sw_kernels_fill_avx2(&off, false); sw_kernels_fill_avx2(&on, true); }
-        CHECK(off.q4k16 && on.q4k16 && off.q4k16 != on.q4k16, "%s: two Q4_K entry points", k ? "avx512" : "avx2");
-        for (int ntok = 1; ntok <= 5 && off.q4k16 && on.q4k16; ntok++) {
+        sw_kernel_table kt;
+        memset(&kt, 0, sizeof kt);
+        if (k) sw_kernels_fill_avx512(&kt, true);
+        else sw_kernels_fill_avx2(&kt);
+        CHECK(kt.q4k16 && kt.q4k16_pf1 && kt.q4k16 != kt.q4k16_pf1, "%s: two Q4_K entry points", k ? "avx512" : "avx2");
+        for (int ntok = 1; ntok <= 5 && kt.q4k16 && kt.q4k16_pf1; ntok++) {
             float y0[5 * 16], y1[5 * 16];
-            off.q4k16((const sw_q4k16 *)sw_packed_group(pk, 0), nb, a, ars, bsp, (size_t)nb * 4, ntok, y0, 16);
-            on.q4k16((const sw_q4k16 *)sw_packed_group(pk, 0), nb, a, ars, bsp, (size_t)nb * 4, ntok, y1, 16);
+            kt.q4k16((const sw_q4k16 *)sw_packed_group(pk, 0), nb, a, ars, bsp, (size_t)nb * 4, ntok, y0, 16);
+            kt.q4k16_pf1((const sw_q4k16 *)sw_packed_group(pk, 0), nb, a, ars, bsp, (size_t)nb * 4, ntok, y1, 16);
             differ += memcmp(y0, y1, sizeof(float) * 16 * (size_t)ntok) != 0;
         }
         CHECK(differ == 0, "%s: Q4_K with and without one-token prefetch equal (%d token counts differ)",
