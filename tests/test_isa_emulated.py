@@ -158,4 +158,4 @@ def test_bench_kernels_quick(cpu):
     assert r.returncode == 0, r.stderr
     j = check_kernels_report(r.stdout, r.stderr, threads=2)
     assert j["isa"] == "avx2" and j["quick"] and j["i8_min_tokens"] == 0, j
-    assert {k["form"] for k in j["kernels"]} == {"packed"}, j
+    assert "int8" not in {k["form"] for k in j["kernels"]}, j
