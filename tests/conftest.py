@@ -114,7 +114,50 @@ def bin_path(name):
     return str(p)
 
 
+# Test ports come from below the kernel's ephemeral range, handed out in turn
+# through a counter every pytest process on the host shares (a file under a
+# lock). bind(0) would give a port from the ephemeral range, which the
+# kernel can hand again to any outgoing connection (a client, a ZeroMQ
+# connect) before the process under test binds it; and two suites running
+# at once (pytest-xdist workers, the two soaks) would draw the same ones.
+PORT_COUNTER = Path(os.environ.get("TMPDIR", "/tmp")) / "spillway-test-ports"
+
+
+def _port_range():
+    try:
+        lo = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        lo = 32768
+    return (10000, lo) if lo >= 12000 else None
+
+
+def _next_port(first, end):
+    import fcntl
+    with open(PORT_COUNTER, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        try:
+            n = int(f.read() or 0)
+        except ValueError:
+            n = 0
+        port = first + n % (end - first)
+        f.seek(0)
+        f.truncate()
+        f.write(str(n + 1))
+        return port
+
+
 def free_port():
+    """A loopback TCP port nothing listens on now, not from the ephemeral range."""
+    span = _port_range()
+    for _ in range(span[1] - span[0] if span else 0):
+        port = _next_port(*span)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
