@@ -279,6 +279,11 @@ class Cluster:
         cfg.write_text(config_text)
         self.config_path = cfg
         admin = ["--admin-token-file", self.admin_token_file] if admin_token else []
+        if "--sdk" not in map(str, extra_args):
+            # Not the default SDK port: test files run side by side, and
+            # make run's test needs 5556 free.
+            self.sdk_ep = f"tcp://127.0.0.1:{free_port()}"
+            extra_args = [*extra_args, "--sdk", self.sdk_ep]
         for attempt in range(3):
             self.gateway = Proc([bin_path("spillway-gateway"), "--config", cfg,
                                  "--http", f"127.0.0.1:{self.http_port}",
@@ -287,9 +292,8 @@ class Cluster:
             self.procs.append(self.gateway)
             if not wait or not self._http_port_taken():
                 break
-            # Another process's connection took the port between free_port()
-            # and the gateway's bind (the kernel hands out the same ephemeral
-            # range to both): take another one.
+            # Another process took the port between free_port() and the
+            # gateway's bind: take another one.
             self.http_port = free_port()
             self.base = f"http://127.0.0.1:{self.http_port}"
         if wait:

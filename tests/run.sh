@@ -18,8 +18,17 @@ esac
 # --only, the files named are the suite.
 where=tests
 if [ "${1:-}" = --only ]; then where=; shift; fi
+# Test files run SPILLWAY_TEST_JOBS at a time (default: one per core), each
+# file whole in one pytest-xdist worker, so a module's fixtures start once;
+# every test takes its ports from one counter (tests/conftest.py), so files
+# side by side never collide. -s (the soak prints as it runs) and
+# SPILLWAY_TEST_JOBS=1 keep one process.
+jobs=${SPILLWAY_TEST_JOBS:-$(nproc)}
+par=(-n "$jobs" --dist loadfile)
+case " $* " in *" -s "*) par=();; esac
+[ "$jobs" -gt 1 ] || par=()
 # --durations: the slowest tests are named, to keep CI inside its budget.
-.venv/bin/python -m pytest -q -rs --durations=12 $where "$@"
+.venv/bin/python -m pytest -q -rs --durations=12 "${par[@]}" $where "$@"
 rc=$?
 # pytest exit 5 = no tests collected: that is a failure for us.
 exit $rc
