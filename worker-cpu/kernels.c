@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ---- scalar table --------------------------------------------------------- */
 
@@ -725,6 +726,26 @@ static size_t packed_group_bytes(const sw_kernel_table *kt, sw_type type, int64_
     return bb * (size_t)(cols / QK_K);
 }
 
+/* The packs are streamed from memory at every decode step. On 4 KB pages
+ * that is a TLB miss every few blocks (in a VM a two-level walk), and the
+ * hardware prefetchers stop at each page's end; 2 MB pages take both away.
+ * A pack of at least one such page is allocated on a 2 MB boundary and
+ * marked MADV_HUGEPAGE before it is first written, so that the kernel can
+ * back it with huge pages where transparent huge pages are "madvise" (the
+ * Debian default) as well as "always". The tail past the last full 2 MB
+ * stays on small pages, so nothing is rounded up. Without THP the advice
+ * fails and is ignored: the figures are then those of small pages. */
+#define PACK_HUGE_BYTES ((size_t)2 << 20)
+
+static void *pack_alloc(size_t n)
+{
+    if (n < PACK_HUGE_BYTES) return aligned_alloc(64, (n + 63) & ~(size_t)63);
+    void *p = NULL;
+    if (posix_memalign(&p, PACK_HUGE_BYTES, n)) return NULL;
+    (void)madvise(p, n & ~(size_t)4095, MADV_HUGEPAGE);
+    return p;
+}
+
 sw_packed *sw_pack_tensor(const gguf_tensor *w)
 {
     int64_t rows, cols;
@@ -740,7 +761,7 @@ sw_packed *sw_pack_tensor(const gguf_tensor *w)
     p->cols = cols;
     p->groups = rows / 16;
     p->group_bytes = gb;
-    p->blocks = aligned_alloc(64, (size_t)p->groups * gb);
+    p->blocks = pack_alloc((size_t)p->groups * gb);
     if (!p->blocks) { free(p); return NULL; }
     size_t row_size = sw_row_size(w->type, (uint64_t)cols);
     #pragma omp parallel for schedule(static)

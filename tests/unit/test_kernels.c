@@ -903,6 +903,55 @@ static void test_prefetch_variants(void)
     free(w); free(a);
 }
 
+/* The VmFlags of the mapping of this process that holds addr ("" if none). */
+static void vm_flags_of(const void *addr, char *flags, size_t n)
+{
+    flags[0] = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return;
+    char line[512];
+    bool inside = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            inside = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+        } else if (inside && !strncmp(line, "VmFlags:", 8)) {
+            size_t k = strcspn(line + 8, "\n");
+            k = k < n - 1 ? k : n - 1;
+            memcpy(flags, line + 8, k);
+            flags[k] = 0;
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* A pack of 2 MB or more starts on a 2 MB boundary in a mapping advised for
+ * huge pages (VmFlags "hg"), where this kernel has transparent huge pages. */
+static void test_pack_huge_pages(void)
+{
+    gguf_tensor t;
+    uint8_t *w = random_tensor(&t, SW_TYPE_Q4_K, 4096, 1024, 0);
+    sw_packed *pk = sw_pack_tensor(&t);
+    CHECK(pk != NULL, "a 4096 x 1024 Q4_K packs");
+    if (pk) {
+        const uint8_t *b = sw_packed_group(pk, 0);
+        CHECK(sw_packed_bytes(pk) >= ((size_t)2 << 20), "the pack is 2 MB or more");
+        CHECK((uintptr_t)b % ((size_t)2 << 20) == 0, "the pack starts on a 2 MB boundary (%p)", (const void *)b);
+        char flags[256];
+        vm_flags_of(b, flags, sizeof flags);
+        FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+        if (thp) {
+            fclose(thp);
+            CHECK(strstr(flags, " hg") != NULL, "the pack's mapping is advised for huge pages (VmFlags:%s)", flags);
+        } else {
+            printf("no transparent huge pages in this kernel: the pack's advice not checked\n");
+        }
+    }
+    sw_packed_free(pk);
+    free(w);
+}
+
 static void test_bad_input(void)
 {
     float x[100] = {0}, y[10];
@@ -938,6 +987,7 @@ int main(int argc, char **argv)
     test_int8_form(SW_ISA_AVX512);
     test_int8_form(SW_ISA_AVX2);
     test_prefetch_variants();
+    if (!quick) test_pack_huge_pages();   /* under qemu-user the mappings are the emulator's */
     test_bad_input();
     CHECK_DONE();
 }
