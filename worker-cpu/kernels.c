@@ -726,23 +726,23 @@ static size_t packed_group_bytes(const sw_kernel_table *kt, sw_type type, int64_
     return bb * (size_t)(cols / QK_K);
 }
 
-/* The packs are streamed from memory at every decode step. On 4 KB pages
- * that is a TLB miss every few blocks (in a VM a two-level walk), and the
- * hardware prefetchers stop at each page's end; 2 MB pages take both away.
- * A pack of at least one such page is allocated on a 2 MB boundary and
- * marked MADV_HUGEPAGE before it is first written, so that the kernel can
- * back it with huge pages where transparent huge pages are "madvise" (the
- * Debian default) as well as "always". The tail past the last full 2 MB
- * stays on small pages, so nothing is rounded up. Without THP the advice
- * fails and is ignored: the figures are then those of small pages. */
+/* The packs are streamed from memory at every decode step, on 4 KB pages
+ * a TLB miss every few blocks (in a VM a two-level walk). A pack of at
+ * least one 2 MB page is allocated on a 2 MB boundary and advised
+ * MADV_HUGEPAGE before it is first written, so that the kernel can back it
+ * with huge pages where transparent huge pages are "madvise" (the Debian
+ * default) as well as "always": 1-3% in native decode on the Intel host
+ * (docs/perf/cpu.md, "Huge pages for the packs"). The tail past the last
+ * full 2 MB stays on small pages, so nothing is rounded up. Without THP
+ * the advice fails and is ignored. */
 #define PACK_HUGE_BYTES ((size_t)2 << 20)
 
 static void *pack_alloc(size_t n)
 {
-    if (n < PACK_HUGE_BYTES) return aligned_alloc(64, (n + 63) & ~(size_t)63);
+    const bool huge = n >= PACK_HUGE_BYTES;
     void *p = NULL;
-    if (posix_memalign(&p, PACK_HUGE_BYTES, n)) return NULL;
-    (void)madvise(p, n & ~(size_t)4095, MADV_HUGEPAGE);
+    if (posix_memalign(&p, huge ? PACK_HUGE_BYTES : 64, n)) return NULL;
+    if (huge) (void)madvise(p, n & ~(size_t)4095, MADV_HUGEPAGE);
     return p;
 }
 
