@@ -347,7 +347,20 @@ KQ_ENTRY(q6_k)
 /* Prefetches the n bytes at p's place SW_AVX2_PF ahead into L2, a line at a time. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const void *p, size_t n)
 {
+    _Pragma("GCC unroll 8")   /* straight-line: a loop here cost Q4_K's 4-token kernel 14% */
     for (size_t l = 0; l < n; l += 64) _mm_prefetch((const char *)p + l + SW_AVX2_PF, _MM_HINT_T1);
+}
+
+/* Part j of 8 of the same for a K-quant block (n bytes), called once per
+ * sub-block: the lines spread over the block's work instead of asked all
+ * at its start. For Q6_K's 53 lines that took the streamed kernel from
+ * 8.2-8.9 to 9.6-10.5 GB/s a core at one token and from 57-58 to 60-63
+ * GMAC/s at 16 tokens (Intel host; docs/perf/cpu.md, "AVX2 packed Q6_K, 8
+ * tokens a pass"). */
+static inline __attribute__((always_inline)) void prefetch_ahead_part(const void *p, size_t n, int j)
+{
+    const size_t part = (n + 8 * 64 - 1) / (8 * 64) * 64;   /* whole lines: a few of the next block too */
+    prefetch_ahead((const char *)p + part * (size_t)j, part);
 }
 
 /* s16 + the word products (vpmaddubsw) of w against activation bytes
@@ -486,11 +499,8 @@ q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, c
         }
         _Pragma("GCC unroll 1")
         for (int j = 0; j < 8; j++) {
-            if (NT > 1 || pf1) {   /* the block SW_AVX2_PF ahead, 5 of its 37 lines a sub-block */
-                const char *pf = (const char *)p + SW_AVX2_PF + 320 * j;
-                _mm_prefetch(pf, _MM_HINT_T1); _mm_prefetch(pf + 64, _MM_HINT_T1); _mm_prefetch(pf + 128, _MM_HINT_T1);
-                _mm_prefetch(pf + 192, _MM_HINT_T1); _mm_prefetch(pf + 256, _MM_HINT_T1);
-            }
+            if (NT > 1 || pf1)
+                prefetch_ahead_part(p, sizeof *p, j);
             q4k16_sub_avx2(p, j, a, NT, acc);
         }
         /* mins: word pairs (m_2q, m_2q+1) per row against the token's paired 32-sums */
@@ -551,12 +561,12 @@ q5k16_half_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, c
     _Pragma("GCC unroll 4")
     for (int t = 0; t < NT; t++) total[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++, p++) {
-        if (h == 0)
-            prefetch_ahead(p, sizeof *p);
         __m256i acc[4];
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
+            if (h == 0)   /* the pass that reads the lines from memory */
+                prefetch_ahead_part(p, sizeof *p, j);
             /* each row's scale in both words of its dword */
             __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p->q4.sc[j] + r0)));
             sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
@@ -594,31 +604,38 @@ q5k16_half_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, c
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + r0, total[t]);
 }
 
-/* The entry point of a kernel written one 8-row half at a time: tokens 4
- * at a time, the constant token count picked per pass, both halves. */
-#define HALF_ENTRY(name, block, half)                                                                   \
+/* The entry point of a kernel written one 8-row half at a time: tokens W
+ * (4 or 8) at a time, the constant token count picked per pass (a count
+ * above W is never asked, nor compiled), both halves. */
+#define HALF_CASE(half, k, W) \
+    case k: if ((k) <= (W)) half(p, nb, a, stride, b, bsp_stride, (k) <= (W) ? (k) : 1, o, ostride, h); break
+#define HALF_ENTRY(name, block, half, W)                                                                \
     static void name(const block *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,    \
                      size_t bsp_stride, int ntok, float *out, size_t ostride)                            \
     {                                                                                                    \
-        for (int t0 = 0; t0 < ntok; t0 += 4) {                                                           \
+        for (int t0 = 0; t0 < ntok; t0 += (W)) {                                                         \
             const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;                               \
             const int32_t *b = bsp + (size_t)t0 * bsp_stride;                                            \
             float *o = out + (size_t)t0 * ostride;                                                       \
-            for (int h = 0; h < 2; h++) switch (ntok - t0) {                                             \
-                case 1: half(p, nb, a, stride, b, bsp_stride, 1, o, ostride, h); break;                  \
-                case 2: half(p, nb, a, stride, b, bsp_stride, 2, o, ostride, h); break;                  \
-                case 3: half(p, nb, a, stride, b, bsp_stride, 3, o, ostride, h); break;                  \
-                default: half(p, nb, a, stride, b, bsp_stride, 4, o, ostride, h); break;                 \
+            const int n = ntok - t0 < (W) ? ntok - t0 : (W);                                             \
+            for (int h = 0; h < 2; h++) switch (n) {                                                     \
+                HALF_CASE(half, 1, W); HALF_CASE(half, 2, W); HALF_CASE(half, 3, W);                     \
+                HALF_CASE(half, 4, W); HALF_CASE(half, 5, W); HALF_CASE(half, 6, W);                     \
+                HALF_CASE(half, 7, W); HALF_CASE(half, 8, W);                                            \
+                default: break;                                                                          \
                 }                                                                                        \
         }                                                                                                \
     }
 
-HALF_ENTRY(q5k16_avx2, sw_q5k16, q5k16_half_avx2)
+HALF_ENTRY(q5k16_avx2, sw_q5k16, q5k16_half_avx2, 4)
 
 /* ---- prepacked Q6_K x tokens (sw_q6k16), without VNNI ----
- * Q5_K's structure: one 8-row half per pass, up to 4 tokens sharing each
- * unpacked vector (a 6-bit quant is a nibble and two high bits: two shifts,
- * two ands and an or per vector, as Q5_K's fifth bit). Quants reach 63, so
+ * Q5_K's structure: one 8-row half per pass, but up to 8 tokens sharing
+ * each unpacked vector (a 6-bit quant is a nibble and two high bits: two
+ * shifts, two ands and an or per vector, as Q5_K's fifth bit). Its sums are
+ * widened every vector, so the 8 tokens need only their 8 int32 sums in
+ * registers: at 8 tokens a pass it ran 14% faster than at 4 (Q5_K, whose
+ * word sums live across two vectors, would spill them). Quants reach 63, so
  * a 16-weight sub-block's word sums are widened by its int8 scale every 4
  * products a word (two vpmaddubsw: at most 4 x 63 x 128 = 32256), against
  * Q4_K's 16 and Q5_K's 8. The scale multiplies in that vpmaddwd, so the
@@ -647,25 +664,25 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
                                           0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
     const __m256i dup1 = _mm256_add_epi8(dup0, _mm256_set1_epi8(2));
     const int r0 = 8 * h;
-    __m256 total[4];
-    _Pragma("GCC unroll 4")
+    __m256 total[8];
+    _Pragma("GCC unroll 8")
     for (int t = 0; t < NT; t++) total[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++, p++) {
-        if (h == 0)
-            prefetch_ahead(p, sizeof *p);
-        int32_t pairs[4][8] __attribute__((aligned(32)));
-        __m256i acc[4];
-        _Pragma("GCC unroll 4")
+        int32_t pairs[8][8] __attribute__((aligned(32)));
+        __m256i acc[8];
+        _Pragma("GCC unroll 8")
         for (int t = 0; t < NT; t++) {
             q6k_bsum_pairs(bsp + (size_t)t * bsp_stride + 16 * i, pairs[t]);
             acc[t] = _mm256_setzero_si256();
         }
         _Pragma("GCC unroll 1")
         for (int j = 0; j < 8; j++) {
+            if (h == 0)   /* the pass that reads the lines from memory */
+                prefetch_ahead_part(p, sizeof *p, j);
             /* row r's dword: (sc_2j, sc_2j+1) as words */
             const __m256i scw = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p->sc[j][r0]));
             const __m256i sc32 = _mm256_slli_epi16(scw, 5);   /* |32 sc| <= 4096 */
-            _Pragma("GCC unroll 4")
+            _Pragma("GCC unroll 8")
             for (int t = 0; t < NT; t++)
                 acc[t] = kept(_mm256_add_epi32(acc[t], _mm256_madd_epi16(sc32, _mm256_set1_epi32(pairs[t][j]))));
             _Pragma("GCC unroll 2")
@@ -682,7 +699,7 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
                     __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hlo, m30));
                     __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
                                                  _mm256_and_si256(hhi, m30));
-                    _Pragma("GCC unroll 4")
+                    _Pragma("GCC unroll 8")
                     for (int t = 0; t < NT; t++) {
                         __m256i s16 = add_pair_products(_mm256_setzero_si256(), lo, hi,
                                                         ACT_BLOCK(act, stride, t, i)->qs + 32 * j + 8 * c);
@@ -692,16 +709,16 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
             }
         }
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->d + r0)));
-        _Pragma("GCC unroll 4")
+        _Pragma("GCC unroll 8")
         for (int t = 0; t < NT; t++)
             total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]),
                                        _mm256_mul_ps(d, _mm256_set1_ps(ACT_BLOCK(act, stride, t, i)->d)), total[t]);
     }
-    _Pragma("GCC unroll 4")
+    _Pragma("GCC unroll 8")
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + r0, total[t]);
 }
 
-HALF_ENTRY(q6k16_avx2, sw_q6k16, q6k16_half_avx2)
+HALF_ENTRY(q6k16_avx2, sw_q6k16, q6k16_half_avx2, 8)
 
 /* 8 E8M0 exponents (bytes) as the floats 2^(e - 128), sw_e8m0_half's
  * values: e - 1 in the exponent field, and for e = 0, 1 the denormals. */
