@@ -354,7 +354,7 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const void *p, 
 /* Part j of 8 of the same for a K-quant block (n bytes), called once per
  * sub-block: the lines spread over the block's work instead of asked all
  * at its start. For Q6_K's 53 lines that took the streamed kernel from
- * 8.2-8.9 to 9.6-10.5 GB/s a core at one token and from 57-58 to 60-63
+ * 8.7-8.9 to 10.5 GB/s a core at one token and from 57-58 to 60-63
  * GMAC/s at 16 tokens (Intel host; docs/perf/cpu.md, "AVX2 packed Q6_K, 8
  * tokens a pass"). */
 static inline __attribute__((always_inline)) void prefetch_ahead_part(const void *p, size_t n, int j)
