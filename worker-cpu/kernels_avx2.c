@@ -347,7 +347,7 @@ KQ_ENTRY(q6_k)
 /* Prefetches the n bytes at p's place SW_AVX2_PF ahead into L2, a line at a time. */
 static inline __attribute__((always_inline)) void prefetch_ahead(const void *p, size_t n)
 {
-    _Pragma("GCC unroll 8")   /* straight-line: a loop here cost Q4_K's 4-token kernel 14% */
+    _Pragma("GCC unroll 8")   /* straight-line: as a loop it cost Q4_K at 4 tokens 12-15% */
     for (size_t l = 0; l < n; l += 64) _mm_prefetch((const char *)p + l + SW_AVX2_PF, _MM_HINT_T1);
 }
 
