@@ -86,7 +86,7 @@ NEEDS_CUDA = $(if $(findstring gpu,$(notdir $@)),$(CUDA_LIBS))
 # Keep intermediate objects (tests are built through a pattern chain).
 .SECONDARY:
 
-.PHONY: all deps run test test-isa soak unit-tests bench bench-gateway clean check-cuda
+.PHONY: all deps run test test-isa soak unit-tests bench bench-peers bench-gateway clean check-cuda
 all: $(PROGS) $(TESTS)
 	@[ -n "$(NVCC)" ] || echo "note: nvcc not found: worker-gpu built with the emulation backend only"
 
@@ -186,6 +186,10 @@ soak: deps
 bench: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash ops/bench.sh
+
+bench-peers: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@bash ops/bench-peers.sh
 
 bench-gateway: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all

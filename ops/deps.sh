@@ -18,6 +18,8 @@ DEBS+=(prometheus chromium chromium-driver iproute2)
 # tests/test_isa_emulated.py: the programs under QEMU user-mode with an
 # AVX2-only and an SSE-only CPU model (qemu-x86_64; 7.2+ emulates AVX2)
 DEBS+=(qemu-user)
+# make bench-peers: llama.cpp built beside ours (its tree is fetched there)
+DEBS+=(cmake ninja-build)
 
 missing=()
 for p in "${DEBS[@]}"; do
