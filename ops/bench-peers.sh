@@ -14,20 +14,18 @@
 #   - prints a table a round a row and, last, one JSON line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${SPILLWAY_BIN:-build/bin}
-MODEL=${BENCH_MODEL:-models/synth-1b-q4km.gguf}
-THREADS=${THREADS:-2}
-PROMPT=${PROMPT:-512}
-GEN=${GEN:-128}
-BATCHES=${BATCHES:-1,4,16}
 ROUNDS=${ROUNDS:-2}
 LLAMA_ISA=${LLAMA_ISA:-native}
 LCPP_VERSION=${LCPP_VERSION:-0.3.36}
 PEER_DIR=${PEER_DIR:-build/peers}
 PY=${PYTHON:-.venv/bin/python}   # make deps made it, with pip
 
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 case "$LLAMA_ISA" in
-  native) ISA_FLAGS=(-DGGML_NATIVE=ON) ;;
+  # AMX off (-march=native turns it on, and these -mno- flags win over it):
+  # its matmul, ggml_backend_amx_mul_mat, crashed on the Intel host with AMX
+  # in this tree (docs/perf/cpu.md, "Beside llama.cpp, with make bench-peers")
+  native) ISA_FLAGS=(-DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$NO_AMX" "-DCMAKE_CXX_FLAGS=$NO_AMX") ;;
   avx2) ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
                    -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF) ;;
   *) echo "bench-peers: LLAMA_ISA=$LLAMA_ISA: native or avx2" >&2; exit 2 ;;
@@ -57,12 +55,17 @@ if [ ! -x "$lbuild/bin/llama-batched-bench" ] || [ ! -x "$lbuild/bin/llama-bench
     { echo "bench-peers: the build failed; see $lbuild.build.log" >&2; exit 1; }
 fi
 
-if [ ! -f "$MODEL" ]; then
-  mkdir -p "$(dirname "$MODEL")"
-  echo "bench-peers: making $MODEL (1b shape, q4_k_m, random weights)" >&2
-  "$BIN/spillway-synth" --shape 1b --type q4_k_m "$MODEL.tmp"
-  mv "$MODEL.tmp" "$MODEL"
-fi
+. ops/bench-common.sh
+
+# One llama.cpp tool; its chatter goes to a log, and a failure says where.
+peer() {
+  local tool=$1 rc=0; shift
+  "$lbuild/bin/$tool" "$@" 2> "$lbuild.$tool.log" || rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "bench-peers: $tool failed (exit $rc); see $lbuild.$tool.log" >&2
+    return $rc
+  fi
+}
 
 maxb=$(tr ',' '\n' <<< "$BATCHES" | sort -n | tail -n 1)
 ctx=$((maxb * (16 + GEN) + 256))
@@ -71,9 +74,9 @@ trap 'rm -f "$runs"' EXIT
 for r in $(seq 1 "$ROUNDS"); do
   echo "bench-peers: round $r of $ROUNDS" >&2
   ours=$("$BIN/spillway-bench" -m "$MODEL" -t "$THREADS" -p "$PROMPT" -n "$GEN" -b "$BATCHES" | tail -n 1)
-  pp=$("$lbuild/bin/llama-bench" -m "$MODEL" -t "$THREADS" -p "$PROMPT" -n 0 -r 1 -o json 2>/dev/null)
-  tg=$("$lbuild/bin/llama-batched-bench" -m "$MODEL" -t "$THREADS" -c "$ctx" -npp 16 -ntg "$GEN" -npl "$BATCHES" \
-       --output-format jsonl 2>/dev/null | grep '^{')
+  pp=$(peer llama-bench -m "$MODEL" -t "$THREADS" -p "$PROMPT" -n 0 -r 1 -o json)
+  tg=$(peer llama-batched-bench -m "$MODEL" -t "$THREADS" -c "$ctx" -npp 16 -ntg "$GEN" -npl "$BATCHES" \
+       --output-format jsonl | grep '^{')
   "$PY" - "$ours" "$pp" "$tg" >> "$runs" <<'EOF'
 import json, sys
 ours, pp, tg = json.loads(sys.argv[1]), json.loads(sys.argv[2]), [json.loads(l) for l in sys.argv[3].splitlines()]

@@ -9,19 +9,7 @@
 #   - BENCH_JSON=FILE also keeps the JSON line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${SPILLWAY_BIN:-build/bin}
-MODEL=${BENCH_MODEL:-models/synth-1b-q4km.gguf}
-THREADS=${THREADS:-2}
-PROMPT=${PROMPT:-512}
-GEN=${GEN:-128}
-BATCHES=${BATCHES:-1,4,16}
-
-if [ ! -f "$MODEL" ]; then
-  mkdir -p "$(dirname "$MODEL")"
-  echo "bench: making $MODEL (1b shape, q4_k_m, random weights; takes a few minutes)" >&2
-  "$BIN/spillway-synth" --shape 1b --type q4_k_m "$MODEL.tmp"
-  mv "$MODEL.tmp" "$MODEL"
-fi
+. ops/bench-common.sh
 
 out=$("$BIN/spillway-bench" -m "$MODEL" -t "$THREADS" -p "$PROMPT" -n "$GEN" -b "$BATCHES")
 echo "$out"
