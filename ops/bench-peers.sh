@@ -24,7 +24,7 @@ NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 case "$LLAMA_ISA" in
   # AMX off (-march=native turns it on, and these -mno- flags win over it):
   # its matmul, ggml_backend_amx_mul_mat, crashed on the Intel host with AMX
-  # in this tree (docs/perf/cpu.md, "Beside llama.cpp, with make bench-peers")
+  # in this tree (docs/perf/cpu.md, "Beside llama.cpp, with the new make bench-peers")
   native) ISA_FLAGS=(-DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$NO_AMX" "-DCMAKE_CXX_FLAGS=$NO_AMX") ;;
   avx2) ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
                    -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF) ;;
