@@ -604,30 +604,30 @@ q5k16_half_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, c
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + r0, total[t]);
 }
 
-/* The entry point of a kernel written one 8-row half at a time: tokens W
- * (4 or 8) at a time, the constant token count picked per pass (a count
- * above W is never asked, nor compiled), both halves. */
-#define HALF_CASE(half, k, W) \
-    case k: if ((k) <= (W)) half(p, nb, a, stride, b, bsp_stride, (k) <= (W) ? (k) : 1, o, ostride, h); break
-#define HALF_ENTRY(name, block, half, W)                                                                \
+/* The entry point of a kernel written one 8-row half at a time, HALF_ROWS:
+ * tokens HALF_W (4 or 8) at a time, both halves, the constant token count
+ * picked per pass by SW_FOR_NT (a count above HALF_W is never asked, nor
+ * compiled), as kernels_avx512.c's SW_Q16_ENTRY does. */
+#define HALF_CALL(k)                                                                                   \
+    if ((k) <= HALF_W) HALF_ROWS(p, nb, a, stride, b, bsp_stride, (k) <= HALF_W ? (k) : 1, o, ostride, h)
+#define HALF_ENTRY(name, block)                                                                         \
     static void name(const block *p, int64_t nb, const void *act, size_t stride, const int32_t *bsp,    \
                      size_t bsp_stride, int ntok, float *out, size_t ostride)                            \
     {                                                                                                    \
-        for (int t0 = 0; t0 < ntok; t0 += (W)) {                                                         \
+        for (int t0 = 0; t0 < ntok; t0 += HALF_W) {                                                      \
             const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;                               \
             const int32_t *b = bsp + (size_t)t0 * bsp_stride;                                            \
             float *o = out + (size_t)t0 * ostride;                                                       \
-            const int n = ntok - t0 < (W) ? ntok - t0 : (W);                                             \
-            for (int h = 0; h < 2; h++) switch (n) {                                                     \
-                HALF_CASE(half, 1, W); HALF_CASE(half, 2, W); HALF_CASE(half, 3, W);                     \
-                HALF_CASE(half, 4, W); HALF_CASE(half, 5, W); HALF_CASE(half, 6, W);                     \
-                HALF_CASE(half, 7, W); HALF_CASE(half, 8, W);                                            \
-                default: break;                                                                          \
-                }                                                                                        \
+            const int n = ntok - t0 < HALF_W ? ntok - t0 : HALF_W;                                       \
+            for (int h = 0; h < 2; h++) SW_FOR_NT(n, HALF_CALL)                                          \
         }                                                                                                \
     }
 
-HALF_ENTRY(q5k16_avx2, sw_q5k16, q5k16_half_avx2, 4)
+#define HALF_ROWS q5k16_half_avx2
+#define HALF_W 4
+HALF_ENTRY(q5k16_avx2, sw_q5k16)
+#undef HALF_ROWS
+#undef HALF_W
 
 /* ---- prepacked Q6_K x tokens (sw_q6k16), without VNNI ----
  * Q5_K's structure: one 8-row half per pass, but up to 8 tokens sharing
@@ -718,7 +718,11 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + r0, total[t]);
 }
 
-HALF_ENTRY(q6k16_avx2, sw_q6k16, q6k16_half_avx2, 8)
+#define HALF_ROWS q6k16_half_avx2
+#define HALF_W 8
+HALF_ENTRY(q6k16_avx2, sw_q6k16)
+#undef HALF_ROWS
+#undef HALF_W
 
 /* 8 E8M0 exponents (bytes) as the floats 2^(e - 128), sw_e8m0_half's
  * values: e - 1 in the exponent field, and for e = 0, 1 the denormals. */
