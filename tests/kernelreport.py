@@ -33,15 +33,22 @@ def int8_form_expected(rep):
     return (rep["isa"] == "avx512" and "avx512vnni" in cpu) or (rep["isa"] == "avx2" and "avxvnni" in cpu)
 
 
+# What moves the int8 form's threshold and the one-token prefetch off the
+# CPU's defaults (kernels.c), which the checks here expect.
+DEFAULT_OVERRIDES = ("SPILLWAY_I8_MIN_TOKENS", "SPILLWAY_PREFETCH_1TOK")
+
+
+def env_defaults(drop=DEFAULT_OVERRIDES):
+    """Our environment without the variables in drop."""
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
 def cpu_report(bench, prefix=(), env=None):
     """`spillway-bench --cpu`'s JSON, run under prefix (an emulator's
-    command line, or nothing) with env (default: ours, with no
-    SPILLWAY_I8_MIN_TOKENS or SPILLWAY_PREFETCH_1TOK, so the threshold and
-    the prefetch choice are the defaults)."""
+    command line, or nothing) with env (default: env_defaults(), so the
+    threshold and the prefetch choice are the CPU's)."""
     if env is None:
-        env = dict(os.environ)
-        env.pop("SPILLWAY_I8_MIN_TOKENS", None)
-        env.pop("SPILLWAY_PREFETCH_1TOK", None)
+        env = env_defaults()
     r = subprocess.run([*prefix, bench, "--cpu"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout.strip().splitlines()[-1])
@@ -50,10 +57,10 @@ def cpu_report(bench, prefix=(), env=None):
 
 
 def check_kernels_report(stdout, stderr, threads):
-    """Checks `spillway-bench --kernels` output against what the same run
-    says this CPU has: exactly the kernels that ISA has there, each timed,
-    on the int8 form exactly where the CPU has its instruction. Returns
-    the JSON line."""
+    """Checks `spillway-bench --kernels` output (run with env_defaults())
+    against what the same run says this CPU has: exactly the kernels that
+    ISA has there, each timed, on the int8 form exactly where the CPU has
+    its instruction. Returns the JSON line."""
     j = json.loads(stdout.strip().splitlines()[-1])
     got = {(k["type"], k["weights"], k["tokens"]) for k in j["kernels"]}
     unpacked = set(j["unpacked"])

@@ -21,7 +21,6 @@ takes over 10 minutes there).
 Needs qemu-x86_64 7.2 or later (AVX2 under TCG): ops/deps.sh installs
 Debian's qemu-user.
 """
-import os
 import shutil
 import subprocess
 
@@ -29,7 +28,7 @@ import numpy as np
 import pytest
 
 from conftest import BUILD, SANITIZED, TSAN, bin_path, cosines, logits_for, shared_file
-from kernelreport import check_kernels_report, cpu_report, expected_best, features
+from kernelreport import DEFAULT_OVERRIDES, check_kernels_report, cpu_report, env_defaults, expected_best, features
 
 QEMU = shutil.which("qemu-x86_64")
 # model -> (the ISA detection must pick, features it must report, features it
@@ -52,10 +51,7 @@ pytestmark = [
 
 def env_detect():
     """Our environment without what would force or move the choice."""
-    env = dict(os.environ)
-    for k in ("SPILLWAY_ISA", "SPILLWAY_I8_MIN_TOKENS", "SPILLWAY_PREFETCH_1TOK"):
-        env.pop(k, None)
-    return env
+    return env_defaults(("SPILLWAY_ISA", *DEFAULT_OVERRIDES))
 
 
 def emulated(cpu, args, timeout=120):

@@ -13,7 +13,7 @@ from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
 from conftest import bin_path, shared_file
-from kernelreport import check_kernels_report, cpu_report, expected_best, int8_form_expected
+from kernelreport import check_kernels_report, cpu_report, env_defaults, expected_best, int8_form_expected
 
 TINY = dict(dim=128, layers=2, heads=4, kv_heads=2, ffn=256, vocab=1024)
 # Relative RMS error allowed per tensor, by output file type.
@@ -21,8 +21,8 @@ TOL = {"q8_0": 0.01, "q4_k_m": 0.12, "f16": 1e-3, "f32": 0.0}
 FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k_m": 15}
 
 
-def run(args, ok=True):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300)
+def run(args, ok=True, env=None):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, env=env)
     if ok:
         assert r.returncode == 0, f"{args} failed rc={r.returncode}\n{r.stderr}"
     return r
@@ -340,7 +340,7 @@ def test_bench_kernels_mode(tmp_path):
     program says which kernels this host has, and from which CPU features
     it chose them; the test checks exactly those kernels, and that an
     AVX-512 VNNI host has them all (kernelreport.check_kernels_report)."""
-    r = run([bin_path("spillway-bench"), "--kernels", "-t", "2", "--mem-mib", "64"], ok=False)
+    r = run([bin_path("spillway-bench"), "--kernels", "-t", "2", "--mem-mib", "64"], ok=False, env=env_defaults())
     if r.returncode != 0 and "no packed kernels to time" in r.stderr:
         pytest.skip("this ISA has no packed kernels: " + r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stderr
@@ -351,7 +351,8 @@ def test_bench_kernels_mode(tmp_path):
 def test_bench_kernels_quick():
     """--quick runs every point once on small matrices (for an emulator):
     the same kernels as the full run, each timed."""
-    r = run([bin_path("spillway-bench"), "--kernels", "--quick", "-t", "2", "--mem-mib", "16"], ok=False)
+    r = run([bin_path("spillway-bench"), "--kernels", "--quick", "-t", "2", "--mem-mib", "16"], ok=False,
+            env=env_defaults())
     if r.returncode != 0 and "no packed kernels to time" in r.stderr:
         pytest.skip("this ISA has no packed kernels: " + r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stderr
@@ -394,7 +395,7 @@ def test_bench_cpu_model_and_prefetch_choice():
     rep = cpu_report(bin_path("spillway-bench"))
     assert rep["cpu_model"] == " ".join(cpuinfo_first("model name").split()), rep
     assert rep["prefetch_1tok"] == (cpuinfo_first("vendor_id") == "GenuineIntel"), rep
-    env = {k: v for k, v in os.environ.items() if k != "SPILLWAY_PREFETCH_1TOK"}
+    env = env_defaults()
     for value, want in (("0", False), ("1", True)):
         forced = cpu_report(bin_path("spillway-bench"), env=dict(env, SPILLWAY_PREFETCH_1TOK=value))
         assert forced["prefetch_1tok"] is want and not forced["stderr"], forced
