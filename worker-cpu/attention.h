@@ -1,9 +1,11 @@
 /* Attention tile kernels over a half-precision KV cache, one set per ISA.
  *
- * The cache keeps K transposed ([head_dim][positions], so scores vectorize
- * over positions) and V as [positions][head_dim], both as IEEE half: half
- * the bytes of float, which is what long-context decode and wide batches
- * read most (llama.cpp's default cache type too). Arithmetic is float. */
+ * The cache keeps K transposed in blocks of SW_ATTN_KBLOCK positions
+ * ([blocks][head_dim][32], so scores vectorize over positions and read
+ * each block's 4 KB (head size 64) in order) and V as
+ * [positions][head_dim], both as IEEE half: half the bytes of float, which
+ * is what long-context decode and wide batches read most (llama.cpp's
+ * default cache type too). Arithmetic is float. */
 #ifndef SW_ATTENTION_H
 #define SW_ATTENTION_H
 
@@ -11,12 +13,26 @@
 #include "llm/quant.h"
 #include "worker-cpu/kernels.h"
 
+/* K^T's blocks: element (d, j) of a head's K^T at sw_attn_k_at(hd, d, j).
+ * A row of d's 32 positions is one 64-byte line; a block, a head's K for
+ * 32 positions, is contiguous. (Rows [head_dim][slots] were 64 separate
+ * streams a few lines long, which the prefetchers did not follow: the
+ * scores kernel streamed at 3.4-4.8 GB/s a core; docs/perf/cpu.md,
+ * "Attention at batch 16".) */
+#define SW_ATTN_KBLOCK 32
+static inline size_t sw_attn_k_at(int hd, int d, int j)
+{
+    return (size_t)(j / SW_ATTN_KBLOCK) * SW_ATTN_KBLOCK * (size_t)hd + (size_t)d * SW_ATTN_KBLOCK +
+           (size_t)(j % SW_ATTN_KBLOCK);
+}
+
 typedef struct {
     /* S[r*ss + j] = Q[r] . K[:, j] for r < M (query rows hd apart) and j < N
-     * rounded up to the tile (16 or 32 positions: K^T and S must have that
-     * many, so rows are padded to 32); K^T rows are kts apart. `zero` (>= hd floats of 0)
-     * stands in for missing query rows of the last tile of 4. */
-    void (*scores)(const float *Q, int M, int hd, const sw_f16 *KT, size_t kts, int N, float *S, size_t ss,
+     * rounded up to the tile (16 or 32 positions: KT and S must have that
+     * many, so both are padded to whole blocks); KT in blocks, from
+     * position 0 (sw_attn_k_at). `zero` (>= hd floats of 0) stands in for
+     * missing query rows of the last tile of 4. */
+    void (*scores)(const float *Q, int M, int hd, const sw_f16 *KT, int N, float *S, size_t ss,
                    const float *zero);
     /* O[r*hd + d] = sum_{j<N} P[r*ps + j] * V[j*hd + d] for r < M; `zero`
      * (>= N floats of 0) stands in for missing rows of P. */

@@ -5,13 +5,14 @@
  * TO_F16_16(x, y) storing 16 floats at x as halves at y (clamped and rounded
  * as sw_attn_to_f16). Not a standalone header.
  *
- * Scores: a register tile of 4 queries x 2 VEC_W positions, so each loaded
- * K element feeds 4 queries (the GQA group) with no horizontal sums. P.V: a
+ * Scores: a register tile of 4 queries x 2 VEC_W positions (within one K
+ * block: 2 VEC_W divides SW_ATTN_KBLOCK), so each loaded K element feeds 4
+ * queries (the GQA group) with no horizontal sums. P.V: a
  * tile of 4 rows x PV_VECS VEC_W dims. Both fit the ISA's registers: 8
  * accumulators for scores, 4 PV_VECS for P.V (16 zmm of 32, 8 ymm of 16). */
 
-static void ATTN_SFX(scores)(const float *Q, int M, int hd, const sw_f16 *KT, size_t kts, int N, float *S,
-                             size_t ss, const float *zero)
+static void ATTN_SFX(scores)(const float *Q, int M, int hd, const sw_f16 *KT, int N, float *S, size_t ss,
+                             const float *zero)
 {
     for (int r0 = 0; r0 < M; r0 += 4) {
         const float *q[4];
@@ -19,8 +20,11 @@ static void ATTN_SFX(scores)(const float *Q, int M, int hd, const sw_f16 *KT, si
         const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
         for (int j = 0; j < N; j += 2 * VEC_W) {
             VEC a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+            const sw_f16 *kb = KT + sw_attn_k_at(hd, 0, j);
+            const bool pf = j + ATTN_PF_BLOCKS * SW_ATTN_KBLOCK < N && j % SW_ATTN_KBLOCK == 0;
             for (int d = 0; d < hd; d++) {
-                const sw_f16 *kr = KT + (size_t)d * kts + j;
+                const sw_f16 *kr = kb + (size_t)d * SW_ATTN_KBLOCK;
+                if (pf) __builtin_prefetch(kr + (size_t)ATTN_PF_BLOCKS * SW_ATTN_KBLOCK * hd, 0, ATTN_PF_LOC);
                 VEC k0 = LOADV(kr), k1 = LOADV(kr + VEC_W);
                 a00 += q0[d] * k0; a01 += q0[d] * k1;
                 a10 += q1[d] * k0; a11 += q1[d] * k1;
@@ -59,6 +63,8 @@ static void ATTN_SFX(pv)(const float *P, size_t ps, int M, const sw_f16 *V, int 
             VEC a[4][PV_VECS] = {{{0}}};
             for (int j = 0; j < N; j++) {
                 const sw_f16 *vr = V + (size_t)j * hd + d0;
+                if (d0 == 0 && j + ATTN_PF_ROWS < N)   /* the first tile brings in all of row j's lines */
+                    for (int l = 0; l < hd; l += 32) __builtin_prefetch(vr + (size_t)ATTN_PF_ROWS * hd + l, 0, ATTN_PF_LOC);
                 VEC v[PV_VECS];
                 /* unrolled, so that a[][] stays in registers */
                 _Pragma("GCC unroll 4")

@@ -33,7 +33,7 @@ struct sw_ctx {
     int n_seq, n_ctx, max_batch;
     int kv_dim, q_dim;
     /* KV cache in IEEE half, per sequence, layer and KV head: K transposed
-     * [head_dim][slots] (so scores vectorize over positions), V as
+     * in blocks of 32 slots (sw_attn_k_at), V as
      * [slots][head_dim]. See attention.h. A layer holds ctx_pad slots, one
      * per position, except a sliding layer, which only ever reads its
      * window: it keeps a ring of `ring` slots, position p in slot p % ring,
@@ -736,12 +736,17 @@ bool sw_ctx_can_resume(const sw_ctx *c, int held, int at)
 }
 
 /* Copies slots [s0, s0 + n) of one (layer, KV head) from src to dst. */
-static void copy_slots(sw_ctx *c, size_t bs, size_t bd, int slots, int s0, int n)
+static void copy_slots(sw_ctx *c, size_t bs, size_t bd, int s0, int n)
 {
     const int hd = (int)c->m->hp.head_dim;
-    for (int d = 0; d < hd; d++) {   /* K is stored transposed: a row per dimension */
-        size_t off = (size_t)d * slots + (size_t)s0;
-        memcpy(c->kv_k + bd + off, c->kv_k + bs + off, (size_t)n * sizeof(sw_f16));
+    for (int s = s0; s < s0 + n;) {   /* K: a run within each block, a row per dimension */
+        const int run = SW_ATTN_KBLOCK - s % SW_ATTN_KBLOCK < s0 + n - s ? SW_ATTN_KBLOCK - s % SW_ATTN_KBLOCK
+                                                                        : s0 + n - s;
+        for (int d = 0; d < hd; d++) {
+            const size_t off = sw_attn_k_at(hd, d, s);
+            memcpy(c->kv_k + bd + off, c->kv_k + bs + off, (size_t)run * sizeof(sw_f16));
+        }
+        s += run;
     }
     memcpy(c->kv_v + bd + (size_t)s0 * hd, c->kv_v + bs + (size_t)s0 * hd, (size_t)n * hd * sizeof(sw_f16));
 }
@@ -758,7 +763,7 @@ void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to)
         const int l = lg / n_kv, slots = c->kv_slots[l];
         size_t bs = kv_base(c, src, l, lg % n_kv), bd = kv_base(c, dst, l, lg % n_kv);
         if (slots == c->ctx_pad) {
-            copy_slots(c, bs, bd, slots, from, to - from);
+            copy_slots(c, bs, bd, from, to - from);
             continue;
         }
         /* a ring: the window before `to`, whatever dst held (the caller
@@ -767,8 +772,8 @@ void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to)
         p0 = p0 > 0 ? p0 : 0;
         const int a = p0 % slots, n = to - p0;
         const int n1 = a + n <= slots ? n : slots - a;
-        copy_slots(c, bs, bd, slots, a, n1);
-        if (n1 < n) copy_slots(c, bs, bd, slots, 0, n - n1);
+        copy_slots(c, bs, bd, a, n1);
+        if (n1 < n) copy_slots(c, bs, bd, 0, n - n1);
     }
 }
 
@@ -781,7 +786,7 @@ static void kv_store(sw_ctx *c, const sw_attn_kernels *ak, int layer, int seq, i
     for (int g = 0; g < (int)c->m->hp.n_head_kv; g++) {
         size_t b = kv_base(c, seq, layer, g);
         sw_f16 *KT = c->kv_k + b;
-        for (int d = 0; d < hd; d++) KT[(size_t)d * slots + slot] = kh[g * hd + d];
+        for (int d = 0; d < hd; d++) KT[sw_attn_k_at(hd, d, slot)] = kh[g * hd + d];
         ak->to_f16(v + (size_t)g * hd, c->kv_v + b + (size_t)slot * hd, hd);
     }
 }
@@ -828,7 +833,7 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
         const size_t base = kv_base(c, toks[t].seq, layer, g);
         const float *Q = c->q + (size_t)t * c->q_dim + (size_t)g * group * hd;
         float *O = out + (size_t)t * c->q_dim + (size_t)g * group * hd;
-        ak->scores(Q, group, hd, c->kv_k + base + j0, (size_t)R, b - j0, S, ss, c->zeros);
+        ak->scores(Q, group, hd, c->kv_k + base + sw_attn_k_at(hd, 0, j0), b - j0, S, ss, c->zeros);
         softmax_rows(S, ss, group, b - j0, m0, m1, scale, cap,
                      c->sinks ? c->sinks + (size_t)layer * hp->n_head + (size_t)g * group : NULL);
         ak->pv(S, ss, group, c->kv_v + base + (size_t)j0 * hd, hd, b - j0, O, c->zeros);
