@@ -29,6 +29,7 @@ sw_f16 sw_attn_to_f16(float f)
 #ifndef ATTN_PF_LOC
 #define ATTN_PF_LOC 3   /* into L1 (prefetcht0); into L2 measured the same */
 #endif
+#define ATTN_LINE_HALVES (64 / (int)sizeof(sw_f16))   /* halves in a cache line */
 
 /* Rows r0..r0+3 of a tile of 4 (stride apart); rows at or past M read the
  * zero row instead, so the kernels need no tail cases. */

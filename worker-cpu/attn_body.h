@@ -63,8 +63,9 @@ static void ATTN_SFX(pv)(const float *P, size_t ps, int M, const sw_f16 *V, int 
             VEC a[4][PV_VECS] = {{{0}}};
             for (int j = 0; j < N; j++) {
                 const sw_f16 *vr = V + (size_t)j * hd + d0;
-                if (d0 == 0 && j + ATTN_PF_ROWS < N)   /* the first tile brings in all of row j's lines */
-                    for (int l = 0; l < hd; l += 32) __builtin_prefetch(vr + (size_t)ATTN_PF_ROWS * hd + l, 0, ATTN_PF_LOC);
+                if (d0 == 0 && j + ATTN_PF_ROWS < N)   /* the first tile brings in all of a row's lines */
+                    for (int l = 0; l < hd; l += ATTN_LINE_HALVES)
+                        __builtin_prefetch(vr + (size_t)ATTN_PF_ROWS * hd + l, 0, ATTN_PF_LOC);
                 VEC v[PV_VECS];
                 /* unrolled, so that a[][] stays in registers */
                 _Pragma("GCC unroll 4")

@@ -740,8 +740,8 @@ static void copy_slots(sw_ctx *c, size_t bs, size_t bd, int s0, int n)
 {
     const int hd = (int)c->m->hp.head_dim;
     for (int s = s0; s < s0 + n;) {   /* K: a run within each block, a row per dimension */
-        const int run = SW_ATTN_KBLOCK - s % SW_ATTN_KBLOCK < s0 + n - s ? SW_ATTN_KBLOCK - s % SW_ATTN_KBLOCK
-                                                                        : s0 + n - s;
+        const int room = SW_ATTN_KBLOCK - s % SW_ATTN_KBLOCK, left = s0 + n - s;
+        const int run = room < left ? room : left;
         for (int d = 0; d < hd; d++) {
             const size_t off = sw_attn_k_at(hd, d, s);
             memcpy(c->kv_k + bd + off, c->kv_k + bs + off, (size_t)run * sizeof(sw_f16));
