@@ -319,7 +319,7 @@ static bool read_hparams(const gguf_file *f, const char *arch, sw_hparams *hp, c
         sw_errf(err, errlen, "metadata '%s.attention.value_length' %u != key_length %u (unsupported)", arch, val_len, hp->head_dim);
         return false;
     }
-    if (hp->head_dim == 0 || hp->head_dim > 1024 || hp->head_dim % 2) {
+    if (hp->head_dim == 0 || hp->head_dim > SW_MAX_HEAD_DIM || hp->head_dim % 2) {
         sw_errf(err, errlen, "head dimension %u out of range", hp->head_dim);
         return false;
     }

@@ -22,6 +22,10 @@
 #include "llm/tokenizer.h"
 #include "llm/chat.h"
 
+/* The largest head size a file may have (the attention kernels keep a
+ * head's sums for 4 queries on the stack). */
+#define SW_MAX_HEAD_DIM 1024
+
 typedef struct {
     uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train;
     uint32_t head_dim, n_rot;

@@ -60,6 +60,21 @@ def test_golden_logits_int8_form(name, tmp_path):
         assert not np.array_equal(got, exact), "the int8 form was not used"
 
 
+
+def test_golden_logits_q8_0_cache(name, tmp_path):
+    """A q8_0 KV cache (--kv-cache q8_0: int8 with a scale per 32 values,
+    llama.cpp's q8_0 cache) holds the serving path's bar against llama.cpp's
+    logits (taken with an f16 cache), and does change the logits: the
+    attention kernels read the int8 cache, not the halves."""
+    model, ids, ref = load_golden(name)
+    f16, _ = logits_for(model, ids, tmp_path / "h.f32")
+    got, err = logits_for(model, ids, tmp_path / "q.f32", extra=["--kv-cache", "q8_0"])
+    cos = cosines(got, ref)
+    print(f"{name} (q8_0 cache): min cosine {cos.min():.6f}, top-1 {(got.argmax(1) == ref.argmax(1)).mean():.3f}; "
+          f"against the f16 cache {cosines(got, f16).min():.6f}")
+    assert cos.min() >= 0.998, f"position {int(cos.argmin())}: cosine {cos.min():.6f}"
+    assert not np.array_equal(got, f16), "the q8_0 cache was not used"
+
 ISA_TOKENS = 24   # the scalar path is slow on the 50k-vocab output: a prefix is enough
 
 

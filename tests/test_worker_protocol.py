@@ -603,6 +603,7 @@ BASE = ["--gateway", "tcp://127.0.0.1:5555", "--pool", "p", "--model", "m=/x"]
     (BASE + ["--quantization", ""], "--quantization"),
     (BASE + ["--prefix-cache", "maybe"], "--prefix-cache"),
     (BASE + ["--cache-slots", "0"], "--cache-slots"),
+    (BASE + ["--kv-cache", "q4_0"], "--kv-cache: 'q4_0' is not f16 or q8_0"),
     (BASE + ["--model", "m2=/y"], "--model given twice"),
     (["--gateway", "tcp://127.0.0.1:5555", "--pool", "p", "--model", "noequals"], "NAME=PATH"),
     (["--gateway", "tcp://127.0.0.1:5555", "--pool", "p", "--model", "=/x"], "NAME=PATH"),
@@ -622,6 +623,38 @@ def test_missing_model_file_fails_clearly(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1, r.stderr
     assert "cannot load" in r.stderr and "missing.gguf" in r.stderr
+
+
+def test_q8_0_kv_cache_serves_and_reuses_prefixes(gw, tmp_path):
+    """--kv-cache q8_0 on a model whose head size allows it (64): the worker
+    says so when it starts, serves, and a repeated prompt takes its KV from
+    the prefix cache (int8 elements and their scales) and gives the same
+    greedy text. A model whose head size does not allow it (stories260K's
+    8) is refused at start, with the reason."""
+    model = shared_file("golden/synth-gpt2-d512-q4km.gguf")
+    w = Proc([bin_path("spillway-worker-cpu"), "--gateway", gw.endpoint, "--pool", "cpu-pool",
+              "--model", f"g={model}", "--threads", "2", "--parallel", "1", "--kv-cache", "q8_0",
+              "--worker-id", "cpu-q8"], tmp_path / "worker.log")
+    try:
+        gw.recv(30, want="register")
+        texts = []
+        for rid in ("first", "again"):
+            gw.send(generate(rid, model="g", prompt="The quick brown fox jumps over the lazy dog",
+                             max_tokens=16, temperature=0.0))
+            chunks = collect_stream(gw, rid, timeout=60)
+            texts.append("".join(c["text"] for c, _ in chunks))
+            usage = chunks[-1][0]["usage"]
+        print(f"q8_0 cache: {texts[0]!r}, again {usage}")
+        assert usage["cached_tokens"] == usage["prompt_tokens"] - 1, usage
+        assert texts[0] and texts[1] == texts[0], texts
+    finally:
+        assert w.stop() == 0, w.output()[-3000:]
+    assert "q8_0 KV cache" in w.output(), w.output()[-2000:]
+    r = subprocess.run([bin_path("spillway-worker-cpu"), *BASE[:4], "--model",
+                        f"s={shared_file('models/stories260K.gguf')}", "--kv-cache", "q8_0"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert "--kv-cache q8_0" in r.stderr and "multiple of 32 (this model's is 8)" in r.stderr, r.stderr
 
 
 def test_real_model_greedy_stream_and_cancel(gw, tmp_path):

@@ -1,15 +1,27 @@
-/* Attention tile kernels over the half-precision KV cache: the same body
+/* Attention tile kernels over the KV cache (half or q8_0): the same body
  * (attn_body.h) compiled for AVX-512, AVX2+F16C and plain C, differing only
- * in how halves become floats and back (one vcvtph2ps / vcvtps2ph, or a
- * loop) and in the register width the tiles are sized for. The ISA follows
+ * in how halves and int8 become floats and back (one vcvtph2ps /
+ * vcvtps2ph / vpmovsxbd + vcvtdq2ps, or a loop) and in the register width
+ * the tiles are sized for. The ISA follows
  * the matmul kernels' choice (cpuid, or SPILLWAY_ISA). */
 #include "worker-cpu/attention.h"
+#include "llm/model.h"   /* SW_MAX_HEAD_DIM */
 
 #include <immintrin.h>
 #include <string.h>
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v8 __attribute__((vector_size(32)));
+
+const char *sw_kv_type_name(sw_kv_type t) { return t == SW_KV_Q8_0 ? "q8_0" : "f16"; }
+
+bool sw_kv_type_parse(const char *name, sw_kv_type *t)
+{
+    if (!strcmp(name, "f16")) *t = SW_KV_F16;
+    else if (!strcmp(name, "q8_0")) *t = SW_KV_Q8_0;
+    else return false;
+    return true;
+}
 
 sw_f16 sw_attn_to_f16(float f)
 {
@@ -48,12 +60,16 @@ static inline void tile_rows(const float *base, size_t stride, int M, int r0, co
 #define PV_VECS 4
 #define TO_F16_16(x, y) do { for (int i_ = 0; i_ < 16; i_++) (y)[i_] = sw_attn_to_f16((x)[i_]); } while (0)
 #define LOADV(p) ({ const sw_f16 *p_ = (p); v16 r_; for (int i_ = 0; i_ < 16; i_++) r_[i_] = sw_f16_to_f32(p_[i_]); r_; })
+#define LOADQ(p) ({ const int8_t *p_ = (p); v16 r_; for (int i_ = 0; i_ < 16; i_++) r_[i_] = (float)p_[i_]; r_; })
+#define HALF1(p) sw_f16_to_f32(*(p))
 #include "worker-cpu/attn_body.h"
 #undef ATTN_SFX
 #undef VEC
 #undef VEC_W
 #undef PV_VECS
 #undef LOADV
+#undef LOADQ
+#undef HALF1
 #undef TO_F16_16
 
 /* ---- AVX2 + F16C ----
@@ -70,12 +86,16 @@ static inline void tile_rows(const float *base, size_t stride, int M, int r0, co
 #define VEC_W 8
 #define PV_VECS 2
 #define LOADV(p) ((v8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
+#define LOADQ(p) ((v8)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p)))))
+#define HALF1(p) _cvtsh_ss(*(p))
 #include "worker-cpu/attn_body.h"
 #undef ATTN_SFX
 #undef VEC
 #undef VEC_W
 #undef PV_VECS
 #undef LOADV
+#undef LOADQ
+#undef HALF1
 #undef TO_F16_16
 #undef CVT8
 #pragma GCC pop_options
@@ -90,12 +110,16 @@ static inline void tile_rows(const float *base, size_t stride, int M, int r0, co
 #define VEC_W 16
 #define PV_VECS 4
 #define LOADV(p) ((v16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p))))
+#define LOADQ(p) ((v16)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p)))))
+#define HALF1(p) _cvtsh_ss(*(p))
 #include "worker-cpu/attn_body.h"
 #undef ATTN_SFX
 #undef VEC
 #undef VEC_W
 #undef PV_VECS
 #undef LOADV
+#undef LOADQ
+#undef HALF1
 #undef TO_F16_16
 #pragma GCC pop_options
 

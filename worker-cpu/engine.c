@@ -146,6 +146,14 @@ int sw_cpu_engine_n_ctx(const sw_cpu_engine *e) { return e->n_ctx; }
 
 void sw_cpu_engine_set_prefix_cache(sw_cpu_engine *e, bool on) { e->prefix_cache = on; }
 
+int sw_cpu_engine_set_kv_type(sw_cpu_engine *e, sw_kv_type t, char *err, size_t errlen)
+{
+    if (e->ctx) return sw_ctx_set_kv_type(e->ctx, t, err, errlen);
+    if (t == SW_KV_F16) return 0;
+    sw_errf(err, errlen, "an encoder keeps no KV cache: a %s one does not apply", sw_kv_type_name(t));
+    return -1;
+}
+
 static void slot_release(slot *s)
 {
     if (!s->used) return;

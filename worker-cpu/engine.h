@@ -6,6 +6,7 @@
 
 #include "proto/worker_link.h"
 #include "llm/model.h"
+#include "worker-cpu/attention.h"
 
 typedef struct sw_cpu_engine sw_cpu_engine;
 
@@ -19,6 +20,10 @@ int sw_cpu_engine_n_ctx(const sw_cpu_engine *e);
 /* The prefix cache (engine.c) is on by default; off, every prompt is
  * prefilled in full. */
 void sw_cpu_engine_set_prefix_cache(sw_cpu_engine *e, bool on);
+/* The KV caches' element type (--kv-cache; attention.h): f16 by default,
+ * set before the first request. -1 with err filled where the model does
+ * not allow it or memory cannot be had (the caches stay as they were). */
+int sw_cpu_engine_set_kv_type(sw_cpu_engine *e, sw_kv_type t, char *err, size_t errlen);
 extern const sw_engine_ops sw_cpu_engine_ops;
 
 /* Test mode (--test-echo): no compute; emits max_tokens tokens per request at

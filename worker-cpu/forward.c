@@ -32,8 +32,8 @@ struct sw_ctx {
     const sw_model *m;
     int n_seq, n_ctx, max_batch;
     int kv_dim, q_dim;
-    /* KV cache in IEEE half, per sequence, layer and KV head: K transposed
-     * in blocks of 32 slots (sw_attn_k_at), V as
+    /* KV cache per sequence, layer and KV head, in halves or q8_0
+     * (kv_type): K transposed in blocks of 32 slots (sw_attn_k_at), V as
      * [slots][head_dim]. See attention.h. A layer holds ctx_pad slots, one
      * per position, except a sliding layer, which only ever reads its
      * window: it keeps a ring of `ring` slots, position p in slot p % ring,
@@ -44,7 +44,11 @@ struct sw_ctx {
     int *kv_slots;            /* [n_layer]: ctx_pad or ring */
     size_t *layer_off;        /* [n_layer]: where a layer's entries start in a sequence's */
     size_t seq_stride;        /* elements per sequence: all layers' n_head_kv * head_dim * slots */
-    sw_f16 *kv_k, *kv_v;
+    sw_kv_type kv_type;
+    uint8_t *kv_k, *kv_v;     /* seq_stride elements a sequence: halves, or q8_0's int8 */
+    sw_f16 *kv_ks, *kv_vs;    /* q8_0: the elements' scales, one per 32 (attention.h); else NULL */
+    uint8_t *kv_in;           /* [B][kv_in_row]: a token's k (and v) on their way into the cache */
+    size_t kv_in_row;
     float *zeros;             /* max(head_dim, ctx_pad) zeros: padding rows for the tiles */
     /* norm weights as float (files may store them as f16) */
     float *attn_norm, *ffn_norm, *out_norm;   /* [n_layer][n_embd], ..., [n_embd] */
@@ -66,7 +70,6 @@ struct sw_ctx {
     float *xb;                /* [B][max(n_embd, q_dim)] normed input / attention output */
     float *xb2;               /* [B][n_embd] matmul output */
     float *q, *k, *v;         /* [B][q_dim], [B][kv_dim], [B][kv_dim] */
-    sw_f16 *kh;               /* [B][kv_dim] k as halves, on its way into the cache */
     float *hb, *hb2;          /* [B][n_ff] */
     float *att;               /* [threads][group][ctx_pad] attention scores */
     int att_threads;
@@ -433,18 +436,49 @@ static bool alloc_moe(sw_ctx *c, size_t KB)
            c->exp_out;
 }
 
+/* Bytes a cache element takes (its share of q8_0's scales apart). */
+static size_t kv_elem(const sw_ctx *c) { return c->kv_type == SW_KV_Q8_0 ? 1 : sizeof(sw_f16); }
+
+static double kv_mib(const sw_ctx *c)
+{
+    const double n = (double)c->seq_stride * c->n_seq;
+    return 2.0 * n * ((double)kv_elem(c) + (c->kv_type == SW_KV_Q8_0 ? 2.0 / SW_KV_GROUP : 0)) / 1048576.0;
+}
+
+/* The KV cache of kv_type for every sequence, and the buffer its new
+ * entries pass through; false when one could not be had (free_kv frees
+ * what was). calloc of a large block maps fresh zero pages: KV memory is
+ * committed only as positions are written. */
+static bool alloc_kv(sw_ctx *c)
+{
+    const size_t n = c->seq_stride * (size_t)c->n_seq, KVD = (size_t)c->kv_dim;
+    c->kv_k = calloc(n, kv_elem(c));
+    c->kv_v = calloc(n, kv_elem(c));
+    if (c->kv_type == SW_KV_Q8_0) {
+        c->kv_ks = calloc(n / SW_KV_GROUP, sizeof(sw_f16));
+        c->kv_vs = calloc(n / SW_KV_GROUP, sizeof(sw_f16));
+        c->kv_in_row = 2 * (KVD / QK8_0) * sizeof(block_q8_0);   /* k's blocks, then v's */
+    } else {
+        c->kv_in_row = KVD * sizeof(sw_f16);   /* k's halves (v goes straight in) */
+    }
+    c->kv_in = malloc((size_t)c->max_batch * c->kv_in_row);
+    return c->kv_k && c->kv_v && c->kv_in && (c->kv_type != SW_KV_Q8_0 || (c->kv_ks && c->kv_vs));
+}
+
+static void free_kv(sw_ctx *c)
+{
+    free(c->kv_k); free(c->kv_v); free(c->kv_ks); free(c->kv_vs); free(c->kv_in);
+    c->kv_k = c->kv_v = c->kv_in = NULL;
+    c->kv_ks = c->kv_vs = NULL;
+}
+
 /* The KV cache and every per-step buffer, sized for max_batch tokens and
  * kv_layout's stride; false when one could not be had (sw_ctx_free frees
  * what was). */
 static bool alloc_buffers(sw_ctx *c)
 {
     const sw_hparams *hp = &c->m->hp;
-    const int n_seq = c->n_seq;
-    /* calloc of a large block maps fresh zero pages: KV memory is committed
-     * only as positions are written. */
-    c->kv_k = calloc(c->seq_stride * n_seq, sizeof(sw_f16));
-    c->kv_v = calloc(c->seq_stride * n_seq, sizeof(sw_f16));
-
+    const bool kv_ok = alloc_kv(c);
     size_t E = hp->n_embd, B = (size_t)c->max_batch;
     size_t wide = E > (size_t)c->q_dim ? E : (size_t)c->q_dim;
     c->attn_norm = falloc(hp->n_layer * E);
@@ -457,7 +491,6 @@ static bool alloc_buffers(sw_ctx *c)
     c->q = falloc(B * c->q_dim);
     c->k = falloc(B * c->kv_dim);
     c->v = falloc(B * c->kv_dim);
-    c->kh = malloc(B * c->kv_dim * sizeof(sw_f16));
     const size_t KB = B * (hp->n_expert ? hp->n_expert_used : 1);   /* rows of an FFN step */
     size_t F = B * hp->n_ff > KB * hp->n_ff_exp ? B * hp->n_ff : KB * hp->n_ff_exp;
     F = F > B * hp->n_ff_shexp ? F : B * hp->n_ff_shexp;
@@ -469,8 +502,8 @@ static bool alloc_buffers(sw_ctx *c)
     c->out_toks = malloc(B * sizeof *c->out_toks);
     c->out_idx = malloc(B * sizeof *c->out_idx);
     const bool moe_ok = hp->n_expert ? alloc_moe(c, KB) : true;
-    return c->kv_k && c->kv_v && c->attn_norm && c->ffn_norm && c->out_norm && c->inv_freq &&
-           c->x && c->xb && c->xb2 && c->q && c->k && c->v && c->kh && c->hb && c->hb2 && c->att &&
+    return kv_ok && c->attn_norm && c->ffn_norm && c->out_norm && c->inv_freq &&
+           c->x && c->xb && c->xb2 && c->q && c->k && c->v && c->hb && c->hb2 && c->att &&
            c->zeros && c->out_toks && c->out_idx && moe_ok;
 }
 
@@ -522,7 +555,7 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
 
     if (!alloc_buffers(c)) {
         sw_errf(err, errlen, "out of memory for %d sequences x %d positions (KV %.1f MiB)", n_seq, n_ctx,
-               2.0 * c->seq_stride * n_seq * sizeof(sw_f16) / 1048576.0);
+               kv_mib(c));
         sw_ctx_free(c);
         return NULL;
     }
@@ -557,12 +590,13 @@ void sw_ctx_free(sw_ctx *c)
     free(c->pk_exp);
     free(c->router); free(c->sel_w); free(c->sel); free(c->slot); free(c->rows); free(c->exp_first); free(c->jobs);
     free(c->exp_in); free(c->exp_out);
-    free(c->kv_k); free(c->kv_v); free(c->kv_slots); free(c->layer_off);
+    free_kv(c);
+    free(c->kv_slots); free(c->layer_off);
     free(c->attn_norm); free(c->ffn_norm); free(c->out_norm); free(c->inv_freq); free(c->inv_freq_swa);
     free(c->bias); free(c->qk_norm); free(c->out_bias); free(c->post_norm); free(c->shexp_gate);
     free(c->attn_out_b); free(c->sinks); free(c->router_b); free(c->exp_b);
     free(c->x); free(c->xb); free(c->xb2);
-    free(c->q); free(c->k); free(c->v); free(c->kh);
+    free(c->q); free(c->k); free(c->v);
     free(c->hb); free(c->hb2); free(c->att); free(c->zeros); free(c->px); free(c->py);
     free(c->out_toks); free(c->out_idx);
     free(c);
@@ -598,6 +632,30 @@ static size_t max_cols(const sw_ctx *c)
     if (hp->n_expert > m) m = hp->n_expert;
     return m;
 }
+
+int sw_ctx_set_kv_type(sw_ctx *c, sw_kv_type t, char *err, size_t errlen)
+{
+    if (t == c->kv_type) return 0;
+    const uint32_t hd = c->m->hp.head_dim;
+    if (t == SW_KV_Q8_0 && hd % SW_KV_GROUP) {
+        sw_errf(err, errlen, "a q8_0 KV cache needs a head size that is a multiple of %d (this model's is %u)",
+                SW_KV_GROUP, hd);
+        return -1;
+    }
+    sw_ctx old = *c;   /* the cache it has, kept until the new one is had */
+    c->kv_type = t;
+    if (!alloc_kv(c)) {
+        sw_errf(err, errlen, "out of memory for a %s KV cache of %d sequences x %d positions (%.1f MiB)",
+                sw_kv_type_name(t), c->n_seq, c->n_ctx, kv_mib(c));
+        free_kv(c);
+        *c = old;
+        return -1;
+    }
+    free_kv(&old);
+    return 0;
+}
+
+sw_kv_type sw_ctx_kv_type(const sw_ctx *c) { return c->kv_type; }
 
 int sw_ctx_set_precise(sw_ctx *c, bool precise)
 {
@@ -735,20 +793,39 @@ bool sw_ctx_can_resume(const sw_ctx *c, int held, int at)
     return need >= held - c->ring;
 }
 
+/* Slots [s0, s0 + n) of one K-shaped array (rows of w elements of es
+ * bytes, in blocks of 32 slots: sw_attn_k_at), from element offset bs to
+ * bd: a run within each block, a row per dimension. */
+static void copy_kt(uint8_t *a, size_t es, int w, size_t bs, size_t bd, int s0, int n)
+{
+    for (int s = s0; s < s0 + n;) {
+        const int room = SW_ATTN_KBLOCK - s % SW_ATTN_KBLOCK, left = s0 + n - s;
+        const int run = room < left ? room : left;
+        for (int d = 0; d < w; d++) {
+            const size_t off = sw_attn_k_at(w, d, s);
+            memcpy(a + (bd + off) * es, a + (bs + off) * es, (size_t)run * es);
+        }
+        s += run;
+    }
+}
+
+/* The same for a V-shaped array: a row of w elements a slot. */
+static void copy_rows(uint8_t *a, size_t es, int w, size_t bs, size_t bd, int s0, int n)
+{
+    memcpy(a + (bd + (size_t)s0 * w) * es, a + (bs + (size_t)s0 * w) * es, (size_t)n * w * es);
+}
+
 /* Copies slots [s0, s0 + n) of one (layer, KV head) from src to dst. */
 static void copy_slots(sw_ctx *c, size_t bs, size_t bd, int s0, int n)
 {
     const int hd = (int)c->m->hp.head_dim;
-    for (int s = s0; s < s0 + n;) {   /* K: a run within each block, a row per dimension */
-        const int room = SW_ATTN_KBLOCK - s % SW_ATTN_KBLOCK, left = s0 + n - s;
-        const int run = room < left ? room : left;
-        for (int d = 0; d < hd; d++) {
-            const size_t off = sw_attn_k_at(hd, d, s);
-            memcpy(c->kv_k + bd + off, c->kv_k + bs + off, (size_t)run * sizeof(sw_f16));
-        }
-        s += run;
+    copy_kt(c->kv_k, kv_elem(c), hd, bs, bd, s0, n);
+    copy_rows(c->kv_v, kv_elem(c), hd, bs, bd, s0, n);
+    if (c->kv_type == SW_KV_Q8_0) {   /* the scales: both laid out as K, 32 dimensions as one */
+        const int ng = hd / SW_KV_GROUP;
+        copy_kt((uint8_t *)c->kv_ks, sizeof(sw_f16), ng, bs / SW_KV_GROUP, bd / SW_KV_GROUP, s0, n);
+        copy_kt((uint8_t *)c->kv_vs, sizeof(sw_f16), ng, bs / SW_KV_GROUP, bd / SW_KV_GROUP, s0, n);
     }
-    memcpy(c->kv_v + bd + (size_t)s0 * hd, c->kv_v + bs + (size_t)s0 * hd, (size_t)n * hd * sizeof(sw_f16));
 }
 
 void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to)
@@ -777,17 +854,46 @@ void sw_ctx_copy_kv(sw_ctx *c, int src, int dst, int from, int to)
     }
 }
 
-/* Files k and v of token (seq, pos) into the cache of one layer. */
+/* q8_0: k and v as llama.cpp's q8_0 blocks (the activations' quantizer),
+ * their elements and scales then filed one by one into the K and V
+ * layouts. */
+static void kv_store_q8(sw_ctx *c, int layer, int seq, int slot, const float *k, const float *v, block_q8_0 *qk)
+{
+    const int hd = (int)c->m->hp.head_dim, ng = hd / SW_KV_GROUP;
+    block_q8_0 *qv = qk + c->kv_dim / QK8_0;
+    sw_quantize_act(SW_TYPE_Q8_0, k, qk, c->kv_dim);
+    sw_quantize_act(SW_TYPE_Q8_0, v, qv, c->kv_dim);
+    for (int g = 0; g < (int)c->m->hp.n_head_kv; g++) {
+        const size_t b = kv_base(c, seq, layer, g);
+        int8_t *KT = (int8_t *)c->kv_k + b, *V = (int8_t *)c->kv_v + b + (size_t)slot * hd;
+        sw_f16 *KS = c->kv_ks + b / SW_KV_GROUP, *VS = c->kv_vs + b / SW_KV_GROUP;
+        for (int i = 0; i < ng; i++) {
+            const block_q8_0 *bk = qk + g * ng + i, *bv = qv + g * ng + i;
+            KS[sw_attn_k_at(ng, i, slot)] = bk->d;
+            VS[sw_attn_k_at(ng, i, slot)] = bv->d;
+            for (int d = 0; d < SW_KV_GROUP; d++) KT[sw_attn_k_at(hd, i * SW_KV_GROUP + d, slot)] = bk->qs[d];
+            memcpy(V + i * SW_KV_GROUP, bv->qs, SW_KV_GROUP);
+        }
+    }
+}
+
+/* Files k and v of token (seq, pos) into the cache of one layer, by way
+ * of its row of kv_in. */
 static void kv_store(sw_ctx *c, const sw_attn_kernels *ak, int layer, int seq, int pos, const float *k,
-                     const float *v, sw_f16 *kh)
+                     const float *v, void *in)
 {
     const int hd = (int)c->m->hp.head_dim, slots = c->kv_slots[layer], slot = pos % slots;
+    if (c->kv_type == SW_KV_Q8_0) {
+        kv_store_q8(c, layer, seq, slot, k, v, in);
+        return;
+    }
+    sw_f16 *kh = in;
     ak->to_f16(k, kh, c->kv_dim);
     for (int g = 0; g < (int)c->m->hp.n_head_kv; g++) {
         size_t b = kv_base(c, seq, layer, g);
-        sw_f16 *KT = c->kv_k + b;
+        sw_f16 *KT = (sw_f16 *)c->kv_k + b;
         for (int d = 0; d < hd; d++) KT[sw_attn_k_at(hd, d, slot)] = kh[g * hd + d];
-        ak->to_f16(v + (size_t)g * hd, c->kv_v + b + (size_t)slot * hd, hd);
+        ak->to_f16(v + (size_t)g * hd, (sw_f16 *)c->kv_v + b + (size_t)slot * hd, hd);
     }
 }
 
@@ -804,6 +910,7 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
     const float scale = hp->attn_scale, cap = hp->attn_softcap;
     const int window = c->m->layers[layer].sliding ? (int)hp->n_swa : 0;
     const sw_attn_kernels *ak = sw_attn_kernels_for(sw_isa_active());
+    const bool q8 = c->kv_type == SW_KV_Q8_0;
 
     /* Small work runs on one thread: waking the pool costs more than it saves. */
     long work = 0;
@@ -833,10 +940,19 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
         const size_t base = kv_base(c, toks[t].seq, layer, g);
         const float *Q = c->q + (size_t)t * c->q_dim + (size_t)g * group * hd;
         float *O = out + (size_t)t * c->q_dim + (size_t)g * group * hd;
-        ak->scores(Q, group, hd, c->kv_k + base + sw_attn_k_at(hd, 0, j0), b - j0, S, ss, c->zeros);
+        const size_t k0 = base + sw_attn_k_at(hd, 0, j0), v0 = base + (size_t)j0 * hd;   /* elements */
+        if (q8)
+            ak->scores_q8(Q, group, hd, (const int8_t *)c->kv_k + k0, c->kv_ks + k0 / SW_KV_GROUP, b - j0, S, ss,
+                          c->zeros);
+        else
+            ak->scores(Q, group, hd, (const sw_f16 *)c->kv_k + k0, b - j0, S, ss, c->zeros);
         softmax_rows(S, ss, group, b - j0, m0, m1, scale, cap,
                      c->sinks ? c->sinks + (size_t)layer * hp->n_head + (size_t)g * group : NULL);
-        ak->pv(S, ss, group, c->kv_v + base + (size_t)j0 * hd, hd, b - j0, O, c->zeros);
+        if (q8)
+            ak->pv_q8(S, ss, group, (const int8_t *)c->kv_v + v0, c->kv_vs + v0 / SW_KV_GROUP, hd, b - j0, O,
+                      c->zeros);
+        else
+            ak->pv(S, ss, group, (const sw_f16 *)c->kv_v + v0, hd, b - j0, O, c->zeros);
         free(tmp);
     }
 }
@@ -926,7 +1042,7 @@ static void attention_block(sw_ctx *c, uint32_t l, const sw_tok_in *toks, int n,
         }
         if (t < nq && !L->no_rope) rope(q, (int)hp->n_head, hd, (int)hp->n_rot, qtoks[t].pos, inv_freq, hp->rope_neox, mscale);
         if (!L->no_rope) rope(k, (int)hp->n_head_kv, hd, (int)hp->n_rot, toks[t].pos, inv_freq, hp->rope_neox, mscale);
-        kv_store(c, ak, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD, c->kh + (size_t)t * KVD);
+        kv_store(c, ak, (int)l, toks[t].seq, toks[t].pos, k, c->v + (size_t)t * KVD, c->kv_in + (size_t)t * c->kv_in_row);
     }
     if (!nq) return;
     attention(c, (int)l, qtoks, nq, c->xb);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "llm/model.h"
+#include "worker-cpu/attention.h"
 
 typedef struct {
     int32_t token;
@@ -23,7 +24,8 @@ typedef struct {
 
 typedef struct sw_ctx sw_ctx;
 
-/* n_seq KV caches of n_ctx positions each (IEEE half; see attention.h),
+/* n_seq KV caches of n_ctx positions each (IEEE half until
+ * sw_ctx_set_kv_type; see attention.h),
  * scratch for batches of up to max_batch tokens. KV memory is only touched
  * as positions are used. */
 sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char *err, size_t errlen);
@@ -42,6 +44,13 @@ int sw_ctx_max_batch(const sw_ctx *c);
  * compute (weights are still read once). Off by default: serving uses the
  * single-quantization fast path. Returns -1 if scratch cannot be allocated. */
 int sw_ctx_set_precise(sw_ctx *c, bool precise);
+
+/* The KV cache's element type (attention.h): the cache is made anew, its
+ * entries gone, so this is for a context not yet used. Returns -1 with err
+ * filled, the context as it was, when the model's head size does not
+ * allow q8_0 (a multiple of 32) or memory cannot be had. */
+int sw_ctx_set_kv_type(sw_ctx *c, sw_kv_type t, char *err, size_t errlen);
+sw_kv_type sw_ctx_kv_type(const sw_ctx *c);
 
 /* Copies the KV entries of positions from..to-1 of sequence src to sequence
  * dst (all layers): a prompt prefix that another sequence already computed

@@ -32,6 +32,7 @@ typedef struct {
     const char *model;
     int threads, n_prompt, n_gen, mem_mib, precise, kernels, quick, cpu;
     int batches[MAX_BATCHES], n_batches;
+    sw_kv_type kv_type;
 } options;
 
 typedef struct { int batch; double tok_s, gb_s, step_ms, mem_gb_s, gmac_s, step_bytes; } decode_result;
@@ -40,6 +41,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: spillway-bench -m MODEL [-t THREADS] [-p N] [-n N] [-b B1,B2,...] [--mem-mib MIB] [--precise]\n"
+        "                      [--kv-cache f16|q8_0]\n"
         "       spillway-bench --kernels [--quick] [-t THREADS] [--mem-mib MIB]\n"
         "       spillway-bench --cpu\n"
         "  -p N        prompt tokens for the prefill measurement (default 512)\n"
@@ -47,6 +49,7 @@ static void usage(FILE *f)
         "  -b LIST     decode batch sizes (default 1,4,16)\n"
         "  --mem-mib   size of the streaming-read buffer (default 1024)\n"
         "  --precise   use residual-corrected activations (default: the serving path)\n"
+        "  --kv-cache  the KV cache's element type (default f16)\n"
         "  --kernels   no model: the packed matmul (Q4_K Q5_K Q6_K Q8_0 Q5_0 Q4_0 MXFP4) on random\n"
         "              weights, in cache and streamed from memory (MIB/4 of weights),\n"
         "              at 1 and 8 tokens, and in cache at 128 (the int8 form where it applies)\n"
@@ -89,6 +92,9 @@ static options parse_args(int argc, char **argv)
         else if (!strcmp(a, "-n")) o.n_gen = (int)sw_cli_long("spillway-bench", a, v, 1, 65536);
         else if (!strcmp(a, "-b")) parse_batches(&o, v);
         else if (!strcmp(a, "--mem-mib")) o.mem_mib = (int)sw_cli_long("spillway-bench", a, v, 16, 1 << 20);
+        else if (!strcmp(a, "--kv-cache")) {
+            if (!sw_kv_type_parse(v, &o.kv_type)) sw_cli_die("spillway-bench", "--kv-cache: '%s' is not f16 or q8_0", v);
+        }
         else { fprintf(stderr, "spillway-bench: unknown option '%s'\n", a); usage(stderr); exit(2); }
     }
     if (o.quick && !o.kernels) { fprintf(stderr, "spillway-bench: --quick goes with --kernels\n"); exit(2); }
@@ -173,12 +179,26 @@ static int run_batch(sw_ctx *ctx, sw_tok_in *b, int n, float *logits)
  * main runs it twice and times the second, as llama-bench warms up before
  * it measures: the first run of a process pays for cold pages and caches
  * (docs/perf/cpu.md, session 10's log). */
-static double bench_prefill(const sw_model *m, int n_prompt, int precise, uint32_t *rng)
+/* A context as the options ask (activations, cache type); NULL, said, when
+ * one cannot be had. */
+static sw_ctx *bench_ctx(const sw_model *m, const options *o, int n_seq, int n_ctx, int batch)
 {
     char err[256];
-    sw_ctx *ctx = sw_ctx_new(m, 1, n_prompt, n_prompt, err, sizeof err);
-    if (!ctx) { fprintf(stderr, "spillway-bench: %s\n", err); return -1; }
-    if (precise) sw_ctx_set_precise(ctx, true);
+    sw_ctx *ctx = sw_ctx_new(m, n_seq, n_ctx, batch, err, sizeof err);
+    if (ctx && sw_ctx_set_kv_type(ctx, o->kv_type, err, sizeof err)) {
+        sw_ctx_free(ctx);
+        ctx = NULL;
+    }
+    if (!ctx) { fprintf(stderr, "spillway-bench: %s\n", err); return NULL; }
+    if (o->precise) sw_ctx_set_precise(ctx, true);
+    return ctx;
+}
+
+static double bench_prefill(const sw_model *m, const options *o, uint32_t *rng)
+{
+    const int n_prompt = o->n_prompt;
+    sw_ctx *ctx = bench_ctx(m, o, 1, n_prompt, n_prompt);
+    if (!ctx) return -1;
     sw_tok_in *b = calloc((size_t)n_prompt, sizeof *b);
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     for (int i = 0; i < n_prompt; i++) {
@@ -201,13 +221,11 @@ static double bench_prefill(const sw_model *m, int n_prompt, int precise, uint32
  * only the steps are timed for the decode rate, and the mean of the passes
  * is the bandwidth beside it. */
 #define SEGMENT_STEPS 16
-static int bench_decode(const sw_model *m, int batch, int n_gen, int precise, uint32_t *rng, read_meter *rm,
+static int bench_decode(const sw_model *m, const options *o, int batch, int n_gen, uint32_t *rng, read_meter *rm,
                         decode_result *out)
 {
-    char err[256];
-    sw_ctx *ctx = sw_ctx_new(m, batch, n_gen + 1, batch, err, sizeof err);
-    if (!ctx) { fprintf(stderr, "spillway-bench: %s\n", err); return -1; }
-    if (precise) sw_ctx_set_precise(ctx, true);
+    sw_ctx *ctx = bench_ctx(m, o, batch, n_gen + 1, batch);
+    if (!ctx) return -1;
     sw_tok_in *b = calloc((size_t)batch, sizeof *b);
     float *logits = malloc((size_t)batch * m->hp.n_vocab * sizeof(float));
     int rc = 0, passes = 0;
@@ -440,9 +458,9 @@ static void print_table(const options *o, const sw_model *m, int threads, const 
     char i8[64] = "";
     if (sw_i8_min_tokens() && !o->precise)
         snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());
-    printf("model %s (%s), %d threads, isa %s%s%s%s\ncpu %s\n", name, m->quant_name, threads,
+    printf("model %s (%s), %d threads, isa %s%s%s%s, %s KV cache\ncpu %s\n", name, m->quant_name, threads,
            sw_isa_name(sw_isa_active()), o->precise ? ", precise activations" : "", i8,
-           sw_prefetch_one_token() ? ", one-token prefetch" : "", sw_cpu_model());
+           sw_prefetch_one_token() ? ", one-token prefetch" : "", sw_kv_type_name(o->kv_type), sw_cpu_model());
     printf("weights read per decode step: %.1f MiB (per token at batch 1: %llu bytes)%s\n",
            m->weight_bytes / 1048576.0, (unsigned long long)m->weight_bytes,
            m->hp.n_expert ? "; a mixture's larger batches read every expert some token uses, counted per step" : "");
@@ -485,11 +503,11 @@ static void print_json(const options *o, const sw_model *m, int threads, const r
     const double peak = r->peak, prefill = r->prefill;
     const decode_result *res = r->res, *b1 = r->b1;
     printf("{\"model\":\"%s\",\"quantization\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"cpu_model\":\"%s\","
-           "\"precise\":%s,\"i8_min_tokens\":%d,\"prefetch_1tok\":%s,\"weight_bytes_per_token\":%llu,"
+           "\"precise\":%s,\"i8_min_tokens\":%d,\"prefetch_1tok\":%s,\"kv_cache\":\"%s\",\"weight_bytes_per_token\":%llu,"
            "\"int8_peak_gmac_per_s\":%.1f,\"prefill_tokens\":%d,\"prefill_tokens_per_s\":%.2f,"
            "\"prefill_gmac_per_s\":%.6g,\"decode\":[",
            name, m->quant_name, threads, sw_isa_name(sw_isa_active()), sw_cpu_model(), o->precise ? "true" : "false",
-           o->precise ? 0 : sw_i8_min_tokens(), sw_prefetch_one_token() ? "true" : "false",
+           o->precise ? 0 : sw_i8_min_tokens(), sw_prefetch_one_token() ? "true" : "false", sw_kv_type_name(o->kv_type),
            (unsigned long long)m->weight_bytes, peak, o->n_prompt, prefill, r->prefill_gmac);
     for (int i = 0; i < o->n_batches; i++)
         printf("%s{\"batch\":%d,\"tokens_per_s\":%.2f,\"gb_per_s\":%.2f,\"weight_bytes_per_token\":%llu,"
@@ -540,20 +558,20 @@ int main(int argc, char **argv)
     uint32_t rng = 12345;
     /* Warm-up: fault the mapped weights in and settle the thread pool. */
     decode_result warm;
-    if (bench_decode(m, 1, 4, o.precise, &rng, NULL, &warm)) return 1;
+    if (bench_decode(m, &o, 1, 4, &rng, NULL, &warm)) return 1;
 
     model_run r = { 0 };
     /* The int8 multiply-add peak, right before the prefill it bounds. */
     r.peak = sw_int8_peak_gmac_s(0.25);
-    r.prefill = bench_prefill(m, o.n_prompt, o.precise, &rng);   /* warm-up */
-    if (r.prefill >= 0) r.prefill = bench_prefill(m, o.n_prompt, o.precise, &rng);
+    r.prefill = bench_prefill(m, &o, &rng);   /* warm-up */
+    if (r.prefill >= 0) r.prefill = bench_prefill(m, &o, &rng);
     if (r.prefill < 0) return 1;
     /* weight multiply-adds per prompt token, and what the peak alone would allow */
     double prefill_macs = sw_forward_weight_macs(m, o.n_prompt, 1) / o.n_prompt;
     r.prefill_gmac = r.prefill * prefill_macs / 1e9;
     r.prefill_ceiling = r.peak * 1e9 / prefill_macs;
     for (int i = 0; i < o.n_batches; i++)
-        if (bench_decode(m, o.batches[i], o.n_gen, o.precise, &rng, &rm, &r.res[i])) return 1;
+        if (bench_decode(m, &o, o.batches[i], o.n_gen, &rng, &rm, &r.res[i])) return 1;
     for (int i = 0; i < 3; i++) meter_pass(&rm);
     for (int i = 0; i < o.n_batches; i++) if (r.res[i].batch == 1) r.b1 = &r.res[i];
 

@@ -37,6 +37,7 @@ typedef struct {
     sw_sampling_params sp;
     bool seed_set;
     int precise;          /* -1: default (on with --logits-out), 0 off, 1 on */
+    sw_kv_type kv_type;
 } options;
 
 static void usage(FILE *f)
@@ -57,6 +58,7 @@ static void usage(FILE *f)
         "      --tokens LIST       evaluate exactly these token ids (no BOS), as one batch\n"
         "      --logits-out FILE   write float32 logits of every evaluated position\n"
         "      --tokenize TEXT     print the token ids of TEXT (no BOS/EOS) and exit\n"
+        "      --kv-cache f16|q8_0 the KV cache's element type (default f16)\n"
         "      --precise, --fast   activations: quantized with residual correction (float\n"
         "                          accuracy, up to 2x compute) or once, as served; default:\n"
         "                          precise with --logits-out, else fast\n");
@@ -109,6 +111,12 @@ static options parse_args(int argc, char **argv)
         else if (!strcmp(a, "--tokens")) o.tokens = v;
         else if (!strcmp(a, "--logits-out")) o.logits_out = v;
         else if (!strcmp(a, "--tokenize")) o.tokenize = v;
+        else if (!strcmp(a, "--kv-cache")) {
+            if (!sw_kv_type_parse(v, &o.kv_type)) {
+                fprintf(stderr, "spillway-run: --kv-cache: '%s' is not f16 or q8_0\n", v);
+                exit(2);
+            }
+        }
         else {
             fprintf(stderr, "spillway-run: unknown option '%s'\n", a);
             usage(stderr);
@@ -270,6 +278,10 @@ static int run_model(const options *o, sw_model *m)
     int max_batch = o->tokens ? n_prompt : (n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK);
     ctx = sw_ctx_new(m, 1, n_ctx, max_batch, err, sizeof err);
     if (!ctx) { fprintf(stderr, "spillway-run: %s\n", err); goto out; }
+    if (sw_ctx_set_kv_type(ctx, o->kv_type, err, sizeof err)) {
+        fprintf(stderr, "spillway-run: --kv-cache %s: %s\n", sw_kv_type_name(o->kv_type), err);
+        goto out;
+    }
     sw_ctx_set_rope_context(ctx, run_ctx);
     logits = malloc((size_t)max_batch * hp->n_vocab * sizeof(float));
     last = malloc((size_t)hp->n_vocab * sizeof(float));

@@ -38,7 +38,7 @@
 static const char *usage_text =
     "usage: spillway-worker-cpu --gateway ENDPOINT [--gateway ENDPOINT...] --pool NAME --model NAME=PATH\n"
     "           [--drain-timeout S] [--threads N] [--parallel N] [--ctx N] [--worker-id ID]\n"
-    "           [--quantization Q] [--prefix-cache on|off] [--cache-slots N]\n"
+    "           [--quantization Q] [--prefix-cache on|off] [--cache-slots N] [--kv-cache f16|q8_0]\n"
     "           [--test-echo TOKENS_PER_S [--test-fail-rate F]]\n"
     "           [--curve-secret FILE --gateway-key FILE|Z85]\n"
     "\n"
@@ -59,6 +59,9 @@ static const char *usage_text =
     "  --prefix-cache on|off reuse the KV cache of a prompt prefix computed before (default on)\n"
     "  --cache-slots N      KV caches kept for it, at least --parallel (default: --parallel); each\n"
     "                       commits memory as it fills, up to --ctx positions\n"
+    "  --kv-cache f16|q8_0  the caches' element type (default f16): q8_0 takes 1.06 bytes an element\n"
+    "                       instead of 2 (llama.cpp's q8_0 cache), for long contexts and wide batches;\n"
+    "                       it needs a head size that is a multiple of 32\n"
     "  --test-echo R        TEST MODE: no model, emit max_tokens placeholder tokens at R tokens/s\n"
     "                       per sequence; refused unless SPILLWAY_ALLOW_TEST_MODE=1\n"
     "  --test-fail-rate F   TEST MODE (with --test-echo): refuse a fraction F of requests with error 500\n";
@@ -73,6 +76,7 @@ typedef struct {
     const char *model_path;
     int threads, parallel, ctx, cache_slots;
     bool no_prefix_cache;
+    sw_kv_type kv_type;
     double echo_rate; /* 0 = normal mode */
     double fail_rate; /* --test-fail-rate, test mode only */
 } options;
@@ -168,6 +172,8 @@ static int set_option(options *o, const char *a, const char *v, int *have_model)
         bool on;
         if (!sw_parse_on_off(v, &on)) return usage_error("--prefix-cache: '%s' is not on or off", v);
         o->no_prefix_cache = !on;
+    } else if (!strcmp(a, "--kv-cache")) {
+        if (!sw_kv_type_parse(v, &o->kv_type)) return usage_error("--kv-cache: '%s' is not f16 or q8_0", v);
     } else if (!strcmp(a, "--test-fail-rate")) {
         if (!sw_parse_double(v, 0, 1, &o->fail_rate))
             return usage_error("--test-fail-rate: '%s' is not a fraction in [0, 1]", v);
@@ -220,7 +226,7 @@ static int parse_args(int argc, char **argv, options *o)
         static const char *known[] = {"--gateway", "--pool", "--model", "--threads", "--parallel",
                                       "--ctx", "--worker-id", "--test-echo", "--quantization",
                                       "--test-fail-rate", "--prefix-cache", "--cache-slots",
-                                      "--curve-secret", "--gateway-key", "--drain-timeout"};
+                                      "--curve-secret", "--gateway-key", "--drain-timeout", "--kv-cache"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= !strcmp(a, known[k]);
         if (!is_known) return usage_error("unknown option '%s'", a);
@@ -277,6 +283,12 @@ static int run_model(const options *o)
         sw_model_free(m);
         return 1;
     }
+    if (sw_cpu_engine_set_kv_type(e, o->kv_type, err, sizeof err)) {
+        fprintf(stderr, "spillway-worker-cpu: --kv-cache %s: %s\n", sw_kv_type_name(o->kv_type), err);
+        sw_cpu_engine_free(e);
+        sw_model_free(m);
+        return 1;
+    }
     sw_cpu_engine_set_prefix_cache(e, !o->no_prefix_cache);
     Spillway__ModelInfo mi = SPILLWAY__MODEL_INFO__INIT;
     mi.name = (char *)o->model_name;
@@ -294,9 +306,10 @@ static int run_model(const options *o)
     memcpy(cfg.gateways, o->gateways, sizeof cfg.gateways);
     char i8[48] = "";
     if (sw_i8_min_tokens()) snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());
-    sw_worker_log("serving %s (%s, %s, ctx %u%s%s) with %d slots, %d threads, isa %s%s",
-                  o->model_name, o->model_path, mi.quantization, ctx, mi.embedding ? ", embeddings pooled by " : "",
-                  mi.embedding ? sw_pooling_name(m->hp.pooling) : "", o->parallel,
+    sw_worker_log("serving %s (%s, %s, ctx %u, %s KV cache%s%s) with %d slots, %d threads, isa %s%s",
+                  o->model_name, o->model_path, mi.quantization, ctx, sw_kv_type_name(o->kv_type),
+                  mi.embedding ? ", embeddings pooled by " : "", mi.embedding ? sw_pooling_name(m->hp.pooling) : "",
+                  o->parallel,
                   omp_get_max_threads(), sw_isa_name(sw_isa_active()), i8);
     int rc = sw_worker_run(&cfg, &sw_cpu_engine_ops, e);
     sw_cpu_engine_free(e);

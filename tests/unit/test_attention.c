@@ -1,7 +1,9 @@
 /* The attention tile kernels of every ISA this CPU has, against plain double
  * arithmetic over the same half-precision cache: the conversion into the
  * cache (rounding, saturation, NaN), scores for query tiles with missing
- * rows, and P.V for head sizes with and without the 64-wide tile. */
+ * rows, and P.V for head sizes with and without the 64-wide tile; the same
+ * over a q8_0 cache, against double arithmetic over its dequantized
+ * values. */
 #include "tests/unit/check.h"
 #include "worker-cpu/attention.h"
 
@@ -87,6 +89,56 @@ static void test_tiles(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int 
     free(Q); free(S); free(P); free(O); free(zero); free(KT); free(V);
 }
 
+/* The same over a q8_0 cache: int8 elements, a half scale per 32 dimensions
+ * of a position (KS and VS both at sw_attn_k_at(hd / 32, g, j)); the
+ * reference multiplies the dequantized values. */
+static void test_tiles_q8(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int N)
+{
+    const int pad = (N + 31) & ~31, ss = pad, ng = hd / SW_KV_GROUP;
+    float *Q = malloc(sizeof(float) * (size_t)M * hd), *S = malloc(sizeof(float) * (size_t)M * ss);
+    float *P = malloc(sizeof(float) * (size_t)M * ss), *O = malloc(sizeof(float) * (size_t)M * hd);
+    float *zero = calloc((size_t)(hd > pad ? hd : pad), sizeof(float));
+    int8_t *KT = malloc((size_t)hd * pad), *V = malloc((size_t)pad * hd);
+    sw_f16 *KS = malloc(sizeof(sw_f16) * (size_t)ng * pad), *VS = malloc(sizeof(sw_f16) * (size_t)pad * ng);
+    for (int i = 0; i < M * hd; i++) Q[i] = frand();
+    for (int i = 0; i < hd * pad; i++) KT[i] = (int8_t)(frand() * 127.5f);
+    for (int i = 0; i < pad * hd; i++) V[i] = (int8_t)(frand() * 127.5f);
+    for (int i = 0; i < ng * pad; i++) KS[i] = sw_attn_to_f16(frand() * 0.05f);   /* signs too: a scale is d */
+    for (int i = 0; i < pad * ng; i++) VS[i] = sw_attn_to_f16(frand() * 0.05f);
+    for (int i = 0; i < M * ss; i++) P[i] = frand() * 0.5f + 0.5f;
+    k->scores_q8(Q, M, hd, KT, KS, N, S, (size_t)ss, zero);
+    k->pv_q8(P, (size_t)ss, M, V, VS, hd, N, O, zero);
+    int bad = 0;
+    for (int r = 0; r < M; r++) {
+        for (int j = 0; j < N; j++) {
+            double ref = 0, mag = 0;
+            for (int d = 0; d < hd; d++) {
+                double t = (double)Q[r * hd + d] * KT[sw_attn_k_at(hd, d, j)] *
+                           sw_f16_to_f32(KS[sw_attn_k_at(ng, d / SW_KV_GROUP, j)]);
+                ref += t;
+                mag += fabs(t);
+            }
+            if (fabs(S[r * ss + j] - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
+                CHECK(0, "isa %s q8_0 M %d hd %d N %d: S[%d][%d] = %.9g, ref %.9g", sw_isa_name(isa), M, hd, N, r, j,
+                      S[r * ss + j], ref);
+        }
+        for (int d = 0; d < hd; d++) {
+            double ref = 0, mag = 0;
+            for (int j = 0; j < N; j++) {
+                double t = (double)P[r * ss + j] * V[(size_t)j * hd + d] *
+                           sw_f16_to_f32(VS[sw_attn_k_at(ng, d / SW_KV_GROUP, j)]);
+                ref += t;
+                mag += fabs(t);
+            }
+            if (fabs(O[r * hd + d] - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
+                CHECK(0, "isa %s q8_0 M %d hd %d N %d: O[%d][%d] = %.9g, ref %.9g", sw_isa_name(isa), M, hd, N, r, d,
+                      O[r * hd + d], ref);
+        }
+    }
+    CHECK(bad == 0, "isa %s q8_0 M %d hd %d N %d: %d values off", sw_isa_name(isa), M, hd, N, bad);
+    free(Q); free(S); free(P); free(O); free(zero); free(KT); free(V); free(KS); free(VS);
+}
+
 int main(void)
 {
     sw_isa best = sw_isa_active();
@@ -99,6 +151,10 @@ int main(void)
         for (int a = 0; a < 3; a++)
             for (int b = 0; b < 3; b++)
                 for (int c = 0; c < 4; c++) test_tiles(isa, k, M[a], HD[b], N[c]);
+        static const int HD8[] = {32, 64, 128};   /* q8_0: multiples of its 32; 32 takes P.V's narrow path */
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++)
+                for (int c = 0; c < 4; c++) test_tiles_q8(isa, k, M[a], HD8[b], N[c]);
     }
     CHECK_DONE();
 }

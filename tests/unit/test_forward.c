@@ -13,6 +13,10 @@
  * instead (cosine >= 0.999, same top token): a token on the wrong row or
  * position misses it by far.
  *
+ * Every check runs over both KV cache types (attention.h) where the model's
+ * head size allows q8_0: whatever the type, a batch must leave the cache
+ * the plain run leaves, and a copied prefix must decode as the original.
+ *
  * Given model paths as arguments, it checks those instead (tests/test_arch.py
  * passes one file per architecture). */
 #include "tests/unit/check.h"
@@ -49,14 +53,23 @@ static double diff(const float *a, const float *b, int n)
     return ta != tb ? 1 : 1 - ab / sqrt(aa * bb);
 }
 
-static sw_ctx *new_ctx(const sw_model *m, int n_seq, bool precise)
+static sw_kv_type kv_type;   /* the cache type every context is made with */
+
+static sw_ctx *make_ctx(const sw_model *m, int n_seq, int n_ctx, int batch, bool precise)
 {
     char err[256];
-    sw_ctx *c = sw_ctx_new(m, n_seq, 128, N + N2, err, sizeof err);
+    sw_ctx *c = sw_ctx_new(m, n_seq, n_ctx, batch, err, sizeof err);
     CHECK(c != NULL, "ctx: %s", err);
+    if (c && sw_ctx_set_kv_type(c, kv_type, err, sizeof err)) {
+        CHECK(0, "kv type %s: %s", sw_kv_type_name(kv_type), err);
+        sw_ctx_free(c);
+        return NULL;
+    }
     if (c && precise) CHECK(sw_ctx_set_precise(c, true) == 0);
     return c;
 }
+
+static sw_ctx *new_ctx(const sw_model *m, int n_seq, bool precise) { return make_ctx(m, n_seq, 128, N + N2, precise); }
 
 static int forward(sw_ctx *c, const sw_tok_in *t, int n, float *out)
 {
@@ -136,7 +149,15 @@ static void check_model(const char *name, const sw_model *m, bool precise)
     }
     /* seq 0 position 3, seq 1 position 6, seq 0 position N-1 */
     run_case(&f, "the mixed batch", 2, t, n, 0, (const int[]){ 3, N + 6, N - 1 }, 3);
-    printf("%s%s: done\n", name, precise ? " (precise)" : "");
+
+    /* 4. seq 0's prompt copied into seq 1 (sw_ctx_copy_kv, the prefix
+     * cache's copy): seq 1's decode of the next token is seq 0's. */
+    sw_ctx_copy_kv(ref, 0, 1, 0, N);
+    sw_tok_in one1 = { tok_id(0, N), N, 1, true };
+    if (forward(ref, &one1, 1, got)) goto out;
+    CHECK(diff(got, next, V) <= f.tol, "%s%s: decode from a copied prefix differs by %g", name,
+          precise ? " (precise)" : "", diff(got, next, V));
+    printf("%s%s, %s cache: done\n", name, precise ? " (precise)" : "", sw_kv_type_name(kv_type));
 
 out:
     sw_ctx_free(ref);
@@ -155,12 +176,8 @@ static void check_ring(const char *name, const sw_model *m)
     enum { CTX = 256, STEPS = 200, SMALL = 4 };
     if (!m->hp.n_swa) return;
     precise_mode = true;
-    char err[256];
-    sw_ctx *ring = sw_ctx_new(m, 2, CTX, SMALL, err, sizeof err), *full = sw_ctx_new(m, 1, CTX, CTX, err, sizeof err);
-    CHECK(ring && full, "ctx: %s", err);
+    sw_ctx *ring = make_ctx(m, 2, CTX, SMALL, true), *full = make_ctx(m, 1, CTX, CTX, true);
     if (!ring || !full) { sw_ctx_free(ring); sw_ctx_free(full); return; }
-    sw_ctx_set_precise(ring, true);
-    sw_ctx_set_precise(full, true);
     float *a = malloc(sizeof(float) * (size_t)vocab * SMALL), *b = malloc(sizeof(float) * (size_t)vocab);
     float *ref = malloc(sizeof(float) * (size_t)vocab * STEPS);
     double worst = 0, worst_chunk = 0;
@@ -170,9 +187,7 @@ static void check_ring(const char *name, const sw_model *m)
         double d = diff(a, ref + (size_t)p * vocab, vocab);
         worst = d > worst ? d : worst;
     }
-    sw_ctx *chunked = sw_ctx_new(m, 1, CTX, SMALL, err, sizeof err);
-    CHECK(chunked != NULL, "ctx: %s", err);
-    if (chunked) sw_ctx_set_precise(chunked, true);
+    sw_ctx *chunked = make_ctx(m, 1, CTX, SMALL, true);
     for (int p0 = 0; chunked && p0 < STEPS; p0 += SMALL) {
         sw_tok_in t[SMALL];
         for (int i = 0; i < SMALL; i++) t[i] = (sw_tok_in){ tok_id(0, p0 + i), p0 + i, 0, true };
@@ -205,7 +220,7 @@ static void check_ring(const char *name, const sw_model *m)
     free(ref);
     sw_ctx_free(ring);
     sw_ctx_free(full);
-    printf("%s: ring done (worst %g, in batches %g)\n", name, worst, worst_chunk);
+    printf("%s, %s cache: ring done (worst %g, in batches %g)\n", name, sw_kv_type_name(kv_type), worst, worst_chunk);
 }
 
 int main(int argc, char **argv)
@@ -226,9 +241,16 @@ int main(int argc, char **argv)
         sw_model *m = sw_model_load(path, err, sizeof err);
         CHECK(m != NULL, "load %s: %s", path, err);
         if (!m) continue;
-        check_model(models[i], m, false);
-        check_model(models[i], m, true);
-        check_ring(models[i], m);
+        for (int k = 0; k < 2; k++) {
+            kv_type = k ? SW_KV_Q8_0 : SW_KV_F16;
+            if (kv_type == SW_KV_Q8_0 && m->hp.head_dim % SW_KV_GROUP) {
+                printf("%s: head size %u, no q8_0 cache\n", models[i], m->hp.head_dim);
+                continue;
+            }
+            check_model(models[i], m, false);
+            check_model(models[i], m, true);
+            check_ring(models[i], m);
+        }
         sw_model_free(m);
     }
     if (!found) SKIP_TEST("no models in $SPILLWAY_SHARED");
