@@ -161,7 +161,8 @@ def test_reference_tells_the_variants_apart(tmp_path):
 
 def test_decode_matches_prefill(tmp_path):
     """Token-by-token decode, chunked prefill and mixed batches give the
-    whole-prompt logits on every architecture (test_forward's checks)."""
+    whole-prompt logits on every architecture (test_forward's checks), in
+    fast and precise mode, over an f16 and a q8_0 KV cache."""
     models = []
     for a in am.ARCHS:
         (tmp_path / a).mkdir()
@@ -169,7 +170,8 @@ def test_decode_matches_prefill(tmp_path):
     r = subprocess.run([str(BUILD / "tests" / "unit" / "test_forward"), *map(str, models)], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert r.stdout.count(": done") == 2 * len(models)
+    for kv in ("f16", "q8_0"):
+        assert r.stdout.count(f", {kv} cache: done") == 2 * len(models), r.stdout[-4000:]
 
 
 def test_generates_text(tmp_path):

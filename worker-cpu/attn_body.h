@@ -79,6 +79,39 @@ ATTN_SFX(scores_any)(const float *Q, int M, int hd, const void *KT, const sw_f16
     }
 }
 
+/* P.V one row at a time, for head sizes a tile does not divide (tiny models). */
+static void ATTN_SFX(pv_rows)(const float *P, size_t ps, int M, const void *V, const sw_f16 *VS, int hd, int N,
+                              float *O, const bool q8)
+{
+    const int ng = hd / SW_KV_GROUP;
+    for (int r = 0; r < M; r++) {
+        float *o = O + (size_t)r * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int j = 0; j < N; j++) {
+            float p = P[(size_t)r * ps + j];
+            for (int d = 0; d < hd; d++)
+                o[d] += p * (q8 ? ((const int8_t *)V)[(size_t)j * hd + d] * HALF1(VS + sw_attn_k_at(ng, d / SW_KV_GROUP, j))
+                                : sw_f16_to_f32(((const sw_f16 *)V)[(size_t)j * hd + d]));
+        }
+    }
+}
+
+/* x[t][i][] = P's row i over the run at j0 times the scales of group t of
+ * the tile, for tg groups from sc on (one group's run of scales follows the
+ * last's: sw_attn_k_at). P's rows reach the run's end (tile_rows). */
+static inline __attribute__((always_inline)) void
+ATTN_SFX(pv_scale_run)(float (*x)[4][SW_ATTN_KBLOCK], int tg, const float *const p[4], const sw_f16 *sc, int j0)
+{
+    for (int t = 0; t < tg; t++, sc += SW_ATTN_KBLOCK)
+        for (int i = 0; i < 4; i++)
+            for (int jj = 0; jj < SW_ATTN_KBLOCK; jj += VEC_W) {
+                VEC pv;
+                memcpy(&pv, p[i] + j0 + jj, sizeof pv);
+                pv *= LOADV(sc + jj);
+                memcpy(&x[t][i][jj], &pv, sizeof pv);
+            }
+}
+
 /* P.V of either cache type. q8_0's scale multiplies P's side: for each run
  * of SW_ATTN_KBLOCK positions a tile takes P's 4 rows times the scales of
  * its groups (x, VEC_W at a time), so the inner loop is the f16 one's. */
@@ -94,18 +127,8 @@ ATTN_SFX(pv_any)(const float *P, size_t ps, int M, const void *V, const sw_f16 *
     };
     const int ng = hd / SW_KV_GROUP;
     const size_t es = q8 ? 1 : sizeof(sw_f16), row = (size_t)hd * es;   /* bytes an element, a row */
-    if (hd % TD) {   /* small head sizes (tiny models): one row at a time */
-        for (int r = 0; r < M; r++) {
-            float *o = O + (size_t)r * hd;
-            memset(o, 0, (size_t)hd * sizeof(float));
-            for (int j = 0; j < N; j++) {
-                float p = P[(size_t)r * ps + j];
-                for (int d = 0; d < hd; d++)
-                    o[d] += p * (q8 ? ((const int8_t *)V)[(size_t)j * hd + d] *
-                                          HALF1(VS + sw_attn_k_at(ng, d / SW_KV_GROUP, j))
-                                    : sw_f16_to_f32(((const sw_f16 *)V)[(size_t)j * hd + d]));
-            }
-        }
+    if (hd % TD) {   /* small head sizes (tiny models) */
+        ATTN_SFX(pv_rows)(P, ps, M, V, VS, hd, N, O, q8);
         return;
     }
     float acc[4][SW_MAX_HEAD_DIM] __attribute__((aligned(64)));   /* the 4 rows' sums, tile by tile */
@@ -120,16 +143,7 @@ ATTN_SFX(pv_any)(const float *P, size_t ps, int M, const void *V, const sw_f16 *
                     __builtin_prefetch(VS + sw_attn_k_at(ng, 0, j0 + RUN) + l, 0, ATTN_PF_LOC);
             for (int d0 = 0; d0 < hd; d0 += TD) {
                 if (q8 && d0 % SW_KV_GROUP == 0)   /* a tile that starts a group (with TD < 32, the next shares it) */
-                    for (int t = 0; t < TG; t++) {
-                        const sw_f16 *sc = VS + sw_attn_k_at(ng, d0 / SW_KV_GROUP + t, j0);
-                        for (int i = 0; i < 4; i++)
-                            for (int jj = 0; jj < RUN; jj += VEC_W) {
-                                VEC pv;
-                                memcpy(&pv, p[i] + j0 + jj, sizeof pv);   /* P's rows reach the run's end */
-                                pv *= LOADV(sc + jj);
-                                memcpy(&x[t][i][jj], &pv, sizeof pv);
-                            }
-                    }
+                    ATTN_SFX(pv_scale_run)(x, TG, p, VS + sw_attn_k_at(ng, d0 / SW_KV_GROUP, j0), j0);
                 VEC a[4][PV_VECS];
                 _Pragma("GCC unroll 4")
                 for (int i = 0; i < 4; i++)

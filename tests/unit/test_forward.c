@@ -54,6 +54,21 @@ static double diff(const float *a, const float *b, int n)
 }
 
 static sw_kv_type kv_type;   /* the cache type every context is made with */
+static double worst_case;    /* the largest diff() a check_model run met */
+
+/* Precise mode's bound. A batch computes K and V with other kernels than a
+ * single token (AVX-512 has a one-token path), so they can differ in the last
+ * bit; an f16 cache rounds that to a half ulp (2^-11 of the value), a q8_0
+ * cache can move it a whole int8 step (1/127 of its group's largest), ~16x
+ * more. Measured worst (Intel Xeon, AVX-512, the test_arch files): 8.8e-5
+ * with f16, 1.6e-4 with q8_0; bitwise 0 with SPILLWAY_ISA=avx2 or scalar. */
+static double precise_tol(void) { return kv_type == SW_KV_Q8_0 ? 1e-3 : 1e-4; }
+
+static double track(double d)
+{
+    worst_case = d > worst_case || isnan(d) ? d : worst_case;
+    return d;
+}
 
 static sw_ctx *make_ctx(const sw_model *m, int n_seq, int n_ctx, int batch, bool precise)
 {
@@ -100,16 +115,17 @@ static void run_case(const fixture *f, const char *what, int n_seq, const sw_tok
                      const int *want, int nw)
 {
     const char *mode = f->precise ? " (precise)" : "";
+    const char *kv = sw_kv_type_name(kv_type);
     sw_ctx *c = new_ctx(f->m, n_seq, f->precise);
     if (!c) return;
     if ((split > 0 && forward(c, t, split, f->got)) || forward(c, t + split, n - split, f->got)) goto out;
     for (int k = 0; k < nw; k++) {
-        double d = diff(f->got + (size_t)k * f->V, f->full + (size_t)want[k] * f->V, f->V);
-        CHECK(d <= f->tol, "%s%s: %s, logits row %d differ by %g", f->name, mode, what, k, d);
+        double d = track(diff(f->got + (size_t)k * f->V, f->full + (size_t)want[k] * f->V, f->V));
+        CHECK(d <= f->tol, "%s%s, %s cache: %s, logits row %d differ by %g", f->name, mode, kv, what, k, d);
     }
     if (forward(c, &f->one, 1, f->got)) goto out;
-    double d = diff(f->got, f->next, f->V);
-    CHECK(d <= f->tol, "%s%s: decode after %s differs by %g", f->name, mode, what, d);
+    double d = track(diff(f->got, f->next, f->V));
+    CHECK(d <= f->tol, "%s%s, %s cache: decode after %s differs by %g", f->name, mode, kv, what, d);
 out:
     sw_ctx_free(c);
 }
@@ -117,6 +133,7 @@ out:
 static void check_model(const char *name, const sw_model *m, bool precise)
 {
     precise_mode = precise;
+    worst_case = 0;
     const int V = vocab = (int)m->hp.n_vocab;
     float *full = malloc(sizeof(float) * (size_t)V * (N + N2));
     float *next = malloc(sizeof(float) * (size_t)V);
@@ -130,7 +147,7 @@ static void check_model(const char *name, const sw_model *m, bool precise)
     for (int i = 0; i < N2; i++) t[N + i] = (sw_tok_in){ tok_id(1, i), i, 1, true };
     sw_tok_in one = { tok_id(0, N), N, 0, true };
     if (forward(ref, t, N + N2, full) || forward(ref, &one, 1, next)) goto out;
-    fixture f = { name, m, precise, precise ? 1e-4 : 1e-3, V, full, next, one, got };
+    fixture f = { name, m, precise, precise ? precise_tol() : 1e-3, V, full, next, one, got };
 
     /* 1. A prefill that wants only the last token's logits; 2. the same
      * chunked, where the first chunk wants none (its last layer only files
@@ -155,9 +172,11 @@ static void check_model(const char *name, const sw_model *m, bool precise)
     sw_ctx_copy_kv(ref, 0, 1, 0, N);
     sw_tok_in one1 = { tok_id(0, N), N, 1, true };
     if (forward(ref, &one1, 1, got)) goto out;
-    CHECK(diff(got, next, V) <= f.tol, "%s%s: decode from a copied prefix differs by %g", name,
-          precise ? " (precise)" : "", diff(got, next, V));
-    printf("%s%s, %s cache: done\n", name, precise ? " (precise)" : "", sw_kv_type_name(kv_type));
+    double d = track(diff(got, next, V));
+    CHECK(d <= f.tol, "%s%s, %s cache: decode from a copied prefix differs by %g", name, precise ? " (precise)" : "",
+          sw_kv_type_name(kv_type), d);
+    printf("%s%s, %s cache: done (worst %g)\n", name, precise ? " (precise)" : "", sw_kv_type_name(kv_type),
+           worst_case);
 
 out:
     sw_ctx_free(ref);
@@ -202,10 +221,15 @@ static void check_ring(const char *name, const sw_model *m)
      * positions are summed in slot order, and the last-bit differences grow
      * through the cached K/V of later positions: measured up to 6e-6 of the
      * largest logit on the Gemma 2 file and 2e-4 on the Gemma 3 one (q/k norm
-     * gains of ~2 sharpen its attention). A window off by one slot measured
+     * gains of ~2 sharpen its attention). A q8_0 cache turns a last-bit
+     * difference into a whole int8 step now and then (precise_tol): 6e-3 on
+     * the Gemma 3 file, on every ISA. A window off by one slot measured
      * 0.5-0.7. */
-    CHECK(worst < 2e-3, "%s: ring against full cache over %d positions: %g", name, STEPS, worst);
-    CHECK(worst_chunk < 2e-3, "%s: ring in batches of %d against full cache: %g", name, SMALL, worst_chunk);
+    double bound = kv_type == SW_KV_Q8_0 ? 2e-2 : 2e-3;
+    CHECK(worst < bound, "%s, %s cache: ring against full cache over %d positions: %g", name,
+          sw_kv_type_name(kv_type), STEPS, worst);
+    CHECK(worst_chunk < bound, "%s, %s cache: ring in batches of %d against full cache: %g", name,
+          sw_kv_type_name(kv_type), SMALL, worst_chunk);
     /* resume sequence 1 at STEPS from sequence 0's rings */
     CHECK(sw_ctx_can_resume(ring, STEPS, STEPS), "%s: the window before the end is held", name);
     CHECK(!sw_ctx_can_resume(ring, STEPS, STEPS / 2), "%s: the middle has been overwritten", name);
