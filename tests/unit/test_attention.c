@@ -92,6 +92,16 @@ static void test_tiles(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int 
 /* The same over a q8_0 cache: int8 elements, a half scale per 32 dimensions
  * of a position (KS and VS both at sw_attn_k_at(hd / 32, g, j)); the
  * reference multiplies the dequantized values. */
+/* Whether got is ref to within 1e-5 of the sum of the terms' magnitudes;
+ * the first 3 misses of a case are reported. */
+static void near_q8(int *bad, sw_isa isa, int M, int hd, int N, const char *what, int r, int c, double got, double ref,
+                    double mag)
+{
+    if (fabs(got - ref) > 1e-5 * mag + 1e-6 && (*bad)++ < 3)
+        CHECK(0, "isa %s q8_0 M %d hd %d N %d: %s[%d][%d] = %.9g, ref %.9g", sw_isa_name(isa), M, hd, N, what, r, c, got,
+              ref);
+}
+
 static void test_tiles_q8(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int N)
 {
     const int pad = (N + 31) & ~31, ss = pad, ng = hd / SW_KV_GROUP;
@@ -118,9 +128,7 @@ static void test_tiles_q8(sw_isa isa, const sw_attn_kernels *k, int M, int hd, i
                 ref += t;
                 mag += fabs(t);
             }
-            if (fabs(S[r * ss + j] - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
-                CHECK(0, "isa %s q8_0 M %d hd %d N %d: S[%d][%d] = %.9g, ref %.9g", sw_isa_name(isa), M, hd, N, r, j,
-                      S[r * ss + j], ref);
+            near_q8(&bad, isa, M, hd, N, "S", r, j, S[r * ss + j], ref, mag);
         }
         for (int d = 0; d < hd; d++) {
             double ref = 0, mag = 0;
@@ -130,9 +138,7 @@ static void test_tiles_q8(sw_isa isa, const sw_attn_kernels *k, int M, int hd, i
                 ref += t;
                 mag += fabs(t);
             }
-            if (fabs(O[r * hd + d] - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
-                CHECK(0, "isa %s q8_0 M %d hd %d N %d: O[%d][%d] = %.9g, ref %.9g", sw_isa_name(isa), M, hd, N, r, d,
-                      O[r * hd + d], ref);
+            near_q8(&bad, isa, M, hd, N, "O", r, d, O[r * hd + d], ref, mag);
         }
     }
     CHECK(bad == 0, "isa %s q8_0 M %d hd %d N %d: %d values off", sw_isa_name(isa), M, hd, N, bad);
