@@ -632,8 +632,10 @@ def test_q8_0_kv_cache_serves_and_reuses_prefixes(gw, tmp_path):
     greedy text. A model whose head size does not allow it (stories260K's
     8) is refused at start, with the reason."""
     model = shared_file("golden/synth-gpt2-d512-q4km.gguf")
+    # One thread, as the other model-serving tests: under TSan (halt_on_error)
+    # libgomp's fork/join, which it cannot see, reads as a race in the packing.
     w = Proc([bin_path("spillway-worker-cpu"), "--gateway", gw.endpoint, "--pool", "cpu-pool",
-              "--model", f"g={model}", "--threads", "2", "--parallel", "1", "--kv-cache", "q8_0",
+              "--model", f"g={model}", "--threads", "1", "--parallel", "1", "--kv-cache", "q8_0",
               "--worker-id", "cpu-q8"], tmp_path / "worker.log")
     try:
         gw.recv(30, want="register")
