@@ -89,9 +89,6 @@ static void test_tiles(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int 
     free(Q); free(S); free(P); free(O); free(zero); free(KT); free(V);
 }
 
-/* The same over a q8_0 cache: int8 elements, a half scale per 32 dimensions
- * of a position (KS and VS both at sw_attn_k_at(hd / 32, g, j)); the
- * reference multiplies the dequantized values. */
 /* Whether got is ref to within 1e-5 of the sum of the terms' magnitudes;
  * the first 3 misses of a case are reported. */
 static void near_q8(int *bad, sw_isa isa, int M, int hd, int N, const char *what, int r, int c, double got, double ref,
@@ -102,6 +99,9 @@ static void near_q8(int *bad, sw_isa isa, int M, int hd, int N, const char *what
               ref);
 }
 
+/* test_tiles over a q8_0 cache: int8 elements, a half scale per 32 dimensions
+ * of a position (KS and VS both at sw_attn_k_at(hd / 32, g, j)); the
+ * reference multiplies the dequantized values. */
 static void test_tiles_q8(sw_isa isa, const sw_attn_kernels *k, int M, int hd, int N)
 {
     const int pad = (N + 31) & ~31, ss = pad, ng = hd / SW_KV_GROUP;
