@@ -32,9 +32,16 @@
  *                    frame as that gateway sent it, or the 1-byte control
  *                    'R' = that link was reset (drop its requests)], or the
  *                    single frame 'X' = the link thread failed for good.
- *   compute -> link: [gateway index byte][an encoded envelope for it], or a
- *                    single-frame control: 'D' = draining (tell every
- *                    gateway), 'Q' = shutting down (send Disconnect, exit).
+ *   compute -> link: [gateway index byte][an encoded envelope for it, or
+ *                    'R' = that reset is done], or a single-frame control:
+ *                    'D' = draining (tell every gateway), 'Q' = shutting
+ *                    down (send Disconnect, exit).
+ * A reset's 'R' comes back because output crosses the pipe in order: what
+ * the compute thread sent before it is for the lost connection's requests.
+ * Until it is back the link drops that output and neither registers nor
+ * heartbeats, so the gateway it registers with next never sees a frame for
+ * a request it did not send (a burst of them would get the worker dropped,
+ * as after a gateway restart under load, or a worker resuming from a stop).
  * Real envelopes are never 1 byte long, so the controls cannot be confused
  * with them. Both PAIR ends have no high-water mark: neither side can block
  * the other (which could deadlock), and the queue is bounded by real traffic.
@@ -201,6 +208,7 @@ typedef struct {
     int64_t last_recv, last_send, last_hb, last_load_check;
     int64_t backoff_ms, reconnect_at;
     int heard;            /* heard from the gateway since this connection began */
+    int resetting;        /* resets the compute thread has not confirmed yet (see the top) */
     size_t reported_inflight; /* requests in flight at the last heartbeat */
 } link_state;
 
@@ -235,6 +243,7 @@ static void send_register(link_state *L)
 
 static void send_heartbeat(link_state *L, const sw_load *l)
 {
+    if (L->resetting) return;   /* the gateway does not know us: it would answer "register again" */
     Spillway__Heartbeat h = SPILLWAY__HEARTBEAT__INIT;
     h.active = l->active;
     h.queued = l->queued;
@@ -290,9 +299,10 @@ static int open_dealer(link_state *L)
     L->heard = 0;
     L->reported_inflight = 0;
     L->refused_until = 0;
-    sw_worker_log("connecting to %s as %s (pool %s%s), registering", L->ep,
-                  L->a->worker_id, L->a->cfg->pool, L->a->curve ? ", CURVE" : ", plaintext");
-    send_register(L);
+    sw_worker_log("connecting to %s as %s (pool %s%s), registering%s", L->ep, L->a->worker_id,
+                  L->a->cfg->pool, L->a->curve ? ", CURVE" : ", plaintext",
+                  L->resetting ? " once the lost connection's requests are dropped" : "");
+    if (!L->resetting) send_register(L);
     return 0;
 }
 
@@ -307,6 +317,23 @@ static void close_dealer(link_state *L, int linger_ms)
     zmq_setsockopt(L->dealer, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
     zmq_close(L->dealer);
     L->dealer = NULL;
+}
+
+/* The connection's requests are lost (the gateway restarted, or is
+ * silent): the compute thread drops them and says when it has. */
+static void reset_link(link_state *L)
+{
+    pipe_send_ctrl(L->pipe, L->idx, CTRL_RESET);
+    L->resetting++;
+}
+
+/* The compute thread confirmed a reset: what it sends from now on is for
+ * requests of the connection to come, so register there (unless refused:
+ * then the retry timer does). */
+static void reset_done(link_state *L)
+{
+    if (L->resetting > 0) L->resetting--;
+    if (!L->resetting && L->dealer && !L->refused_until) send_register(L);
 }
 
 /* A generate request that parses but fails validation (say, an empty prompt)
@@ -409,10 +436,10 @@ static void on_gateway_message(link_state *L)
         /* The gateway does not know us (it restarted): whatever we were
          * doing was for its previous life, so drop it and register again on
          * this connection. */
-        pipe_send_ctrl(L->pipe, L->idx, CTRL_RESET);
+        reset_link(L);
         if (L->refused_until) break;   /* refused: the retry timer registers again */
-        sw_worker_log("gateway says: %s; registering again", env->disconnect->reason);
-        send_register(L);
+        sw_worker_log("gateway says: %s; registering again once its old requests are dropped",
+                      env->disconnect->reason);
         break;
     case SPILLWAY__ENVELOPE__BODY_ERROR:
         if (!env->error->request_id[0] && env->error->code == 403) {
@@ -469,10 +496,16 @@ static int on_pipe_messages(link_state *gw, size_t n)
             zmq_msg_close(&m);
             return 0;
         }
-        /* While disconnected, output is dropped: the gateway that asked for it
-         * is gone, and the compute thread is being told to drop its requests. */
         link_state *L = c >= 0 && (size_t)c < n ? &gw[c] : NULL;
-        if (L && L->dealer) {
+        if (L && zmq_msg_size(&m) == 1 && *(char *)zmq_msg_data(&m) == CTRL_RESET) {
+            reset_done(L);
+            zmq_msg_close(&m);
+            continue;
+        }
+        /* While disconnected or resetting, output is dropped: the gateway
+         * that asked for it is gone, and the compute thread is dropping its
+         * requests. */
+        if (L && L->dealer && !L->resetting) {
             if (zmq_msg_send(&m, L->dealer, ZMQ_DONTWAIT) >= 0) {
                 L->last_send = sw_clock_ms();
                 continue;
@@ -488,7 +521,7 @@ static void declare_gateway_dead(link_state *L, int64_t now)
     sw_worker_log("gateway %s silent for %d ms: reconnecting in %lld ms", L->ep,
                   SW_HEARTBEAT_MS * SW_HEARTBEAT_LIVENESS, (long long)L->backoff_ms);
     close_dealer(L, 0);
-    pipe_send_ctrl(L->pipe, L->idx, CTRL_RESET);
+    reset_link(L);
     L->reconnect_at = now + L->backoff_ms;
     L->backoff_ms *= 2;
     if (L->backoff_ms > SW_RECONNECT_MAX_MS) L->backoff_ms = SW_RECONNECT_MAX_MS;
@@ -548,7 +581,7 @@ static void link_timers(link_state *L)
         declare_gateway_dead(L, now);
         return;
     }
-    if (L->dealer && L->refused_until && now >= L->refused_until) {
+    if (L->dealer && L->refused_until && now >= L->refused_until && !L->resetting) {
         L->refused_until = 0;
         send_register(L);
     }
@@ -1037,10 +1070,12 @@ static int pipe_one(compute *C)
     if (zmq_msg_size(&m) == 1) {
         char c = *(char *)zmq_msg_data(&m);
         zmq_msg_close(&m);
+        if (c != CTRL_RESET) return 1;
         size_t before = C->reqs.n;
-        if (c == CTRL_RESET) drop_all(C, gw, 0, NULL);
+        drop_all(C, gw, 0, NULL);
         if (before != C->reqs.n)
             sw_worker_log("dropped %zu requests of the lost gateway %s", before - C->reqs.n, C->cfg->gateways[gw]);
+        pipe_send_ctrl(C->pipe, gw, CTRL_RESET);   /* done: what follows is the next connection's */
         return 1;
     }
     char err[200];
