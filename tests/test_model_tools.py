@@ -323,6 +323,29 @@ def test_bench_reports_table_and_json(tmp_path):
         assert any(l.startswith("int8 multiply-add peak") for l in lines), r.stdout
 
 
+@pytest.mark.parametrize("cache,slot_bytes", [("f16", 2 * 32 * 2), ("q8_0", 2 * (32 + 2))])
+def test_bench_depth_counts_the_cache_it_reads(tmp_path, cache, slot_bytes):
+    """spillway-bench -d: decode starts after `depth` positions of context in
+    every sequence, and each step's cache read is counted beside the
+    weights: per token, per layer and KV head, its attended slots in whole
+    tiles of 32, each with K and V (and q8_0's scales). GB/s covers both."""
+    import json
+    model = synth(tmp_path / "tiny-q4km.gguf", type_="q4_k_m")
+    depth, n = 40, 20
+    r = run([bin_path("spillway-bench"), "-m", model, "-t", "2", "-p", "32", "-n", str(n), "-b", "1,3",
+             "-d", str(depth), "--kv-cache", cache, "--mem-mib", "32"])
+    assert f"{cache} KV cache, depth {depth}" in r.stdout, r.stdout
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert j["depth"] == depth and j["kv_cache"] == cache
+    # the tiny shape: 2 layers, 2 KV heads of 32; timed steps at depth+1..depth+n
+    per_token = sum(2 * 2 * -(-(p + 1) // 32) * 32 * slot_bytes for p in range(depth + 1, depth + n + 1)) / n
+    for d in j["decode"]:
+        assert d["kv_bytes_per_step"] == round(d["batch"] * per_token), (d, per_token)
+        step = d["weight_bytes_per_token"] * d["batch"] + d["kv_bytes_per_step"]
+        measured = d["gb_per_s"] * 1e9 * d["batch"] / d["tokens_per_s"]
+        assert abs(measured / step - 1) < 0.02, (d, step)
+
+
 def test_bench_cli_errors(tmp_path):
     b = bin_path("spillway-bench")
     r = run([b, "-m", tmp_path / "missing.gguf"], ok=False)
@@ -331,6 +354,8 @@ def test_bench_cli_errors(tmp_path):
     assert r.returncode != 0 and "-b" in r.stderr
     r = run([b, "-p", "5"], ok=False)
     assert r.returncode != 0 and "-m MODEL is required" in r.stderr
+    r = run([b, "-m", "x.gguf", "-d", "-1"], ok=False)
+    assert r.returncode != 0 and "-d" in r.stderr
 
 
 def test_bench_kernels_mode(tmp_path):

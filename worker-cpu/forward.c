@@ -93,6 +93,7 @@ struct sw_ctx {
     /* weight bytes the last sw_forward read: the dense part (all of it but
      * the experts), plus each expert used */
     uint64_t dense_bytes, bytes_read;
+    uint64_t kv_bytes_read;   /* of the KV cache, by the last sw_forward's attention */
     float *px, *py;           /* [2*B][max cols], [2*B*max rows] (see matmul) */
     size_t py_cap;
 };
@@ -577,6 +578,7 @@ sw_ctx *sw_ctx_new(const sw_model *m, int n_seq, int n_ctx, int max_batch, char 
 }
 
 uint64_t sw_ctx_weight_bytes_read(const sw_ctx *c) { return c->bytes_read; }
+uint64_t sw_ctx_kv_bytes_read(const sw_ctx *c) { return c->kv_bytes_read; }
 
 void sw_ctx_free(sw_ctx *c)
 {
@@ -897,6 +899,30 @@ static void kv_store(sw_ctx *c, const sw_attn_kernels *ak, int layer, int seq, i
     }
 }
 
+/* The cache slots a token at position pos reads in `layer`: the positions
+ * it attends to, lo..pos, are slots a..b-1 of the layer's cache, or in a
+ * ring that has wrapped, a..R-1 and 0..b-1 (then all R slots are scored
+ * and the gap b..a-1 gets weight 0). The tiles start at the 32-slot
+ * boundary j0 below a, which keeps their alignment, and the slots j0..a-1
+ * get weight 0 too: slots j0..b-1 are read, m0..m1-1 weigh 0. */
+typedef struct { int j0, b, m0, m1; } kv_span;
+static kv_span attended(const sw_ctx *c, int layer, int pos)
+{
+    const int window = c->m->layers[layer].sliding ? (int)c->m->hp.n_swa : 0;
+    const int N = pos + 1, R = c->kv_slots[layer];
+    const int lo = window && N > window ? N - window : 0;
+    const int a = lo % R, b = (N - 1) % R + 1;
+    if (N > R && a >= b) return (kv_span){ 0, R, b, a };
+    return (kv_span){ a & ~31, b, 0, a - (a & ~31) };
+}
+
+/* Bytes of K and V a KV head keeps per slot (q8_0: with its scales). */
+static size_t kv_slot_bytes(const sw_ctx *c)
+{
+    const size_t hd = c->m->hp.head_dim;
+    return 2 * (hd * kv_elem(c) + (c->kv_type == SW_KV_Q8_0 ? hd / SW_KV_GROUP * sizeof(sw_f16) : 0));
+}
+
 /* Causal attention: token t of sequence s at position p attends to that
  * sequence's cached positions 0..p, which this step has already filled up
  * to p (in a sliding layer, to the last n_swa of them). Query heads share
@@ -908,14 +934,19 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
     const int hd = (int)hp->head_dim, n_kv = (int)hp->n_head_kv;
     const int group = (int)(hp->n_head / hp->n_head_kv);
     const float scale = hp->attn_scale, cap = hp->attn_softcap;
-    const int window = c->m->layers[layer].sliding ? (int)hp->n_swa : 0;
     const sw_attn_kernels *ak = sw_attn_kernels_for(sw_isa_active());
     const bool q8 = c->kv_type == SW_KV_Q8_0;
 
     /* Small work runs on one thread: waking the pool costs more than it saves. */
     long work = 0;
-    for (int t = 0; t < n; t++) work += (long)(toks[t].pos + 1);
+    uint64_t slots = 0;   /* read, in whole tiles of 32 */
+    for (int t = 0; t < n; t++) {
+        kv_span sp = attended(c, layer, toks[t].pos);
+        work += (long)(toks[t].pos + 1);
+        slots += (uint64_t)(sp.b - sp.j0 + 31) & ~(uint64_t)31;
+    }
     work *= (long)hp->n_head * hd;
+    c->kv_bytes_read += slots * (uint64_t)n_kv * kv_slot_bytes(c);
 #pragma omp parallel for schedule(dynamic, 1) if (work > 65536)
     for (int tg = 0; tg < n * n_kv; tg++) {
         int t = tg / n_kv, g = tg % n_kv;
@@ -928,15 +959,8 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
         if (!S) S = tmp = aligned_alloc(64, (size_t)group * ss * sizeof(float));
         if (!S) continue;
 
-        /* The positions it reads, lo..N-1, are slots a..b-1 of the layer's
-         * cache, or in a ring that has wrapped, a..R-1 and 0..b-1 (then all
-         * R slots are scored and the gap b..a-1 gets weight 0). The tiles
-         * start at the 32-slot boundary j0 below a, which keeps their
-         * alignment, and the slots j0..a-1 get weight 0 too. */
-        const int N = toks[t].pos + 1, R = c->kv_slots[layer];
-        const int lo = window && N > window ? N - window : 0;
-        int a = lo % R, b = (N - 1) % R + 1, j0 = a & ~31, m0 = 0, m1 = a - j0;
-        if (N > R && a >= b) { j0 = 0; m0 = b; m1 = a; b = R; }
+        const kv_span sp = attended(c, layer, toks[t].pos);
+        const int j0 = sp.j0, b = sp.b;
         const size_t base = kv_base(c, toks[t].seq, layer, g);
         const float *Q = c->q + (size_t)t * c->q_dim + (size_t)g * group * hd;
         float *O = out + (size_t)t * c->q_dim + (size_t)g * group * hd;
@@ -946,7 +970,7 @@ static void attention(sw_ctx *c, int layer, const sw_tok_in *toks, int n, float 
                           c->zeros);
         else
             ak->scores(Q, group, hd, (const sw_f16 *)c->kv_k + k0, b - j0, S, ss, c->zeros);
-        softmax_rows(S, ss, group, b - j0, m0, m1, scale, cap,
+        softmax_rows(S, ss, group, b - j0, sp.m0, sp.m1, scale, cap,
                      c->sinks ? c->sinks + (size_t)layer * hp->n_head + (size_t)g * group : NULL);
         if (q8)
             ak->pv_q8(S, ss, group, (const int8_t *)c->kv_v + v0, c->kv_vs + v0 / SW_KV_GROUP, hd, b - j0, O,
@@ -1274,6 +1298,7 @@ static int forward_hidden(sw_ctx *c, const sw_tok_in *toks, int n, char *err, si
     if (check_batch(c, toks, n, err, errlen)) return -1;
     const sw_model *m = c->m;
     c->bytes_read = c->dense_bytes;
+    c->kv_bytes_read = 0;
     const sw_hparams *hp = &m->hp;
     const int E = (int)hp->n_embd;
 

@@ -77,6 +77,9 @@ int sw_forward_hidden(sw_ctx *c, const sw_tok_in *toks, int n, float *hidden_out
 /* Bytes of weights the last sw_forward call read: every matrix, but of a
  * mixture of experts only the experts some token of the batch used. */
 uint64_t sw_ctx_weight_bytes_read(const sw_ctx *c);
+/* Bytes of the KV cache the last sw_forward call's attention read: each
+ * token its own attended positions' K and V, in whole tiles of 32 slots. */
+uint64_t sw_ctx_kv_bytes_read(const sw_ctx *c);
 
 /* Weight multiply-adds of one sw_forward call over n tokens of which
  * n_logits want logits (the last layer and the output run only those; see

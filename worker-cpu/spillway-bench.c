@@ -3,7 +3,7 @@
  * same run (absolute figures move between runs on shared machines; the
  * ratios are what to compare).
  *
- *   spillway-bench -m MODEL [-t THREADS] [-p 512] [-n 128] [-b 1,4,16] [--mem-mib 1024]
+ *   spillway-bench -m MODEL [-t THREADS] [-p 512] [-n 128] [-b 1,4,16] [-d 0] [--mem-mib 1024]
  *   spillway-bench --kernels [--quick]   the packed matmul alone, no model
  *   spillway-bench --cpu                 what this CPU has, as one JSON line
  *
@@ -30,23 +30,26 @@
 
 typedef struct {
     const char *model;
-    int threads, n_prompt, n_gen, mem_mib, precise, kernels, quick, cpu;
+    int threads, n_prompt, n_gen, depth, mem_mib, precise, kernels, quick, cpu;
     int batches[MAX_BATCHES], n_batches;
     sw_kv_type kv_type;
 } options;
 
-typedef struct { int batch; double tok_s, gb_s, step_ms, mem_gb_s, gmac_s, step_bytes; } decode_result;
+/* step_bytes: weights and KV cache read per step; kv_bytes: the cache's share */
+typedef struct { int batch; double tok_s, gb_s, step_ms, mem_gb_s, gmac_s, step_bytes, kv_bytes; } decode_result;
 
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: spillway-bench -m MODEL [-t THREADS] [-p N] [-n N] [-b B1,B2,...] [--mem-mib MIB] [--precise]\n"
-        "                      [--kv-cache f16|q8_0]\n"
+        "usage: spillway-bench -m MODEL [-t THREADS] [-p N] [-n N] [-b B1,B2,...] [-d N] [--mem-mib MIB]\n"
+        "                      [--precise] [--kv-cache f16|q8_0]\n"
         "       spillway-bench --kernels [--quick] [-t THREADS] [--mem-mib MIB]\n"
         "       spillway-bench --cpu\n"
         "  -p N        prompt tokens for the prefill measurement (default 512)\n"
         "  -n N        decode steps per batch size (default 128)\n"
         "  -b LIST     decode batch sizes (default 1,4,16)\n"
+        "  -d N        depth: prefill and decode after N positions of context, in every\n"
+        "              sequence (default 0), as llama-bench's -d\n"
         "  --mem-mib   size of the streaming-read buffer (default 1024)\n"
         "  --precise   use residual-corrected activations (default: the serving path)\n"
         "  --kv-cache  the KV cache's element type (default f16)\n"
@@ -90,6 +93,7 @@ static options parse_args(int argc, char **argv)
         else if (!strcmp(a, "-t")) o.threads = (int)sw_cli_long("spillway-bench", a, v, 1, 1024);
         else if (!strcmp(a, "-p")) o.n_prompt = (int)sw_cli_long("spillway-bench", a, v, 1, 65536);
         else if (!strcmp(a, "-n")) o.n_gen = (int)sw_cli_long("spillway-bench", a, v, 1, 65536);
+        else if (!strcmp(a, "-d")) o.depth = (int)sw_cli_long("spillway-bench", a, v, 0, 1 << 20);
         else if (!strcmp(a, "-b")) parse_batches(&o, v);
         else if (!strcmp(a, "--mem-mib")) o.mem_mib = (int)sw_cli_long("spillway-bench", a, v, 16, 1 << 20);
         else if (!strcmp(a, "--kv-cache")) {
@@ -175,10 +179,6 @@ static int run_batch(sw_ctx *ctx, sw_tok_in *b, int n, float *logits)
     return 0;
 }
 
-/* Prefill: one prompt of n_prompt tokens, in one batch, logits for the last.
- * main runs it twice and times the second, as llama-bench warms up before
- * it measures: the first run of a process pays for cold pages and caches
- * (docs/perf/cpu.md, session 10's log). */
 /* A context as the options ask (activations, cache type); NULL, said, when
  * one cannot be had. */
 static sw_ctx *bench_ctx(const sw_model *m, const options *o, int n_seq, int n_ctx, int batch)
@@ -194,56 +194,86 @@ static sw_ctx *bench_ctx(const sw_model *m, const options *o, int n_seq, int n_c
     return ctx;
 }
 
-static double bench_prefill(const sw_model *m, const options *o, uint32_t *rng)
+static int32_t random_token(const sw_model *m, uint32_t *rng)
+{
+    *rng = *rng * 1664525u + 1013904223u;
+    return (int32_t)(*rng % m->hp.n_vocab);
+}
+
+/* -d: positions 0..depth-1 of every sequence filled, sequence 0's by a
+ * prefill in batches as large as the context takes, then copied to the
+ * others (a memory copy: the same cache contents, in each one's own
+ * memory, so each still streams its own). */
+static int fill_depth(sw_ctx *ctx, const sw_model *m, int depth, int n_seq, uint32_t *rng)
+{
+    const int mb = sw_ctx_max_batch(ctx);
+    sw_tok_in *b = calloc((size_t)mb, sizeof *b);
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    int rc = b && logits ? 0 : -1;
+    double t0 = sw_clock_s();
+    for (int p0 = 0; p0 < depth && !rc; p0 += mb) {
+        int n = depth - p0 < mb ? depth - p0 : mb;
+        for (int i = 0; i < n; i++)
+            b[i] = (sw_tok_in){ .token = random_token(m, rng), .pos = p0 + i, .seq = 0, .logits = i == n - 1 };
+        rc = run_batch(ctx, b, n, logits);
+    }
+    for (int s = 1; s < n_seq && !rc; s++) sw_ctx_copy_kv(ctx, 0, s, 0, depth);
+    if (!rc && depth) fprintf(stderr, "spillway-bench: %d positions of context filled in %.1f s\n", depth, sw_clock_s() - t0);
+    free(b);
+    free(logits);
+    return rc;
+}
+
+/* Prefill: one prompt of n_prompt tokens after the depth, in one batch on
+ * sequence `seq`, logits for the last. main runs it twice and times the
+ * second, as llama-bench warms up before it measures: the first run of a
+ * process pays for cold pages and caches (docs/perf/cpu.md, session 10's
+ * log). */
+static double bench_prefill(sw_ctx *ctx, const sw_model *m, const options *o, int seq, uint32_t *rng)
 {
     const int n_prompt = o->n_prompt;
-    sw_ctx *ctx = bench_ctx(m, o, 1, n_prompt, n_prompt);
-    if (!ctx) return -1;
     sw_tok_in *b = calloc((size_t)n_prompt, sizeof *b);
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    for (int i = 0; i < n_prompt; i++) {
-        *rng = *rng * 1664525u + 1013904223u;
-        b[i] = (sw_tok_in){ .token = (int32_t)(*rng % m->hp.n_vocab), .pos = i, .seq = 0, .logits = i == n_prompt - 1 };
-    }
+    for (int i = 0; i < n_prompt; i++)
+        b[i] = (sw_tok_in){ .token = random_token(m, rng), .pos = o->depth + i, .seq = seq,
+                            .logits = i == n_prompt - 1 };
     double t0 = sw_clock_s();
     int rc = run_batch(ctx, b, n_prompt, logits);
     double dt = sw_clock_s() - t0;
     free(b);
     free(logits);
-    sw_ctx_free(ctx);
     return rc ? -1 : n_prompt / dt;
 }
 
-/* Decode: `batch` sequences, each one token per step from position 0, all in
- * one forward call per step (weights read once per step). The first step is
- * a warm-up and is not timed; then n_gen steps run in segments of
+/* Decode: sequences 0..batch-1, each one token per step from the depth, all
+ * in one forward call per step (weights read once per step). The first step
+ * is a warm-up and is not timed; then n_gen steps run in segments of
  * SEGMENT_STEPS with a streaming-read pass before each and after the last;
  * only the steps are timed for the decode rate, and the mean of the passes
  * is the bandwidth beside it. */
 #define SEGMENT_STEPS 16
-static int bench_decode(const sw_model *m, const options *o, int batch, int n_gen, uint32_t *rng, read_meter *rm,
-                        decode_result *out)
+static int bench_decode(sw_ctx *ctx, const sw_model *m, const options *o, int batch, int n_gen, uint32_t *rng,
+                        read_meter *rm, decode_result *out)
 {
-    sw_ctx *ctx = bench_ctx(m, o, batch, n_gen + 1, batch);
-    if (!ctx) return -1;
     sw_tok_in *b = calloc((size_t)batch, sizeof *b);
     float *logits = malloc((size_t)batch * m->hp.n_vocab * sizeof(float));
     int rc = 0, passes = 0;
-    double dt = 0.0, bw = 0.0, bytes = 0.0;
+    double dt = 0.0, bw = 0.0, bytes = 0.0, kv = 0.0;
     for (int step = 0; step <= n_gen && !rc; step++) {
         if (rm && step > 0 && (step - 1) % SEGMENT_STEPS == 0) { bw += meter_pass(rm); passes++; }
         for (int s = 0; s < batch; s++) {
             /* the next token is the argmax, as in greedy decoding (cheap next to the step) */
-            int32_t tok;
-            if (step == 0) { *rng = *rng * 1664525u + 1013904223u; tok = (int32_t)(*rng % m->hp.n_vocab); }
-            else tok = sw_argmax(logits + (size_t)s * m->hp.n_vocab, (int32_t)m->hp.n_vocab);
-            b[s] = (sw_tok_in){ .token = tok, .pos = step, .seq = s, .logits = true };
+            int32_t tok = step ? sw_argmax(logits + (size_t)s * m->hp.n_vocab, (int32_t)m->hp.n_vocab)
+                               : random_token(m, rng);
+            b[s] = (sw_tok_in){ .token = tok, .pos = o->depth + step, .seq = s, .logits = true };
         }
         double t0 = sw_clock_s();
         rc = run_batch(ctx, b, batch, logits);
         if (step == 0) continue;   /* the warm-up */
         dt += sw_clock_s() - t0;
-        bytes += (double)sw_ctx_weight_bytes_read(ctx);   /* a mixture's experts vary by step */
+        /* a mixture's experts vary by step */
+        bytes += (double)sw_ctx_weight_bytes_read(ctx) + (double)sw_ctx_kv_bytes_read(ctx);
+        kv += (double)sw_ctx_kv_bytes_read(ctx);
     }
     if (rm) { bw += meter_pass(rm); passes++; }
     out->batch = batch;
@@ -251,11 +281,11 @@ static int bench_decode(const sw_model *m, const options *o, int batch, int n_ge
     out->step_ms = dt / n_gen * 1e3;
     out->gb_s = bytes / dt / 1e9;
     out->step_bytes = bytes / n_gen;
+    out->kv_bytes = kv / n_gen;
     out->mem_gb_s = passes ? bw / passes : 0.0;
     out->gmac_s = sw_forward_weight_macs(m, batch, batch) * n_gen / dt / 1e9;
     free(b);
     free(logits);
-    sw_ctx_free(ctx);
     return rc;
 }
 
@@ -450,6 +480,37 @@ typedef struct {
     const decode_result *b1;            /* the batch-1 result, if one ran */
 } model_run;
 
+static int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+/* Every model measurement, on one context: sequences 0..B-1 (B the largest
+ * batch) decode and sequence B prefills, so the prompt never overwrites a
+ * decoding sequence's sliding-window ring; all start at the depth. */
+static int run_model(const sw_model *m, const options *o, read_meter *rm, model_run *r)
+{
+    int nb = 1;
+    for (int i = 0; i < o->n_batches; i++) nb = o->batches[i] > nb ? o->batches[i] : nb;
+    sw_ctx *ctx = bench_ctx(m, o, nb + 1, o->depth + max3(o->n_prompt, o->n_gen + 1, 5), max3(o->n_prompt, nb, 1));
+    if (!ctx) return -1;
+    uint32_t rng = 12345;
+    decode_result warm;
+    /* Warm-up: fault the mapped weights in and settle the thread pool. */
+    int rc = fill_depth(ctx, m, o->depth, nb + 1, &rng) || bench_decode(ctx, m, o, 1, 4, &rng, NULL, &warm);
+    /* The int8 multiply-add peak, right before the prefill it bounds. */
+    r->peak = rc ? 0 : sw_int8_peak_gmac_s(0.25);
+    r->prefill = rc ? -1 : bench_prefill(ctx, m, o, nb, &rng);   /* warm-up */
+    if (r->prefill >= 0) r->prefill = bench_prefill(ctx, m, o, nb, &rng);
+    rc = r->prefill < 0;
+    /* weight multiply-adds per prompt token, and what the peak alone would allow */
+    double prefill_macs = sw_forward_weight_macs(m, o->n_prompt, 1) / o->n_prompt;
+    r->prefill_gmac = r->prefill * prefill_macs / 1e9;
+    r->prefill_ceiling = r->peak * 1e9 / prefill_macs;
+    for (int i = 0; i < o->n_batches && !rc; i++)
+        rc = bench_decode(ctx, m, o, o->batches[i], o->n_gen, &rng, rm, &r->res[i]);
+    for (int i = 0; i < o->n_batches; i++) if (r->res[i].batch == 1) r->b1 = &r->res[i];
+    sw_ctx_free(ctx);
+    return rc;
+}
+
 static void print_table(const options *o, const sw_model *m, int threads, const read_meter *rm, const model_run *r)
 {
     const char *name = strrchr(o->model, '/') ? strrchr(o->model, '/') + 1 : o->model;
@@ -458,9 +519,10 @@ static void print_table(const options *o, const sw_model *m, int threads, const 
     char i8[64] = "";
     if (sw_i8_min_tokens() && !o->precise)
         snprintf(i8, sizeof i8, ", int8 form from %d tokens", sw_i8_min_tokens());
-    printf("model %s (%s), %d threads, isa %s%s%s%s, %s KV cache\ncpu %s\n", name, m->quant_name, threads,
-           sw_isa_name(sw_isa_active()), o->precise ? ", precise activations" : "", i8,
-           sw_prefetch_one_token() ? ", one-token prefetch" : "", sw_kv_type_name(o->kv_type), sw_cpu_model());
+    printf("model %s (%s), %d threads, isa %s%s%s%s, %s KV cache, depth %d\ncpu %s\n", name, m->quant_name,
+           threads, sw_isa_name(sw_isa_active()), o->precise ? ", precise activations" : "", i8,
+           sw_prefetch_one_token() ? ", one-token prefetch" : "", sw_kv_type_name(o->kv_type), o->depth,
+           sw_cpu_model());
     printf("weights read per decode step: %.1f MiB (per token at batch 1: %llu bytes)%s\n",
            m->weight_bytes / 1048576.0, (unsigned long long)m->weight_bytes,
            m->hp.n_expert ? "; a mixture's larger batches read every expert some token uses, counted per step" : "");
@@ -471,18 +533,19 @@ static void print_table(const options *o, const sw_model *m, int threads, const 
                "GMAC/s below = weight multiply-adds (attention not counted)\n", sw_int8_peak_mix(), threads, peak);
     else
         printf("int8 multiply-add peak: not measured (no int8 path on isa %s)\n", sw_isa_name(sw_isa_active()));
-    printf("%-18s %10s %9s %8s %12s %11s %11s %9s %9s\n", "test", "tokens/s", "ms/step", "GB/s", "beside GB/s",
-           "of beside", "of best", "GMAC/s", "of peak");
+    printf("GB/s = weights and KV cache read a second; KV MiB = the cache's share of a step\n");
+    printf("%-18s %10s %9s %8s %8s %12s %11s %11s %9s %9s\n", "test", "tokens/s", "ms/step", "KV MiB", "GB/s",
+           "beside GB/s", "of beside", "of best", "GMAC/s", "of peak");
     char pk[16] = "-";
     if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * r->prefill_gmac / peak);
-    printf("%-18s %10.1f %9s %8s %12s %11s %11s %9.1f %9s\n", "prefill", prefill, "-", "-", "-", "-", "-",
+    printf("%-18s %10.1f %9s %8s %8s %12s %11s %11s %9.1f %9s\n", "prefill", prefill, "-", "-", "-", "-", "-", "-",
            r->prefill_gmac, pk);
     for (int i = 0; i < o->n_batches; i++) {
         char label[32];
         snprintf(label, sizeof label, "decode batch %d", res[i].batch);
         if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * res[i].gmac_s / peak);
-        printf("%-18s %10.1f %9.2f %8.1f %12.1f %10.0f%% %10.0f%% %9.1f %9s\n", label, res[i].tok_s, res[i].step_ms,
-               res[i].gb_s, res[i].mem_gb_s, 100.0 * res[i].gb_s / res[i].mem_gb_s, 100.0 * res[i].gb_s / rm->best,
+        printf("%-18s %10.1f %9.2f %8.1f %8.1f %12.1f %10.0f%% %10.0f%% %9.1f %9s\n", label, res[i].tok_s,
+               res[i].step_ms, res[i].kv_bytes / 1048576.0, res[i].gb_s, res[i].mem_gb_s, 100.0 * res[i].gb_s / res[i].mem_gb_s, 100.0 * res[i].gb_s / rm->best,
                res[i].gmac_s, pk);
     }
     if (b1) {
@@ -503,17 +566,19 @@ static void print_json(const options *o, const sw_model *m, int threads, const r
     const double peak = r->peak, prefill = r->prefill;
     const decode_result *res = r->res, *b1 = r->b1;
     printf("{\"model\":\"%s\",\"quantization\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"cpu_model\":\"%s\","
-           "\"precise\":%s,\"i8_min_tokens\":%d,\"prefetch_1tok\":%s,\"kv_cache\":\"%s\",\"weight_bytes_per_token\":%llu,"
+           "\"precise\":%s,\"i8_min_tokens\":%d,\"prefetch_1tok\":%s,\"kv_cache\":\"%s\",\"depth\":%d,"
+           "\"weight_bytes_per_token\":%llu,"
            "\"int8_peak_gmac_per_s\":%.1f,\"prefill_tokens\":%d,\"prefill_tokens_per_s\":%.2f,"
            "\"prefill_gmac_per_s\":%.6g,\"decode\":[",
            name, m->quant_name, threads, sw_isa_name(sw_isa_active()), sw_cpu_model(), o->precise ? "true" : "false",
            o->precise ? 0 : sw_i8_min_tokens(), sw_prefetch_one_token() ? "true" : "false", sw_kv_type_name(o->kv_type),
-           (unsigned long long)m->weight_bytes, peak, o->n_prompt, prefill, r->prefill_gmac);
+           o->depth, (unsigned long long)m->weight_bytes, peak, o->n_prompt, prefill, r->prefill_gmac);
     for (int i = 0; i < o->n_batches; i++)
         printf("%s{\"batch\":%d,\"tokens_per_s\":%.2f,\"gb_per_s\":%.2f,\"weight_bytes_per_token\":%llu,"
-               "\"mem_read_beside_gb_per_s\":%.2f,\"gmac_per_s\":%.6g}", i ? "," : "", res[i].batch, res[i].tok_s,
-               res[i].gb_s, (unsigned long long)(res[i].step_bytes / res[i].batch), res[i].mem_gb_s,
-               res[i].gmac_s);
+               "\"kv_bytes_per_step\":%.0f,\"mem_read_beside_gb_per_s\":%.2f,\"gmac_per_s\":%.6g}", i ? "," : "",
+               res[i].batch, res[i].tok_s, res[i].gb_s,
+               (unsigned long long)((res[i].step_bytes - res[i].kv_bytes) / res[i].batch), res[i].kv_bytes,
+               res[i].mem_gb_s, res[i].gmac_s);
     /* mem_read_gb_per_s: the figure the batch-1 ratio is taken against */
     printf("],\"mem_read_gb_per_s\":%.2f,\"mem_read_best_gb_per_s\":%.2f", b1 ? b1->mem_gb_s : rm->best, rm->best);
     if (b1) {
@@ -554,26 +619,9 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int i = 0; i < 3; i++) meter_pass(&rm);
-
-    uint32_t rng = 12345;
-    /* Warm-up: fault the mapped weights in and settle the thread pool. */
-    decode_result warm;
-    if (bench_decode(m, &o, 1, 4, &rng, NULL, &warm)) return 1;
-
     model_run r = { 0 };
-    /* The int8 multiply-add peak, right before the prefill it bounds. */
-    r.peak = sw_int8_peak_gmac_s(0.25);
-    r.prefill = bench_prefill(m, &o, &rng);   /* warm-up */
-    if (r.prefill >= 0) r.prefill = bench_prefill(m, &o, &rng);
-    if (r.prefill < 0) return 1;
-    /* weight multiply-adds per prompt token, and what the peak alone would allow */
-    double prefill_macs = sw_forward_weight_macs(m, o.n_prompt, 1) / o.n_prompt;
-    r.prefill_gmac = r.prefill * prefill_macs / 1e9;
-    r.prefill_ceiling = r.peak * 1e9 / prefill_macs;
-    for (int i = 0; i < o.n_batches; i++)
-        if (bench_decode(m, &o, o.batches[i], o.n_gen, &rng, &rm, &r.res[i])) return 1;
+    if (run_model(m, &o, &rm, &r)) return 1;
     for (int i = 0; i < 3; i++) meter_pass(&rm);
-    for (int i = 0; i < o.n_batches; i++) if (r.res[i].batch == 1) r.b1 = &r.res[i];
 
     print_table(&o, m, threads, &rm, &r);
     print_json(&o, m, threads, &rm, &r);
