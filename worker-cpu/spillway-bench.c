@@ -574,7 +574,7 @@ static void print_json(const options *o, const sw_model *m, int threads, const r
            o->precise ? 0 : sw_i8_min_tokens(), sw_prefetch_one_token() ? "true" : "false", sw_kv_type_name(o->kv_type),
            o->depth, (unsigned long long)m->weight_bytes, peak, o->n_prompt, prefill, r->prefill_gmac);
     for (int i = 0; i < o->n_batches; i++)
-        printf("%s{\"batch\":%d,\"tokens_per_s\":%.2f,\"gb_per_s\":%.2f,\"weight_bytes_per_token\":%llu,"
+        printf("%s{\"batch\":%d,\"tokens_per_s\":%.2f,\"gb_per_s\":%.6g,\"weight_bytes_per_token\":%llu,"
                "\"kv_bytes_per_step\":%.0f,\"mem_read_beside_gb_per_s\":%.2f,\"gmac_per_s\":%.6g}", i ? "," : "",
                res[i].batch, res[i].tok_s, res[i].gb_s,
                (unsigned long long)((res[i].step_bytes - res[i].kv_bytes) / res[i].batch), res[i].kv_bytes,
