@@ -6,6 +6,7 @@ THREADS=${THREADS:-2}
 PROMPT=${PROMPT:-512}
 GEN=${GEN:-128}
 BATCHES=${BATCHES:-1,4,16}
+DEPTH=${DEPTH:-0}      # positions of context before the prefill and the decode
 
 if [ ! -f "$MODEL" ]; then
   mkdir -p "$(dirname "$MODEL")"

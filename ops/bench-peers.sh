@@ -8,9 +8,13 @@
 #     is in this repository). It is built with CMake once per LLAMA_ISA:
 #     native (the default) or avx2 (AVX2, FMA and F16C, without AVX-512 or
 #     AVX-VNNI: what it runs on a Zen 3). SPILLWAY_ISA forces ours as usual.
-#   - ROUNDS (default 2) rounds, each spillway-bench (PROMPT, GEN, BATCHES),
-#     then llama-bench for prefill, then llama-batched-bench for decode at
-#     BATCHES (its S_TG: tokens/s over all sequences);
+#   - ROUNDS (default 2) rounds, each spillway-bench (PROMPT, GEN, BATCHES,
+#     DEPTH), then llama-bench for prefill, then llama-batched-bench for
+#     decode at BATCHES (its S_TG: tokens/s over all sequences). Both caches
+#     are f16. DEPTH (default 0) positions of context come first: llama-bench
+#     -d DEPTH, and batched-bench's prompt (-npp) is DEPTH long, so its
+#     decode starts where ours does (at DEPTH 0 its prompt is 16 tokens:
+#     it needs one);
 #   - prints a table a round a row and, last, one JSON line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,14 +72,16 @@ peer() {
 }
 
 maxb=$(tr ',' '\n' <<< "$BATCHES" | sort -n | tail -n 1)
-ctx=$((maxb * (16 + GEN) + 256))
+npp=$((DEPTH > 0 ? DEPTH : 16))
+ctx=$((maxb * (npp + GEN) + 256))
 runs=$(mktemp)
 trap 'rm -f "$runs"' EXIT
 for r in $(seq 1 "$ROUNDS"); do
   echo "bench-peers: round $r of $ROUNDS" >&2
-  ours=$("$BIN/spillway-bench" -m "$MODEL" -t "$THREADS" -p "$PROMPT" -n "$GEN" -b "$BATCHES" | tail -n 1)
-  pp=$(peer llama-bench -m "$MODEL" -t "$THREADS" -p "$PROMPT" -n 0 -r 1 -o json)
-  tg=$(peer llama-batched-bench -m "$MODEL" -t "$THREADS" -c "$ctx" -npp 16 -ntg "$GEN" -npl "$BATCHES" \
+  ours=$("$BIN/spillway-bench" -m "$MODEL" -t "$THREADS" -p "$PROMPT" -n "$GEN" -b "$BATCHES" -d "$DEPTH" |
+         tail -n 1)
+  pp=$(peer llama-bench -m "$MODEL" -t "$THREADS" -p "$PROMPT" -n 0 -d "$DEPTH" -r 1 -o json)
+  tg=$(peer llama-batched-bench -m "$MODEL" -t "$THREADS" -c "$ctx" -npp "$npp" -ntg "$GEN" -npl "$BATCHES" \
        --output-format jsonl | grep '^{')
   "$PY" - "$ours" "$pp" "$tg" >> "$runs" <<'EOF'
 import json, sys
@@ -92,7 +98,8 @@ llama_isa, version, threads, prompt, gen = sys.argv[2:7]
 first = rounds[0]["spillway"]
 batches = [d["batch"] for d in first["decode"]]
 print(f"host {first['cpu_model']}; spillway isa {first['isa']}, llama.cpp {llama_isa} "
-      f"(llama-cpp-python {version}'s tree); {threads} threads, prefill {prompt}, decode {gen} steps")
+      f"(llama-cpp-python {version}'s tree); {threads} threads, prefill {prompt}, decode {gen} steps, "
+      f"depth {first['depth']}")
 head = ["round", "beside GB/s", f"prefill {prompt}: ours", "llama.cpp"]
 for b in batches: head += [f"b{b}: ours", "llama.cpp"]
 print("| " + " | ".join(head) + " |")

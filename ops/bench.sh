@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 . ops/bench-common.sh
 
 out=$("$BIN/spillway-bench" -m "$MODEL" -t "$THREADS" -p "$PROMPT" -n "$GEN" -b "$BATCHES" \
-  -d "${DEPTH:-0}" --kv-cache "${KV_CACHE:-f16}")
+  -d "$DEPTH" --kv-cache "${KV_CACHE:-f16}")
 echo "$out"
 if [ -n "${BENCH_JSON:-}" ]; then
   echo "$out" | tail -n 1 > "$BENCH_JSON"
