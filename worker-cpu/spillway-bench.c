@@ -218,7 +218,8 @@ static int fill_depth(sw_ctx *ctx, const sw_model *m, int depth, int n_seq, uint
         rc = run_batch(ctx, b, n, logits);
     }
     for (int s = 1; s < n_seq && !rc; s++) sw_ctx_copy_kv(ctx, 0, s, 0, depth);
-    if (!rc && depth) fprintf(stderr, "spillway-bench: %d positions of context filled in %.1f s\n", depth, sw_clock_s() - t0);
+    if (!rc && depth)
+        fprintf(stderr, "spillway-bench: %d positions of context filled in %.1f s\n", depth, sw_clock_s() - t0);
     free(b);
     free(logits);
     return rc;
@@ -480,7 +481,7 @@ typedef struct {
     const decode_result *b1;            /* the batch-1 result, if one ran */
 } model_run;
 
-static int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+static int imax(int a, int b) { return a > b ? a : b; }
 
 /* Every model measurement, on one context: sequences 0..B-1 (B the largest
  * batch) decode and sequence B prefills, so the prompt never overwrites a
@@ -488,8 +489,10 @@ static int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ?
 static int run_model(const sw_model *m, const options *o, read_meter *rm, model_run *r)
 {
     int nb = 1;
-    for (int i = 0; i < o->n_batches; i++) nb = o->batches[i] > nb ? o->batches[i] : nb;
-    sw_ctx *ctx = bench_ctx(m, o, nb + 1, o->depth + max3(o->n_prompt, o->n_gen + 1, 5), max3(o->n_prompt, nb, 1));
+    for (int i = 0; i < o->n_batches; i++) nb = imax(nb, o->batches[i]);
+    /* positions: the depth, then the prompt, or the decode steps and the warm-up's 5 */
+    const int n_ctx = o->depth + imax(o->n_prompt, imax(o->n_gen + 1, 5));
+    sw_ctx *ctx = bench_ctx(m, o, nb + 1, n_ctx, imax(o->n_prompt, nb));
     if (!ctx) return -1;
     uint32_t rng = 12345;
     decode_result warm;
@@ -545,7 +548,8 @@ static void print_table(const options *o, const sw_model *m, int threads, const 
         snprintf(label, sizeof label, "decode batch %d", res[i].batch);
         if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * res[i].gmac_s / peak);
         printf("%-18s %10.1f %9.2f %8.1f %8.1f %12.1f %10.0f%% %10.0f%% %9.1f %9s\n", label, res[i].tok_s,
-               res[i].step_ms, res[i].kv_bytes / 1048576.0, res[i].gb_s, res[i].mem_gb_s, 100.0 * res[i].gb_s / res[i].mem_gb_s, 100.0 * res[i].gb_s / rm->best,
+               res[i].step_ms, res[i].kv_bytes / 1048576.0, res[i].gb_s, res[i].mem_gb_s,
+               100.0 * res[i].gb_s / res[i].mem_gb_s, 100.0 * res[i].gb_s / rm->best,
                res[i].gmac_s, pk);
     }
     if (b1) {
