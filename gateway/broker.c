@@ -335,8 +335,9 @@ static void detach(sw_req *r, bool error)
     }
     acct_end(r);
     if (r->stats) {
-        sw_route_stats_outcome(r->stats, error);
+        sw_route_stats_outcome(r->stats, error, r->probe);
         r->stats = NULL;
+        r->probe = false;
     }
     if (r->phase == SW_PH_RUNNING) sw_metrics_inflight(r->pool, -1);
     B.capacity_changed = true;
@@ -418,6 +419,7 @@ static bool dispatch(sw_req *r, sw_decision *d)
     r->w = w;
     acct_start(r);
     r->stats = d->stats;
+    r->probe = d->probe;
     if (d->spilled) sw_metrics_overflow(d->spill_from, d->pool, d->spill_reason);
     sw_access_dispatched(r, d->pool, sw_now_ns());
     int64_t now = sw_now_ms();

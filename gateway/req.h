@@ -144,6 +144,7 @@ typedef struct sw_req {
     /* broker only */
     struct sw_worker *w;
     struct sw_route_stats *stats;
+    bool probe;                         /* it tries a route degraded by errors (sw_decision) */
     int retries;
     int refusals;                       /* SW_REFUSED_CODE answers (full, draining) so far */
     int retry_status;                   /* the worker error that caused the retry, */

@@ -7,7 +7,8 @@
  * every worker holds its reported slots plus WORKER_QUEUE_SLACK) or
  * degraded (no healthy worker, or its recent error rate is above the policy
  * threshold), the first overflow route with capacity, and the spill is
- * reported.
+ * reported. A route degraded by its error rate is tried by one request every
+ * ERR_PROBE_MS, and one success restores it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,13 @@
 
 #define ERR_MIN_SAMPLES 10      /* don't call a route degraded on a handful of requests */
 #define ERR_EWMA_ALPHA 0.1f
+/* How long a route degraded by its error rate gets no request before one
+ * tries it again (half-open, as a circuit breaker). Its errors may have had
+ * a cause that is gone: a worker that died mid-stream and registered again,
+ * a model reloaded. Without a probe nothing would update the rate again,
+ * and the route would stay degraded for as long as the gateway runs. A
+ * failed probe costs its client a retry elsewhere (before the first token). */
+#define ERR_PROBE_MS 5000
 
 static void route_key(char *key, size_t n, const sw_route *r)
 {
@@ -58,9 +66,15 @@ void sw_route_stats_free(sw_route_stats *head)
     }
 }
 
-void sw_route_stats_outcome(sw_route_stats *s, bool error)
+void sw_route_stats_outcome(sw_route_stats *s, bool error, bool probe)
 {
     if (!s) return;
+    if (probe && !error) {   /* the route works again: judge it afresh */
+        s->err_ewma = 0;
+        s->samples = 0;
+        s->probe_at = 0;
+        return;
+    }
     /* (service time is fed separately, by sw_route_stats_service) */
     s->err_ewma += ERR_EWMA_ALPHA * ((error ? 1.0f : 0.0f) - s->err_ewma);
     if (s->samples < 1000000) s->samples++;
@@ -218,9 +232,25 @@ static void implicit_pick(sw_registry *reg, const sw_route_request *rq, int64_t 
     }
 }
 
+/* RS_DEGRADED while st's recent error rate is above the threshold, except
+ * once every ERR_PROBE_MS: then RS_OK with *probe set. */
+static route_state error_gate(const sw_policy *p, sw_route_stats *st, int64_t now, bool *probe)
+{
+    if (!st) return RS_OK;
+    if (st->samples < ERR_MIN_SAMPLES || p->defaults.error_rate_threshold <= 0 ||
+        st->err_ewma <= p->defaults.error_rate_threshold) {
+        st->probe_at = 0;   /* not degraded (again): a later trip waits its full interval */
+        return RS_OK;
+    }
+    if (!st->probe_at) st->probe_at = now + ERR_PROBE_MS;   /* found degraded: the first probe's time */
+    if (now < st->probe_at) return RS_DEGRADED;
+    *probe = true;
+    return RS_OK;
+}
+
 static route_state check_route(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
                                const sw_route *r, const sw_route_request *rq, int64_t now,
-                               sw_worker **w_out, sw_route_stats **st_out)
+                               sw_worker **w_out, sw_route_stats **st_out, bool *probe)
 {
     sw_route_stats *st = sw_route_stats_get(stats, r);
     *st_out = st;
@@ -228,13 +258,12 @@ static route_state check_route(const sw_policy *p, sw_registry *reg, sw_route_st
     if (sw_ops_find(&reg->ops, SW_OPS_CORDON, r->target)) return RS_CORDONED;
     sw_worker *w = pick(reg, r->target, rq, route_quant(r, rq), now);
     if (!w) return all_drained(reg, r->target, rq->model, route_quant(r, rq), now) ? RS_DRAINED : RS_DEGRADED;
-    if (st && st->samples >= ERR_MIN_SAMPLES && p->defaults.error_rate_threshold > 0 &&
-        st->err_ewma > p->defaults.error_rate_threshold)
-        return RS_DEGRADED;
+    if (error_gate(p, st, now, probe) != RS_OK) return RS_DEGRADED;
     if (r->max_concurrency && st && st->inflight >= r->max_concurrency) return RS_SATURATED;
     if (pool_at_limit(p, reg, r->target, now)) return RS_SATURATED;
     if (!(w = with_room(reg, w, r->target, rq, route_quant(r, rq), now))) return RS_SATURATED;
     if (rq->budget_ms > 0 && predicted_wait_ms(w, st) > rq->budget_ms) return RS_QUEUE_WAIT;
+    if (*probe) st->probe_at = now + ERR_PROBE_MS;   /* this request is the probe: the next one's time */
     *w_out = w;
     return RS_OK;
 }
@@ -309,12 +338,14 @@ void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stat
             if (!first_pool) first_pool = r->target;
             sw_worker *w = NULL;
             sw_route_stats *st = NULL;
-            route_state rs = check_route(p, reg, stats, r, rq, now, &w, &st);
+            bool probe = false;
+            route_state rs = check_route(p, reg, stats, r, rq, now, &w, &st, &probe);
             if (rs == RS_OK) {
                 d->kind = SW_DECIDE_DISPATCH;
                 d->worker = w;
                 d->pool = r->target;
                 d->stats = st;
+                d->probe = probe;
                 if (pass == 1 && blocked_pool) {
                     d->spilled = true;
                     d->spill_from = blocked_pool;

@@ -22,6 +22,8 @@ typedef struct sw_route_stats {
     uint32_t inflight;
     float err_ewma;          /* exponentially weighted error rate */
     uint32_t samples;
+    int64_t probe_at;        /* degraded by its error rate: when one request may next try it
+                              * (0: not found degraded since its rate was last cleared) */
     float service_ms;        /* EWMA of dispatch-to-finish time, for predicted waits */
     struct sw_route_stats *next;
 } sw_route_stats;
@@ -49,6 +51,8 @@ typedef struct {
     sw_worker *worker;           /* DISPATCH */
     const char *pool;            /* DISPATCH: target pool; QUEUE: pool it waits for */
     sw_route_stats *stats;       /* DISPATCH: route counter (NULL: implicit route) */
+    bool probe;                  /* DISPATCH: the request that tries a route degraded by its error
+                                  * rate; hand it back with its outcome */
     bool spilled;
     const char *spill_from, *spill_reason;
 } sw_decision;
@@ -58,7 +62,9 @@ typedef struct {
 sw_route_stats *sw_route_stats_get(sw_route_stats **head, const sw_route *r);
 /* Frees the whole list sw_route_stats_get built. */
 void sw_route_stats_free(sw_route_stats *head);
-void sw_route_stats_outcome(sw_route_stats *s, bool error);
+/* A request's end on its route, an error or not; probe as its decision
+ * said. A probe that succeeds clears the route's error rate. */
+void sw_route_stats_outcome(sw_route_stats *s, bool error, bool probe);
 void sw_route_stats_service(sw_route_stats *s, int64_t ms);
 void sw_route_decide(const sw_policy *p, sw_registry *reg, sw_route_stats **stats,
                      const sw_route_request *rq, int64_t now, sw_decision *out);

@@ -267,9 +267,42 @@ def test_error_rate_degrades_the_route(cluster):
     for _ in range(10):
         st, h, _ = complete(cluster, "echo", 2)
         assert st == 200 and h["X-Spillway-Pool"] == "cpu-pool"
-    assert dispatched("gpu-pool") == sent_to_gpu          # degraded: no new attempts
+    # Degraded: no new attempts, but for at most one probe, had 5 s passed
+    # (test_degraded_route_comes_back).
+    assert dispatched("gpu-pool") - sent_to_gpu <= 1, (dispatched("gpu-pool"), sent_to_gpu)
     assert metric(cluster, "spillway_overflow_total", from_pool="gpu-pool", to_pool="cpu-pool",
                   reason="degraded") == 40
+
+
+def test_degraded_route_comes_back(cluster):
+    """A route degraded by its error rate is not written off: every 5 s one
+    request tries it (half-open), and once its pool serves again, one
+    success restores it. Here the failing GPU worker is replaced by a good
+    one; within a probe interval the GPU route takes its traffic back."""
+    cluster.start_gateway(ERROR_RATE_POLICY)
+    bad = cluster.start_echo("gpu-pool", 1000, ["--test-fail-rate", "1"], name="bad-gpu")
+    cluster.start_echo("cpu-pool", 1000, name="cpu")
+    cluster.wait_workers(2)
+    for _ in range(20):
+        st, h, _ = complete(cluster, "echo", 2)
+        assert st == 200 and h["X-Spillway-Pool"] == "cpu-pool"
+    route = lambda: next(r for r in json.loads(cluster.admin_get("/admin/status")[1])["routes"]  # noqa: E731
+                         if r["name"] == "echo@gpu-pool")
+    assert route()["error_rate"] > 0.5, route()
+    bad.stop()
+    cluster.start_echo("gpu-pool", 1000, name="good-gpu")
+    cluster.wait_workers(2)
+    t0 = time.monotonic()
+
+    def on_gpu():
+        st, h, _ = complete(cluster, "echo", 2)
+        assert st == 200, st
+        return h["X-Spillway-Pool"] == "gpu-pool"
+    wait_until(on_gpu, 10, interval=0.2, what="the GPU route tried again and restored")
+    print(f"GPU route back {time.monotonic() - t0:.1f} s after the good worker registered")
+    for _ in range(5):
+        assert on_gpu(), "restored: the primary route takes every request"
+    assert route()["error_rate"] == 0, route()
 
 
 def test_fail_rate_needs_test_mode(tmp_path):

@@ -329,8 +329,8 @@ static void set_stats(sw_route_stats **stats, const sw_policy *p, const sspec *s
     CHECK(st != NULL);
     if (!st) return;
     st->inflight = s->inflight;
-    for (uint32_t i = 0; i < s->oks; i++) sw_route_stats_outcome(st, false);
-    for (uint32_t i = 0; i < s->errors; i++) sw_route_stats_outcome(st, true);
+    for (uint32_t i = 0; i < s->oks; i++) sw_route_stats_outcome(st, false, false);
+    for (uint32_t i = 0; i < s->errors; i++) sw_route_stats_outcome(st, true, false);
     if (s->service_ms) sw_route_stats_service(st, s->service_ms);
 }
 
@@ -430,6 +430,58 @@ static void test_stats_survive_reload(void)
     sw_policy_unref(b);
 }
 
+/* One decision for "llama" at `now`, the workers heard from just before. */
+static sw_decision decide_at(const sw_policy *p, sw_registry *reg, sw_route_stats **stats, int64_t now)
+{
+    for (sw_worker *w = reg->head; w; w = w->next) w->last_seen_ms = now - 1;
+    sw_route_request rq = {.model = "llama"};
+    sw_decision d;
+    sw_route_decide(p, reg, stats, &rq, now, &d);
+    return d;
+}
+
+/* A route degraded by its error rate gets no request, except one every
+ * probe interval (5 s); a failed probe keeps it degraded until the next, a
+ * successful one restores it with its rate cleared. */
+static void test_degraded_route_is_probed(void)
+{
+    char err[4096] = "";
+    sw_policy *p = sw_policy_parse("t.yaml", P_SPILL, strlen(P_SPILL), err, sizeof err);
+    CHECK(p != NULL, "%s", err);
+    if (!p) return;
+    sw_registry reg;
+    sw_registry_init(&reg);
+    const wspec g1 = G1, c1 = C1;
+    add_worker(&reg, &g1);
+    add_worker(&reg, &c1);
+    sw_route_stats *stats = NULL;
+    set_stats(&stats, p, &(sspec){1, .errors = 10});
+    const struct { int64_t at; const char *pool; bool probe; int outcome; } steps[] = {
+        {0, "cpu-pool", false, -1},        /* degraded: the first probe is 5 s away */
+        {4999, "cpu-pool", false, -1},
+        {5000, "gpu-pool", true, -1},      /* the probe; its outcome not in yet */
+        {5001, "cpu-pool", false, 1},      /* one probe at a time; then it fails */
+        {9999, "cpu-pool", false, -1},
+        {10000, "gpu-pool", true, 0},      /* the next probe, which succeeds */
+        {10001, "gpu-pool", false, -1},    /* restored */
+    };
+    sw_route_stats *gpu = sw_route_stats_get(&stats, &p->routes[0]);
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        sw_decision d = decide_at(p, &reg, &stats, NOW + steps[i].at);
+        CHECK(d.kind == SW_DECIDE_DISPATCH && same(d.pool, steps[i].pool) && d.probe == steps[i].probe,
+              "at +%lld ms: %s to %s, probe %d; want %s, probe %d", (long long)steps[i].at, kind_name(d.kind),
+              str(d.pool), d.probe, steps[i].pool, steps[i].probe);
+        /* the probe's outcome (-1: none yet; 1: an error), as the broker hands it back */
+        if (steps[i].outcome >= 0) sw_route_stats_outcome(gpu, steps[i].outcome == 1, true);
+    }
+    CHECK(gpu && gpu->err_ewma == 0 && gpu->samples == 0, "a successful probe clears the rate");
+    while (reg.head) sw_registry_remove(&reg, reg.head);
+    sw_ops_free(&reg.ops);
+    pthread_mutex_destroy(&reg.mu);
+    sw_route_stats_free(stats);
+    sw_policy_unref(p);
+}
+
 /* The operators' marks: set, replaced, cleared; the log keeps the newest
  * SW_OPS_LOG actions, repeats included. */
 static void test_ops_marks_and_log(void)
@@ -458,6 +510,7 @@ int main(void)
     for (size_t i = 0; i < sizeof OPS_ROWS / sizeof OPS_ROWS[0]; i++, n++)
         run_row(&OPS_ROWS[i].r, OPS_ROWS[i].ops, sizeof OPS_ROWS[i].ops / sizeof OPS_ROWS[i].ops[0]);
     test_stats_survive_reload();
+    test_degraded_route_is_probed();
     test_ops_marks_and_log();
     printf("%zu routing rows\n", n);
     CHECK_DONE();
