@@ -335,9 +335,9 @@ static void detach(sw_req *r, bool error)
     }
     acct_end(r);
     if (r->stats) {
-        sw_route_stats_outcome(r->stats, error, r->probe);
+        if (!r->outcome_counted) sw_route_stats_outcome(r->stats, error, r->probe);
         r->stats = NULL;
-        r->probe = false;
+        r->probe = r->outcome_counted = false;
     }
     if (r->phase == SW_PH_RUNNING) sw_metrics_inflight(r->pool, -1);
     B.capacity_changed = true;
@@ -572,11 +572,31 @@ static void process_queue(void)
 
 /* ---- workers -------------------------------------------------------------- */
 
+/* A worker's death is one error on each route its requests came by, not one
+ * per request: the registry drops the worker itself, and its 48 open
+ * streams counted as 48 failures would degrade a route whose other workers
+ * are well (the error rate, router.c), spilling all of its traffic. The
+ * requests' own outcomes are then not counted. */
+static void death_on_routes(const sw_worker *w)
+{
+    sw_route_stats *seen[16];
+    int n = 0;
+    for (sw_req *r = B.active; r; r = r->next) {
+        if (r->w != w || !r->stats) continue;
+        r->outcome_counted = true;
+        int i = 0;
+        while (i < n && seen[i] != r->stats) i++;
+        if (i == n && n < 16) seen[n++] = r->stats;
+    }
+    for (int i = 0; i < n; i++) sw_route_stats_outcome(seen[i], true, false);
+}
+
 /* Removes a worker. Its requests: before the first token, retried once on
  * another worker; after it, ended with an error chunk. */
 static void worker_dead(sw_worker *w, const char *why)
 {
     fprintf(stderr, "gateway: worker %s (pool %s) is gone: %s\n", w->id, w->pool, why);
+    death_on_routes(w);
     int n_mine = 0;
     for (sw_req *r = B.active; r; r = r->next) n_mine += r->w == w;
     sw_req **retry = malloc((n_mine + 1) * sizeof *retry);

@@ -145,6 +145,7 @@ typedef struct sw_req {
     struct sw_worker *w;
     struct sw_route_stats *stats;
     bool probe;                         /* it tries a route degraded by errors (sw_decision) */
+    bool outcome_counted;               /* on its route already (its worker died: death_on_routes) */
     int retries;
     int refusals;                       /* SW_REFUSED_CODE answers (full, draining) so far */
     int retry_status;                   /* the worker error that caused the retry, */

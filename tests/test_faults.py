@@ -217,6 +217,39 @@ def test_gateway_restarted_under_load_hears_nothing_of_the_old_requests(cluster)
     nothing_leaked(cluster, 2)
 
 
+def test_a_dead_worker_does_not_degrade_its_pool(cluster):
+    """A GPU worker killed with 48 streams open: each of those clients sees
+    its stream fail, but the death counts as one error on the route, not 48.
+    The pool's other GPU worker keeps taking the route's traffic; nothing
+    spills to the CPU pool as if the whole GPU pool were failing."""
+    cluster.start_gateway(POLICY)
+    gpus = {wid: cluster.start_echo("gpu-pool", 100, ["--worker-id", wid], name=wid) for wid in ("gpu-a", "gpu-b")}
+    cluster.start_echo("cpu-pool", 500, name="cpu-echo")
+    cluster.wait_workers(3)
+    ends = []
+
+    def client():
+        events = stream_lines(cluster, {"model": "echo", "prompt": "hi", "max_tokens": 100000}, lambda n: None)
+        ends.append(json.loads(events[-2])["choices"][0]["finish_reason"] if len(events) > 1 else "cut")
+    threads = [threading.Thread(target=client) for _ in range(48)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: sum(w["active"] for w in cluster.workers() if w["pool"] == "gpu-pool") == 48, 10,
+               what="48 streams on the GPU pool")
+    busiest = max((w for w in cluster.workers() if w["pool"] == "gpu-pool"), key=lambda w: w["active"])
+    assert busiest["active"] == 48, cluster.workers()   # one prompt: one worker (the prefix hash)
+    gpus[busiest["id"]].kill9()
+    for t in threads:
+        t.join(10)
+    assert ends == ["error"] * 48, ends
+    wait_until(lambda: len(cluster.workers()) == 2, 5, what="the killed worker dropped")
+    for _ in range(10):
+        st, hdr, d = complete(cluster)
+        assert st == 200 and hdr["X-Spillway-Pool"] == "gpu-pool", (st, hdr, d)
+    route = next(r for r in json.loads(cluster.admin_get("/admin/status")[1])["routes"] if r["name"] == "echo@gpu-pool")
+    assert route["error_rate"] < 0.5, route
+
+
 def sh(*args):
     subprocess.run(args, check=True, capture_output=True)
 
