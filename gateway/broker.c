@@ -573,9 +573,9 @@ static void process_queue(void)
 /* ---- workers -------------------------------------------------------------- */
 
 /* A worker's death is one error on each route its requests came by, not one
- * per request: the registry drops the worker itself, and its 48 open
- * streams counted as 48 failures would degrade a route whose other workers
- * are well (the error rate, router.c), spilling all of its traffic. The
+ * per request: the registry drops the worker itself, and its open streams
+ * counted one failure each would degrade a route whose other workers are
+ * well (the error rate, router.c), spilling all of its traffic. The
  * requests' own outcomes are then not counted. */
 static void death_on_routes(const sw_worker *w)
 {
