@@ -262,6 +262,14 @@ static void send_heartbeat(link_state *L, const sw_load *l)
     L->last_hb = sw_clock_ms();   /* sent or not: a failed one waits for the next interval, not a spin */
 }
 
+/* Registers on L's connection, unless there is none, a reset is not yet
+ * confirmed (reset_done registers then) or the gateway refused us (the
+ * retry timer clears that, then registers). */
+static void try_register(link_state *L)
+{
+    if (L->dealer && !L->resetting && !L->refused_until) send_register(L);
+}
+
 static int open_dealer(link_state *L)
 {
     void *s = zmq_socket(L->a->zctx, ZMQ_DEALER);
@@ -302,7 +310,7 @@ static int open_dealer(link_state *L)
     sw_worker_log("connecting to %s as %s (pool %s%s), registering%s", L->ep, L->a->worker_id,
                   L->a->cfg->pool, L->a->curve ? ", CURVE" : ", plaintext",
                   L->resetting ? " once the lost connection's requests are dropped" : "");
-    if (!L->resetting) send_register(L);
+    try_register(L);
     return 0;
 }
 
@@ -328,12 +336,11 @@ static void reset_link(link_state *L)
 }
 
 /* The compute thread confirmed a reset: what it sends from now on is for
- * requests of the connection to come, so register there (unless refused:
- * then the retry timer does). */
+ * requests of the connection to come, so register there. */
 static void reset_done(link_state *L)
 {
     if (L->resetting > 0) L->resetting--;
-    if (!L->resetting && L->dealer && !L->refused_until) send_register(L);
+    try_register(L);
 }
 
 /* A generate request that parses but fails validation (say, an empty prompt)
@@ -581,9 +588,9 @@ static void link_timers(link_state *L)
         declare_gateway_dead(L, now);
         return;
     }
-    if (L->dealer && L->refused_until && now >= L->refused_until && !L->resetting) {
+    if (L->refused_until && now >= L->refused_until) {
         L->refused_until = 0;
-        send_register(L);
+        try_register(L);
     }
     if (L->dealer) maybe_heartbeat(L, now);
     if (bad_suppressed) flush_bad_frame_count(now);

@@ -259,6 +259,24 @@ def wait_until(cond, timeout=10.0, interval=0.05, what="condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def metric(cluster, name, **labels):
+    """The sum of the gateway's /metrics samples called name whose labels
+    include these."""
+    from prometheus_client.parser import text_string_to_metric_families
+    text = http_get(cluster.base + "/metrics")[1].decode()
+    total = 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def route_status(cluster, name):
+    """The route called name ("model@pool") in /admin/status."""
+    return next(r for r in json.loads(cluster.admin_get("/admin/status")[1])["routes"] if r["name"] == name)
+
+
 class Cluster:
     """A gateway plus workers on free loopback ports, torn down at the end."""
 

@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ECHO_ENV, TWO_POOLS, Proc, bin_path, http_get, http_post, wait_until
+from conftest import ECHO_ENV, TWO_POOLS, Proc, bin_path, http_get, http_post, metric, route_status, wait_until
 
 POLICY = TWO_POOLS + """\
 routes:
@@ -178,10 +178,22 @@ def test_gateway_killed_under_load_clients_get_errors_not_hangs(cluster):
     assert complete(cluster)[0] == 200
 
 
-def violations(cluster, reason):
-    text = http_get(cluster.base + "/metrics")[1].decode()
-    key = f'spillway_worker_violations_total{{reason="{reason}"}}'
-    return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(key))
+def open_streams(cluster, n):
+    """n endless streamed completions, each on its own thread; returns the
+    threads and the list each appends its end to: the last finish_reason,
+    "cut" (no chunk before the end) or the exception's name."""
+    ends = []
+
+    def client():
+        try:
+            events = stream_lines(cluster, {"model": "echo", "prompt": "hi", "max_tokens": 100000}, lambda n: None)
+            ends.append(json.loads(events[-2])["choices"][0]["finish_reason"] if len(events) > 1 else "cut")
+        except Exception as e:  # noqa: BLE001 - what a client sees is the point
+            ends.append(type(e).__name__)
+    threads = [threading.Thread(target=client) for _ in range(n)]
+    for t in threads:
+        t.start()
+    return threads, ends
 
 
 def test_gateway_restarted_under_load_hears_nothing_of_the_old_requests(cluster):
@@ -194,15 +206,7 @@ def test_gateway_restarted_under_load_hears_nothing_of_the_old_requests(cluster)
     cluster.start_echo("gpu-pool", 100, name="gpu-echo")
     cluster.start_echo("cpu-pool", 500, name="cpu-echo")
     cluster.wait_workers(2)
-
-    def client():
-        try:
-            stream_lines(cluster, {"model": "echo", "prompt": "hi", "max_tokens": 100000}, lambda n: None)
-        except Exception:  # noqa: BLE001 - the kill cuts every stream; that is not the point here
-            pass
-    threads = [threading.Thread(target=client) for _ in range(48)]
-    for t in threads:
-        t.start()
+    threads, _ = open_streams(cluster, 48)   # the kill cuts every one: how is not the point here
     wait_until(lambda: any(w["active"] == 48 for w in cluster.workers()), 10, what="48 streams active")
     cluster.gateway.kill9()
     for t in threads:
@@ -210,7 +214,8 @@ def test_gateway_restarted_under_load_hears_nothing_of_the_old_requests(cluster)
     cluster.start_gateway(POLICY)
     cluster.wait_workers(2, timeout=15)
     time.sleep(1.5)   # the old streams' output, were it still coming, would have come by now
-    assert violations(cluster, "unknown_request") == 0, cluster.gateway.output()[-3000:]
+    assert metric(cluster, "spillway_worker_violations_total", reason="unknown_request") == 0, \
+        cluster.gateway.output()[-3000:]
     assert "is gone" not in cluster.gateway.output(), cluster.gateway.output()[-3000:]
     st, hdr, d = complete(cluster)
     assert st == 200 and hdr["X-Spillway-Pool"] == "gpu-pool", (st, hdr, d)
@@ -226,14 +231,7 @@ def test_a_dead_worker_does_not_degrade_its_pool(cluster):
     gpus = {wid: cluster.start_echo("gpu-pool", 100, ["--worker-id", wid], name=wid) for wid in ("gpu-a", "gpu-b")}
     cluster.start_echo("cpu-pool", 500, name="cpu-echo")
     cluster.wait_workers(3)
-    ends = []
-
-    def client():
-        events = stream_lines(cluster, {"model": "echo", "prompt": "hi", "max_tokens": 100000}, lambda n: None)
-        ends.append(json.loads(events[-2])["choices"][0]["finish_reason"] if len(events) > 1 else "cut")
-    threads = [threading.Thread(target=client) for _ in range(48)]
-    for t in threads:
-        t.start()
+    threads, ends = open_streams(cluster, 48)
     wait_until(lambda: sum(w["active"] for w in cluster.workers() if w["pool"] == "gpu-pool") == 48, 10,
                what="48 streams on the GPU pool")
     busiest = max((w for w in cluster.workers() if w["pool"] == "gpu-pool"), key=lambda w: w["active"])
@@ -246,7 +244,7 @@ def test_a_dead_worker_does_not_degrade_its_pool(cluster):
     for _ in range(10):
         st, hdr, d = complete(cluster)
         assert st == 200 and hdr["X-Spillway-Pool"] == "gpu-pool", (st, hdr, d)
-    route = next(r for r in json.loads(cluster.admin_get("/admin/status")[1])["routes"] if r["name"] == "echo@gpu-pool")
+    route = route_status(cluster, "echo@gpu-pool")
     assert route["error_rate"] < 0.5, route
 
 

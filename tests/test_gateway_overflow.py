@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import TWO_POOLS, http_get, http_post, shared_file, wait_until
+from conftest import TWO_POOLS, http_post, metric, route_status, shared_file, wait_until
 
 OVERFLOW_POLICY = TWO_POOLS + """\
 routes:
@@ -21,17 +21,6 @@ routes:
     max_concurrency: 100
     priority: overflow
 """
-
-
-def metric(cluster, name, **labels):
-    from prometheus_client.parser import text_string_to_metric_families
-    text = http_get(cluster.base + "/metrics")[1].decode()
-    total = 0.0
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
 
 
 def complete(cluster, model, max_tokens, **extra):
@@ -286,8 +275,7 @@ def test_degraded_route_comes_back(cluster):
     for _ in range(20):
         st, h, _ = complete(cluster, "echo", 2)
         assert st == 200 and h["X-Spillway-Pool"] == "cpu-pool"
-    route = lambda: next(r for r in json.loads(cluster.admin_get("/admin/status")[1])["routes"]  # noqa: E731
-                         if r["name"] == "echo@gpu-pool")
+    route = lambda: route_status(cluster, "echo@gpu-pool")  # noqa: E731
     assert route()["error_rate"] > 0.5, route()
     bad.stop()
     cluster.start_echo("gpu-pool", 1000, name="good-gpu")

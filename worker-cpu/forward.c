@@ -440,10 +440,18 @@ static bool alloc_moe(sw_ctx *c, size_t KB)
 /* Bytes a cache element takes (its share of q8_0's scales apart). */
 static size_t kv_elem(const sw_ctx *c) { return c->kv_type == SW_KV_Q8_0 ? 1 : sizeof(sw_f16); }
 
+/* Bytes of K and V a KV head keeps per slot (q8_0: with its scales). */
+static size_t kv_slot_bytes(const sw_ctx *c)
+{
+    const size_t hd = c->m->hp.head_dim;
+    return 2 * (hd * kv_elem(c) + (c->kv_type == SW_KV_Q8_0 ? hd / SW_KV_GROUP * sizeof(sw_f16) : 0));
+}
+
 static double kv_mib(const sw_ctx *c)
 {
-    const double n = (double)c->seq_stride * c->n_seq;
-    return 2.0 * n * ((double)kv_elem(c) + (c->kv_type == SW_KV_Q8_0 ? 2.0 / SW_KV_GROUP : 0)) / 1048576.0;
+    /* seq_stride counts a sequence's K elements, every layer and KV head */
+    const double slots = (double)c->seq_stride * c->n_seq / (double)c->m->hp.head_dim;
+    return slots * (double)kv_slot_bytes(c) / 1048576.0;
 }
 
 /* The KV cache of kv_type for every sequence, and the buffer its new
@@ -914,13 +922,6 @@ static kv_span attended(const sw_ctx *c, int layer, int pos)
     const int a = lo % R, b = (N - 1) % R + 1;
     if (N > R && a >= b) return (kv_span){ 0, R, b, a };
     return (kv_span){ a & ~31, b, 0, a - (a & ~31) };
-}
-
-/* Bytes of K and V a KV head keeps per slot (q8_0: with its scales). */
-static size_t kv_slot_bytes(const sw_ctx *c)
-{
-    const size_t hd = c->m->hp.head_dim;
-    return 2 * (hd * kv_elem(c) + (c->kv_type == SW_KV_Q8_0 ? hd / SW_KV_GROUP * sizeof(sw_f16) : 0));
 }
 
 /* Causal attention: token t of sequence s at position p attends to that

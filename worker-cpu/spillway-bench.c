@@ -272,9 +272,9 @@ static int bench_decode(sw_ctx *ctx, const sw_model *m, const options *o, int ba
         rc = run_batch(ctx, b, batch, logits);
         if (step == 0) continue;   /* the warm-up */
         dt += sw_clock_s() - t0;
-        /* a mixture's experts vary by step */
-        bytes += (double)sw_ctx_weight_bytes_read(ctx) + (double)sw_ctx_kv_bytes_read(ctx);
-        kv += (double)sw_ctx_kv_bytes_read(ctx);
+        const double kv_step = (double)sw_ctx_kv_bytes_read(ctx);
+        bytes += (double)sw_ctx_weight_bytes_read(ctx) + kv_step;   /* a mixture's experts vary by step */
+        kv += kv_step;
     }
     if (rm) { bw += meter_pass(rm); passes++; }
     out->batch = batch;

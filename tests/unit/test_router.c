@@ -388,6 +388,17 @@ static void set_ops(sw_registry *reg, const char *const *ops, size_t n)
                 CHECK(sw_ops_set(&reg->ops, k, ops[i] + strlen(kinds[k]), true, "test", "", NOW) == 0);
 }
 
+/* Frees what a test built: the registry's workers and marks, the route
+ * counters, the policy. */
+static void teardown(sw_registry *reg, sw_route_stats *stats, sw_policy *p)
+{
+    while (reg->head) sw_registry_remove(reg, reg->head);
+    sw_ops_free(&reg->ops);
+    pthread_mutex_destroy(&reg->mu);
+    sw_route_stats_free(stats);
+    sw_policy_unref(p);
+}
+
 static void run_row(const row *t, const char *const *ops, size_t n_ops)
 {
     char err[4096] = "";
@@ -405,11 +416,7 @@ static void run_row(const row *t, const char *const *ops, size_t n_ops)
     sw_decision d;
     sw_route_decide(p, &reg, &stats, &rq, NOW, &d);
     check_decision(t, p, &rq, &d);
-    while (reg.head) sw_registry_remove(&reg, reg.head);
-    sw_ops_free(&reg.ops);
-    pthread_mutex_destroy(&reg.mu);
-    sw_route_stats_free(stats);
-    sw_policy_unref(p);
+    teardown(&reg, stats, p);
 }
 
 /* A route's counters are keyed by its identity, so they survive a reload:
@@ -475,11 +482,7 @@ static void test_degraded_route_is_probed(void)
         if (steps[i].outcome >= 0) sw_route_stats_outcome(gpu, steps[i].outcome == 1, true);
     }
     CHECK(gpu && gpu->err_ewma == 0 && gpu->samples == 0, "a successful probe clears the rate");
-    while (reg.head) sw_registry_remove(&reg, reg.head);
-    sw_ops_free(&reg.ops);
-    pthread_mutex_destroy(&reg.mu);
-    sw_route_stats_free(stats);
-    sw_policy_unref(p);
+    teardown(&reg, stats, p);
 }
 
 /* The operators' marks: set, replaced, cleared; the log keeps the newest
