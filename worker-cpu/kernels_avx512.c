@@ -655,8 +655,11 @@ static void i8_q6k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out)
 
 /* The int8 form x NT tokens: per block and token 64 vpdpbusd from the
  * offset's starting value, then one multiply (d x the token's scale) and
- * one multiply-add. One or two tokens (a product's last slice) get a
- * second chain each, so as not to wait on the instruction's latency. */
+ * one multiply-add. Each token's sums run in two chains (even and odd
+ * activation dwords), as vpdpbusd's latency (5 cycles) at two issues a
+ * cycle wants 10 in flight: at 128 tokens, one chain a token ran 5-10%
+ * slower, and the pair loop unrolled 16 times slower again than 4
+ * (docs/perf/cpu.md, "The int8 form's chains"). */
 static inline __attribute__((always_inline)) void
 i8x16_rows(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum, size_t nsum_stride,
            const int NT, float *out, size_t ostride)
@@ -665,31 +668,23 @@ i8x16_rows(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const 
     _Pragma("GCC unroll 8")
     for (int t = 0; t < NT; t++) total[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++, p++) {
-        __m512i acc[SW_DOTN_MAX], acc2[2];
+        __m512i acc[SW_DOTN_MAX], acc2[SW_DOTN_MAX];
         _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) acc[t] = _mm512_set1_epi32(nsum[(size_t)t * nsum_stride + i]);
-        if (NT <= 2) {
-            _Pragma("GCC unroll 2")
-            for (int t = 0; t < NT; t++) acc2[t] = _mm512_setzero_si512();
-            _Pragma("GCC unroll 16")
-            for (int k = 0; k < 64; k += 2) {
-                const __m512i w0 = _mm512_load_si512(p->q[k]), w1 = _mm512_load_si512(p->q[k + 1]);
-                _Pragma("GCC unroll 2")
-                for (int t = 0; t < NT; t++) {
-                    acc[t] = dpbusd_bcst(acc[t], w0, ACT_BLOCK_Q(act, stride, t, i)->qs + 4 * k);
-                    acc2[t] = dpbusd_bcst(acc2[t], w1, ACT_BLOCK_Q(act, stride, t, i)->qs + 4 * k + 4);
-                }
-            }
-            _Pragma("GCC unroll 2")
-            for (int t = 0; t < NT; t++) acc[t] = _mm512_add_epi32(acc[t], acc2[t]);
-        } else {
-            _Pragma("GCC unroll 16")
-            for (int k = 0; k < 64; k++) {
-                const __m512i w = _mm512_load_si512(p->q[k]);
-                _Pragma("GCC unroll 8")
-                for (int t = 0; t < NT; t++) acc[t] = dpbusd_bcst(acc[t], w, ACT_BLOCK_Q(act, stride, t, i)->qs + 4 * k);
+        for (int t = 0; t < NT; t++) {
+            acc[t] = _mm512_set1_epi32(nsum[(size_t)t * nsum_stride + i]);
+            acc2[t] = _mm512_setzero_si512();
+        }
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 64; k += 2) {
+            const __m512i w0 = _mm512_load_si512(p->q[k]), w1 = _mm512_load_si512(p->q[k + 1]);
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < NT; t++) {
+                acc[t] = dpbusd_bcst(acc[t], w0, ACT_BLOCK_Q(act, stride, t, i)->qs + 4 * k);
+                acc2[t] = dpbusd_bcst(acc2[t], w1, ACT_BLOCK_Q(act, stride, t, i)->qs + 4 * k + 4);
             }
         }
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) acc[t] = _mm512_add_epi32(acc[t], acc2[t]);
         const __m512 d = _mm512_load_ps(p->d);
         _Pragma("GCC unroll 8")
         for (int t = 0; t < NT; t++)
