@@ -323,6 +323,40 @@ def test_bench_reports_table_and_json(tmp_path):
         assert any(l.startswith("int8 multiply-add peak") for l in lines), r.stdout
 
 
+def test_bench_takes_prefill_against_the_int8_forms_own_peak(tmp_path):
+    """Where the int8 form runs on an instruction of its own (AVX2 with
+    AVX-VNNI: vpdpbusd on ymm, where the packed kernels pair vpmaddubsw and
+    vpmaddwd), the bench times that instruction's peak too and takes the
+    prefill's "of peak" against it; elsewhere it reports one peak. Forced
+    to AVX2 with the form from 16 tokens, so a 32-token prompt runs on it."""
+    import json
+    cpu = json.loads(run([bin_path("spillway-bench"), "--cpu"]).stdout)
+    if "avx2" not in cpu["cpu"].split():
+        pytest.skip(f"no AVX2 on this CPU ({cpu['cpu']})")
+    model = synth(tmp_path / "tiny-q4km.gguf", type_="q4_k_m")
+    env = {**os.environ, "SPILLWAY_ISA": "avx2", "SPILLWAY_I8_MIN_TOKENS": "16"}
+    r = run([bin_path("spillway-bench"), "-m", model, "-t", "2", "-p", "32", "-n", "4", "-b", "1",
+             "--mem-mib", "32"], env=env)
+    lines = r.stdout.strip().splitlines()
+    j = json.loads(lines[-1])
+    if "avxvnni" not in cpu["cpu"].split():
+        # Zen 3 and the like: no form on AVX2, so one peak (the pairs').
+        assert j["i8_min_tokens"] == 0 and "int8_form_peak_gmac_per_s" not in j, j
+        return
+    assert j["isa"] == "avx2" and j["i8_min_tokens"] == 16, j
+    form, pairs = j["int8_form_peak_gmac_per_s"], j["int8_peak_gmac_per_s"]
+    # One vpdpbusd does a pair's 32 multiply-adds in one instruction.
+    assert form > 1.2 * pairs > 0, (form, pairs)
+    assert abs(j["prefill_fraction_of_int8_form_peak"] - j["prefill_gmac_per_s"] / form) < 0.002
+    assert abs(j["prefill_fraction_of_int8_peak"] - j["prefill_gmac_per_s"] / pairs) < 0.002
+    prefill = next(l for l in lines if l.startswith("prefill "))
+    assert prefill.split()[-1] == f"{100 * j['prefill_gmac_per_s'] / form:.0f}%", prefill
+    assert any(l.startswith("the int8 form's peak (vpdpbusd ymm") for l in lines), r.stdout
+    # Batch 1 is below the form's threshold: its "of peak" stays against the pairs.
+    b1 = next(l for l in lines if l.startswith("decode batch 1 "))
+    assert b1.split()[-1] == f"{100 * j['decode'][0]['gmac_per_s'] / pairs:.0f}%", b1
+
+
 @pytest.mark.parametrize("cache,slot_bytes", [("f16", 2 * 32 * 2), ("q8_0", 2 * (32 + 2))])
 def test_bench_depth_counts_the_cache_it_reads(tmp_path, cache, slot_bytes):
     """spillway-bench -d: decode starts after `depth` positions of context in

@@ -250,12 +250,17 @@ const char *sw_int8_peak_mix(void)
     return kt->int8_peak ? kt->int8_peak_mix : NULL;
 }
 
-static volatile int64_t int8_peak_sink;   /* keeps the chains' results, so their work */
-
-double sw_int8_peak_gmac_s(double seconds)
+const char *sw_int8_form_peak_mix(void)
 {
     const sw_kernel_table *kt = ktab();
-    if (!kt->int8_peak) return 0.0;
+    return !kt->i8x16 ? NULL : kt->i8x16_peak ? kt->i8x16_peak_mix : kt->int8_peak_mix;
+}
+
+static volatile int64_t int8_peak_sink;   /* keeps the chains' results, so their work */
+
+static double peak_gmac_s(int64_t (*loop)(int64_t iters), double seconds)
+{
+    if (!loop) return 0.0;
     const int64_t iters = 1 << 16;   /* ~50M MACs: well under a millisecond a call */
     double total = 0.0;
     int64_t sum = 0;
@@ -267,7 +272,7 @@ double sw_int8_peak_gmac_s(double seconds)
         double best = 0.0, start = sw_clock_s();
         do {
             double t0 = sw_clock_s();
-            for (int k = 0; k < 16; k++) sum += kt->int8_peak(iters);
+            for (int k = 0; k < 16; k++) sum += loop(iters);
             double rate = 16.0 * (double)iters * SW_INT8_PEAK_MACS / (sw_clock_s() - t0);
             best = rate > best ? rate : best;
         } while (sw_clock_s() - start < seconds);
@@ -275,6 +280,14 @@ double sw_int8_peak_gmac_s(double seconds)
     }
     int8_peak_sink = sum;
     return total / 1e9;
+}
+
+double sw_int8_peak_gmac_s(double seconds) { return peak_gmac_s(ktab()->int8_peak, seconds); }
+
+double sw_int8_form_peak_gmac_s(double seconds)
+{
+    const sw_kernel_table *kt = ktab();
+    return kt->i8x16 ? peak_gmac_s(kt->i8x16_peak ? kt->i8x16_peak : kt->int8_peak, seconds) : 0.0;
 }
 
 /* ---- activations ---------------------------------------------------------- */

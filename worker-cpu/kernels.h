@@ -136,6 +136,14 @@ double sw_int8_peak_gmac_s(double seconds);
  * table's heading ("vpdpbusd", ...); NULL on the scalar path. */
 const char *sw_int8_peak_mix(void);
 
+/* The same for the int8 form (sw_i8_min_tokens), which prefill runs on:
+ * its instruction's peak, timed as above, and its name. Where the active
+ * path has no form, 0 and NULL. It differs from sw_int8_peak_gmac_s only
+ * on AVX2 with AVX-VNNI, where the packed kernels pair vpmaddubsw and
+ * vpmaddwd but the form runs vpdpbusd on ymm, a pair's work in one. */
+double sw_int8_form_peak_gmac_s(double seconds);
+const char *sw_int8_form_peak_mix(void);
+
 /* Row r of a tensor as floats (embedding lookup). */
 void sw_get_row(const gguf_tensor *w, int64_t r, float *out);
 

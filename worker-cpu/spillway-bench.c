@@ -387,21 +387,24 @@ static void time_packs(sw_packed **pk, int n_mat, sw_type type, int where, int64
     }
 }
 
-/* The --kernels table, then its JSON line. */
-static void print_kernels(int threads, double bw, double peak, const kernel_result *res, int nres,
+/* The --kernels table, then its JSON line; form_peak: the int8 form's
+ * own peak, which its rows are taken against (0: the same instruction). */
+static void print_kernels(int threads, double bw, double peak, double form_peak, const kernel_result *res, int nres,
                           const char *const *unpacked, int nunpacked, int quick)
 {
     printf("packed matmul kernels, %d threads, isa %s; streaming read %.1f GB/s; ", threads,
            sw_isa_name(sw_isa_active()), bw);
     if (peak > 0) printf("int8 multiply-add peak (%s) %.1f GMAC/s\n", sw_int8_peak_mix(), peak);
     else printf("int8 multiply-add peak not measured (%s)\n", quick ? "--quick" : "no int8 path on this isa");
+    if (form_peak > 0) printf("the int8 form's peak (%s) %.1f GMAC/s: its rows' \"of peak\"\n", sw_int8_form_peak_mix(), form_peak);
     printf("cpu %s; q4_K at 1 token is timed without (no-pf) and with (pf) software prefetch, "
            "this CPU's default: %s\n", sw_cpu_model(), sw_prefetch_one_token() ? "pf" : "no-pf");
     printf("%-6s %-7s %7s %-7s %9s %9s %8s\n", "type", "weights", "tokens", "form", "GB/s", "GMAC/s", "of peak");
     for (int i = 0; i < nres; i++) {
         printf("%-6s %-7s %7d %-7s %9.1f %9.1f", res[i].type, res[i].where, res[i].tokens, res[i].form, res[i].gb_s,
                res[i].gmac_s);
-        if (peak > 0) printf(" %7.0f%%\n", 100.0 * res[i].gmac_s / peak);
+        const double pk = form_peak > 0 && !strcmp(res[i].form, "int8") ? form_peak : peak;
+        if (peak > 0) printf(" %7.0f%%\n", 100.0 * res[i].gmac_s / pk);
         else printf(" %8s\n", "-");   /* scalar: no int8 peak measured */
     }
     /* what this host has, so a test checks exactly that: unpacked types
@@ -412,7 +415,9 @@ static void print_kernels(int threads, double bw, double peak, const kernel_resu
            sw_cpu_model(), quick ? "true" : "false", bw, peak, sw_i8_min_tokens(),
            sw_prefetch_one_token() ? "true" : "false");
     for (int i = 0; i < nunpacked; i++) printf("%s\"%s\"", i ? "," : "", unpacked[i]);
-    printf("],\"kernels\":[");
+    printf("]");
+    if (form_peak > 0) printf(",\"int8_form_peak_gmac_per_s\":%.4g", form_peak);
+    printf(",\"kernels\":[");
     for (int i = 0; i < nres; i++)
         printf("%s{\"type\":\"%s\",\"weights\":\"%s\",\"tokens\":%d,\"form\":\"%s\",\"gb_per_s\":%.4g,"
                "\"gmac_per_s\":%.4g}", i ? "," : "", res[i].type, res[i].where, res[i].tokens, res[i].form, res[i].gb_s,
@@ -467,7 +472,9 @@ static int bench_kernels(const options *o, int threads)
     double bw = 0;
     for (int i = 0; i < 3; i++) bw += meter_pass(&rm) / 3;
     double peak = ks->peak_s ? sw_int8_peak_gmac_s(ks->peak_s) : 0;
-    print_kernels(threads, bw, peak, res, nres, unpacked, nunpacked, o->quick);
+    double form_peak = peak > 0 && sw_int8_form_peak_mix() && sw_int8_form_peak_mix() != sw_int8_peak_mix()
+                           ? sw_int8_form_peak_gmac_s(ks->peak_s) : 0;
+    print_kernels(threads, bw, peak, form_peak, res, nres, unpacked, nunpacked, o->quick);
     if (rm.sink == 12345.678) fprintf(stderr, " ");
     free(rm.buf); free(x); free(y);
     return 0;
@@ -476,12 +483,27 @@ static int bench_kernels(const options *o, int threads)
 /* What a model run measured, for its table and JSON line. */
 typedef struct {
     double peak;                        /* int8 multiply-add peak, GMAC/s (0: not measured) */
+    double form_peak;                   /* the int8 form's, where it runs and its instruction differs (0: no) */
     double prefill, prefill_gmac, prefill_ceiling;   /* tokens/s, GMAC/s, tokens/s at the peak */
     decode_result res[MAX_BATCHES];
     const decode_result *b1;            /* the batch-1 result, if one ran */
 } model_run;
 
 static int imax(int a, int b) { return a > b ? a : b; }
+
+/* Whether products of ntok tokens run on the int8 form. */
+static bool form_runs(const options *o, int ntok)
+{
+    return !o->precise && sw_i8_min_tokens() > 0 && ntok >= sw_i8_min_tokens();
+}
+
+/* The peak that bounds a product of ntok tokens: the form's where it runs on
+ * an instruction of its own (AVX-VNNI's vpdpbusd on ymm), else the packed
+ * kernels'. */
+static double peak_for(const options *o, const model_run *r, int ntok)
+{
+    return r->form_peak > 0 && form_runs(o, ntok) ? r->form_peak : r->peak;
+}
 
 /* Every model measurement, on one context: sequences 0..B-1 (B the largest
  * batch) decode and sequence B prefills, so the prompt never overwrites a
@@ -500,13 +522,15 @@ static int run_model(const sw_model *m, const options *o, read_meter *rm, model_
     int rc = fill_depth(ctx, m, o->depth, nb + 1, &rng) || bench_decode(ctx, m, o, 1, 4, &rng, NULL, &warm);
     /* The int8 multiply-add peak, right before the prefill it bounds. */
     r->peak = rc ? 0 : sw_int8_peak_gmac_s(0.25);
+    if (!rc && form_runs(o, o->n_prompt) && sw_int8_form_peak_mix() != sw_int8_peak_mix())
+        r->form_peak = sw_int8_form_peak_gmac_s(0.25);
     r->prefill = rc ? -1 : bench_prefill(ctx, m, o, nb, &rng);   /* warm-up */
     if (r->prefill >= 0) r->prefill = bench_prefill(ctx, m, o, nb, &rng);
     rc = r->prefill < 0;
     /* weight multiply-adds per prompt token, and what the peak alone would allow */
     double prefill_macs = sw_forward_weight_macs(m, o->n_prompt, 1) / o->n_prompt;
     r->prefill_gmac = r->prefill * prefill_macs / 1e9;
-    r->prefill_ceiling = r->peak * 1e9 / prefill_macs;
+    r->prefill_ceiling = peak_for(o, r, o->n_prompt) * 1e9 / prefill_macs;
     for (int i = 0; i < o->n_batches && !rc; i++)
         rc = bench_decode(ctx, m, o, o->batches[i], o->n_gen, &rng, rm, &r->res[i]);
     for (int i = 0; i < o->n_batches; i++) if (r->res[i].batch == 1) r->b1 = &r->res[i];
@@ -536,17 +560,20 @@ static void print_table(const options *o, const sw_model *m, int threads, const 
                "GMAC/s below = weight multiply-adds (attention not counted)\n", sw_int8_peak_mix(), threads, peak);
     else
         printf("int8 multiply-add peak: not measured (no int8 path on isa %s)\n", sw_isa_name(sw_isa_active()));
+    if (r->form_peak > 0)
+        printf("the int8 form's peak (%s), which products of %d tokens or more run on: %.1f GMAC/s;\n"
+               "\"of peak\" is taken against it for those\n", sw_int8_form_peak_mix(), sw_i8_min_tokens(), r->form_peak);
     printf("GB/s = weights and KV cache read a second; KV MiB = the cache's share of a step\n");
     printf("%-18s %10s %9s %8s %8s %12s %11s %11s %9s %9s\n", "test", "tokens/s", "ms/step", "KV MiB", "GB/s",
            "beside GB/s", "of beside", "of best", "GMAC/s", "of peak");
     char pk[16] = "-";
-    if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * r->prefill_gmac / peak);
+    if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * r->prefill_gmac / peak_for(o, r, o->n_prompt));
     printf("%-18s %10.1f %9s %8s %8s %12s %11s %11s %9.1f %9s\n", "prefill", prefill, "-", "-", "-", "-", "-", "-",
            r->prefill_gmac, pk);
     for (int i = 0; i < o->n_batches; i++) {
         char label[32];
         snprintf(label, sizeof label, "decode batch %d", res[i].batch);
-        if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * res[i].gmac_s / peak);
+        if (peak > 0) snprintf(pk, sizeof pk, "%.0f%%", 100.0 * res[i].gmac_s / peak_for(o, r, res[i].batch));
         printf("%-18s %10.1f %9.2f %8.1f %8.1f %12.1f %10.0f%% %10.0f%% %9.1f %9s\n", label, res[i].tok_s,
                res[i].step_ms, res[i].kv_bytes / 1048576.0, res[i].gb_s, res[i].mem_gb_s,
                100.0 * res[i].gb_s / res[i].mem_gb_s, 100.0 * res[i].gb_s / rm->best,
@@ -594,6 +621,9 @@ static void print_json(const options *o, const sw_model *m, int threads, const r
         if (peak > 0) printf(",\"prefill_at_int8_peak_over_decode_b1\":%.2f", r->prefill_ceiling / b1->tok_s);
     }
     if (peak > 0) printf(",\"prefill_fraction_of_int8_peak\":%.3f", r->prefill_gmac / peak);
+    if (r->form_peak > 0)
+        printf(",\"int8_form_peak_gmac_per_s\":%.1f,\"prefill_fraction_of_int8_form_peak\":%.3f", r->form_peak,
+               r->prefill_gmac / r->form_peak);
     printf("}\n");
 }
 
