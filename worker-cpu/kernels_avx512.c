@@ -764,6 +764,8 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni)
         t->int8_peak = int8_peak_vnni;
         t->int8_peak_mix = "vpdpbusd";
         t->i8x16 = i8x16_vnni;
+        t->i8x16_peak = NULL;   /* the AVX2 table's (ymm): here the form runs int8_peak's vpdpbusd */
+        t->i8x16_peak_mix = NULL;
         t->i8x16_expand[SW_TYPE_Q4_K] = i8_q4k_vnni;
         t->i8x16_expand[SW_TYPE_Q5_K] = i8_q5k_vnni;
         t->i8x16_expand[SW_TYPE_Q6_K] = i8_q6k_vnni;
