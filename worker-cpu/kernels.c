@@ -140,6 +140,7 @@ static void isa_init(void)
         tables[SW_ISA_AVX512] = tables[SW_ISA_AVX2];
         if (cpu_has_avx512()) {
             sw_kernels_fill_avx512(&tables[SW_ISA_AVX512], __builtin_cpu_supports("avx512vnni"));
+            add_feature("amx-int8", sw_kernels_fill_amx(&tables[SW_ISA_AVX512]));
             isa_best = SW_ISA_AVX512;
         }
     }
@@ -258,10 +259,10 @@ const char *sw_int8_form_peak_mix(void)
 
 static volatile int64_t int8_peak_sink;   /* keeps the chains' results, so their work */
 
-static double peak_gmac_s(int64_t (*loop)(int64_t iters), double seconds)
+static double peak_gmac_s(int64_t (*loop)(int64_t iters), int64_t macs_per_iter, double seconds)
 {
     if (!loop) return 0.0;
-    const int64_t iters = 1 << 16;   /* ~50M MACs: well under a millisecond a call */
+    const int64_t iters = (50 << 20) / macs_per_iter;   /* ~50M MACs: well under a millisecond a call */
     double total = 0.0;
     int64_t sum = 0;
     /* Each thread's best window of 16 calls (a few ms): on a shared host a
@@ -273,7 +274,7 @@ static double peak_gmac_s(int64_t (*loop)(int64_t iters), double seconds)
         do {
             double t0 = sw_clock_s();
             for (int k = 0; k < 16; k++) sum += loop(iters);
-            double rate = 16.0 * (double)iters * SW_INT8_PEAK_MACS / (sw_clock_s() - t0);
+            double rate = 16.0 * (double)iters * (double)macs_per_iter / (sw_clock_s() - t0);
             best = rate > best ? rate : best;
         } while (sw_clock_s() - start < seconds);
         total += best;
@@ -282,12 +283,14 @@ static double peak_gmac_s(int64_t (*loop)(int64_t iters), double seconds)
     return total / 1e9;
 }
 
-double sw_int8_peak_gmac_s(double seconds) { return peak_gmac_s(ktab()->int8_peak, seconds); }
+double sw_int8_peak_gmac_s(double seconds) { return peak_gmac_s(ktab()->int8_peak, SW_INT8_PEAK_MACS, seconds); }
 
 double sw_int8_form_peak_gmac_s(double seconds)
 {
     const sw_kernel_table *kt = ktab();
-    return kt->i8x16 ? peak_gmac_s(kt->i8x16_peak ? kt->i8x16_peak : kt->int8_peak, seconds) : 0.0;
+    if (!kt->i8x16) return 0.0;
+    if (!kt->i8x16_peak) return sw_int8_peak_gmac_s(seconds);
+    return peak_gmac_s(kt->i8x16_peak, kt->i8x16_peak_macs ? kt->i8x16_peak_macs : SW_INT8_PEAK_MACS, seconds);
 }
 
 /* ---- activations ---------------------------------------------------------- */
@@ -953,13 +956,15 @@ static bool i8_part(const sw_kernel_table *kt, const sw_packed_job *jb, const ac
         const int64_t s1 = s0 + tile < g1 ? s0 + tile : g1;
         for (int64_t g = s0; g < s1; g++)
             kt->i8x16_expand[p->type](p->blocks + (size_t)g * p->group_bytes, nb, w8 + (size_t)(g - s0) * (size_t)nb);
-        for (int t = 0; t < jb->n_tok; t += SW_DOTN_MAX) {
-            const int cnt = jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
+        for (int t = 0, cnt; t < jb->n_tok; t += cnt) {
+            /* 16 tokens a slice where a kernel takes them at once (AMX), else up to SW_DOTN_MAX */
+            const bool wide = kt->i8x16_16 && jb->n_tok - t >= 16;
+            cnt = wide ? 16 : jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
             const uint8_t *a = buf + as->off + (size_t)t * ars;
             const int32_t *ns = (const int32_t *)(buf + as->off_ns) + (size_t)t * (size_t)nb;
             for (int64_t g = s0; g < s1; g++)
-                kt->i8x16(w8 + (size_t)(g - s0) * (size_t)nb, nb, a, ars, ns, (size_t)nb, cnt,
-                          jb->y + (size_t)t * p->rows + g * 16, (size_t)p->rows);
+                (wide ? kt->i8x16_16 : kt->i8x16)(w8 + (size_t)(g - s0) * (size_t)nb, nb, a, ars, ns, (size_t)nb, cnt,
+                                                  jb->y + (size_t)t * p->rows + g * 16, (size_t)p->rows);
         }
     }
     return true;

@@ -245,6 +245,9 @@ typedef struct {
     sw_q32x16_fn q32x16[SW_TYPE_COUNT];   /* prepacked Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 */
     sw_i8x16_expand_fn i8x16_expand[SW_TYPE_COUNT];   /* packed Q4_K / Q5_K / Q6_K groups to the int8 form */
     sw_i8x16_fn i8x16;     /* the int8 form x many tokens */
+    /* The same for exactly 16 tokens, where a kernel takes them at once
+     * (AMX: kernels_amx.c); NULL: i8x16 serves. Same arguments, ntok unused. */
+    sw_i8x16_fn i8x16_16;
     /* iters x SW_INT8_PEAK_MACS int8 multiply-adds in independent chains of
      * the instruction the packed kernels are built on (sw_int8_peak_gmac_s);
      * returns a value that depends on all of them. NULL: no such path. */
@@ -254,6 +257,7 @@ typedef struct {
      * (AVX2 with AVX-VNNI: vpdpbusd on ymm); NULL: int8_peak serves both. */
     int64_t (*i8x16_peak)(int64_t iters);
     const char *i8x16_peak_mix;
+    int64_t i8x16_peak_macs;   /* multiply-adds an iteration of i8x16_peak (0: SW_INT8_PEAK_MACS) */
 } sw_kernel_table;
 
 /* int8 multiply-adds per iteration of int8_peak and i8x16_peak: 12
@@ -272,6 +276,9 @@ static inline void sw_q8k_aux(const block_q8_k *y, int64_t n, float *out)
  * have the ISA; kernels.c checks cpuid before calling them). */
 void sw_kernels_fill_avx2(sw_kernel_table *t);
 void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni);
+/* Adds the AMX int8 form to an AVX-512 VNNI table where this CPU, the OS
+ * and SPILLWAY_AMX (0: off) allow; true when it did. */
+bool sw_kernels_fill_amx(sw_kernel_table *t);
 
 /* Q8_K scale choice shared by the SIMD quantizers: given the block's max and
  * min (from vector reductions), the signed value of largest magnitude. On a

@@ -803,11 +803,14 @@ static void test_int8_form(sw_isa isa)
     /* Through the jobs, threshold 5 (10 for rows wider than 4096): job 0
      * (Q4_K, 33 rows, 9 tokens), 1 (Q6_K 8192 wide, 160 rows: runs across
      * 3-group tiles, 12 tokens), 2 (Q5_K, 5 tokens: at the threshold) on
-     * the form; 3 (Q4_K, 4 tokens) and 4 (Q4_K 8192 wide, 7 tokens) exact. */
-    enum { NJ = 5 };
-    static const sw_type JT[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q5_K, SW_TYPE_Q4_K, SW_TYPE_Q4_K};
-    static const int64_t JR[NJ] = {33, 160, 48, 32, 32}, JC[NJ] = {1024, 8192, 512, 512, 8192};
-    static const int JN[NJ] = {9, 12, 5, 4, 7};
+     * the form; 3 (Q4_K, 4 tokens) and 4 (Q4_K 8192 wide, 7 tokens) exact;
+     * 5 (Q4_K, 33 rows, 40 tokens) and 6 (Q6_K 8192 wide, 21 tokens) on
+     * the form in slices of 16 where a kernel takes them (AMX). */
+    enum { NJ = 7 };
+    static const sw_type JT[NJ] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K, SW_TYPE_Q5_K, SW_TYPE_Q4_K, SW_TYPE_Q4_K,
+                                   SW_TYPE_Q4_K, SW_TYPE_Q6_K};
+    static const int64_t JR[NJ] = {33, 160, 48, 32, 32, 33, 48}, JC[NJ] = {1024, 8192, 512, 512, 8192, 1024, 8192};
+    static const int JN[NJ] = {9, 12, 5, 4, 7, 40, 21};
     gguf_tensor t[NJ];
     uint8_t *w[NJ];
     float *x[NJ], *y[NJ];
@@ -852,6 +855,62 @@ static void test_int8_form(sw_isa isa)
     }
     CHECK(bad == 0, "int8 form through the jobs: %d wrong", bad);
     for (int j = 0; j < NJ; j++) { sw_packed_free((sw_packed *)jobs[j].p); free(w[j]); free(x[j]); free(y[j]); }
+}
+
+/* The AMX int8 form (kernels_amx.c) against the AVX-512 VNNI one it
+ * extends: 16 tokens at once, the same floats bit for bit, on Q4_K and
+ * Q6_K groups (the +128 offset and the scales are applied in the same
+ * order, and the int32 sums are exact in both). */
+static void test_int8_form_amx(void)
+{
+    sw_kernel_table vnni, amx;
+    memset(&vnni, 0, sizeof vnni);
+    if (sw_isa_set(SW_ISA_AVX512) != SW_ISA_AVX512 || !__builtin_cpu_supports("avx512vnni")) {
+        printf("int8 form on AMX: skipped (no AVX-512 VNNI on this CPU)\n");
+        return;
+    }
+    sw_kernels_fill_avx512(&vnni, true);
+    amx = vnni;
+    if (!sw_kernels_fill_amx(&amx)) {
+        printf("int8 form on AMX: skipped (no AMX-INT8 here, or the OS or SPILLWAY_AMX=0 keeps it off)\n");
+        return;
+    }
+    CHECK(amx.i8x16_16 && amx.i8x16_peak && !vnni.i8x16_16, "AMX adds the 16-token kernel and its peak");
+    static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K};
+    enum { NT = 32 };
+    const int64_t rows = 32, cols = 1024, nb = cols / QK_K;
+    for (int ti = 0; ti < 2; ti++) {
+        const sw_type type = TYPES[ti];
+        gguf_tensor t;
+        size_t rs = sw_row_size(type, (uint64_t)cols), ars = sw_act_row_size(type, cols);
+        uint8_t *w = random_tensor(&t, type, rows, cols, 7 + ti), *a = malloc(ars * NT);
+        float *x = malloc(sizeof(float) * (size_t)cols);
+        for (int k = 0; k < NT; k++) {
+            random_x(x, cols, k % 3);
+            ref_act(type, x, cols, a + (size_t)k * ars);
+        }
+        int32_t ns[NT * 4];
+        for (int k = 0; k < NT; k++)
+            for (int64_t i = 0; i < nb; i++) {
+                const block_q8_k *b = (const block_q8_k *)(a + (size_t)k * ars) + i;
+                int32_t sum = 0;
+                for (int j = 0; j < QK_K; j++) sum += b->qs[j];
+                ns[k * nb + i] = -128 * sum;
+            }
+        int differ = 0;
+        for (int64_t g = 0; g < rows / 16; g++) {
+            sw_i8x16 *ref = i8_ref_group(type, w, rs, g, nb);
+            float want[NT * 16], got[NT * 16];
+            for (int k = 0; k < NT; k += 8) vnni.i8x16(ref, nb, a + (size_t)k * ars, ars, ns + k * nb, (size_t)nb, 8, want + k * 16, 16);
+            for (int k = 0; k < NT; k += 16) amx.i8x16_16(ref, nb, a + (size_t)k * ars, ars, ns + k * nb, (size_t)nb, 16, got + k * 16, 16);
+            differ += memcmp(want, got, sizeof want) != 0;
+            free(ref);
+        }
+        CHECK(differ == 0, "%s: AMX equals AVX-512 VNNI bit for bit (%d groups differ)", sw_type_info(type)->name, differ);
+        printf("int8 form %s on AMX: %d tokens x %lld rows, the VNNI kernel's floats bit for bit\n",
+               sw_type_info(type)->name, NT, (long long)rows);
+        free(w); free(a); free(x);
+    }
 }
 
 /* The packed Q4_K kernel with and without software prefetch at one token
@@ -986,6 +1045,7 @@ int main(int argc, char **argv)
     if (best == SW_ISA_AVX512) test_avx512_bw_table();
     test_int8_form(SW_ISA_AVX512);
     test_int8_form(SW_ISA_AVX2);
+    test_int8_form_amx();
     test_prefetch_variants();
     if (!quick) test_pack_huge_pages();   /* under qemu-user the mappings are the emulator's */
     test_bad_input();

@@ -1,0 +1,157 @@
+/* The int8 form (sw_i8x16) on AMX: Intel's tile unit (Sapphire Rapids and
+ * later Xeons), for products of many tokens.
+ *
+ * One tdpbsud multiplies a tile of 16 rows x 64 signed bytes by one of 16
+ * rows x 64 unsigned bytes laid out as dword columns, into 16 x 16 int32:
+ *   C[m][n] += sum_k A[m][k] * B[k/4][4n + k%4].
+ * With A = 16 tokens' Q8_K quants of one 64-weight chunk (row m at the
+ * token's row stride) and B = the int8 form's q[16c .. 16c+15] (q[k][4r+e]
+ * = v(r, 4k+e) + 128, the layout the AVX-512 kernel broadcasts against),
+ * C[m][n] is token m's dot with row n, offset included, in one instruction
+ * per 16 x 16 x 64 = 16384 multiply-adds: a block of 16 rows and 16 tokens
+ * is 4 of them. The +128 offset and the scales are then applied as in
+ * i8x16_vnni, in the same order, so the two give the same floats.
+ *
+ * On the Xeon this was built on, tdpbsud ran 3.4 T multiply-adds a second a
+ * core against vpdpbusd's 0.45 (docs/perf/cpu.md, "AMX"). What is left per
+ * block is the tile store and 16 tokens' int32 -> float work on zmm.
+ *
+ * Linux hands out the tile state only on request (arch_prctl
+ * ARCH_REQ_XCOMP_PERM, once a process); a thread must load a tile
+ * configuration before its first tile instruction, so each does on first
+ * use. The tiles stay configured for the thread's life: only this file
+ * uses them.
+ */
+#include "worker-cpu/kernels_impl.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* LDTILECFG's 64-byte operand, palette 1. */
+typedef struct {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+_Static_assert(sizeof(amx_tilecfg) == 64, "amx_tilecfg: LDTILECFG's 64 bytes");
+
+/* Tiles (numbers, as the intrinsics paste them into the instruction): 0
+ * and 3 the sums (two, so a block's products need not wait for the
+ * previous block's store), 1 the tokens, 2 the weights. */
+#define T_SUM0 0
+#define T_ACT 1
+#define T_W 2
+#define T_SUM1 3
+
+static __thread bool tiles_configured;
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,amx-tile,amx-int8")
+
+/* Every tile 16 rows of 64 bytes. A static object: GCC 12's
+ * _tile_loadconfig tells the compiler it reads 8 bytes, and a config built
+ * on the stack lost its stores (ldtilecfg then faulted on the zeros). */
+static const amx_tilecfg TILES = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+static void configure_tiles(void)
+{
+    _tile_loadconfig(&TILES);
+    tiles_configured = true;
+}
+
+#define ACT_BLOCK_Q(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
+
+/* Block i's four tdpbsud into sum tile S (a tile number must be a constant). */
+#define BLOCK_PRODUCTS(S)                                                          \
+    do {                                                                           \
+        _tile_zero(S);                                                             \
+        for (int c = 0; c < 4; c++) {                                              \
+            _tile_loadd(T_ACT, ACT_BLOCK_Q(act, stride, 0, i)->qs + 64 * c, (long)stride); \
+            _tile_loadd(T_W, p[i].q[16 * c], 64);                                  \
+            _tile_dpbsud(S, T_ACT, T_W);                                           \
+        }                                                                          \
+        _tile_stored(S, sums, 64);                                                 \
+    } while (0)
+
+/* Y for 16 rows (nb blocks of the int8 form at p) x exactly 16 tokens. */
+static void i8x16_amx16(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum,
+                        size_t nsum_stride, int ntok, float *out, size_t ostride)
+{
+    (void)ntok;
+    if (!tiles_configured) configure_tiles();
+    int32_t sums[16][16] __attribute__((aligned(64)));
+    __m512 total[16];
+    for (int t = 0; t < 16; t++) total[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        if (i & 1) BLOCK_PRODUCTS(T_SUM1);
+        else BLOCK_PRODUCTS(T_SUM0);
+        const __m512 d = _mm512_load_ps(p[i].d);
+        for (int t = 0; t < 16; t++) {
+            const __m512i acc = _mm512_add_epi32(_mm512_set1_epi32(nsum[(size_t)t * nsum_stride + i]),
+                                                 _mm512_load_si512(sums[t]));
+            total[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc),
+                                       _mm512_mul_ps(d, _mm512_set1_ps(ACT_BLOCK_Q(act, stride, t, i)->d)), total[t]);
+        }
+    }
+    for (int t = 0; t < 16; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
+}
+#undef BLOCK_PRODUCTS
+
+/* tdpbsud's peak: 4 independent sum tiles over 2 x 2 operand tiles held
+ * in place, 4 x 16384 = SW_AMX_PEAK_MACS multiply-adds an iteration. */
+#define SW_AMX_PEAK_MACS (4 * 16384)
+static int64_t int8_peak_amx(int64_t iters)
+{
+    static const int8_t a[16][64] __attribute__((aligned(64)));
+    static const uint8_t b[16][64] __attribute__((aligned(64)));
+    if (!tiles_configured) configure_tiles();
+    int32_t s[16][16] __attribute__((aligned(64)));
+    _tile_zero(0); _tile_zero(3); _tile_zero(4); _tile_zero(5);
+    _tile_loadd(1, a, 64); _tile_loadd(2, b, 64); _tile_loadd(6, a, 64); _tile_loadd(7, b, 64);
+    for (int64_t i = 0; i < iters; i++) {
+        _tile_dpbsud(0, 1, 2); _tile_dpbsud(3, 1, 7); _tile_dpbsud(4, 6, 2); _tile_dpbsud(5, 6, 7);
+    }
+    _tile_stored(0, s, 64);
+    return s[0][0] + iters;
+}
+
+#pragma GCC pop_options
+
+/* Whether this CPU and kernel give this process the tiles: cpuid's
+ * AMX-TILE and AMX-INT8, the OS's XCR0 bits for the tile state (17, 18),
+ * and Linux's permission. SPILLWAY_AMX=0 keeps them off. */
+static bool amx_usable(void)
+{
+    const char *env = getenv("SPILLWAY_AMX");
+    if (env && !strcmp(env, "0")) return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;   /* OSXSAVE: xgetbv works */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+bool sw_kernels_fill_amx(sw_kernel_table *t)
+{
+    if (!t->i8x16 || !amx_usable()) return false;
+    t->i8x16_16 = i8x16_amx16;
+    t->i8x16_peak = int8_peak_amx;
+    t->i8x16_peak_mix = "tdpbsud (AMX), 16384 MACs each";
+    t->i8x16_peak_macs = SW_AMX_PEAK_MACS;
+    return true;
+}
