@@ -326,9 +326,10 @@ def test_bench_reports_table_and_json(tmp_path):
 def test_bench_takes_prefill_against_the_int8_forms_own_peak(tmp_path):
     """Where the int8 form runs on an instruction of its own (AVX2 with
     AVX-VNNI: vpdpbusd on ymm, where the packed kernels pair vpmaddubsw and
-    vpmaddwd), the bench times that instruction's peak too and takes the
-    prefill's "of peak" against it; elsewhere it reports one peak. Forced
-    to AVX2 with the form from 16 tokens, so a 32-token prompt runs on it."""
+    vpmaddwd; AVX-512 with AMX: tdpbsud), the bench times that
+    instruction's peak too and takes the prefill's "of peak" against it;
+    elsewhere it reports one peak. The form from 16 tokens, so a 32-token
+    prompt runs on it."""
     import json
     cpu = json.loads(run([bin_path("spillway-bench"), "--cpu"]).stdout)
     if "avx2" not in cpu["cpu"].split():
@@ -341,10 +342,16 @@ def test_bench_takes_prefill_against_the_int8_forms_own_peak(tmp_path):
                  "--mem-mib", "32"], env=env)
         lines = r.stdout.strip().splitlines()
         return lines, json.loads(lines[-1])
-    if cpu["best"] == "avx512":
-        # The form and the packed kernels both run vpdpbusd on zmm: one peak.
-        _, j = bench("avx512")
-        assert j["isa"] == "avx512" and "int8_form_peak_gmac_per_s" not in j, j
+    if cpu["best"] == "avx512" and "avx512vnni" in cpu["cpu"].split():
+        lines, j = bench("avx512")
+        assert j["isa"] == "avx512", j
+        if "amx-int8" in cpu["cpu"].split():
+            # The form on AMX's tdpbsud, far past vpdpbusd's peak.
+            assert j["int8_form_peak_gmac_per_s"] > 2 * j["int8_peak_gmac_per_s"] > 0, j
+            assert any(l.startswith("the int8 form's peak (tdpbsud (AMX)") for l in lines), lines
+        else:
+            # The form and the packed kernels both run vpdpbusd on zmm: one peak.
+            assert "int8_form_peak_gmac_per_s" not in j, j
     lines, j = bench("avx2")
     if "avxvnni" not in cpu["cpu"].split():
         # Zen 3 and the like: no form on AVX2, so one peak (the pairs').

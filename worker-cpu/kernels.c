@@ -901,9 +901,10 @@ typedef struct {
     const float *x;
     int n_tok;
     int64_t cols;
-    bool k8, bs4, bs6, ns, q32;   /* forms wanted: Q8_K rows, their bsum forms (Q4_K, Q6_K, int8 form), Q8_0 rows */
-    size_t off, off_bs4, off_bs6, off_ns, off_q32, off_aux;
-    size_t rs_k8, rs_q32;     /* bytes of one Q8_K / Q8_0 row */
+    bool k8, bs4, bs6, ns, qa, q32;   /* forms wanted: Q8_K rows, their bsum forms (Q4_K, Q6_K, int8 form),
+                                       * their quants aligned (i8x16_tiles), Q8_0 rows */
+    size_t off, off_bs4, off_bs6, off_ns, off_qa, off_q32, off_aux;
+    size_t rs_k8, rs_qa, rs_q32;     /* bytes of one Q8_K / aligned-quants / Q8_0 row */
 } act_set;
 
 /* One 16-row group g of p times tokens t..t+cnt-1 (cnt <= SW_DOTN_MAX) of
@@ -958,13 +959,17 @@ static bool i8_part(const sw_kernel_table *kt, const sw_packed_job *jb, const ac
             kt->i8x16_expand[p->type](p->blocks + (size_t)g * p->group_bytes, nb, w8 + (size_t)(g - s0) * (size_t)nb);
         for (int t = 0, cnt; t < jb->n_tok; t += cnt) {
             /* 16 tokens a slice where a kernel takes them at once (AMX), else up to SW_DOTN_MAX */
-            const bool wide = kt->i8x16_16 && jb->n_tok - t >= 16;
+            const bool wide = as->qa && jb->n_tok - t >= 16;
             cnt = wide ? 16 : jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
             const uint8_t *a = buf + as->off + (size_t)t * ars;
+            const int8_t *qa = (const int8_t *)(buf + as->off_qa + (size_t)t * as->rs_qa);
             const int32_t *ns = (const int32_t *)(buf + as->off_ns) + (size_t)t * (size_t)nb;
-            for (int64_t g = s0; g < s1; g++)
-                (wide ? kt->i8x16_16 : kt->i8x16)(w8 + (size_t)(g - s0) * (size_t)nb, nb, a, ars, ns, (size_t)nb, cnt,
-                                                  jb->y + (size_t)t * p->rows + g * 16, (size_t)p->rows);
+            for (int64_t g = s0; g < s1; g++) {
+                const sw_i8x16 *w = w8 + (size_t)(g - s0) * (size_t)nb;
+                float *y = jb->y + (size_t)t * p->rows + g * 16;
+                if (wide) kt->i8x16_tiles(w, nb, a, ars, qa, as->rs_qa, ns, (size_t)nb, y, (size_t)p->rows);
+                else kt->i8x16(w, nb, a, ars, ns, (size_t)nb, cnt, y, (size_t)p->rows);
+            }
         }
     }
     return true;
@@ -1036,7 +1041,10 @@ static void plan_sets(const sw_kernel_table *kt, const sw_packed_job *jobs, int 
         else a->bs4 = true;   /* Q4_K and Q5_K */
         /* the int8 form's sums too; the packed kernels' stay for the case
          * where its buffer cannot be had (i8_part) */
-        if (job_i8(kt, &jobs[j])) a->ns = true;
+        if (job_i8(kt, &jobs[j])) {
+            a->ns = true;
+            a->qa = kt->i8x16_tiles && jobs[j].n_tok >= 16;
+        }
     }
     first[n] = pl->groups;
 }
@@ -1054,6 +1062,9 @@ static size_t layout_sets(act_set *sets, packed_plan *pl)
         if (a->bs4) { a->off_bs4 = bytes; bytes += (nb * 4 * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
         if (a->bs6) { a->off_bs6 = bytes; bytes += (nb * 16 * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
         if (a->ns) { a->off_ns = bytes; bytes += (nb * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
+        /* a line past the quants, so that 16 tokens' rows do not share a few L1 sets */
+        a->rs_qa = nb * QK_K + 64;
+        if (a->qa) { a->off_qa = bytes; bytes += a->rs_qa * nt; }
         if (a->q32) {
             a->off_q32 = bytes;
             bytes += (a->rs_q32 * nt + 63) & ~(size_t)63;
@@ -1082,6 +1093,8 @@ static void quantize_sets(const sw_kernel_table *kt, const act_set *sets, int to
             if (a->bs4) packed_bsums(SW_TYPE_Q4_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->off_bs4) + (size_t)t * nb * 4);
             if (a->bs6) packed_bsums(SW_TYPE_Q6_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->off_bs6) + (size_t)t * nb * 16);
             if (a->ns) i8_nsums((const block_q8_k *)q, nb, (int32_t *)(buf + a->off_ns) + (size_t)t * nb);
+            for (int64_t b = 0; a->qa && b < nb; b++)
+                memcpy(buf + a->off_qa + (size_t)t * a->rs_qa + (size_t)b * QK_K, ((const block_q8_k *)q)[b].qs, QK_K);
         }
         if (a->q32) {
             const int64_t nb = a->cols / QK8_0;

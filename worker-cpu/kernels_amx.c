@@ -44,15 +44,16 @@ typedef struct {
 } amx_tilecfg;
 _Static_assert(sizeof(amx_tilecfg) == 64, "amx_tilecfg: LDTILECFG's 64 bytes");
 
-/* Tiles (numbers, as the intrinsics paste them into the instruction): 0
- * and 3 the sums (two, so a block's products need not wait for the
- * previous block's store), 1 the tokens, 2 the weights. */
-#define T_SUM0 0
-#define T_ACT 1
-#define T_W 2
-#define T_SUM1 3
+/* Tiles (numbers, as the intrinsics paste them into the instruction):
+ * 0-1 and 2-3 the sums of even and odd blocks, two each (the even and the
+ * odd 64-weight chunks), so that the four products of a block are two
+ * chains of two and a block's products need not wait for the previous
+ * block's store; 4 the tokens' quants, 5 the weights. */
+#define T_ACT 4
+#define T_W 5
 
 static __thread bool tiles_configured;
+
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,amx-tile,amx-int8")
@@ -74,38 +75,55 @@ static void configure_tiles(void)
 
 #define ACT_BLOCK_Q(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
 
-/* Block i's four tdpbsud into sum tile S (a tile number must be a constant). */
-#define BLOCK_PRODUCTS(S)                                                          \
-    do {                                                                           \
-        _tile_zero(S);                                                             \
-        for (int c = 0; c < 4; c++) {                                              \
-            _tile_loadd(T_ACT, ACT_BLOCK_Q(act, stride, 0, i)->qs + 64 * c, (long)stride); \
-            _tile_loadd(T_W, p[i].q[16 * c], 64);                                  \
-            _tile_dpbsud(S, T_ACT, T_W);                                           \
-        }                                                                          \
-        _tile_stored(S, sums, 64);                                                 \
+/* Block i's products: chunks 0 and 2 into sum tile S0, 1 and 3 into S1,
+ * both stored to SUMS. */
+#define BLOCK_PRODUCTS(S0, S1, SUMS)                                                      \
+    do {                                                                                  \
+        _tile_zero(S0);                                                                   \
+        _tile_zero(S1);                                                                   \
+        for (int c = 0; c < 4; c += 2) {                                                  \
+            _tile_loadd(T_W, p[i].q[16 * c], 64);                                         \
+            _tile_loadd(T_ACT, qa + 256 * i + 64 * c, (long)qa_stride);                   \
+            _tile_dpbsud(S0, T_ACT, T_W);                                                 \
+            _tile_loadd(T_W, p[i].q[16 * c + 16], 64);                                    \
+            _tile_loadd(T_ACT, qa + 256 * i + 64 * c + 64, (long)qa_stride);              \
+            _tile_dpbsud(S1, T_ACT, T_W);                                                 \
+        }                                                                                 \
+        _tile_stored(S0, SUMS[0], 64);                                                    \
+        _tile_stored(S1, SUMS[1], 64);                                                    \
     } while (0)
 
-/* Y for 16 rows (nb blocks of the int8 form at p) x exactly 16 tokens. */
-static void i8x16_amx16(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum,
-                        size_t nsum_stride, int ntok, float *out, size_t ostride)
+/* Y for 16 rows (nb blocks of the int8 form at p) x 16 tokens: block i+1's
+ * products go out before block i's sums are read, so the tile unit and the
+ * vector work overlap. */
+static void i8x16_amx(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int8_t *qa,
+                      size_t qa_stride, const int32_t *nsum, size_t nsum_stride, float *out, size_t ostride)
 {
-    (void)ntok;
     if (!tiles_configured) configure_tiles();
-    int32_t sums[16][16] __attribute__((aligned(64)));
+    int32_t sums[2][2][16][16] __attribute__((aligned(64)));   /* [block parity][chain][token][row] */
     __m512 total[16];
+    _Pragma("GCC unroll 16")
     for (int t = 0; t < 16; t++) total[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        if (i & 1) BLOCK_PRODUCTS(T_SUM1);
-        else BLOCK_PRODUCTS(T_SUM0);
+        if (i == 0) BLOCK_PRODUCTS(0, 1, sums[0]);
+        if (i + 1 < nb) {
+            const int64_t b = i;
+            i++;   /* BLOCK_PRODUCTS reads block i */
+            if (i & 1) BLOCK_PRODUCTS(2, 3, sums[1]);
+            else BLOCK_PRODUCTS(0, 1, sums[0]);
+            i = b;
+        }
         const __m512 d = _mm512_load_ps(p[i].d);
+        int32_t (*s)[16][16] = sums[i & 1];
+        _Pragma("GCC unroll 16")
         for (int t = 0; t < 16; t++) {
             const __m512i acc = _mm512_add_epi32(_mm512_set1_epi32(nsum[(size_t)t * nsum_stride + i]),
-                                                 _mm512_load_si512(sums[t]));
+                                                 _mm512_add_epi32(_mm512_load_si512(s[0][t]), _mm512_load_si512(s[1][t])));
             total[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc),
                                        _mm512_mul_ps(d, _mm512_set1_ps(ACT_BLOCK_Q(act, stride, t, i)->d)), total[t]);
         }
     }
+    _Pragma("GCC unroll 16")
     for (int t = 0; t < 16; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
 }
 #undef BLOCK_PRODUCTS
@@ -119,7 +137,7 @@ static int64_t int8_peak_amx(int64_t iters)
     static const uint8_t b[16][64] __attribute__((aligned(64)));
     if (!tiles_configured) configure_tiles();
     int32_t s[16][16] __attribute__((aligned(64)));
-    _tile_zero(0); _tile_zero(3); _tile_zero(4); _tile_zero(5);
+    _tile_zero(0); _tile_zero(3); _tile_zero(4); _tile_zero(5);   /* sums here; operands 1, 2, 6, 7 */
     _tile_loadd(1, a, 64); _tile_loadd(2, b, 64); _tile_loadd(6, a, 64); _tile_loadd(7, b, 64);
     for (int64_t i = 0; i < iters; i++) {
         _tile_dpbsud(0, 1, 2); _tile_dpbsud(3, 1, 7); _tile_dpbsud(4, 6, 2); _tile_dpbsud(5, 6, 7);
@@ -149,7 +167,7 @@ static bool amx_usable(void)
 bool sw_kernels_fill_amx(sw_kernel_table *t)
 {
     if (!t->i8x16 || !amx_usable()) return false;
-    t->i8x16_16 = i8x16_amx16;
+    t->i8x16_tiles = i8x16_amx;
     t->i8x16_peak = int8_peak_amx;
     t->i8x16_peak_mix = "tdpbsud (AMX), 16384 MACs each";
     t->i8x16_peak_macs = SW_AMX_PEAK_MACS;

@@ -232,6 +232,13 @@ typedef void (*sw_i8x16_expand_fn)(const void *blocks, int64_t nb, sw_i8x16 *out
 typedef void (*sw_i8x16_fn)(const sw_i8x16 *p, int64_t nb, const void *act, size_t act_stride, const int32_t *nsum,
                             size_t nsum_stride, int ntok, float *out, size_t out_stride);
 
+/* The same for 16 tokens at once, their quants also in qa: per token
+ * qa_stride bytes (a multiple of 64), block i's 256 at 256 i, 64-byte
+ * aligned, as a tile unit loads them best (Q8_K's sit 4 bytes past a line). */
+typedef void (*sw_i8x16_tiles_fn)(const sw_i8x16 *p, int64_t nb, const void *act, size_t act_stride,
+                                  const int8_t *qa, size_t qa_stride, const int32_t *nsum, size_t nsum_stride,
+                                  float *out, size_t out_stride);
+
 typedef struct {
     sw_dot_fn dot[SW_TYPE_COUNT];
     sw_dotn_fn dotn[SW_TYPE_COUNT];
@@ -245,9 +252,7 @@ typedef struct {
     sw_q32x16_fn q32x16[SW_TYPE_COUNT];   /* prepacked Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 */
     sw_i8x16_expand_fn i8x16_expand[SW_TYPE_COUNT];   /* packed Q4_K / Q5_K / Q6_K groups to the int8 form */
     sw_i8x16_fn i8x16;     /* the int8 form x many tokens */
-    /* The same for exactly 16 tokens, where a kernel takes them at once
-     * (AMX: kernels_amx.c); NULL: i8x16 serves. Same arguments, ntok unused. */
-    sw_i8x16_fn i8x16_16;
+    sw_i8x16_tiles_fn i8x16_tiles;   /* 16 tokens at once (AMX: kernels_amx.c); NULL: i8x16 serves */
     /* iters x SW_INT8_PEAK_MACS int8 multiply-adds in independent chains of
      * the instruction the packed kernels are built on (sw_int8_peak_gmac_s);
      * returns a value that depends on all of them. NULL: no such path. */

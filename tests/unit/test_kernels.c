@@ -875,7 +875,7 @@ static void test_int8_form_amx(void)
         printf("int8 form on AMX: skipped (no AMX-INT8 here, or the OS or SPILLWAY_AMX=0 keeps it off)\n");
         return;
     }
-    CHECK(amx.i8x16_16 && amx.i8x16_peak && !vnni.i8x16_16, "AMX adds the 16-token kernel and its peak");
+    CHECK(amx.i8x16_tiles && amx.i8x16_peak && !vnni.i8x16_tiles, "AMX adds the 16-token kernel and its peak");
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q6_K};
     enum { NT = 32 };
     const int64_t rows = 32, cols = 1024, nb = cols / QK_K;
@@ -889,6 +889,12 @@ static void test_int8_form_amx(void)
             random_x(x, cols, k % 3);
             ref_act(type, x, cols, a + (size_t)k * ars);
         }
+        /* the quants again, 64-byte aligned and a line apart (the tile kernel's qa) */
+        const size_t qs = (size_t)nb * QK_K + 64;
+        int8_t *qa = aligned_alloc(64, qs * NT);
+        for (int k = 0; k < NT; k++)
+            for (int64_t i = 0; i < nb; i++)
+                memcpy(qa + (size_t)k * qs + (size_t)i * QK_K, ((const block_q8_k *)(a + (size_t)k * ars))[i].qs, QK_K);
         int32_t ns[NT * 4];
         for (int k = 0; k < NT; k++)
             for (int64_t i = 0; i < nb; i++) {
@@ -902,14 +908,16 @@ static void test_int8_form_amx(void)
             sw_i8x16 *ref = i8_ref_group(type, w, rs, g, nb);
             float want[NT * 16], got[NT * 16];
             for (int k = 0; k < NT; k += 8) vnni.i8x16(ref, nb, a + (size_t)k * ars, ars, ns + k * nb, (size_t)nb, 8, want + k * 16, 16);
-            for (int k = 0; k < NT; k += 16) amx.i8x16_16(ref, nb, a + (size_t)k * ars, ars, ns + k * nb, (size_t)nb, 16, got + k * 16, 16);
+            for (int k = 0; k < NT; k += 16)
+                amx.i8x16_tiles(ref, nb, a + (size_t)k * ars, ars, qa + (size_t)k * qs, qs, ns + k * nb, (size_t)nb,
+                                got + k * 16, 16);
             differ += memcmp(want, got, sizeof want) != 0;
             free(ref);
         }
         CHECK(differ == 0, "%s: AMX equals AVX-512 VNNI bit for bit (%d groups differ)", sw_type_info(type)->name, differ);
         printf("int8 form %s on AMX: %d tokens x %lld rows, the VNNI kernel's floats bit for bit\n",
                sw_type_info(type)->name, NT, (long long)rows);
-        free(w); free(a); free(x);
+        free(w); free(a); free(x); free(qa);
     }
 }
 
