@@ -4,9 +4,11 @@
  * One tdpbsud multiplies a tile of 16 rows x 64 signed bytes by one of 16
  * rows x 64 unsigned bytes laid out as dword columns, into 16 x 16 int32:
  *   C[m][n] += sum_k A[m][k] * B[k/4][4n + k%4].
- * With A = 16 tokens' Q8_K quants of one 64-weight chunk (row m at the
- * token's row stride) and B = the int8 form's q[16c .. 16c+15] (q[k][4r+e]
- * = v(r, 4k+e) + 128, the layout the AVX-512 kernel broadcasts against),
+ * With A = 16 tokens' quants of one 64-weight chunk (row m at the token's
+ * stride, from the activations' 64-byte aligned copy, sw_i8x16_tiles_fn's
+ * qa: rows that straddle lines, as Q8_K's do, halved the tile loads' speed)
+ * and B = the int8 form's q[16c .. 16c+15] (q[k][4r+e] = v(r, 4k+e) + 128,
+ * the layout the AVX-512 kernel broadcasts against),
  * C[m][n] is token m's dot with row n, offset included, in one instruction
  * per 16 x 16 x 64 = 16384 multiply-adds: a block of 16 rows and 16 tokens
  * is 4 of them. The +128 offset and the scales are then applied as in
@@ -54,7 +56,6 @@ _Static_assert(sizeof(amx_tilecfg) == 64, "amx_tilecfg: LDTILECFG's 64 bytes");
 
 static __thread bool tiles_configured;
 
-
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,amx-tile,amx-int8")
 
@@ -75,18 +76,18 @@ static void configure_tiles(void)
 
 #define ACT_BLOCK_Q(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
 
-/* Block i's products: chunks 0 and 2 into sum tile S0, 1 and 3 into S1,
- * both stored to SUMS. */
-#define BLOCK_PRODUCTS(S0, S1, SUMS)                                                      \
+/* Block B's products: chunks 0 and 2 into sum tile S0, 1 and 3 into S1,
+ * both stored to SUMS (a macro: a tile number must be a constant). */
+#define BLOCK_PRODUCTS(B, S0, S1, SUMS)                                                   \
     do {                                                                                  \
         _tile_zero(S0);                                                                   \
         _tile_zero(S1);                                                                   \
         for (int c = 0; c < 4; c += 2) {                                                  \
-            _tile_loadd(T_W, p[i].q[16 * c], 64);                                         \
-            _tile_loadd(T_ACT, qa + 256 * i + 64 * c, (long)qa_stride);                   \
+            _tile_loadd(T_W, p[B].q[16 * c], 64);                                         \
+            _tile_loadd(T_ACT, qa + 256 * (B) + 64 * c, (long)qa_stride);                 \
             _tile_dpbsud(S0, T_ACT, T_W);                                                 \
-            _tile_loadd(T_W, p[i].q[16 * c + 16], 64);                                    \
-            _tile_loadd(T_ACT, qa + 256 * i + 64 * c + 64, (long)qa_stride);              \
+            _tile_loadd(T_W, p[B].q[16 * c + 16], 64);                                    \
+            _tile_loadd(T_ACT, qa + 256 * (B) + 64 * c + 64, (long)qa_stride);            \
             _tile_dpbsud(S1, T_ACT, T_W);                                                 \
         }                                                                                 \
         _tile_stored(S0, SUMS[0], 64);                                                    \
@@ -104,21 +105,16 @@ static void i8x16_amx(const sw_i8x16 *p, int64_t nb, const void *act, size_t str
     __m512 total[16];
     _Pragma("GCC unroll 16")
     for (int t = 0; t < 16; t++) total[t] = _mm512_setzero_ps();
+    BLOCK_PRODUCTS(0, 0, 1, sums[0]);
     for (int64_t i = 0; i < nb; i++) {
-        if (i == 0) BLOCK_PRODUCTS(0, 1, sums[0]);
-        if (i + 1 < nb) {
-            const int64_t b = i;
-            i++;   /* BLOCK_PRODUCTS reads block i */
-            if (i & 1) BLOCK_PRODUCTS(2, 3, sums[1]);
-            else BLOCK_PRODUCTS(0, 1, sums[0]);
-            i = b;
-        }
+        if (i + 1 < nb && (i + 1) & 1) BLOCK_PRODUCTS(i + 1, 2, 3, sums[1]);
+        else if (i + 1 < nb) BLOCK_PRODUCTS(i + 1, 0, 1, sums[0]);
         const __m512 d = _mm512_load_ps(p[i].d);
         int32_t (*s)[16][16] = sums[i & 1];
         _Pragma("GCC unroll 16")
         for (int t = 0; t < 16; t++) {
-            const __m512i acc = _mm512_add_epi32(_mm512_set1_epi32(nsum[(size_t)t * nsum_stride + i]),
-                                                 _mm512_add_epi32(_mm512_load_si512(s[0][t]), _mm512_load_si512(s[1][t])));
+            const __m512i sum = _mm512_add_epi32(_mm512_load_si512(s[0][t]), _mm512_load_si512(s[1][t]));
+            const __m512i acc = _mm512_add_epi32(_mm512_set1_epi32(nsum[(size_t)t * nsum_stride + i]), sum);
             total[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc),
                                        _mm512_mul_ps(d, _mm512_set1_ps(ACT_BLOCK_Q(act, stride, t, i)->d)), total[t]);
         }
