@@ -1043,7 +1043,7 @@ static void plan_sets(const sw_kernel_table *kt, const sw_packed_job *jobs, int 
          * where its buffer cannot be had (i8_part) */
         if (job_i8(kt, &jobs[j])) {
             a->ns = true;
-            a->qa = kt->i8x16_tiles && jobs[j].n_tok >= 16;
+            a->qa |= kt->i8x16_tiles && jobs[j].n_tok >= 16;
         }
     }
     first[n] = pl->groups;

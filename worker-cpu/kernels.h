@@ -138,9 +138,10 @@ const char *sw_int8_peak_mix(void);
 
 /* The same for the int8 form (sw_i8_min_tokens), which prefill runs on:
  * its instruction's peak, timed as above, and its name. Where the active
- * path has no form, 0 and NULL. It differs from sw_int8_peak_gmac_s only
- * on AVX2 with AVX-VNNI, where the packed kernels pair vpmaddubsw and
- * vpmaddwd but the form runs vpdpbusd on ymm, a pair's work in one. */
+ * path has no form, 0 and NULL. It differs from sw_int8_peak_gmac_s on
+ * AVX2 with AVX-VNNI, where the packed kernels pair vpmaddubsw and
+ * vpmaddwd but the form runs vpdpbusd on ymm (a pair's work in one), and
+ * with AMX, where the form runs tdpbsud. */
 double sw_int8_form_peak_gmac_s(double seconds);
 const char *sw_int8_form_peak_mix(void);
 

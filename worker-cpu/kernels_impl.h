@@ -258,16 +258,17 @@ typedef struct {
      * returns a value that depends on all of them. NULL: no such path. */
     int64_t (*int8_peak)(int64_t iters);
     const char *int8_peak_mix;   /* the instructions int8_peak times, as the bench names them */
-    /* The same for the instruction i8x16 is built on, where it differs
-     * (AVX2 with AVX-VNNI: vpdpbusd on ymm); NULL: int8_peak serves both. */
+    /* The same for the instruction the int8 form runs on, where it differs
+     * (AVX2 with AVX-VNNI: vpdpbusd on ymm; AMX: tdpbsud); NULL: int8_peak
+     * serves both. */
     int64_t (*i8x16_peak)(int64_t iters);
     const char *i8x16_peak_mix;
     int64_t i8x16_peak_macs;   /* multiply-adds an iteration of i8x16_peak (0: SW_INT8_PEAK_MACS) */
 } sw_kernel_table;
 
-/* int8 multiply-adds per iteration of int8_peak and i8x16_peak: 12
- * vpdpbusd x 64 (VNNI), 24 vpmaddubsw x 32 (AVX2), 24 vpdpbusd ymm x 32
- * (AVX-VNNI). */
+/* int8 multiply-adds per iteration of int8_peak (and of i8x16_peak where
+ * i8x16_peak_macs is 0): 12 vpdpbusd x 64 (VNNI), 24 vpmaddubsw x 32
+ * (AVX2), 24 vpdpbusd ymm x 32 (AVX-VNNI). */
 #define SW_INT8_PEAK_MACS (12 * 64)
 
 /* aux for one Q8_K row of n values (n/256 blocks): out[16*b + k] = d_b * bsums_b[k]. */
