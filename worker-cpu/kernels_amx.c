@@ -15,7 +15,8 @@
  * i8x16_vnni, in the same order, so the two give the same floats.
  *
  * On the Xeon this was built on, tdpbsud ran 3.4 T multiply-adds a second a
- * core against vpdpbusd's 0.45 (docs/perf/cpu.md, "AMX"). What is left per
+ * core against vpdpbusd's 0.45 (docs/perf/cpu.md, "The int8 form: two
+ * chains, its own peak, and AMX"). What is left per
  * block is the tile store and 16 tokens' int32 -> float work on zmm.
  *
  * Linux hands out the tile state only on request (arch_prctl

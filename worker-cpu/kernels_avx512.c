@@ -659,7 +659,7 @@ static void i8_q6k_vnni(const void *blocks, int64_t nb, sw_i8x16 *out)
  * activation dwords), as vpdpbusd's latency (5 cycles) at two issues a
  * cycle wants 10 in flight: at 128 tokens, one chain a token ran 5-10%
  * slower, and the pair loop unrolled 16 times slower again than 4
- * (docs/perf/cpu.md, "The int8 form's chains"). */
+ * (docs/perf/cpu.md, "The int8 form: two chains, its own peak, and AMX"). */
 static inline __attribute__((always_inline)) void
 i8x16_rows(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum, size_t nsum_stride,
            const int NT, float *out, size_t ostride)

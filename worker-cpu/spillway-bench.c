@@ -387,6 +387,14 @@ static void time_packs(sw_packed **pk, int n_mat, sw_type type, int where, int64
     }
 }
 
+/* The int8 form's own peak, where it runs on another instruction than the
+ * packed kernels (AVX-VNNI's ymm vpdpbusd, AMX's tdpbsud); else 0. */
+static double own_form_peak(double seconds)
+{
+    const char *mix = sw_int8_form_peak_mix();
+    return mix && mix != sw_int8_peak_mix() ? sw_int8_form_peak_gmac_s(seconds) : 0;
+}
+
 /* The --kernels table, then its JSON line; form_peak: the int8 form's
  * own peak, which its rows are taken against (0: the same instruction). */
 static void print_kernels(int threads, double bw, double peak, double form_peak, const kernel_result *res, int nres,
@@ -472,8 +480,7 @@ static int bench_kernels(const options *o, int threads)
     double bw = 0;
     for (int i = 0; i < 3; i++) bw += meter_pass(&rm) / 3;
     double peak = ks->peak_s ? sw_int8_peak_gmac_s(ks->peak_s) : 0;
-    double form_peak = peak > 0 && sw_int8_form_peak_mix() && sw_int8_form_peak_mix() != sw_int8_peak_mix()
-                           ? sw_int8_form_peak_gmac_s(ks->peak_s) : 0;
+    double form_peak = peak > 0 ? own_form_peak(ks->peak_s) : 0;
     print_kernels(threads, bw, peak, form_peak, res, nres, unpacked, nunpacked, o->quick);
     if (rm.sink == 12345.678) fprintf(stderr, " ");
     free(rm.buf); free(x); free(y);
@@ -522,8 +529,7 @@ static int run_model(const sw_model *m, const options *o, read_meter *rm, model_
     int rc = fill_depth(ctx, m, o->depth, nb + 1, &rng) || bench_decode(ctx, m, o, 1, 4, &rng, NULL, &warm);
     /* The int8 multiply-add peak, right before the prefill it bounds. */
     r->peak = rc ? 0 : sw_int8_peak_gmac_s(0.25);
-    if (!rc && form_runs(o, o->n_prompt) && sw_int8_form_peak_mix() != sw_int8_peak_mix())
-        r->form_peak = sw_int8_form_peak_gmac_s(0.25);
+    if (!rc && form_runs(o, o->n_prompt)) r->form_peak = own_form_peak(0.25);
     r->prefill = rc ? -1 : bench_prefill(ctx, m, o, nb, &rng);   /* warm-up */
     if (r->prefill >= 0) r->prefill = bench_prefill(ctx, m, o, nb, &rng);
     rc = r->prefill < 0;
