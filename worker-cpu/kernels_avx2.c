@@ -1132,18 +1132,20 @@ _Static_assert(SW_INT8_PEAK_MACS == 24 * 32, "int8_peak_avx2: 24 vpmaddubsw of 3
                   PEAK_DP("a6") PEAK_DP("a7") PEAK_DP("a8") PEAK_DP("a9") PEAK_DP("a10") PEAK_DP("a11")
 static int64_t int8_peak_avxvnni(int64_t iters)
 {
-    __m256i a[12];
-    for (int k = 0; k < 12; k++) a[k] = _mm256_setzero_si256();
+    /* named, not an array: at -O1 (the sanitizer build) an array stayed in
+     * memory around each asm and the loop timed its stores */
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+    __m256i a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
     const __m256i w = _mm256_set1_epi8(1), x = _mm256_set1_epi32(0x01020304);
     for (int64_t i = 0; i < iters; i++)
         __asm__ volatile(PEAK_DP12 PEAK_DP12
-                         : [a0] "+x"(a[0]), [a1] "+x"(a[1]), [a2] "+x"(a[2]), [a3] "+x"(a[3]), [a4] "+x"(a[4]),
-                           [a5] "+x"(a[5]), [a6] "+x"(a[6]), [a7] "+x"(a[7]), [a8] "+x"(a[8]), [a9] "+x"(a[9]),
-                           [a10] "+x"(a[10]), [a11] "+x"(a[11])
+                         : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4), [a5] "+x"(a5),
+                           [a6] "+x"(a6), [a7] "+x"(a7), [a8] "+x"(a8), [a9] "+x"(a9), [a10] "+x"(a10), [a11] "+x"(a11)
                          : [w] "x"(w), [x] "x"(x));
-    int64_t sum = 0;
-    for (int k = 0; k < 12; k++) sum += _mm256_extract_epi32(a[k], 0) + _mm256_extract_epi32(a[k], 7);
-    return sum;
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                                 _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
+    s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_add_epi32(a8, a9), _mm256_add_epi32(a10, a11)));
+    return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
 }
 #undef PEAK_DP12
 #undef PEAK_DP
