@@ -254,7 +254,7 @@ const char *sw_int8_peak_mix(void)
 const char *sw_int8_form_peak_mix(void)
 {
     const sw_kernel_table *kt = ktab();
-    return !kt->i8x16 ? NULL : kt->i8x16_peak ? kt->i8x16_peak_mix : kt->int8_peak_mix;
+    return kt->i8x16 ? kt->i8x16_peak_mix : NULL;
 }
 
 static volatile int64_t int8_peak_sink;   /* keeps the chains' results, so their work */
@@ -288,9 +288,7 @@ double sw_int8_peak_gmac_s(double seconds) { return peak_gmac_s(ktab()->int8_pea
 double sw_int8_form_peak_gmac_s(double seconds)
 {
     const sw_kernel_table *kt = ktab();
-    if (!kt->i8x16) return 0.0;
-    if (!kt->i8x16_peak) return sw_int8_peak_gmac_s(seconds);
-    return peak_gmac_s(kt->i8x16_peak, kt->i8x16_peak_macs ? kt->i8x16_peak_macs : SW_INT8_PEAK_MACS, seconds);
+    return kt->i8x16 ? peak_gmac_s(kt->i8x16_peak, kt->i8x16_peak_macs, seconds) : 0.0;
 }
 
 /* ---- activations ---------------------------------------------------------- */
@@ -842,6 +840,13 @@ static void i8_nsums(const block_q8_k *a, int64_t nb, int32_t *out)
     }
 }
 
+/* A Q8_K row's quants, block by block, into out (64-byte aligned): the
+ * tile kernels' qa (sw_i8x16_tiles_fn). */
+static void aligned_quants(const block_q8_k *a, int64_t nb, uint8_t *out)
+{
+    for (int64_t i = 0; i < nb; i++) memcpy(out + (size_t)i * QK_K, a[i].qs, QK_K);
+}
+
 int sw_set_i8_min_tokens(int n)
 {
     pthread_once(&isa_once, isa_init);
@@ -1062,9 +1067,12 @@ static size_t layout_sets(act_set *sets, packed_plan *pl)
         if (a->bs4) { a->off_bs4 = bytes; bytes += (nb * 4 * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
         if (a->bs6) { a->off_bs6 = bytes; bytes += (nb * 16 * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
         if (a->ns) { a->off_ns = bytes; bytes += (nb * sizeof(int32_t) * nt + 63) & ~(size_t)63; }
-        /* a line past the quants, so that 16 tokens' rows do not share a few L1 sets */
-        a->rs_qa = nb * QK_K + 64;
-        if (a->qa) { a->off_qa = bytes; bytes += a->rs_qa * nt; }
+        if (a->qa) {
+            /* a line past the quants, so that 16 tokens' rows do not share a few L1 sets */
+            a->rs_qa = nb * QK_K + 64;
+            a->off_qa = bytes;
+            bytes += a->rs_qa * nt;
+        }
         if (a->q32) {
             a->off_q32 = bytes;
             bytes += (a->rs_q32 * nt + 63) & ~(size_t)63;
@@ -1093,8 +1101,7 @@ static void quantize_sets(const sw_kernel_table *kt, const act_set *sets, int to
             if (a->bs4) packed_bsums(SW_TYPE_Q4_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->off_bs4) + (size_t)t * nb * 4);
             if (a->bs6) packed_bsums(SW_TYPE_Q6_K, (const block_q8_k *)q, nb, (int32_t *)(buf + a->off_bs6) + (size_t)t * nb * 16);
             if (a->ns) i8_nsums((const block_q8_k *)q, nb, (int32_t *)(buf + a->off_ns) + (size_t)t * nb);
-            for (int64_t b = 0; a->qa && b < nb; b++)
-                memcpy(buf + a->off_qa + (size_t)t * a->rs_qa + (size_t)b * QK_K, ((const block_q8_k *)q)[b].qs, QK_K);
+            if (a->qa) aligned_quants((const block_q8_k *)q, nb, buf + a->off_qa + (size_t)t * a->rs_qa);
         }
         if (a->q32) {
             const int64_t nb = a->cols / QK8_0;

@@ -75,8 +75,6 @@ static void configure_tiles(void)
     tiles_configured = true;
 }
 
-#define ACT_BLOCK_Q(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
-
 /* Block B's products: chunks 0 and 2 into sum tile S0, 1 and 3 into S1,
  * both stored to SUMS (a macro: a tile number must be a constant). */
 #define BLOCK_PRODUCTS(B, S0, S1, SUMS)                                                   \
@@ -108,8 +106,10 @@ static void i8x16_amx(const sw_i8x16 *p, int64_t nb, const void *act, size_t str
     for (int t = 0; t < 16; t++) total[t] = _mm512_setzero_ps();
     BLOCK_PRODUCTS(0, 0, 1, sums[0]);
     for (int64_t i = 0; i < nb; i++) {
-        if (i + 1 < nb && (i + 1) & 1) BLOCK_PRODUCTS(i + 1, 2, 3, sums[1]);
-        else if (i + 1 < nb) BLOCK_PRODUCTS(i + 1, 0, 1, sums[0]);
+        if (i + 1 < nb) {
+            if ((i + 1) & 1) BLOCK_PRODUCTS(i + 1, 2, 3, sums[1]);
+            else BLOCK_PRODUCTS(i + 1, 0, 1, sums[0]);
+        }
         const __m512 d = _mm512_load_ps(p[i].d);
         int32_t (*s)[16][16] = sums[i & 1];
         _Pragma("GCC unroll 16")
@@ -117,7 +117,7 @@ static void i8x16_amx(const sw_i8x16 *p, int64_t nb, const void *act, size_t str
             const __m512i sum = _mm512_add_epi32(_mm512_load_si512(s[0][t]), _mm512_load_si512(s[1][t]));
             const __m512i acc = _mm512_add_epi32(_mm512_set1_epi32(nsum[(size_t)t * nsum_stride + i]), sum);
             total[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc),
-                                       _mm512_mul_ps(d, _mm512_set1_ps(ACT_BLOCK_Q(act, stride, t, i)->d)), total[t]);
+                                       _mm512_mul_ps(d, _mm512_set1_ps(sw_act_block(act, stride, t, i)->d)), total[t]);
         }
     }
     _Pragma("GCC unroll 16")

@@ -161,8 +161,6 @@ static inline __m256i dot_u8s8(__m256i w, __m256i a)
 
 /* ---- K-quants x Q8_K -------------------------------------------------------------------- */
 
-#define ACT_BLOCK(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
-
 /* Q4_K / Q5_K 6-bit scales and mins as 16 words: 0..7 scales, 8..15 mins. */
 static inline __m256i k_scales_words(const uint8_t *s)
 {
@@ -217,7 +215,7 @@ k45_rows(int64_t n, const uint8_t *wbase, size_t bsize, bool five, const void *a
             __m256i s_lo = word_bcast(scb, 2 * c), s_hi = word_bcast(scb, 2 * c + 1);
             _Pragma("GCC unroll 4")
             for (int t = 0; t < NT; t++) {
-                const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
+                const block_q8_k *y = sw_act_block(act, stride, t, i);
                 __m256i a_lo = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c));
                 __m256i a_hi = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c + 32));
                 __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), s_lo),
@@ -229,7 +227,7 @@ k45_rows(int64_t n, const uint8_t *wbase, size_t bsize, bool five, const void *a
         float d = _mm_cvtss_f32(dd), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) {
-            const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
+            const block_q8_k *y = sw_act_block(act, stride, t, i);
             __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mins);
             facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * y->d), facc[t]);
             facc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * y->d), facc[t]);
@@ -287,7 +285,7 @@ q6_k_rows(int64_t n, const void *wv, const void *act, size_t stride, const int N
                 __m256i s = _mm256_shuffle_epi8(sch, pat);
                 _Pragma("GCC unroll 4")
                 for (int t = 0; t < NT; t++) {
-                    const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
+                    const block_q8_k *y = sw_act_block(act, stride, t, i);
                     __m256i a = _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * k));
                     isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], a), s));
                 }
@@ -296,7 +294,7 @@ q6_k_rows(int64_t n, const void *wv, const void *act, size_t stride, const int N
         float d = _cvtsh_ss(b->d);
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) {
-            const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
+            const block_q8_k *y = sw_act_block(act, stride, t, i);
             /* quants are stored +32: subtract 32 * sum_j sc_j * bsum_j */
             __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc), 5);
             facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], off)), _mm256_set1_ps(d * y->d), facc[t]);
@@ -494,7 +492,7 @@ q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, c
         __m256i acc[2][4];
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) {
-            a[t] = ACT_BLOCK(act, stride, t, i)->qs;
+            a[t] = sw_act_block(act, stride, t, i)->qs;
             acc[0][t] = acc[1][t] = _mm256_setzero_si256();
         }
         _Pragma("GCC unroll 1")
@@ -510,7 +508,7 @@ q4k16_rows_avx2(const sw_q4k16 *p, int64_t nb, const void *act, size_t stride, c
             _Pragma("GCC unroll 4")
             for (int t = 0; t < NT; t++)
                 total[h][t] = k_block_add(&kb, acc[h][t], bsp + (size_t)t * bsp_stride + 4 * i,
-                                          ACT_BLOCK(act, stride, t, i)->d, total[h][t]);
+                                          sw_act_block(act, stride, t, i)->d, total[h][t]);
         }
     }
     _Pragma("GCC unroll 2")
@@ -585,7 +583,7 @@ q5k16_half_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, c
                 hi = _mm256_or_si256(hi, _mm256_and_si256(bhi, m10));
                 _Pragma("GCC unroll 4")
                 for (int t = 0; t < NT; t++)
-                    s16[t] = add_pair_products(s16[t], lo, hi, ACT_BLOCK(act, stride, t, i)->qs + 32 * j + 8 * c);
+                    s16[t] = add_pair_products(s16[t], lo, hi, sw_act_block(act, stride, t, i)->qs + 32 * j + 8 * c);
                 if (c % 2)   /* 8 products of up to 31 x 128 a word: widen before a ninth */
                     _Pragma("GCC unroll 4")
                     for (int t = 0; t < NT; t++) {
@@ -597,7 +595,7 @@ q5k16_half_avx2(const sw_q5k16 *p, int64_t nb, const void *act, size_t stride, c
         k_block_rows kb = k_block_load(&p->q4, r0);
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++)
-            total[t] = k_block_add(&kb, acc[t], bsp + (size_t)t * bsp_stride + 4 * i, ACT_BLOCK(act, stride, t, i)->d,
+            total[t] = k_block_add(&kb, acc[t], bsp + (size_t)t * bsp_stride + 4 * i, sw_act_block(act, stride, t, i)->d,
                                    total[t]);
     }
     _Pragma("GCC unroll 4")
@@ -702,7 +700,7 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
                     _Pragma("GCC unroll 8")
                     for (int t = 0; t < NT; t++) {
                         __m256i s16 = add_pair_products(_mm256_setzero_si256(), lo, hi,
-                                                        ACT_BLOCK(act, stride, t, i)->qs + 32 * j + 8 * c);
+                                                        sw_act_block(act, stride, t, i)->qs + 32 * j + 8 * c);
                         acc[t] = kept(_mm256_add_epi32(acc[t], _mm256_madd_epi16(s16, s)));
                     }
                 }
@@ -712,7 +710,7 @@ q6k16_half_avx2(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, c
         _Pragma("GCC unroll 8")
         for (int t = 0; t < NT; t++)
             total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]),
-                                       _mm256_mul_ps(d, _mm256_set1_ps(ACT_BLOCK(act, stride, t, i)->d)), total[t]);
+                                       _mm256_mul_ps(d, _mm256_set1_ps(sw_act_block(act, stride, t, i)->d)), total[t]);
     }
     _Pragma("GCC unroll 8")
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + r0, total[t]);
@@ -1049,8 +1047,8 @@ i8x16_half_avxvnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride
             _Pragma("GCC unroll 4")
             for (int t = 0; t < NT; t++) {
                 int32_t x0, x1;
-                memcpy(&x0, ACT_BLOCK(act, stride, t, i)->qs + 4 * k, 4);
-                memcpy(&x1, ACT_BLOCK(act, stride, t, i)->qs + 4 * k + 4, 4);
+                memcpy(&x0, sw_act_block(act, stride, t, i)->qs + 4 * k, 4);
+                memcpy(&x1, sw_act_block(act, stride, t, i)->qs + 4 * k + 4, 4);
                 acc[t] = _mm256_dpbusd_avx_epi32(acc[t], w0, _mm256_set1_epi32(x0));
                 acc2[t] = _mm256_dpbusd_avx_epi32(acc2[t], w1, _mm256_set1_epi32(x1));
             }
@@ -1061,7 +1059,7 @@ i8x16_half_avxvnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++)
             total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]),
-                                       _mm256_mul_ps(d, _mm256_set1_ps(ACT_BLOCK(act, stride, t, i)->d)), total[t]);
+                                       _mm256_mul_ps(d, _mm256_set1_ps(sw_act_block(act, stride, t, i)->d)), total[t]);
     }
     _Pragma("GCC unroll 4")
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + 8 * h, total[t]);
@@ -1182,6 +1180,7 @@ void sw_kernels_fill_avx2(sw_kernel_table *t)
         t->i8x16 = i8x16_avxvnni;
         t->i8x16_peak = int8_peak_avxvnni;
         t->i8x16_peak_mix = "vpdpbusd ymm, 32 MACs each";
+        t->i8x16_peak_macs = SW_INT8_PEAK_MACS;
         t->i8x16_expand[SW_TYPE_Q4_K] = i8_q4k_avx2;
         t->i8x16_expand[SW_TYPE_Q5_K] = i8_q5k_avx2;
         t->i8x16_expand[SW_TYPE_Q6_K] = i8_q6k_avx2;

@@ -201,8 +201,6 @@ static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __
     return acc;
 }
 
-#define ACT_BLOCK_Q(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
-
 /* ---- prepacked Q4_K x tokens (sw_q4k16) -------------------------------------
  * Per 64 bytes of packed quants: one and, one shift + and, then per token two
  * vpdpbusd against broadcast activation dwords. Per sub-block and token the
@@ -275,7 +273,7 @@ qk16_rows(const uint8_t *blocks, int64_t nb, const void *act, size_t stride, con
                 }
                 _Pragma("GCC unroll 8")
                 for (int t = 0; t < NT; t++) {
-                    const int8_t *a = ACT_BLOCK_Q(act, stride, t, i)->qs + 32 * j + 8 * c;
+                    const int8_t *a = sw_act_block(act, stride, t, i)->qs + 32 * j + 8 * c;
                     acc[t] = dpbusd_bcst(acc[t], lo, a);
                     acc[t] = dpbusd_bcst(acc[t], hi, a + 4);
                 }
@@ -299,7 +297,7 @@ qk16_rows(const uint8_t *blocks, int64_t nb, const void *act, size_t stride, con
             m = _mm512_dpwssd_epi32(m, mn[2], _mm512_set1_epi32(bs[2]));
             m = _mm512_dpwssd_epi32(m, mn[3], _mm512_set1_epi32(bs[3]));
             __m512 r = _mm512_fmsub_ps(d, blk[t], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m)));
-            total[t] = _mm512_fmadd_ps(r, _mm512_set1_ps(ACT_BLOCK_Q(act, stride, t, i)->d), total[t]);
+            total[t] = _mm512_fmadd_ps(r, _mm512_set1_ps(sw_act_block(act, stride, t, i)->d), total[t]);
         }
     }
     _Pragma("GCC unroll 8")
@@ -363,7 +361,7 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
                     __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hhi, m30, 0xF8);
                     _Pragma("GCC unroll 8")
                     for (int t = 0; t < NT; t++) {
-                        const int8_t *a = ACT_BLOCK_Q(act, stride, t, i)->qs + 32 * j + 8 * c;
+                        const int8_t *a = sw_act_block(act, stride, t, i)->qs + 32 * j + 8 * c;
                         acc[t] = dpbusd_bcst(acc[t], lo, a);
                         acc[t] = dpbusd_bcst(acc[t], hi, a + 4);
                     }
@@ -383,7 +381,7 @@ q6k16_rows(const sw_q6k16 *p, int64_t nb, const void *act, size_t stride, const 
         __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p->d));
         _Pragma("GCC unroll 8")
         for (int t = 0; t < NT; t++)
-            total[t] = _mm512_fmadd_ps(blk[t], _mm512_mul_ps(d, _mm512_set1_ps(ACT_BLOCK_Q(act, stride, t, i)->d)), total[t]);
+            total[t] = _mm512_fmadd_ps(blk[t], _mm512_mul_ps(d, _mm512_set1_ps(sw_act_block(act, stride, t, i)->d)), total[t]);
     }
     _Pragma("GCC unroll 8")
     for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * ostride, total[t]);
@@ -679,8 +677,8 @@ i8x16_rows(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const 
             const __m512i w0 = _mm512_load_si512(p->q[k]), w1 = _mm512_load_si512(p->q[k + 1]);
             _Pragma("GCC unroll 8")
             for (int t = 0; t < NT; t++) {
-                acc[t] = dpbusd_bcst(acc[t], w0, ACT_BLOCK_Q(act, stride, t, i)->qs + 4 * k);
-                acc2[t] = dpbusd_bcst(acc2[t], w1, ACT_BLOCK_Q(act, stride, t, i)->qs + 4 * k + 4);
+                acc[t] = dpbusd_bcst(acc[t], w0, sw_act_block(act, stride, t, i)->qs + 4 * k);
+                acc2[t] = dpbusd_bcst(acc2[t], w1, sw_act_block(act, stride, t, i)->qs + 4 * k + 4);
             }
         }
         _Pragma("GCC unroll 8")
@@ -688,7 +686,7 @@ i8x16_rows(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const 
         const __m512 d = _mm512_load_ps(p->d);
         _Pragma("GCC unroll 8")
         for (int t = 0; t < NT; t++)
-            total[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(d, _mm512_set1_ps(ACT_BLOCK_Q(act, stride, t, i)->d)),
+            total[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(d, _mm512_set1_ps(sw_act_block(act, stride, t, i)->d)),
                                        total[t]);
     }
     _Pragma("GCC unroll 8")
@@ -702,7 +700,6 @@ static void i8x16_vnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t st
     SW_FOR_NT(ntok, SW_I8_CALL)
 }
 #undef SW_I8_CALL
-#undef ACT_BLOCK_Q
 
 /* The vpdpbusd peak: 12 independent accumulator chains, enough to cover the
  * instruction's latency (4-5 cycles) at up to two issues a cycle. asm, so
@@ -764,8 +761,9 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni)
         t->int8_peak = int8_peak_vnni;
         t->int8_peak_mix = "vpdpbusd";
         t->i8x16 = i8x16_vnni;
-        t->i8x16_peak = NULL;   /* the AVX2 table's (ymm): here the form runs int8_peak's vpdpbusd */
-        t->i8x16_peak_mix = NULL;
+        t->i8x16_peak = int8_peak_vnni;   /* the form runs the packed kernels' vpdpbusd */
+        t->i8x16_peak_mix = t->int8_peak_mix;
+        t->i8x16_peak_macs = SW_INT8_PEAK_MACS;
         t->i8x16_expand[SW_TYPE_Q4_K] = i8_q4k_vnni;
         t->i8x16_expand[SW_TYPE_Q5_K] = i8_q5k_vnni;
         t->i8x16_expand[SW_TYPE_Q6_K] = i8_q6k_vnni;

@@ -10,8 +10,6 @@
 #define DP_S16(acc, a, b) _mm512_add_epi32((acc), _mm512_madd_epi16((a), (b)))
 #endif
 
-#define ACT_BLOCK(act, stride, t, i) ((const block_q8_k *)((const uint8_t *)(act) + (size_t)(t) * (stride)) + (i))
-
 /* Word permutations that line the sub-block scales up with the packed
  * partial sums (see the file comment in kernels_avx512.c). */
 #ifndef SW_AVX512_IDX_DEFINED
@@ -48,7 +46,7 @@ SW_SFX(k_tokens)(const __m512i w[4], __m512i s01, __m512i s23, float d, __m256i 
     }
     _Pragma("GCC unroll 8")
     for (int t = 0; t < NT; t++) {
-        const block_q8_k *y = ACT_BLOCK(act, stride, t, i);
+        const block_q8_k *y = sw_act_block(act, stride, t, i);
         __m512i x0 = DP_U8S8(zero, w[0], _mm512_loadu_si512(y->qs));
         __m512i x1 = DP_U8S8(zero, w[1], _mm512_loadu_si512(y->qs + 64));
         __m512i x2 = DP_U8S8(zero, w[2], _mm512_loadu_si512(y->qs + 128));
@@ -211,7 +209,7 @@ SW_SFX(gemm16_rows)(const sw_kpack16 *p, int64_t nb, const int nsub, const void 
     for (int64_t i = 0; i < nb; i++, p++) {
         __m512 ydv[SW_DOTN_MAX];
         _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) ydv[t] = _mm512_set1_ps(ACT_BLOCK(act, stride, t, i)->d);
+        for (int t = 0; t < NT; t++) ydv[t] = _mm512_set1_ps(sw_act_block(act, stride, t, i)->d);
         for (int j = 0; j < nsub; j++) {
             __m512i acc[SW_DOTN_MAX];
             _Pragma("GCC unroll 8")
@@ -222,7 +220,7 @@ SW_SFX(gemm16_rows)(const sw_kpack16 *p, int64_t nb, const int nsub, const void 
                 _Pragma("GCC unroll 8")
                 for (int t = 0; t < NT; t++) {
                     int32_t a4;
-                    memcpy(&a4, ACT_BLOCK(act, stride, t, i)->qs + j * sublen + 4 * st, 4);
+                    memcpy(&a4, sw_act_block(act, stride, t, i)->qs + j * sublen + 4 * st, 4);
                     acc[t] = DP_U8S8(acc[t], wv, _mm512_set1_epi32(a4));
                 }
             }
@@ -324,4 +322,3 @@ SW_KQ_ENTRY(q6_k)
 #undef SW_KQ_CALL
 #undef DP_U8S8
 #undef DP_S16
-#undef ACT_BLOCK

@@ -186,6 +186,13 @@ typedef void (*sw_q32x16_fn)(const uint8_t *q, const uint16_t *s, int64_t nb, co
         entry(type, q, s, nb, act, stride, aux, aux_stride, ntok, out, ostride);                                 \
     }
 
+/* Block i of token t's Q8_K row in an activation matrix whose rows are
+ * stride bytes apart (the kernels' act / act_stride). */
+static inline const block_q8_k *sw_act_block(const void *act, size_t stride, int t, int64_t i)
+{
+    return (const block_q8_k *)((const uint8_t *)act + (size_t)t * stride) + i;
+}
+
 /* The int8 form: 16 rows x one 256-weight block as int8 with one float
  * scale per row, into which packed Q4_K, Q5_K and Q6_K groups are expanded
  * tile by tile for products of many tokens (sw_set_i8_min_tokens). It drops
@@ -258,17 +265,17 @@ typedef struct {
      * returns a value that depends on all of them. NULL: no such path. */
     int64_t (*int8_peak)(int64_t iters);
     const char *int8_peak_mix;   /* the instructions int8_peak times, as the bench names them */
-    /* The same for the instruction the int8 form runs on, where it differs
-     * (AVX2 with AVX-VNNI: vpdpbusd on ymm; AMX: tdpbsud); NULL: int8_peak
-     * serves both. */
+    /* The same for the instruction the int8 form runs on, set with i8x16:
+     * AVX-512 VNNI's int8_peak itself (mix the same pointer), vpdpbusd on
+     * ymm (AVX-VNNI), tdpbsud (AMX). */
     int64_t (*i8x16_peak)(int64_t iters);
     const char *i8x16_peak_mix;
-    int64_t i8x16_peak_macs;   /* multiply-adds an iteration of i8x16_peak (0: SW_INT8_PEAK_MACS) */
+    int64_t i8x16_peak_macs;   /* multiply-adds an iteration of i8x16_peak */
 } sw_kernel_table;
 
-/* int8 multiply-adds per iteration of int8_peak (and of i8x16_peak where
- * i8x16_peak_macs is 0): 12 vpdpbusd x 64 (VNNI), 24 vpmaddubsw x 32
- * (AVX2), 24 vpdpbusd ymm x 32 (AVX-VNNI). */
+/* int8 multiply-adds per iteration of int8_peak, and of i8x16_peak but on
+ * AMX: 12 vpdpbusd x 64 (VNNI), 24 vpmaddubsw x 32 (AVX2), 24 vpdpbusd
+ * ymm x 32 (AVX-VNNI). */
 #define SW_INT8_PEAK_MACS (12 * 64)
 
 /* aux for one Q8_K row of n values (n/256 blocks): out[16*b + k] = d_b * bsums_b[k]. */

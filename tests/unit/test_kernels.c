@@ -682,6 +682,19 @@ static sw_i8x16 *i8_ref_group(sw_type type, const uint8_t *w, size_t rs, int64_t
 
 /* Row r of an int8-form group times one Q8_K row, in double: the form's
  * exact value, and in *mag the sum of the terms' sizes. */
+/* The int8 form's nsum for ntok Q8_K rows ars bytes apart: per token and
+ * block, -128 times the sum of its quants. */
+static void i8_ref_nsums(const uint8_t *a, size_t ars, int ntok, int64_t nb, int32_t *ns)
+{
+    for (int t = 0; t < ntok; t++)
+        for (int64_t i = 0; i < nb; i++) {
+            const block_q8_k *b = (const block_q8_k *)(a + (size_t)t * ars) + i;
+            int32_t sum = 0;
+            for (int k = 0; k < QK_K; k++) sum += b->qs[k];
+            ns[t * nb + i] = -128 * sum;
+        }
+}
+
 static double i8_ref_dot(const sw_i8x16 *b, int64_t nb, int r, const block_q8_k *a, double *mag)
 {
     double y = 0;
@@ -764,13 +777,7 @@ static void test_int8_form(sw_isa isa)
                 if (memcmp(got[i].q, ref[i].q, sizeof ref[i].q) || memcmp(got[i].d, ref[i].d, sizeof ref[i].d)) bad_expand++;
             CHECK(g || (ref[0].d[5] == 0 && ref[0].q[7][4 * 5 + 1] == 128), "%s: a zero row stays zero", name);
             int32_t ns[8 * 4];
-            for (int tk = 0; tk < 8; tk++)
-                for (int64_t i = 0; i < nb; i++) {
-                    const block_q8_k *b = (const block_q8_k *)(a + tk * ars) + i;
-                    int32_t sum = 0;
-                    for (int k = 0; k < QK_K; k++) sum += b->qs[k];
-                    ns[tk * nb + i] = -128 * sum;
-                }
+            i8_ref_nsums(a, ars, 8, nb, ns);
             for (int ntok = 1; ntok <= 8; ntok++) {
                 float y[8 * 16];
                 kt.i8x16(ref, nb, a, ars, ns, (size_t)nb, ntok, y, 16);
@@ -896,13 +903,7 @@ static void test_int8_form_amx(void)
             for (int64_t i = 0; i < nb; i++)
                 memcpy(qa + (size_t)k * qs + (size_t)i * QK_K, ((const block_q8_k *)(a + (size_t)k * ars))[i].qs, QK_K);
         int32_t ns[NT * 4];
-        for (int k = 0; k < NT; k++)
-            for (int64_t i = 0; i < nb; i++) {
-                const block_q8_k *b = (const block_q8_k *)(a + (size_t)k * ars) + i;
-                int32_t sum = 0;
-                for (int j = 0; j < QK_K; j++) sum += b->qs[j];
-                ns[k * nb + i] = -128 * sum;
-            }
+        i8_ref_nsums(a, ars, NT, nb, ns);
         int differ = 0;
         for (int64_t g = 0; g < rows / 16; g++) {
             sw_i8x16 *ref = i8_ref_group(type, w, rs, g, nb);
