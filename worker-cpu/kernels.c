@@ -963,9 +963,9 @@ static bool i8_part(const sw_kernel_table *kt, const sw_packed_job *jb, const ac
         for (int64_t g = s0; g < s1; g++)
             kt->i8x16_expand[p->type](p->blocks + (size_t)g * p->group_bytes, nb, w8 + (size_t)(g - s0) * (size_t)nb);
         for (int t = 0, cnt; t < jb->n_tok; t += cnt) {
-            /* 16 tokens a slice where a kernel takes them at once (AMX), else up to SW_DOTN_MAX */
+            /* 16 tokens a slice where a kernel takes them at once (AMX), else as many as i8x16 takes */
             const bool wide = as->qa && jb->n_tok - t >= 16;
-            cnt = wide ? 16 : jb->n_tok - t < SW_DOTN_MAX ? jb->n_tok - t : SW_DOTN_MAX;
+            cnt = wide ? 16 : jb->n_tok - t < kt->i8x16_ntok ? jb->n_tok - t : kt->i8x16_ntok;
             const uint8_t *a = buf + as->off + (size_t)t * ars;
             const int8_t *qa = (const int8_t *)(buf + as->off_qa + (size_t)t * as->rs_qa);
             const int32_t *ns = (const int32_t *)(buf + as->off_ns) + (size_t)t * (size_t)nb;

@@ -1020,66 +1020,118 @@ static void i8_q6k_avx2(const void *blocks, int64_t nb, sw_i8x16 *out)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avxvnni")
 
-/* One 8-row half (h) of the int8 form x NT (1..4) tokens: per block and
- * token 64 vpdpbusd (ymm) from the +128 offset's starting value, then d x
- * the token's scale, as the AVX-512 kernel. Two chains a token (even and
- * odd activation dwords), 8 in all: with one, 4 tokens waited on the
- * instruction's latency, 36% slower at 128 tokens. The totals spill once
- * a block. */
+/* A block's sums (lo: rows 0-7, hi: 8-15, one pair a token) into the
+ * totals: the exact int32 sums to float, times d x the token's scale, in
+ * the AVX-512 kernel's order. */
 static inline __attribute__((always_inline)) void
-i8x16_half_avxvnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum,
-                   size_t nsum_stride, const int NT, float *out, size_t ostride, const int h)
+i8x16_block_totals_avx2(const sw_i8x16 *p, const void *act, size_t stride, int64_t i, const int NT, const __m256i *lo,
+                        const __m256i *hi, float (*total)[16])
 {
-    __m256 total[4];
-    _Pragma("GCC unroll 4")
-    for (int t = 0; t < NT; t++) total[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++, p++) {
-        __m256i acc[4], acc2[4];
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < NT; t++) {
-            acc[t] = _mm256_set1_epi32(nsum[(size_t)t * nsum_stride + i]);
-            acc2[t] = _mm256_setzero_si256();
-        }
-        _Pragma("GCC unroll 8")
-        for (int k = 0; k < 64; k += 2) {
-            const __m256i w0 = _mm256_load_si256((const __m256i *)(p->q[k] + 32 * h));
-            const __m256i w1 = _mm256_load_si256((const __m256i *)(p->q[k + 1] + 32 * h));
-            _Pragma("GCC unroll 4")
-            for (int t = 0; t < NT; t++) {
-                int32_t x0, x1;
-                memcpy(&x0, sw_act_block(act, stride, t, i)->qs + 4 * k, 4);
-                memcpy(&x1, sw_act_block(act, stride, t, i)->qs + 4 * k + 4, 4);
-                acc[t] = _mm256_dpbusd_avx_epi32(acc[t], w0, _mm256_set1_epi32(x0));
-                acc2[t] = _mm256_dpbusd_avx_epi32(acc2[t], w1, _mm256_set1_epi32(x1));
-            }
-        }
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < NT; t++) acc[t] = _mm256_add_epi32(acc[t], acc2[t]);
-        const __m256 d = _mm256_load_ps(p->d + 8 * h);
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < NT; t++)
-            total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]),
-                                       _mm256_mul_ps(d, _mm256_set1_ps(sw_act_block(act, stride, t, i)->d)), total[t]);
+    const __m256 d0 = _mm256_load_ps(p->d), d1 = _mm256_load_ps(p->d + 8);
+    _Pragma("GCC unroll 6")
+    for (int t = 0; t < NT; t++) {
+        const __m256 s = _mm256_set1_ps(sw_act_block(act, stride, t, i)->d);
+        _mm256_store_ps(total[t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo[t]), _mm256_mul_ps(d0, s), _mm256_load_ps(total[t])));
+        _mm256_store_ps(total[t] + 8,
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi[t]), _mm256_mul_ps(d1, s), _mm256_load_ps(total[t] + 8)));
     }
-    _Pragma("GCC unroll 4")
-    for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + t * ostride + 8 * h, total[t]);
 }
 
-/* Tokens 4 at a time, one 8-row half per pass (the second finds the
- * form's lines in L1/L2). */
+/* The int8 form x NT (1..5) tokens, both 8-row halves: per block and
+ * token 64 vpdpbusd a half (ymm) from the +128 offset's starting value,
+ * then d x the token's scale, as the AVX-512 kernel. The halves are a
+ * token's two chains. The totals live in memory, added to once a block.
+ * Tokens past the six-token passes of i8x16_six_avxvnni take this. */
+static inline __attribute__((always_inline)) void
+i8x16_few_avxvnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum,
+                  size_t nsum_stride, const int NT, float *out, size_t ostride)
+{
+    float total[5][16] __attribute__((aligned(32))) = {{0}};
+    for (int64_t i = 0; i < nb; i++, p++) {
+        __m256i lo[5], hi[5];
+        _Pragma("GCC unroll 5")
+        for (int t = 0; t < NT; t++) lo[t] = hi[t] = _mm256_set1_epi32(nsum[(size_t)t * nsum_stride + i]);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 64; k++) {
+            const __m256i w0 = _mm256_load_si256((const __m256i *)p->q[k]);
+            const __m256i w1 = _mm256_load_si256((const __m256i *)(p->q[k] + 32));
+            _Pragma("GCC unroll 5")
+            for (int t = 0; t < NT; t++) {
+                int32_t x;
+                memcpy(&x, sw_act_block(act, stride, t, i)->qs + 4 * k, 4);
+                lo[t] = _mm256_dpbusd_avx_epi32(lo[t], w0, _mm256_set1_epi32(x));
+                hi[t] = _mm256_dpbusd_avx_epi32(hi[t], w1, _mm256_set1_epi32(x));
+            }
+        }
+        i8x16_block_totals_avx2(p, act, stride, i, NT, lo, hi, total);
+    }
+    _Pragma("GCC unroll 5")
+    for (int t = 0; t < NT; t++) memcpy(out + t * ostride, total[t], sizeof total[t]);
+}
+
+/* Six tokens x 16 rows: 12 chains, enough to cover vpdpbusd's latency (5
+ * cycles at two a cycle), with the two weight vectors and a broadcast 15
+ * of the 16 ymm registers. Intrinsics spilled at six tokens (12 chains
+ * were 129-134 GMAC/s a core, four tokens' 8 chains 172-182); in asm, with
+ * the chains pinned to ymm0-11, 207-225, 87-94% of the instruction's own
+ * peak (docs/perf/cpu.md, "The ymm int8 form at six tokens"). One pass of
+ * the loop is 4 activation dwords: 8 loads and 12 vpdpbusd each. */
+#define I8_TOK(Q, LO, HI, OFF) "vpbroadcastd " OFF "(%[" Q "],%[k]), %%ymm14\n\t" \
+    "%{vex%} vpdpbusd %%ymm14, %%ymm12, %%ymm" LO "\n\t%{vex%} vpdpbusd %%ymm14, %%ymm13, %%ymm" HI "\n\t"
+#define I8_DWORD(OFF, W0, W1) "vmovdqa " W0 "(%[w]), %%ymm12\n\tvmovdqa " W1 "(%[w]), %%ymm13\n\t" \
+    I8_TOK("q0", "0", "6", OFF) I8_TOK("q1", "1", "7", OFF) I8_TOK("q2", "2", "8", OFF) \
+    I8_TOK("q3", "3", "9", OFF) I8_TOK("q4", "4", "10", OFF) I8_TOK("q5", "5", "11", OFF)
+static void i8x16_six_avxvnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum,
+                              size_t nsum_stride, float *out, size_t ostride)
+{
+    float total[6][16] __attribute__((aligned(32))) = {{0}};
+    for (int64_t i = 0; i < nb; i++, p++) {
+        __m256i c[12];   /* lo 0-5, hi 6-11: the chains' starting values in, their sums out */
+        for (int t = 0; t < 6; t++) c[t] = c[6 + t] = _mm256_set1_epi32(nsum[(size_t)t * nsum_stride + i]);
+        const uint8_t *w = p->q[0];
+        int64_t k = 0;
+        __asm__ volatile(
+            "vmovdqa 0(%[c]), %%ymm0\n\tvmovdqa 32(%[c]), %%ymm1\n\tvmovdqa 64(%[c]), %%ymm2\n\t"
+            "vmovdqa 96(%[c]), %%ymm3\n\tvmovdqa 128(%[c]), %%ymm4\n\tvmovdqa 160(%[c]), %%ymm5\n\t"
+            "vmovdqa 192(%[c]), %%ymm6\n\tvmovdqa 224(%[c]), %%ymm7\n\tvmovdqa 256(%[c]), %%ymm8\n\t"
+            "vmovdqa 288(%[c]), %%ymm9\n\tvmovdqa 320(%[c]), %%ymm10\n\tvmovdqa 352(%[c]), %%ymm11\n\t"
+            "1:\n\t"
+            I8_DWORD("0", "0", "32") I8_DWORD("4", "64", "96") I8_DWORD("8", "128", "160") I8_DWORD("12", "192", "224")
+            "add $256, %[w]\n\tadd $16, %[k]\n\tcmp $256, %[k]\n\tjne 1b\n\t"
+            "vmovdqa %%ymm0, 0(%[c])\n\tvmovdqa %%ymm1, 32(%[c])\n\tvmovdqa %%ymm2, 64(%[c])\n\t"
+            "vmovdqa %%ymm3, 96(%[c])\n\tvmovdqa %%ymm4, 128(%[c])\n\tvmovdqa %%ymm5, 160(%[c])\n\t"
+            "vmovdqa %%ymm6, 192(%[c])\n\tvmovdqa %%ymm7, 224(%[c])\n\tvmovdqa %%ymm8, 256(%[c])\n\t"
+            "vmovdqa %%ymm9, 288(%[c])\n\tvmovdqa %%ymm10, 320(%[c])\n\tvmovdqa %%ymm11, 352(%[c])"
+            : [w] "+r"(w), [k] "+r"(k)
+            : [c] "r"(c), [q0] "r"(sw_act_block(act, stride, 0, i)->qs), [q1] "r"(sw_act_block(act, stride, 1, i)->qs),
+              [q2] "r"(sw_act_block(act, stride, 2, i)->qs), [q3] "r"(sw_act_block(act, stride, 3, i)->qs),
+              [q4] "r"(sw_act_block(act, stride, 4, i)->qs), [q5] "r"(sw_act_block(act, stride, 5, i)->qs)
+            : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+              "xmm11", "xmm12", "xmm13", "xmm14");
+        i8x16_block_totals_avx2(p, act, stride, i, 6, c, c + 6, total);
+    }
+    for (int t = 0; t < 6; t++) memcpy(out + t * ostride, total[t], sizeof total[t]);
+}
+#undef I8_TOK
+#undef I8_DWORD
+
+/* Tokens six at a time, the rest (1..5) in one pass of the few-token kernel. */
 static void i8x16_avxvnni(const sw_i8x16 *p, int64_t nb, const void *act, size_t stride, const int32_t *nsum,
                           size_t nsum_stride, int ntok, float *out, size_t ostride)
 {
-    for (int t0 = 0; t0 < ntok; t0 += 4) {
-        const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
-        const int32_t *ns = nsum + (size_t)t0 * nsum_stride;
-        float *o = out + (size_t)t0 * ostride;
-        for (int h = 0; h < 2; h++) switch (ntok - t0) {
-            case 1: i8x16_half_avxvnni(p, nb, a, stride, ns, nsum_stride, 1, o, ostride, h); break;
-            case 2: i8x16_half_avxvnni(p, nb, a, stride, ns, nsum_stride, 2, o, ostride, h); break;
-            case 3: i8x16_half_avxvnni(p, nb, a, stride, ns, nsum_stride, 3, o, ostride, h); break;
-            default: i8x16_half_avxvnni(p, nb, a, stride, ns, nsum_stride, 4, o, ostride, h); break;
-            }
+    int t0 = 0;
+    for (; ntok - t0 >= 6; t0 += 6)
+        i8x16_six_avxvnni(p, nb, (const uint8_t *)act + (size_t)t0 * stride, stride, nsum + (size_t)t0 * nsum_stride,
+                          nsum_stride, out + (size_t)t0 * ostride, ostride);
+    const uint8_t *a = (const uint8_t *)act + (size_t)t0 * stride;
+    const int32_t *ns = nsum + (size_t)t0 * nsum_stride;
+    float *o = out + (size_t)t0 * ostride;
+    switch (ntok - t0) {
+    case 1: i8x16_few_avxvnni(p, nb, a, stride, ns, nsum_stride, 1, o, ostride); break;
+    case 2: i8x16_few_avxvnni(p, nb, a, stride, ns, nsum_stride, 2, o, ostride); break;
+    case 3: i8x16_few_avxvnni(p, nb, a, stride, ns, nsum_stride, 3, o, ostride); break;
+    case 4: i8x16_few_avxvnni(p, nb, a, stride, ns, nsum_stride, 4, o, ostride); break;
+    case 5: i8x16_few_avxvnni(p, nb, a, stride, ns, nsum_stride, 5, o, ostride); break;
     }
 }
 #pragma GCC pop_options
@@ -1178,6 +1230,7 @@ void sw_kernels_fill_avx2(sw_kernel_table *t)
     t->int8_peak_mix = "vpmaddubsw+vpmaddwd pairs, 32 MACs each";
     if (__builtin_cpu_supports("avxvnni")) {   /* the int8 form: see i8x16_avxvnni */
         t->i8x16 = i8x16_avxvnni;
+        t->i8x16_ntok = 12;   /* two six-token passes */
         t->i8x16_peak = int8_peak_avxvnni;
         t->i8x16_peak_mix = "vpdpbusd ymm, 32 MACs each";
         t->i8x16_peak_macs = SW_INT8_PEAK_MACS;

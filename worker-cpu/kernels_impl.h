@@ -233,7 +233,7 @@ const uint8_t *sw_packed_group(const struct sw_packed *p, int64_t g);
 typedef void (*sw_i8x16_expand_fn)(const void *blocks, int64_t nb, sw_i8x16 *out);
 
 /* Y for 16 rows in the int8 form (nb consecutive sw_i8x16) x ntok
- * (1..SW_DOTN_MAX) Q8_K tokens: out[t*out_stride + r]. nsum: per token
+ * (1..the table's i8x16_ntok) Q8_K tokens: out[t*out_stride + r]. nsum: per token
  * nsum_stride int32, per block -128 times the sum of its 256 quants (the
  * +128 offset, applied as the sums' starting value). */
 typedef void (*sw_i8x16_fn)(const sw_i8x16 *p, int64_t nb, const void *act, size_t act_stride, const int32_t *nsum,
@@ -259,6 +259,7 @@ typedef struct {
     sw_q32x16_fn q32x16[SW_TYPE_COUNT];   /* prepacked Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 */
     sw_i8x16_expand_fn i8x16_expand[SW_TYPE_COUNT];   /* packed Q4_K / Q5_K / Q6_K groups to the int8 form */
     sw_i8x16_fn i8x16;     /* the int8 form x many tokens */
+    int i8x16_ntok;        /* the most tokens i8x16 takes a call (a multiple of its pass): a slice of i8_part */
     sw_i8x16_tiles_fn i8x16_tiles;   /* 16 tokens at once (AMX: kernels_amx.c); NULL: i8x16 serves */
     /* iters x SW_INT8_PEAK_MACS int8 multiply-adds in independent chains of
      * the instruction the packed kernels are built on (sw_int8_peak_gmac_s);

@@ -738,6 +738,7 @@ static double i8_bound(sw_type type, const sw_i8x16 *b, int64_t nb, int r, const
  *   - sw_matmul_packed_jobs with the threshold at 5 tokens puts jobs at
  *     and past it on the form (tiles of a 8192-wide Q6_K, leftover rows
  *     from the original, a Q5_K) and leaves those below it exact. */
+#define I8_NTOK_MOST 16   /* the most tokens any table's i8x16 takes a call */
 static void test_int8_form(sw_isa isa)
 {
     const bool vnni = isa == SW_ISA_AVX512;   /* else AVX2 with AVX-VNNI (vpdpbusd on ymm) */
@@ -749,7 +750,8 @@ static void test_int8_form(sw_isa isa)
     memset(&kt, 0, sizeof kt);
     if (vnni) sw_kernels_fill_avx512(&kt, true);
     else sw_kernels_fill_avx2(&kt);
-    CHECK(kt.i8x16 != NULL, "the %s table has the int8 kernel", sw_isa_name(isa));
+    CHECK(kt.i8x16 != NULL && kt.i8x16_ntok >= 1 && kt.i8x16_ntok <= I8_NTOK_MOST,
+          "the %s table has the int8 kernel, taking 1..%d tokens a call", sw_isa_name(isa), kt.i8x16_ntok);
     static const sw_type TYPES[] = {SW_TYPE_Q4_K, SW_TYPE_Q5_K, SW_TYPE_Q6_K};
     const int64_t rows = 32, cols = 1024, nb = cols / QK_K;
     for (int ti = 0; ti < 3 && kt.i8x16; ti++) {
@@ -758,13 +760,13 @@ static void test_int8_form(sw_isa isa)
         CHECK(kt.i8x16_expand[type] != NULL, "%s has an expander", name);
         gguf_tensor t;
         size_t rs = sw_row_size(type, (uint64_t)cols), ars = sw_act_row_size(type, cols);
-        uint8_t *w = random_tensor(&t, type, rows, cols, 0), *a = malloc(ars * 8);
+        uint8_t *w = random_tensor(&t, type, rows, cols, 0), *a = malloc(ars * I8_NTOK_MOST);
         memset(w + 5 * rs, 0, rs);   /* an all-zero row: scale 0, every byte 128 */
         sw_packed *pk = sw_pack_tensor(&t);
         CHECK(pk != NULL, "%s packs", name);
         if (!pk || !kt.i8x16_expand[type]) { free(w); free(a); continue; }
-        float x[8 * 1024];
-        for (int i = 0; i < 8; i++) {
+        float x[I8_NTOK_MOST * 1024];
+        for (int i = 0; i < I8_NTOK_MOST; i++) {
             random_x(x + i * cols, cols, i % 3);
             ref_act(type, x + i * cols, cols, a + i * ars);
         }
@@ -776,10 +778,10 @@ static void test_int8_form(sw_isa isa)
             for (int64_t i = 0; i < nb; i++)
                 if (memcmp(got[i].q, ref[i].q, sizeof ref[i].q) || memcmp(got[i].d, ref[i].d, sizeof ref[i].d)) bad_expand++;
             CHECK(g || (ref[0].d[5] == 0 && ref[0].q[7][4 * 5 + 1] == 128), "%s: a zero row stays zero", name);
-            int32_t ns[8 * 4];
-            i8_ref_nsums(a, ars, 8, nb, ns);
-            for (int ntok = 1; ntok <= 8; ntok++) {
-                float y[8 * 16];
+            int32_t ns[I8_NTOK_MOST * 4];
+            i8_ref_nsums(a, ars, I8_NTOK_MOST, nb, ns);
+            for (int ntok = 1; ntok <= kt.i8x16_ntok; ntok++) {
+                float y[I8_NTOK_MOST * 16];
                 kt.i8x16(ref, nb, a, ars, ns, (size_t)nb, ntok, y, 16);
                 for (int tk = 0; tk < ntok; tk++)
                     for (int r = 0; r < 16; r++) {
@@ -802,8 +804,8 @@ static void test_int8_form(sw_isa isa)
         CHECK(bad_expand == 0, "%s: the SIMD expander equals the reference (%d blocks differ)", name, bad_expand);
         CHECK(bad_dot == 0 && outside == 0, "%s: int8 kernel %d wrong, %d outside the bound", name, bad_dot, outside);
         CHECK(moved > 16, "%s: the int8 form moves the products (%d of %lld)", name, moved, (long long)rows);
-        printf("int8 form %s on %s: %lld blocks expanded as the reference, kernel at 1..8 tokens, %d of %lld products moved within the bound\n",
-               name, sw_isa_name(isa), (long long)(rows / 16 * nb), moved, (long long)rows);
+        printf("int8 form %s on %s: %lld blocks expanded as the reference, kernel at 1..%d tokens, %d of %lld products moved within the bound\n",
+               name, sw_isa_name(isa), (long long)(rows / 16 * nb), kt.i8x16_ntok, moved, (long long)rows);
         sw_packed_free(pk);
         free(got); free(w); free(a);
     }
