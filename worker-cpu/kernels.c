@@ -100,7 +100,7 @@ static void cpu_features_init(void)
 #undef CPU_FEATURE
 }
 
-static int i8_min_tokens = SW_I8_MIN_TOKENS;
+static int i8_min_set = -1;   /* sw_set_i8_min_tokens: -1 the kernels' own thresholds */
 
 /* SPILLWAY_I8_MIN_TOKENS=N overrides the int8 form's threshold (0: off). */
 static void i8_env(void)
@@ -110,9 +110,9 @@ static void i8_env(void)
     char *end;
     long n = strtol(env, &end, 10);
     if (*end || n < 0 || n > 1 << 20)
-        fprintf(stderr, "kernels: SPILLWAY_I8_MIN_TOKENS=%s not understood (0..%d); using %d\n", env, 1 << 20,
-                i8_min_tokens);
-    else i8_min_tokens = (int)n;
+        fprintf(stderr, "kernels: SPILLWAY_I8_MIN_TOKENS=%s not understood (0..%d); using each kernel's own\n", env,
+                1 << 20);
+    else i8_min_set = (int)n;
 }
 
 static bool prefetch_1tok;
@@ -850,14 +850,20 @@ static void aligned_quants(const block_q8_k *a, int64_t nb, uint8_t *out)
 int sw_set_i8_min_tokens(int n)
 {
     pthread_once(&isa_once, isa_init);
-    int old = i8_min_tokens;
-    i8_min_tokens = n > 0 ? n : 0;
+    int old = i8_min_set;
+    i8_min_set = n < 0 ? -1 : n;
     return old;
+}
+
+/* The threshold in effect on table kt: 0 where it has no form. */
+static int i8_min(const sw_kernel_table *kt)
+{
+    return !kt->i8x16 ? 0 : i8_min_set >= 0 ? i8_min_set : kt->i8x16_min_tokens;
 }
 
 int sw_i8_min_tokens(void)
 {
-    return ktab()->i8x16 ? i8_min_tokens : 0;
+    return i8_min(ktab());
 }
 
 /* Whether job j runs on the int8 form (its pack usable, checked before).
@@ -866,8 +872,8 @@ int sw_i8_min_tokens(void)
  * (docs/perf/cpu.md, "The int8 form"). */
 static bool job_i8(const sw_kernel_table *kt, const sw_packed_job *j)
 {
-    const int min = j->p->cols > 4096 ? 2 * i8_min_tokens : i8_min_tokens;
-    return i8_min_tokens > 0 && j->n_tok >= min && kt->i8x16 && kt->i8x16_expand[j->p->type];
+    const int min = j->p->cols > 4096 ? 2 * i8_min(kt) : i8_min(kt);
+    return min > 0 && j->n_tok >= min && kt->i8x16_expand[j->p->type];
 }
 
 /* Leftover rows (past the 16-row groups) from the original tensor. Runs

@@ -93,8 +93,8 @@ typedef struct {
 } sw_packed_job;
 void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n);
 
-/* Products of at least this many tokens (per matrix; twice as many for
- * rows wider than 4096) run on the int8 form where this CPU has it
+/* Products of at least a threshold of tokens (per matrix; twice as many
+ * for rows wider than 4096) run on the int8 form where this CPU has it
  * (AVX-512 VNNI, or AVX2 with AVX-VNNI's vpdpbusd on ymm; Q4_K, Q5_K and
  * Q6_K): each 16-row group is expanded to
  * int8 rows with one scale per 256 weights, tile by tile, and every token
@@ -102,11 +102,17 @@ void sw_matmul_packed_jobs(const sw_packed_job *jobs, int n);
  * of 79-82 (its gain on prefill: docs/perf/cpu.md, "The
  * int8 form"). The price is one more rounding of each weight, to 255
  * levels over its row-block: products move by 0.4% (rms, random rows),
- * where the Q8_K activations' own rounding moved them by 1.5%. 0 turns it
- * off (every product then equals the reference within float rounding).
- * SPILLWAY_I8_MIN_TOKENS=N sets it at start-up; this call, process-wide,
- * later. Returns the previous value. */
-#define SW_I8_MIN_TOKENS 64
+ * where the Q8_K activations' own rounding moved them by 1.5%.
+ * The threshold is the form's kernel's own: where it began to beat the
+ * packed kernels in prefill on an Intel Xeon (Sapphire Rapids class),
+ * since the expansion costs each product the same whatever its tokens,
+ * and each kernel repays it at its own speed: 48 tokens on ymm (AVX-VNNI),
+ * 128 on zmm (AVX-512 VNNI), 64 with AMX (docs/perf/cpu.md, "Where the
+ * int8 form starts"). SPILLWAY_I8_MIN_TOKENS=N sets one for every kernel
+ * at start-up; this call, process-wide, later (0 turns the form off, so
+ * every product equals the reference within float rounding; a negative n
+ * gives each kernel its own back). Returns the previous setting (-1: the
+ * kernels' own). */
 int sw_set_i8_min_tokens(int n);
 /* The threshold in effect: 0 when it is off or the active ISA has no int8 form. */
 int sw_i8_min_tokens(void);

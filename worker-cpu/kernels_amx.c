@@ -165,6 +165,7 @@ bool sw_kernels_fill_amx(sw_kernel_table *t)
 {
     if (!t->i8x16 || !amx_usable()) return false;
     t->i8x16_tiles = i8x16_amx;
+    t->i8x16_min_tokens = 64;
     t->i8x16_peak = int8_peak_amx;
     t->i8x16_peak_mix = "tdpbsud (AMX), 16384 MACs each";
     t->i8x16_peak_macs = SW_AMX_PEAK_MACS;

@@ -1231,6 +1231,7 @@ void sw_kernels_fill_avx2(sw_kernel_table *t)
     if (__builtin_cpu_supports("avxvnni")) {   /* the int8 form: see i8x16_avxvnni */
         t->i8x16 = i8x16_avxvnni;
         t->i8x16_ntok = 12;   /* two six-token passes */
+        t->i8x16_min_tokens = 48;
         t->i8x16_peak = int8_peak_avxvnni;
         t->i8x16_peak_mix = "vpdpbusd ymm, 32 MACs each";
         t->i8x16_peak_macs = SW_INT8_PEAK_MACS;

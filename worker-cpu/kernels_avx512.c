@@ -762,6 +762,7 @@ void sw_kernels_fill_avx512(sw_kernel_table *t, bool vnni)
         t->int8_peak_mix = "vpdpbusd";
         t->i8x16 = i8x16_vnni;
         t->i8x16_ntok = SW_DOTN_MAX;
+        t->i8x16_min_tokens = 128;
         t->i8x16_peak = int8_peak_vnni;   /* the form runs the packed kernels' vpdpbusd */
         t->i8x16_peak_mix = t->int8_peak_mix;
         t->i8x16_peak_macs = SW_INT8_PEAK_MACS;

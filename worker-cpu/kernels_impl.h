@@ -260,6 +260,7 @@ typedef struct {
     sw_i8x16_expand_fn i8x16_expand[SW_TYPE_COUNT];   /* packed Q4_K / Q5_K / Q6_K groups to the int8 form */
     sw_i8x16_fn i8x16;     /* the int8 form x many tokens */
     int i8x16_ntok;        /* the most tokens i8x16 takes a call (a multiple of its pass): a slice of i8_part */
+    int i8x16_min_tokens;  /* products from this many tokens run on the form (sw_i8_min_tokens) */
     sw_i8x16_tiles_fn i8x16_tiles;   /* 16 tokens at once (AMX: kernels_amx.c); NULL: i8x16 serves */
     /* iters x SW_INT8_PEAK_MACS int8 multiply-adds in independent chains of
      * the instruction the packed kernels are built on (sw_int8_peak_gmac_s);

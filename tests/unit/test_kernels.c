@@ -833,7 +833,14 @@ static void test_int8_form(sw_isa isa)
     }
     int old = sw_set_i8_min_tokens(5);
     sw_matmul_packed_jobs(jobs, NJ);
-    CHECK(sw_set_i8_min_tokens(old) == 5, "the threshold reads back");
+    CHECK(sw_i8_min_tokens() == 5, "the threshold set is the one in effect");
+    sw_set_i8_min_tokens(-1);
+    /* Unset, each kernel's own: the table's here, where AMX (which has its
+     * own) is not what runs it. */
+    const bool amx_runs = vnni && strstr(sw_cpu_features(), "amx-int8");
+    CHECK(amx_runs || sw_i8_min_tokens() == kt.i8x16_min_tokens, "%s: the form from its kernel's own %d tokens (%d)",
+          sw_isa_name(isa), kt.i8x16_min_tokens, sw_i8_min_tokens());
+    CHECK(sw_i8_min_tokens() > 0 && sw_set_i8_min_tokens(old) == -1, "the threshold reads back");
     int bad = 0;
     for (int j = 0; j < NJ; j++) {
         const int64_t nb = JC[j] / QK_K;
