@@ -37,8 +37,9 @@
 
 #define PREFILL_BUDGET 256     /* prompt tokens per step: bounds a step's latency */
 /* Prompt tokens a step when a request scores its prompt (a logits row
- * each): 128 keeps the products on the int8 form (64+ tokens), where 32
- * fell below it (measured: docs/perf/cpu.md, "Scoring a prompt"). The rows
+ * each): 128 keeps the products at or past every kernel's threshold for
+ * the int8 form (sw_i8_min_tokens: 48-128 tokens), where 32 fell below it
+ * (measured: docs/perf/cpu.md, "Scoring a prompt"). The rows
  * cost 128 x n_vocab floats, allocated when the first such request comes. */
 #define PROMPT_LP_CHUNK 128
 #define MAX_QUEUED 4096
